@@ -1,0 +1,135 @@
+//! The backend-neutral traits: `Backend` (compiles modules), `Executable` (runs them), `Capabilities`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::api::buffer::Buffer;
+use crate::api::builder::Builder;
+use crate::error::{Error, Result};
+use crate::ir::dtype::DType;
+use crate::ir::module::Module;
+use crate::ir::optype::OpType;
+use crate::ir::shape::Shape;
+
+/// What a backend supports.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Capabilities {
+    /// Ops the backend can build and execute.
+    pub operations: BTreeSet<OpType>,
+    /// Closures, Call, Sort, While and If.
+    pub functions: bool,
+    /// DTypes buffers and ops may use.
+    pub dtypes: BTreeSet<DType>,
+    /// Dynamic (named, `-1`) axes.
+    pub dynamic_axes: bool,
+    /// Hint to callers: pass variables as constants.
+    pub prefer_constants_for_variables: bool,
+}
+
+impl Capabilities {
+    /// Whether `op` is supported.
+    pub fn supports(&self, op: OpType) -> bool {
+        self.operations.contains(&op)
+    }
+}
+
+/// A compute backend: something that compiles an [`ir::Module`](crate::ir::Module) into an
+/// [`Executable`]. Backends are shared as `Arc<dyn Backend>` and chosen at run time by name.
+pub trait Backend: Send + Sync + 'static {
+    /// Short registry name (`"interp"`, `"jit"`).
+    fn name(&self) -> &str;
+    /// Human description, including the configuration.
+    fn description(&self) -> String;
+    /// Supported ops, dtypes and features.
+    fn capabilities(&self) -> &Capabilities;
+    /// A new builder whose `compile` calls this backend. Implementations return
+    /// `Builder::new(self_arc, name)`.
+    fn builder(&self, name: &str) -> Builder;
+    /// Compiles a verified module.
+    fn compile(&self, module: Module) -> Result<Arc<dyn Executable>>;
+    /// Number of devices (1 for CPU backends).
+    fn num_devices(&self) -> usize {
+        1
+    }
+    /// Text describing device `dev`.
+    fn device_description(&self, dev: usize) -> String {
+        format!("device#{dev}")
+    }
+    /// Releases resources; later compiles fail.
+    fn finalize(&self);
+    /// Whether `finalize` was called.
+    fn is_finalized(&self) -> bool;
+}
+
+impl dyn Backend {
+    /// A buffer holding a copy of `data` with dims `dims`, checked against the capabilities.
+    pub fn buffer_from_slice<T: crate::ir::dtype::Element>(&self, data: &[T], dims: &[usize]) -> Result<Buffer> {
+        self.check_dtype(T::DTYPE)?;
+        Buffer::from_slice(data, dims)
+    }
+
+    /// A buffer from raw bytes, checked against the capabilities.
+    pub fn buffer_from_bytes(&self, shape: Shape, bytes: &[u8]) -> Result<Buffer> {
+        self.check_dtype(shape.dtype)?;
+        Buffer::from_bytes(shape, bytes)
+    }
+
+    fn check_dtype(&self, d: DType) -> Result<()> {
+        if self.is_finalized() {
+            return Err(Error::UseAfterFree { what: format!("backend {}", self.name()), state: "finalized".into() });
+        }
+        if !self.capabilities().dtypes.contains(&d) {
+            return Err(Error::not_implemented(
+                "Buffer",
+                format!("backend {} does not support dtype {d}", self.name()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A compiled function, ready to run many times, from many threads at once.
+pub trait Executable: Send + Sync {
+    /// Parameter names of `main`, in order.
+    fn input_names(&self) -> &[String];
+    /// Parameter shapes of `main`, in order.
+    fn input_shapes(&self) -> &[Shape];
+    /// Output shapes.
+    fn output_shapes(&self) -> &[Shape];
+    /// Runs with `inputs`; `donate[i]` lets the executable reuse input i's memory (the buffer
+    /// becomes unusable). `donate` may be empty (no donation).
+    fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>>;
+    /// Releases resources; later executes fail.
+    fn finalize(&self) {}
+}
+
+/// Checks count, dtype and shape of `inputs` against the parameters (static shapes need equal
+/// dims; dynamic axes accept any size). Errors name the parameter.
+pub fn check_inputs(names: &[String], shapes: &[Shape], inputs: &[&Buffer], donate: &[bool]) -> Result<()> {
+    if inputs.len() != shapes.len() {
+        return Err(Error::invalid(
+            "execute",
+            format!(
+                "{} inputs given, the function has {} parameters ({})",
+                inputs.len(),
+                shapes.len(),
+                names.join(", ")
+            ),
+        ));
+    }
+    if !donate.is_empty() && donate.len() != inputs.len() {
+        return Err(Error::invalid(
+            "execute",
+            format!("donate has {} flags for {} inputs", donate.len(), inputs.len()),
+        ));
+    }
+    for (i, ((name, want), got)) in names.iter().zip(shapes).zip(inputs).enumerate() {
+        let got = got.shape();
+        let dims_ok = want.rank() == got.rank()
+            && want.dims.iter().zip(&got.dims).all(|(&w, &g)| w == crate::ir::shape::DYNAMIC_DIM || w == g);
+        if want.dtype != got.dtype || !dims_ok {
+            return Err(Error::invalid("execute", format!("parameter {i} ({name:?}) expects {want}, got {got}")));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! Host buffers: tensor data with a shape, created from typed slices or bytes, donated or finalized.
+
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Error, Result};
+use crate::ir::dtype::{DType, Element};
+use crate::ir::shape::Shape;
+use crate::runtime::aligned::AlignedBytes;
+
+#[derive(Debug)]
+enum State {
+    Live(Arc<AlignedBytes>),
+    Donated,
+    Finalized,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shape: Shape,
+    state: RwLock<State>,
+}
+
+/// A tensor's data on the host (the only device of the CPU backends).
+///
+/// Cloning a `Buffer` clones the handle, not the data. A buffer donated to an execution or
+/// finalized can no longer be read: every access then returns [`Error::UseAfterFree`].
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    inner: Arc<Inner>,
+}
+
+impl Buffer {
+    /// A buffer holding a copy of `data` with dims `dims` (`data.len()` must equal their product).
+    pub fn from_slice<T: Element>(data: &[T], dims: &[usize]) -> Result<Buffer> {
+        let n: usize = dims.iter().product();
+        if n != data.len() {
+            return Err(Error::invalid(
+                "Buffer::from_slice",
+                format!("{} elements given for dims {dims:?} ({n} elements)", data.len()),
+            ));
+        }
+        Ok(Buffer::from_storage(Shape::from_usize(T::DTYPE, dims), Arc::new(AlignedBytes::from_slice(data))))
+    }
+
+    /// A scalar buffer.
+    pub fn scalar<T: Element>(value: T) -> Buffer {
+        Buffer::from_storage(Shape::scalar(T::DTYPE), Arc::new(AlignedBytes::from_slice(&[value])))
+    }
+
+    /// A buffer from raw little-endian bytes (packed layout for sub-byte dtypes).
+    pub fn from_bytes(shape: Shape, bytes: &[u8]) -> Result<Buffer> {
+        shape.validate()?;
+        if !shape.dtype.is_supported() {
+            return Err(Error::invalid("Buffer::from_bytes", format!("dtype {} cannot hold data", shape.dtype)));
+        }
+        let want = shape
+            .byte_size()
+            .ok_or_else(|| Error::invalid("Buffer::from_bytes", format!("shape {shape} is dynamic")))?;
+        if bytes.len() != want {
+            return Err(Error::invalid(
+                "Buffer::from_bytes",
+                format!("{} bytes given for shape {shape} ({want} bytes)", bytes.len()),
+            ));
+        }
+        if shape.dtype == DType::Bool {
+            if let Some(i) = bytes.iter().position(|&b| b > 1) {
+                return Err(Error::invalid("Buffer::from_bytes", format!("Bool element {i} is byte {}", bytes[i])));
+            }
+        }
+        Ok(Buffer::from_storage(shape, Arc::new(AlignedBytes::from_bytes(bytes))))
+    }
+
+    /// Wraps existing storage (length must match the shape; used by backends).
+    pub fn from_storage(shape: Shape, data: Arc<AlignedBytes>) -> Buffer {
+        debug_assert_eq!(shape.byte_size(), Some(data.len()), "Buffer::from_storage: size mismatch for {shape}");
+        Buffer { inner: Arc::new(Inner { shape, state: RwLock::new(State::Live(data)) }) }
+    }
+
+    /// The shape (always concrete).
+    pub fn shape(&self) -> &Shape {
+        &self.inner.shape
+    }
+
+    /// The dtype.
+    pub fn dtype(&self) -> DType {
+        self.inner.shape.dtype
+    }
+
+    /// Dims as `usize`.
+    pub fn dims(&self) -> Vec<usize> {
+        self.inner.shape.udims()
+    }
+
+    /// Whether the buffer can still be read (not donated or finalized).
+    pub fn is_live(&self) -> bool {
+        matches!(*self.read_state(), State::Live(_))
+    }
+
+    fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.inner.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dead_error(state: &State) -> Error {
+        let s = if matches!(state, State::Donated) { "donated" } else { "finalized" };
+        Error::UseAfterFree { what: "buffer".into(), state: s.into() }
+    }
+
+    /// The storage (shared, not copied). Errors if donated or finalized.
+    pub fn storage(&self) -> Result<Arc<AlignedBytes>> {
+        match &*self.read_state() {
+            State::Live(d) => Ok(d.clone()),
+            s => Err(Buffer::dead_error(s)),
+        }
+    }
+
+    /// Takes the storage out for a donating execution; the buffer becomes unusable.
+    pub fn take_for_donation(&self) -> Result<Arc<AlignedBytes>> {
+        let mut st = self.inner.state.write().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *st, State::Donated) {
+            State::Live(d) => Ok(d),
+            other => {
+                let e = Buffer::dead_error(&other);
+                *st = other;
+                Err(e)
+            }
+        }
+    }
+
+    /// A copy of the raw bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        Ok(self.storage()?.as_bytes().to_vec())
+    }
+
+    /// A copy of the elements; `T` must be the storage type of the buffer's dtype.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::invalid(
+                "Buffer::to_vec",
+                format!("buffer holds {} but {} was asked for", self.dtype(), T::DTYPE),
+            ));
+        }
+        Ok(self.storage()?.typed::<T>().to_vec())
+    }
+
+    /// Copies the elements into `dst`, which must have exactly as many elements.
+    pub fn copy_to<T: Element>(&self, dst: &mut [T]) -> Result<()> {
+        let v = self.to_vec::<T>()?;
+        if v.len() != dst.len() {
+            return Err(Error::invalid(
+                "Buffer::copy_to",
+                format!("destination has {} elements, buffer {}", dst.len(), v.len()),
+            ));
+        }
+        dst.copy_from_slice(&v);
+        Ok(())
+    }
+
+    /// Frees the data now. Finalizing a donated or already finalized buffer succeeds silently.
+    pub fn finalize(&self) {
+        let mut st = self.inner.state.write().unwrap_or_else(|e| e.into_inner());
+        if let State::Live(_) = *st {
+            *st = State::Finalized;
+        }
+    }
+
+    /// Address of the data (for tests of buffer reuse); `None` if not live.
+    pub fn data_ptr(&self) -> Option<usize> {
+        match &*self.read_state() {
+            State::Live(d) => Some(d.as_ptr() as usize),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_errors() {
+        let b = Buffer::from_slice(&[1i32, 2, 3, 4], &[2, 2]).unwrap();
+        assert_eq!(b.to_vec::<i32>().unwrap(), vec![1, 2, 3, 4]);
+        assert!(b.to_vec::<f32>().is_err());
+        assert!(Buffer::from_slice(&[1i32, 2, 3], &[2, 2]).is_err());
+        assert!(Buffer::from_bytes(Shape::new(DType::Bool, &[2]), &[0, 2]).is_err());
+        assert!(Buffer::from_bytes(Shape::new(DType::Int4, &[3]), &[0x21, 0x03]).is_ok());
+        b.finalize();
+        assert!(matches!(b.to_vec::<i32>(), Err(Error::UseAfterFree { .. })));
+        b.finalize();
+    }
+
+    #[test]
+    fn donation_invalidates() {
+        let b = Buffer::scalar(1.5f64);
+        let _d = b.take_for_donation().unwrap();
+        assert!(!b.is_live());
+        assert!(b.take_for_donation().is_err());
+        b.finalize();
+    }
+}

@@ -1,0 +1,11 @@
+//! The public, backend-neutral API: registry, `Backend`, `Builder`, `Function`, `Executable`, `Buffer`.
+
+pub mod backend;
+pub mod buffer;
+pub mod builder;
+pub mod registry;
+
+pub use backend::{Backend, Capabilities, Executable, check_inputs};
+pub use buffer::Buffer;
+pub use builder::{Builder, Function, Value};
+pub use registry::{list, new, new_with_config, parse_config, register};

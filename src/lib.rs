@@ -1,0 +1,23 @@
+//! tensorjit: build, compile and run tensor computation graphs on the CPU.
+//!
+//! The API follows gomlx/compute: pick a [`Backend`] (by name, or from `TENSORJIT_BACKEND`),
+//! get a [`Builder`], add ops to its `main` [`Function`], `compile()` it into an
+//! [`Executable`] and `execute` it on [`Buffer`]s.
+#![deny(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+pub mod api;
+pub mod error;
+pub mod ir;
+pub mod runtime;
+
+pub use api::{
+    Backend, Buffer, Builder, Capabilities, Executable, Function, Value, list, new, new_with_config, register,
+};
+pub use error::{Error, Result};
+pub use ir::{DType, Element, OpType, Shape};
+
+/// The backends compiled into the crate, registered at first use of the registry.
+fn builtin_backends() -> Vec<(String, api::registry::Constructor)> {
+    vec![]
+}

@@ -1,0 +1,3 @@
+//! Runtime support shared by the backends: aligned storage, (later) memory plans and thread pools.
+
+pub mod aligned;
