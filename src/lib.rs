@@ -9,6 +9,7 @@
 pub mod api;
 pub mod error;
 pub mod ir;
+pub mod kernels;
 pub mod runtime;
 
 pub use api::{
