@@ -3,6 +3,8 @@
 pub mod backend;
 pub mod buffer;
 pub mod builder;
+mod ops_basic;
+mod ops_structured;
 pub mod registry;
 
 pub use backend::{Backend, Capabilities, Executable, check_inputs};
