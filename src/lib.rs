@@ -7,9 +7,12 @@
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod api;
+pub mod backendtest;
 pub mod error;
 pub mod ir;
+pub mod jit;
 pub mod kernels;
+pub mod lower;
 pub mod runtime;
 
 pub use api::{
@@ -20,5 +23,5 @@ pub use ir::{DType, Element, OpType, Shape};
 
 /// The backends compiled into the crate, registered at first use of the registry.
 fn builtin_backends() -> Vec<(String, api::registry::Constructor)> {
-    vec![]
+    vec![(runtime::interp::NAME.to_string(), runtime::interp::InterpBackend::constructor as api::registry::Constructor)]
 }

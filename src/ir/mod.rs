@@ -6,6 +6,7 @@ pub mod module;
 pub mod op;
 pub mod optype;
 pub mod shape;
+pub mod text;
 pub mod verify;
 
 pub use dtype::{DType, Element};

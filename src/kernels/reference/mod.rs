@@ -4,6 +4,7 @@
 //! [`eval`] runs one op (other than constants, control flow and barriers, which the executors
 //! handle) on concrete input tensors, given the output shapes inferred at build time.
 
+pub(crate) mod common;
 mod elementwise;
 mod fused;
 mod indexing;

@@ -1,0 +1,319 @@
+//! `tjgemm`: GEMM throughput tables (GFLOP/s and % of the FMA peak measured in the same run)
+//! for f32 squares, transformer shapes on 1 and 2 threads, and bf16 vs f32.
+//!
+//! Usage: `cargo build --release --bin tjgemm && target/release/tjgemm [--quick] [--cpu-time]
+//! [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]`.
+//! Numbers are the best of several timed repetitions (the machine may be shared); with
+//! `--cpu-time` single-thread runs are timed in the thread's CPU time, which excludes time the
+//! thread was preempted by other processes (caches may still be disturbed).
+
+use std::time::{Duration, Instant};
+
+use half::bf16;
+use tensorjit::kernels::gemm::*;
+
+/// Register-only FMA loop (inline asm, so nothing but FMAs on independent registers): 12
+/// ymm or 24 zmm accumulators; returns the GFLOP/s of one thread.
+#[cfg(target_arch = "x86_64")]
+fn fma_peak(isa: Isa) -> f64 {
+    use std::arch::asm;
+    const ITERS: usize = 2_000_000;
+    fn avx2(iters: usize) {
+        // SAFETY: only ymm0-ymm15 and a counter register are touched; the caller checked AVX2+FMA.
+        unsafe {
+            asm!(
+                "vxorps ymm0, ymm0, ymm0", "vxorps ymm1, ymm1, ymm1", "vxorps ymm2, ymm2, ymm2",
+                "vxorps ymm3, ymm3, ymm3", "vxorps ymm4, ymm4, ymm4", "vxorps ymm5, ymm5, ymm5",
+                "vxorps ymm6, ymm6, ymm6", "vxorps ymm7, ymm7, ymm7", "vxorps ymm8, ymm8, ymm8",
+                "vxorps ymm9, ymm9, ymm9", "vxorps ymm10, ymm10, ymm10", "vxorps ymm11, ymm11, ymm11",
+                "vxorps ymm12, ymm12, ymm12", "vxorps ymm13, ymm13, ymm13",
+                "2:",
+                "vfmadd231ps ymm0, ymm12, ymm13", "vfmadd231ps ymm1, ymm12, ymm13",
+                "vfmadd231ps ymm2, ymm12, ymm13", "vfmadd231ps ymm3, ymm12, ymm13",
+                "vfmadd231ps ymm4, ymm12, ymm13", "vfmadd231ps ymm5, ymm12, ymm13",
+                "vfmadd231ps ymm6, ymm12, ymm13", "vfmadd231ps ymm7, ymm12, ymm13",
+                "vfmadd231ps ymm8, ymm12, ymm13", "vfmadd231ps ymm9, ymm12, ymm13",
+                "vfmadd231ps ymm10, ymm12, ymm13", "vfmadd231ps ymm11, ymm12, ymm13",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) iters => _,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+                out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+                out("ymm12") _, out("ymm13") _,
+                options(nostack),
+            );
+        }
+    }
+    #[target_feature(enable = "avx512f")]
+    fn avx512(iters: usize) {
+        // SAFETY: only zmm0-zmm25 and a counter register are touched; the caller checked AVX-512F.
+        unsafe {
+            asm!(
+                "vxorps xmm24, xmm24, xmm24", "vxorps xmm25, xmm25, xmm25",
+                "2:",
+                "vfmadd231ps zmm0, zmm24, zmm25", "vfmadd231ps zmm1, zmm24, zmm25",
+                "vfmadd231ps zmm2, zmm24, zmm25", "vfmadd231ps zmm3, zmm24, zmm25",
+                "vfmadd231ps zmm4, zmm24, zmm25", "vfmadd231ps zmm5, zmm24, zmm25",
+                "vfmadd231ps zmm6, zmm24, zmm25", "vfmadd231ps zmm7, zmm24, zmm25",
+                "vfmadd231ps zmm8, zmm24, zmm25", "vfmadd231ps zmm9, zmm24, zmm25",
+                "vfmadd231ps zmm10, zmm24, zmm25", "vfmadd231ps zmm11, zmm24, zmm25",
+                "vfmadd231ps zmm12, zmm24, zmm25", "vfmadd231ps zmm13, zmm24, zmm25",
+                "vfmadd231ps zmm14, zmm24, zmm25", "vfmadd231ps zmm15, zmm24, zmm25",
+                "vfmadd231ps zmm16, zmm24, zmm25", "vfmadd231ps zmm17, zmm24, zmm25",
+                "vfmadd231ps zmm18, zmm24, zmm25", "vfmadd231ps zmm19, zmm24, zmm25",
+                "vfmadd231ps zmm20, zmm24, zmm25", "vfmadd231ps zmm21, zmm24, zmm25",
+                "vfmadd231ps zmm22, zmm24, zmm25", "vfmadd231ps zmm23, zmm24, zmm25",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) iters => _,
+                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _, out("zmm5") _,
+                out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _, out("zmm16") _, out("zmm17") _,
+                out("zmm18") _, out("zmm19") _, out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
+                out("zmm24") _, out("zmm25") _,
+                options(nostack),
+            );
+        }
+    }
+    let (flops, run): (f64, fn()) = match isa {
+        Isa::Avx512 => ((ITERS / 2 * 24 * 16 * 2) as f64, || {
+            // SAFETY: Isa::Avx512 is only chosen when AVX-512F is present.
+            unsafe { avx512(ITERS / 2) }
+        }),
+        Isa::Avx2 => ((ITERS / 2 * 12 * 8 * 2) as f64, || avx2(ITERS / 2)),
+        _ => return f64::NAN,
+    };
+    // Many short samples: the best one is the one no other process interrupted.
+    let mut best = f64::MAX;
+    for _ in 0..40 {
+        let t = Instant::now();
+        run();
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    flops / best / 1e9
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fma_peak(_isa: Isa) -> f64 {
+    f64::NAN
+}
+
+fn data(len: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+mod cputime {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    unsafe extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    /// CPU time of the calling thread in seconds (CLOCK_THREAD_CPUTIME_ID), so time spent
+    /// preempted by other processes on a shared machine is not counted.
+    pub fn thread_seconds() -> f64 {
+        let mut t = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec to a valid pointer; 3 = CLOCK_THREAD_CPUTIME_ID.
+        unsafe { clock_gettime(3, &mut t) };
+        t.sec as f64 + t.nsec as f64 * 1e-9
+    }
+}
+
+/// Wall-clock seconds, or the calling thread's CPU seconds with `cpu` (Linux only).
+fn now(cpu: bool) -> f64 {
+    #[cfg(target_os = "linux")]
+    if cpu {
+        return cputime::thread_seconds();
+    }
+    let _ = cpu;
+    static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    T0.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// Best time of `f` over repetitions lasting about `budget` in total (at least 3 runs);
+/// measured in thread CPU time when `cpu` (single-threaded runs), else wall time.
+fn best_time(budget: Duration, cpu: bool, mut f: impl FnMut()) -> f64 {
+    f();
+    let start = Instant::now();
+    let mut best = f64::MAX;
+    let mut runs = 0;
+    while runs < 3 || (start.elapsed() < budget && runs < 1000) {
+        let t = now(cpu);
+        f();
+        best = best.min(now(cpu) - t);
+        runs += 1;
+    }
+    best
+}
+
+struct Bench {
+    isa: Isa,
+    geometry: Geometry,
+    path: Path,
+    budget: Duration,
+    cpu: bool,
+    pool2: rayon::ThreadPool,
+}
+
+impl Bench {
+    fn f32(&self, m: usize, n: usize, k: usize, threads: usize) -> f64 {
+        let a = data(m * k, 1);
+        let b = data(k * n, 2);
+        let mut c = vec![0.0f32; m * n];
+        let opts = GemmOptions { isa: Some(self.isa), geometry: self.geometry, path: self.path, ..Default::default() };
+        let mut run = || {
+            gemm_f32(
+                GemmArgs::new(
+                    m,
+                    n,
+                    k,
+                    MatRef::row_major(&a, k),
+                    MatRef::row_major(&b, n),
+                    MatMut::row_major(&mut c, n),
+                )
+                .threads(threads)
+                .options(opts),
+            )
+            .expect("gemm_f32");
+        };
+        // One thread runs on the calling thread (timed in its CPU time when --cpu-time);
+        // two threads run on a 2-thread pool, timed by the wall clock.
+        let t = if threads == 1 {
+            best_time(self.budget, self.cpu, run)
+        } else {
+            self.pool2.install(|| best_time(self.budget, false, &mut run))
+        };
+        2.0 * (m * n * k) as f64 / t / 1e9
+    }
+
+    fn bf16(&self, m: usize, n: usize, k: usize) -> f64 {
+        let a: Vec<bf16> = data(m * k, 1).into_iter().map(bf16::from_f32).collect();
+        let b: Vec<bf16> = data(k * n, 2).into_iter().map(bf16::from_f32).collect();
+        let mut c = vec![0.0f32; m * n];
+        let opts = GemmOptions { isa: Some(self.isa), ..Default::default() };
+        let t = best_time(self.budget, self.cpu, || {
+            gemm_bf16(
+                GemmArgs::new(
+                    m,
+                    n,
+                    k,
+                    MatRef::row_major(&a, k),
+                    MatRef::row_major(&b, n),
+                    MatMut::row_major(&mut c, n),
+                )
+                .options(opts),
+            )
+            .expect("gemm_bf16");
+        });
+        2.0 * (m * n * k) as f64 / t / 1e9
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let isa = match args.iter().position(|a| a == "--isa").and_then(|i| args.get(i + 1)) {
+        Some(name) => match [Isa::Generic, Isa::Avx2, Isa::Avx512].into_iter().find(|i| i.name() == name) {
+            Some(i) if isa_supported(i) => i,
+            _ => {
+                eprintln!("tjgemm: isa {name} is unknown or unsupported here");
+                std::process::exit(2);
+            }
+        },
+        None => selected_isa(),
+    };
+    let geometry = match args.iter().position(|a| a == "--geometry").and_then(|i| args.get(i + 1)).map(|s| s.as_str()) {
+        Some("large") => Geometry::Large,
+        Some("wide") => Geometry::Wide,
+        _ => Geometry::Auto,
+    };
+    let only_m: Option<usize> = args.iter().position(|a| a == "--m").and_then(|i| args.get(i + 1)?.parse().ok());
+    let path = match args.iter().position(|a| a == "--path").and_then(|i| args.get(i + 1)).map(|s| s.as_str()) {
+        Some("packed") => Path::Packed,
+        Some("direct") => Path::Direct,
+        Some("naive") => Path::Naive,
+        Some("gemv") => Path::Gemv,
+        _ => Path::Auto,
+    };
+    let bench = Bench {
+        isa,
+        geometry,
+        path,
+        budget: Duration::from_millis(if quick { 150 } else { 600 }),
+        cpu: args.iter().any(|a| a == "--cpu-time"),
+        pool2: rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool"),
+    };
+    println!("# {}", dispatch_summary());
+    println!("# caches: {:?}", cache_sizes());
+    println!(
+        "# 1-thread times: {}; 2-thread times: wall clock; best of repeated runs",
+        if bench.cpu { "thread CPU time (--cpu-time)" } else { "wall clock" }
+    );
+    let peak_isa = if isa == Isa::Generic { selected_isa() } else { isa };
+    // The peak is the best of several samples (other processes may share the cores).
+    let mut peak = (0..4).map(|_| fma_peak(peak_isa)).fold(0.0, f64::max);
+    println!("# FMA peak (1 thread, register-only {} loop, best of 4): {peak:.1} GFLOP/s", peak_isa.name());
+
+    if let Some(m) = only_m {
+        for &k in &[384usize, 1536] {
+            for &n in &[384usize, 1536] {
+                let g = bench.f32(m, n, k, 1);
+                let name = f32_kernel_name(isa, m, n, geometry);
+                println!("{m:>5} {k:>5} {n:>5} {name:>22} {g:>9.1} {:>6.1}%", 100.0 * g / peak);
+            }
+        }
+        return;
+    }
+    println!("\n## f32 squares (1 thread)");
+    println!("{:>6} {:>22} {:>10} {:>8}", "size", "kernel", "GFLOP/s", "% peak");
+    let squares: &[usize] = if quick { &[64, 256, 512, 1024] } else { &[64, 128, 256, 512, 1024, 2048] };
+    for &s in squares {
+        let g = bench.f32(s, s, s, 1);
+        let name = f32_kernel_name(isa, s, s, Geometry::Auto);
+        println!("{s:>6} {name:>22} {g:>10.1} {:>7.1}%", 100.0 * g / peak);
+    }
+
+    println!("\n## f32 transformer shapes (GFLOP/s; % of 1-thread peak, 2-thread % of 2x peak)");
+    println!("{:>5} {:>5} {:>5} {:>22} {:>9} {:>7} {:>9} {:>7}", "M", "K", "N", "kernel", "1 thr", "%", "2 thr", "%");
+    let ms: &[usize] = if quick { &[1, 16, 128, 512] } else { &[1, 16, 128, 512, 4096] };
+    for &m in ms {
+        for &k in &[384usize, 1536] {
+            for &n in &[384usize, 1536] {
+                let g1 = bench.f32(m, n, k, 1);
+                let g2 = bench.f32(m, n, k, 2);
+                let name = if m == 1 { "gemv" } else { f32_kernel_name(isa, m, n, Geometry::Auto) };
+                println!(
+                    "{m:>5} {k:>5} {n:>5} {name:>22} {g1:>9.1} {:>6.1}% {g2:>9.1} {:>6.1}%",
+                    100.0 * g1 / peak,
+                    50.0 * g2 / peak
+                );
+            }
+        }
+    }
+
+    println!("\n## bf16 inputs (f32 accumulation) vs f32, 1 thread");
+    println!("{:>5} {:>5} {:>5} {:>10} {:>10} {:>7}", "M", "K", "N", "f32", "bf16", "ratio");
+    let bf_shapes: &[(usize, usize, usize)] =
+        &[(512, 512, 512), (128, 1536, 1536), (512, 1536, 384), (1024, 1024, 1024)];
+    for &(m, k, n) in bf_shapes {
+        let f = bench.f32(m, n, k, 1);
+        let b = bench.bf16(m, n, k);
+        println!("{m:>5} {k:>5} {n:>5} {f:>10.1} {b:>10.1} {:>6.2}x", b / f);
+    }
+    let again = (0..4).map(|_| fma_peak(peak_isa)).fold(0.0, f64::max);
+    peak = peak.max(again);
+    println!(
+        "\n# FMA peak re-measured at the end: {again:.1} GFLOP/s (best overall {peak:.1}); percentages above use the first."
+    );
+}

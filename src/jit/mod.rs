@@ -1,0 +1,138 @@
+//! The Cranelift JIT: compiles [`LoopKernel`]s to native code, once per distinct kernel per process.
+//!
+//! The ISA is built from host detection (`cranelift-native`), so FMA and AVX encodings are used.
+//! Compiled kernels live in one process-wide `JITModule` that is never freed, which is what makes
+//! the function pointers handed out valid for the life of the process.
+
+mod codegen;
+pub mod math;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module};
+
+use crate::error::{Error, Result};
+use crate::lower::loop_kernel::LoopKernel;
+
+pub use codegen::supports;
+
+type KernelFn = unsafe extern "C" fn(args: *const *mut u8, start: usize, end: usize);
+
+/// A compiled loop kernel: call [`CompiledLoop::run`] with input and output pointers.
+#[derive(Clone)]
+pub struct CompiledLoop {
+    f: KernelFn,
+    /// Cranelift IR of the kernel (for dumps).
+    pub clif: Arc<String>,
+    /// Disassembly of the machine code (for dumps).
+    pub disasm: Arc<String>,
+}
+
+impl std::fmt::Debug for CompiledLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompiledLoop({:p})", self.f as *const u8)
+    }
+}
+
+impl CompiledLoop {
+    /// Runs the kernel over element indices `start..end`.
+    ///
+    /// # Safety
+    /// `args` must hold one pointer per kernel input followed by one per output; every `Full`
+    /// input and every output must be valid for `end` elements of the kernel's element type
+    /// (reads for inputs, writes for outputs), `Scalar` inputs for one element, and outputs must
+    /// not overlap inputs other than element-for-element (in-place) and not each other.
+    pub unsafe fn run(&self, args: &[*mut u8], start: usize, end: usize) {
+        // SAFETY: the caller guarantees the pointer contract documented above, which is the
+        // contract the generated code relies on; the code itself stays alive in the global module.
+        unsafe { (self.f)(args.as_ptr(), start, end) }
+    }
+}
+
+struct JitState {
+    module: JITModule,
+    ctx: Context,
+    fctx: FunctionBuilderContext,
+    cache: HashMap<String, CompiledLoop>,
+    counter: usize,
+}
+
+// SAFETY: `JITModule` holds raw pointers to the code and data memory it owns; it is only ever
+// accessed under the global mutex below, never from two threads at once.
+unsafe impl Send for JitState {}
+
+fn state() -> Result<&'static Mutex<JitState>> {
+    static STATE: OnceLock<std::result::Result<Mutex<JitState>, String>> = OnceLock::new();
+    STATE
+        .get_or_init(|| {
+            let mut flags = settings::builder();
+            flags.set("opt_level", "speed").map_err(|e| e.to_string())?;
+            flags.set("is_pic", "false").map_err(|e| e.to_string())?;
+            let isa_builder = cranelift_native::builder()?;
+            let isa = isa_builder.finish(settings::Flags::new(flags)).map_err(|e| e.to_string())?;
+            let module = JITModule::new(JITBuilder::with_isa(isa, cranelift_module::default_libcall_names()));
+            let ctx = module.make_context();
+            Ok(Mutex::new(JitState { module, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new(), counter: 0 }))
+        })
+        .as_ref()
+        .map_err(|e| Error::not_implemented("jit", format!("cannot create the Cranelift JIT for this host: {e}")))
+}
+
+/// Name of the host ISA the JIT compiles for, with its enabled features.
+pub fn host_isa_description() -> String {
+    match state() {
+        Ok(s) => {
+            let st = s.lock().unwrap_or_else(|e| e.into_inner());
+            let isa = st.module.isa();
+            format!("{} ({})", isa.triple(), isa.isa_flags().iter().filter(|f| f.as_bool() == Some(true)).map(|f| f.name).collect::<Vec<_>>().join(","))
+        }
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Compiles `k` (or returns the cached compilation of an identical kernel).
+pub fn compile(k: &LoopKernel) -> Result<CompiledLoop> {
+    let key = format!("{k:?}");
+    let mut st = state()?.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = st.cache.get(&key) {
+        return Ok(c.clone());
+    }
+    let st = &mut *st;
+    let ptr = st.module.target_config().pointer_type();
+    st.module.clear_context(&mut st.ctx);
+    st.ctx.func.signature.call_conv = st.module.isa().default_call_conv();
+    {
+        let mut b = FunctionBuilder::new(&mut st.ctx.func, &mut st.fctx);
+        codegen::build(&mut b, k, ptr).map_err(|e| Error::not_implemented("jit", e))?;
+        b.finalize();
+    }
+    let clif = st.ctx.func.display().to_string();
+    st.counter += 1;
+    let name = format!("tj_loop_{}", st.counter);
+    let id = st
+        .module
+        .declare_function(&name, Linkage::Local, &st.ctx.func.signature)
+        .map_err(|e| Error::Execution(format!("jit: declare {name}: {e}")))?;
+    st.ctx.set_disasm(true);
+    st.module.define_function(id, &mut st.ctx).map_err(|e| Error::Execution(format!("jit: compile {name}: {e:?}")))?;
+    let disasm = st.ctx.compiled_code().and_then(|c| c.vcode.clone()).unwrap_or_default();
+    st.module.clear_context(&mut st.ctx);
+    st.module.finalize_definitions().map_err(|e| Error::Execution(format!("jit: finalize {name}: {e}")))?;
+    let code = st.module.get_finalized_function(id);
+    // SAFETY: `code` is the entry of a function just compiled with the signature
+    // (ptr, ptr, ptr) -> () in the host's default (C) calling convention, which is `KernelFn`.
+    let f = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
+    let c = CompiledLoop { f, clif: Arc::new(clif), disasm: Arc::new(disasm) };
+    st.cache.insert(key, c.clone());
+    Ok(c)
+}
+
+/// Number of distinct kernels compiled so far in this process.
+pub fn compiled_count() -> usize {
+    state().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).cache.len()).unwrap_or(0)
+}

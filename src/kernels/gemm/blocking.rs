@@ -1,0 +1,130 @@
+//! Cache blocking: the KC / MC / NC block sizes, derived from the detected cache sizes and
+//! overridable with `TENSORJIT_GEMM_KC`, `TENSORJIT_GEMM_MC`, `TENSORJIT_GEMM_NC`.
+
+use std::sync::OnceLock;
+
+/// Data-cache sizes in bytes (per core for L1 and L2; the whole L3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSizes {
+    /// Level-1 data cache.
+    pub l1d: usize,
+    /// Level-2 cache.
+    pub l2: usize,
+    /// Level-3 cache (0 when absent).
+    pub l3: usize,
+}
+
+/// The cache sizes of cpu0, read once from `/sys/devices/system/cpu/cpu0/cache/index*/`;
+/// 32 KiB / 512 KiB / 8 MiB when that is unavailable.
+pub fn cache_sizes() -> CacheSizes {
+    static C: OnceLock<CacheSizes> = OnceLock::new();
+    *C.get_or_init(|| {
+        let mut c = CacheSizes { l1d: 32 << 10, l2: 512 << 10, l3: 8 << 20 };
+        for idx in 0..8 {
+            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{idx}");
+            let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok().map(|s| s.trim().to_string());
+            let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size")) else {
+                continue;
+            };
+            let Some(bytes) = parse_size(&size) else { continue };
+            match (level.as_str(), kind.as_str()) {
+                ("1", "Data") | ("1", "Unified") => c.l1d = bytes,
+                ("2", _) => c.l2 = bytes,
+                ("3", _) => c.l3 = bytes,
+                _ => {}
+            }
+        }
+        c
+    })
+}
+
+/// Parses sysfs cache sizes such as `32K`, `1024K`, `32M`.
+fn parse_size(s: &str) -> Option<usize> {
+    let (num, mul) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok().map(|n| n * mul)
+}
+
+/// Block sizes in elements: KC (depth of a packed panel), MC (rows of packed A), NC
+/// (columns of packed B). Zero means "derive from the cache sizes".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Blocking {
+    /// Depth of one packed block (k direction).
+    pub kc: usize,
+    /// Rows of one packed block of A.
+    pub mc: usize,
+    /// Columns of one packed block of B.
+    pub nc: usize,
+}
+
+fn env_usize(name: &str) -> usize {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+/// The environment overrides `TENSORJIT_GEMM_KC/_MC/_NC` (read once; 0 where unset).
+pub fn env_blocking() -> Blocking {
+    static B: OnceLock<Blocking> = OnceLock::new();
+    *B.get_or_init(|| Blocking {
+        kc: env_usize("TENSORJIT_GEMM_KC"),
+        mc: env_usize("TENSORJIT_GEMM_MC"),
+        nc: env_usize("TENSORJIT_GEMM_NC"),
+    })
+}
+
+/// The block sizes for a kernel of `mr` x `nr` tiles over packed elements of `a_bytes` /
+/// `b_bytes` bytes with k grouped by `g`:
+/// - KC: an A micro-panel (mr x KC) plus a B micro-panel (KC x nr) fill about 3/4 of L1;
+/// - MC: the packed A block (MC x KC) fills about half of L2;
+/// - NC: the packed B block (KC x NC) fills about a quarter of L3 (at most 4096 columns).
+///
+/// Explicit non-zero values in `over` (then the environment) win; all are rounded to the
+/// tile and group sizes.
+pub fn block_sizes(mr: usize, nr: usize, g: usize, a_bytes: usize, b_bytes: usize, over: Blocking) -> Blocking {
+    let c = cache_sizes();
+    let env = env_blocking();
+    let pick = |o: usize, e: usize, d: usize| {
+        if o != 0 {
+            o
+        } else if e != 0 {
+            e
+        } else {
+            d
+        }
+    };
+    let kc_def = (c.l1d * 3 / 4 / ((mr * a_bytes + nr * b_bytes).max(1))).clamp(64, 1024) / 8 * 8;
+    let kc = round_up(pick(over.kc, env.kc, kc_def), g);
+    let mc_def = (c.l2 / 2 / (kc * a_bytes).max(1)).clamp(mr, 4096);
+    let mc = round_up(pick(over.mc, env.mc, mc_def), mr);
+    let l3 = if c.l3 > 0 { c.l3 } else { c.l2 * 4 };
+    let nc_def = (l3 / 4 / (kc * b_bytes).max(1)).clamp(nr, 4096);
+    let nc = round_up(pick(over.nc, env.nc, nc_def), nr);
+    Blocking { kc, mc, nc }
+}
+
+/// `x` rounded up to a multiple of `to` (`to` > 0); at least `to`.
+pub(crate) fn round_up(x: usize, to: usize) -> usize {
+    x.max(1).div_ceil(to) * to
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sysfs_sizes() {
+        assert_eq!(parse_size("32K"), Some(32 * 1024));
+        assert_eq!(parse_size("32M"), Some(32 * 1024 * 1024));
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn explicit_blocking_is_rounded_to_tiles() {
+        let b = block_sizes(6, 16, 2, 4, 4, Blocking { kc: 7, mc: 7, nc: 17 });
+        assert_eq!(b, Blocking { kc: 8, mc: 12, nc: 32 });
+    }
+}

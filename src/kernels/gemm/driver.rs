@@ -1,0 +1,436 @@
+//! The blocked GEMM driver (BLIS loop order jc → pc → ic → jr → ir): packs B blocks (or reads
+//! them in place, or takes them pre-packed), packs A blocks, calls a tile per MR x NR block of
+//! C, runs the activation on each finished tile while it is in L1, and splits the work over
+//! threads by M or N blocks.
+
+use rayon::prelude::*;
+
+use super::blocking::{Blocking, round_up};
+use super::epilogue::{Activation, Scalar};
+use super::kernel::{AlignedBuf, Family, PackFrom, TileArgs};
+use super::pack::{colsum_correction, pack_panels};
+
+/// A read-only strided matrix view by raw pointer (validated by the public entry points).
+pub(crate) struct RawMat<T> {
+    pub ptr: *const T,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<T> RawMat<T> {
+    /// The view starting at element (r, c).
+    pub fn offset(self, r: usize, c: usize) -> Self {
+        // SAFETY (wrapping_add): only computes an address; it is dereferenced only for indices
+        // inside the validated extent.
+        RawMat { ptr: self.ptr.wrapping_add(r * self.rs + c * self.cs), ..self }
+    }
+}
+
+/// A writable strided matrix view by raw pointer.
+pub(crate) struct RawMatMut<T> {
+    pub ptr: *mut T,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<T> RawMatMut<T> {
+    /// The view starting at element (r, c).
+    pub fn offset(self, r: usize, c: usize) -> Self {
+        RawMatMut { ptr: self.ptr.wrapping_add(r * self.rs + c * self.cs), ..self }
+    }
+}
+
+impl<T> Clone for RawMat<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for RawMat<T> {}
+impl<T> Clone for RawMatMut<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for RawMatMut<T> {}
+
+/// One GEMM problem after validation: `C = act(alpha·A·B + beta·C + bias)`.
+pub(crate) struct Job<'a, TI, T> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: RawMat<TI>,
+    pub b: RawMat<TI>,
+    pub c: RawMatMut<T>,
+    pub alpha: T,
+    pub beta: T,
+    pub bias_row: Option<&'a [T]>,
+    pub bias_col: Option<&'a [T]>,
+    pub act: Activation,
+}
+
+impl<TI, T: Copy> Clone for Job<'_, TI, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<TI, T: Copy> Copy for Job<'_, TI, T> {}
+
+// SAFETY: a Job is shared between threads only by `run`, which hands each thread a disjoint
+// block of C (the entry points check C's layout is injective); A, B and biases are read-only.
+unsafe impl<TI: Sync, T: Send + Sync> Send for Job<'_, TI, T> {}
+// SAFETY: as above.
+unsafe impl<TI: Sync, T: Send + Sync> Sync for Job<'_, TI, T> {}
+
+impl<TI, T: Copy> Job<'_, TI, T> {
+    /// The sub-problem of rows [r0, r0+m) and columns [c0, c0+n).
+    pub fn sub(&self, r0: usize, m: usize, c0: usize, n: usize) -> Self {
+        Job {
+            m,
+            n,
+            a: self.a.offset(r0, 0),
+            b: self.b.offset(0, c0),
+            c: self.c.offset(r0, c0),
+            bias_row: self.bias_row.map(|b| &b[r0..r0 + m]),
+            bias_col: self.bias_col.map(|b| &b[c0..c0 + n]),
+            ..*self
+        }
+    }
+
+    /// The transposed problem `Cᵀ = Bᵀ·Aᵀ` (row and column biases swap).
+    pub fn transposed(&self) -> Self {
+        Job {
+            m: self.n,
+            n: self.m,
+            a: RawMat { ptr: self.b.ptr, rs: self.b.cs, cs: self.b.rs },
+            b: RawMat { ptr: self.a.ptr, rs: self.a.cs, cs: self.a.rs },
+            c: RawMatMut { ptr: self.c.ptr, rs: self.c.cs, cs: self.c.rs },
+            bias_row: self.bias_col,
+            bias_col: self.bias_row,
+            ..*self
+        }
+    }
+}
+
+/// B panels packed once for a family (see `PackedB`): for each KC block, all column panels.
+pub(crate) struct PackedPanels<PB> {
+    pub buf: AlignedBuf<PB>,
+    pub kc: usize,
+    /// `n` rounded up to `nr`.
+    pub n_pad: usize,
+    /// Per KC block, `n_pad` VNNI corrections (empty for other families).
+    pub colsum: Vec<i32>,
+}
+
+impl<PB: Copy> PackedPanels<PB> {
+    /// Packs all of `b` (k x n) for `fam` with depth blocks of `kc`.
+    ///
+    /// # Safety
+    /// `b` is readable over k x n.
+    pub unsafe fn pack<TI: Copy, PA>(
+        fam: &Family<PA, PB, impl Sized>,
+        b: RawMat<TI>,
+        k: usize,
+        n: usize,
+        kc: usize,
+    ) -> Self
+    where
+        PB: PackFrom<TI>,
+    {
+        let (nr, g) = (fam.nr, fam.g);
+        let kc = round_up(kc, g);
+        let n_pad = round_up(n, nr);
+        let nblocks = k.div_ceil(kc);
+        let mut buf = AlignedBuf::<PB>::zeroed((nblocks * kc * n_pad).max(1));
+        let mut colsum = if fam.needs_colsum { vec![0i32; nblocks * n_pad] } else { Vec::new() };
+        for (bi, pc) in (0..k).step_by(kc).enumerate() {
+            let kcb = kc.min(k - pc);
+            // SAFETY: block bi starts at pc * n_pad (earlier blocks are full) and holds
+            // ceil(kcb/g)*g*n_pad <= kc*n_pad elements; the source block lies inside b.
+            unsafe {
+                let dst = buf.as_mut_ptr().add(pc * n_pad);
+                let src = b.offset(pc, 0);
+                pack_panels::<TI, PB>(src.ptr, src.cs, src.rs, n, kcb, nr, g, dst);
+                if fam.needs_colsum {
+                    colsum_correction(
+                        dst.cast::<i8>(),
+                        n,
+                        kcb.div_ceil(g),
+                        nr,
+                        g,
+                        &mut colsum[bi * n_pad..(bi + 1) * n_pad],
+                    );
+                }
+            }
+        }
+        PackedPanels { buf, kc, n_pad, colsum }
+    }
+}
+
+/// Where the tiles read B from.
+pub(crate) enum BSource<'p, PB> {
+    /// Pack each KC x NC block.
+    Pack,
+    /// Read full NR-column panels in place (B has unit column stride and needs no conversion);
+    /// only a partial last panel is packed.
+    Direct,
+    /// Pre-packed panels.
+    Prepacked(&'p PackedPanels<PB>),
+}
+
+const TMP_TILE: usize = 1024;
+
+/// Runs `job` with `fam`, on up to `threads` threads of the current rayon pool.
+pub(crate) fn run<TI, PA, PB, T>(
+    fam: &Family<PA, PB, T>,
+    job: &Job<'_, TI, T>,
+    bsrc: &BSource<'_, PB>,
+    blocking: Blocking,
+    threads: usize,
+) where
+    TI: Copy + Send + Sync,
+    PA: PackFrom<TI>,
+    PB: PackFrom<TI>,
+    T: Scalar,
+{
+    let (m, n) = (job.m, job.n);
+    let prepacked = matches!(bsrc, BSource::Prepacked(_));
+    let flops = 2.0 * m as f64 * n as f64 * job.k as f64;
+    let parts = if flops < 4.0e6 { 1 } else { threads.max(1) };
+    let split_m = m >= parts * fam.mr * 2 && (m >= n || prepacked || n < parts * fam.nr);
+    let split_n = !split_m && n >= parts * fam.nr;
+    if parts <= 1 || !(split_m || split_n) {
+        // SAFETY: the job was validated by the entry point.
+        unsafe { run_serial(fam, job, bsrc, 0, blocking) };
+        return;
+    }
+    let (len, unit) = if split_m { (m, fam.mr) } else { (n, fam.nr) };
+    let chunk = round_up(len.div_ceil(parts), unit);
+    let pieces: Vec<(usize, usize)> = (0..len).step_by(chunk).map(|s| (s, chunk.min(len - s))).collect();
+    pieces.into_par_iter().for_each(|(s, l)| {
+        let sub = if split_m { job.sub(s, l, 0, n) } else { job.sub(0, m, s, l) };
+        let col0 = if split_m { 0 } else { s };
+        // SAFETY: the pieces cover disjoint rows (or columns) of C; the job was validated.
+        unsafe { run_serial(fam, &sub, bsrc, col0, blocking) };
+    });
+}
+
+/// The single-threaded blocked loop. `b_col0` is the job's first column inside pre-packed B
+/// (a multiple of `nr`).
+///
+/// # Safety
+/// The job's views are valid for its extents and C's layout is injective.
+unsafe fn run_serial<TI, PA, PB, T>(
+    fam: &Family<PA, PB, T>,
+    job: &Job<'_, TI, T>,
+    bsrc: &BSource<'_, PB>,
+    b_col0: usize,
+    blocking: Blocking,
+) where
+    TI: Copy,
+    PA: PackFrom<TI>,
+    PB: PackFrom<TI>,
+    T: Scalar,
+{
+    let (m, n, k) = (job.m, job.n, job.k);
+    let (mr, nr, g) = (fam.mr, fam.nr, fam.g);
+    assert!(mr * nr <= TMP_TILE, "gemm: tile {mr}x{nr} exceeds the edge buffer");
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let kc_blk = match bsrc {
+        BSource::Prepacked(p) => p.kc,
+        _ => round_up(blocking.kc.max(1), g),
+    };
+    let mc_blk = round_up(blocking.mc.max(1), mr).min(round_up(m, mr));
+    let nc_blk = round_up(blocking.nc.max(1), nr).min(round_up(n, nr));
+    let bias_col: Option<Vec<T>> = job.bias_col.map(|b| {
+        let mut v = b[..n].to_vec();
+        v.resize(round_up(n, nr), T::ZERO);
+        v
+    });
+    let mut apack = AlignedBuf::<PA>::zeroed(mc_blk * kc_blk);
+    let mut bpack = AlignedBuf::<PB>::zeroed(match bsrc {
+        BSource::Pack => nc_blk * kc_blk,
+        BSource::Direct => nr * kc_blk,
+        BSource::Prepacked(_) => 0,
+    });
+    let mut colsum = vec![0i32; if fam.needs_colsum { nc_blk } else { 0 }];
+    let mut tmp = [T::ZERO; TMP_TILE];
+
+    for jc in (0..n).step_by(nc_blk) {
+        let nc = nc_blk.min(n - jc);
+        for (bi, pc) in (0..k).step_by(kc_blk).enumerate() {
+            let kc = kc_blk.min(k - pc);
+            let kg = kc.div_ceil(g);
+            let (first, last) = (pc == 0, pc + kc >= k);
+            let bsrc_blk = job.b.offset(pc, jc);
+            // SAFETY: the source block lies inside B; the buffers were sized for one block.
+            unsafe {
+                match bsrc {
+                    BSource::Pack => {
+                        pack_panels::<TI, PB>(
+                            bsrc_blk.ptr,
+                            bsrc_blk.cs,
+                            bsrc_blk.rs,
+                            nc,
+                            kc,
+                            nr,
+                            g,
+                            bpack.as_mut_ptr(),
+                        );
+                        if fam.needs_colsum {
+                            colsum_correction(bpack.as_ptr().cast::<i8>(), nc, kg, nr, g, &mut colsum);
+                        }
+                    }
+                    BSource::Direct => {
+                        if nc % nr != 0 {
+                            let j0 = nc - nc % nr;
+                            let s = bsrc_blk.offset(0, j0);
+                            pack_panels::<TI, PB>(s.ptr, s.cs, s.rs, nc - j0, kc, nr, 1, bpack.as_mut_ptr());
+                        }
+                    }
+                    BSource::Prepacked(_) => {}
+                }
+            }
+            for ic in (0..m).step_by(mc_blk) {
+                let mc = mc_blk.min(m - ic);
+                let asrc = job.a.offset(ic, pc);
+                // SAFETY: the A block lies inside A; apack holds mc_blk x kc_blk elements.
+                unsafe { pack_panels::<TI, PA>(asrc.ptr, asrc.rs, asrc.cs, mc, kc, mr, g, apack.as_mut_ptr()) };
+                for jr in (0..nc).step_by(nr) {
+                    let nr_eff = nr.min(nc - jr);
+                    // SAFETY: panel pointers stay inside the packed buffers / B (see BSource).
+                    let (bptr, bks, cs_ptr): (*const PB, usize, *const i32) = unsafe {
+                        match bsrc {
+                            BSource::Pack => (
+                                bpack.as_ptr().add(jr * kg * g),
+                                nr * g,
+                                if fam.needs_colsum { colsum.as_ptr().add(jr) } else { std::ptr::null() },
+                            ),
+                            BSource::Direct => {
+                                if nr_eff == nr {
+                                    (bsrc_blk.offset(0, jr).ptr.cast::<PB>(), job.b.rs, std::ptr::null())
+                                } else {
+                                    (bpack.as_ptr(), nr, std::ptr::null())
+                                }
+                            }
+                            BSource::Prepacked(p) => {
+                                let col = b_col0 + jc + jr;
+                                (
+                                    p.buf.as_ptr().add(pc * p.n_pad + col * kg * g),
+                                    nr * g,
+                                    if fam.needs_colsum {
+                                        p.colsum.as_ptr().add(bi * p.n_pad + col)
+                                    } else {
+                                        std::ptr::null()
+                                    },
+                                )
+                            }
+                        }
+                    };
+                    for ir in (0..mc).step_by(mr) {
+                        let mr_eff = mr.min(mc - ir);
+                        let mut t = TileArgs {
+                            kgroups: kg,
+                            // SAFETY: panel ir/mr of the packed A block.
+                            a: unsafe { apack.as_ptr().add(ir * kg * g) },
+                            a_kstride: mr * g,
+                            b: bptr,
+                            b_kstride: bks,
+                            c: std::ptr::null_mut(),
+                            rsc: 0,
+                            alpha: job.alpha,
+                            beta: if first { job.beta } else { T::ONE },
+                            read_c: !first || job.beta != T::ZERO,
+                            bias_row: match (last, job.bias_row) {
+                                (true, Some(b)) => b[ic + ir..].as_ptr(),
+                                _ => std::ptr::null(),
+                            },
+                            bias_col: match (last, &bias_col) {
+                                (true, Some(b)) => b[jc + jr..].as_ptr(),
+                                _ => std::ptr::null(),
+                            },
+                            colsum: cs_ptr,
+                        };
+                        let tile = fam.tiles[mr_eff - 1];
+                        let cblk = job.c.offset(ic + ir, jc + jr);
+                        let act = if last { job.act } else { Activation::None };
+                        if nr_eff == nr && job.c.cs == 1 {
+                            t.c = cblk.ptr;
+                            t.rsc = job.c.rs;
+                            // SAFETY: the full mr_eff x nr tile of C is in bounds; the CPU has
+                            // the family's features (checked when the family was chosen).
+                            unsafe {
+                                tile(&t);
+                                if act != Activation::None {
+                                    for i in 0..mr_eff {
+                                        let row = std::slice::from_raw_parts_mut(cblk.ptr.add(i * job.c.rs), nr);
+                                        T::activate(fam.isa, act, row);
+                                    }
+                                }
+                            }
+                        } else {
+                            // SAFETY: only the mr_eff x nr_eff valid part of C is read and
+                            // written; the kernel works on the local tile buffer.
+                            unsafe {
+                                if t.read_c {
+                                    for i in 0..mr_eff {
+                                        for j in 0..nr_eff {
+                                            tmp[i * nr + j] = *cblk.ptr.add(i * job.c.rs + j * job.c.cs);
+                                        }
+                                    }
+                                }
+                                t.c = tmp.as_mut_ptr();
+                                t.rsc = nr;
+                                tile(&t);
+                                for i in 0..mr_eff {
+                                    let row = &mut tmp[i * nr..i * nr + nr_eff];
+                                    T::activate(fam.isa, act, row);
+                                    for (j, v) in row.iter().enumerate() {
+                                        *cblk.ptr.add(i * job.c.rs + j * job.c.cs) = *v;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The unblocked reference loop (also the path for tiny problems and k = 0): accumulates in
+/// `T` in k order, then applies the epilogue.
+pub(crate) fn naive<TI: Copy, T: Scalar + PackFrom<TI>>(job: &Job<'_, TI, T>, isa: super::isa::Isa) {
+    let mut row = vec![T::ZERO; job.n];
+    for i in 0..job.m {
+        for (j, out) in row.iter_mut().enumerate() {
+            let mut acc = T::ZERO;
+            for p in 0..job.k {
+                // SAFETY: (i, p) and (p, j) are inside the validated A and B.
+                let (x, y) = unsafe {
+                    (*job.a.ptr.add(i * job.a.rs + p * job.a.cs), *job.b.ptr.add(p * job.b.rs + j * job.b.cs))
+                };
+                acc = T::mul_add(T::cvt(x), T::cvt(y), acc);
+            }
+            let cij = job.c.ptr.wrapping_add(i * job.c.rs + j * job.c.cs);
+            let mut v = T::mul_add(acc, job.alpha, T::ZERO);
+            if job.beta != T::ZERO {
+                // SAFETY: (i, j) is inside the validated C.
+                v = T::mul_add(job.beta, unsafe { *cij }, v);
+            }
+            if let Some(b) = job.bias_row {
+                v = T::add(v, b[i]);
+            }
+            if let Some(b) = job.bias_col {
+                v = T::add(v, b[j]);
+            }
+            *out = v;
+        }
+        T::activate(isa, job.act, &mut row);
+        for (j, v) in row.iter().enumerate() {
+            // SAFETY: (i, j) is inside the validated C.
+            unsafe { *job.c.ptr.add(i * job.c.rs + j * job.c.cs) = *v };
+        }
+    }
+}

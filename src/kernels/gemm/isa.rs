@@ -1,0 +1,143 @@
+//! CPU feature detection for the GEMM kernels: detected once, with environment overrides that
+//! force a lower instruction set so every path can be tested on one machine.
+
+use std::sync::OnceLock;
+
+/// The instruction-set families the GEMM kernels are written for, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable Rust (the reference kernels; whatever the compiler vectorises for the baseline).
+    Generic,
+    /// x86-64 AVX2 + FMA (256-bit vectors).
+    Avx2,
+    /// x86-64 AVX-512F (512-bit vectors); BF16 and VNNI kernels additionally need
+    /// AVX512-BF16 / AVX512-VNNI, see [`Features`].
+    Avx512,
+    /// aarch64 Advanced SIMD (128-bit vectors).
+    Neon,
+    /// aarch64 Scalable Matrix Extension.
+    Sme,
+}
+
+impl Isa {
+    /// A short lower-case name (`generic`, `avx2`, `avx512`, `neon`, `sme`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Generic => "generic",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+            Isa::Sme => "sme",
+        }
+    }
+}
+
+/// The CPU features the GEMM kernels care about, as the hardware reports them (before any
+/// environment override).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    /// AVX2 and FMA (both needed by the AVX2 kernels).
+    pub avx2_fma: bool,
+    /// F16C (half-precision conversions).
+    pub f16c: bool,
+    /// AVX-512 F, BW and VL.
+    pub avx512: bool,
+    /// AVX512-BF16 (`vdpbf16ps`).
+    pub avx512_bf16: bool,
+    /// AVX512-VNNI (`vpdpbusd`).
+    pub avx512_vnni: bool,
+    /// aarch64 Advanced SIMD.
+    pub neon: bool,
+    /// aarch64 SME.
+    pub sme: bool,
+}
+
+/// The features of this CPU, detected once.
+pub fn hardware_features() -> Features {
+    static HW: OnceLock<Features> = OnceLock::new();
+    *HW.get_or_init(detect)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> Features {
+    Features {
+        avx2_fma: std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+        f16c: std::arch::is_x86_feature_detected!("f16c"),
+        avx512: std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl"),
+        avx512_bf16: std::arch::is_x86_feature_detected!("avx512bf16"),
+        avx512_vnni: std::arch::is_x86_feature_detected!("avx512vnni"),
+        neon: false,
+        sme: false,
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn detect() -> Features {
+    Features { neon: std::arch::is_aarch64_feature_detected!("neon"), ..Features::default() }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn detect() -> Features {
+    Features::default()
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).map(|v| !v.is_empty() && v != "0").unwrap_or(false)
+}
+
+/// Whether the hardware can run kernels of `isa` (ignoring environment overrides).
+pub fn isa_supported(isa: Isa) -> bool {
+    let f = hardware_features();
+    match isa {
+        Isa::Generic => true,
+        Isa::Avx2 => f.avx2_fma,
+        Isa::Avx512 => f.avx512 && f.avx2_fma,
+        Isa::Neon => f.neon,
+        Isa::Sme => f.sme,
+    }
+}
+
+/// The instruction set the GEMM entry points use by default: the best one the hardware
+/// supports, lowered by the environment variables `TENSORJIT_DISABLE_AVX512=1`,
+/// `TENSORJIT_DISABLE_AVX2=1` (x86-64), `TENSORJIT_DISABLE_SME=1`, `TENSORJIT_DISABLE_NEON=1`
+/// (aarch64). Read once per process.
+pub fn selected_isa() -> Isa {
+    static SEL: OnceLock<Isa> = OnceLock::new();
+    *SEL.get_or_init(|| {
+        let pick = |isa: Isa, var: &str| isa_supported(isa) && !env_flag(var);
+        let isa = if pick(Isa::Avx512, "TENSORJIT_DISABLE_AVX512") && !env_flag("TENSORJIT_DISABLE_AVX2") {
+            Isa::Avx512
+        } else if pick(Isa::Avx2, "TENSORJIT_DISABLE_AVX2") {
+            Isa::Avx2
+        } else if pick(Isa::Sme, "TENSORJIT_DISABLE_SME") && !env_flag("TENSORJIT_DISABLE_NEON") {
+            Isa::Sme
+        } else if pick(Isa::Neon, "TENSORJIT_DISABLE_NEON") {
+            Isa::Neon
+        } else {
+            Isa::Generic
+        };
+        if env_flag("TENSORJIT_GEMM_DEBUG") {
+            eprintln!("tensorjit gemm: selected {} kernels ({:?})", isa.name(), hardware_features());
+        }
+        isa
+    })
+}
+
+/// A one-line description of the dispatch decision (the "debug log" of the choice):
+/// the selected ISA and the hardware features it was chosen from.
+pub fn dispatch_summary() -> String {
+    let f = hardware_features();
+    format!(
+        "gemm isa={} (avx2+fma={} f16c={} avx512={} avx512-bf16={} avx512-vnni={} neon={} sme={})",
+        selected_isa().name(),
+        f.avx2_fma,
+        f.f16c,
+        f.avx512,
+        f.avx512_bf16,
+        f.avx512_vnni,
+        f.neon,
+        f.sme
+    )
+}

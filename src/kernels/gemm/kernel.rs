@@ -1,0 +1,234 @@
+//! The microkernel contract shared by every ISA: the tile arguments, kernel families (one tile
+//! function per row count), packed element conversions, aligned scratch buffers, and the
+//! portable generic tile (the reference the SIMD tiles are tested against).
+
+use super::epilogue::Scalar;
+use super::isa::Isa;
+use half::{bf16, f16};
+
+/// Arguments of one microkernel call: an `mr x nr` tile of C from a packed A micro-panel
+/// (`kgroups` groups of `g` k values for each of `MR_max` rows) and a B micro-panel (`kgroups`
+/// groups of `g` k values for each of `nr` columns, `b_kstride` elements apart).
+///
+/// The tile computes `acc = Σ a·b`, then `acc *= alpha` (when `alpha != 1`), `acc += beta·C`
+/// (when `read_c`), `acc += bias_row[i] + bias_col[j] + colsum[j]` (non-null pointers only), and
+/// stores the full `mr x nr` tile at `c` with row stride `rsc` and unit column stride.
+pub(crate) struct TileArgs<PA, PB, T> {
+    pub kgroups: usize,
+    pub a: *const PA,
+    /// Elements between consecutive k groups of the A panel (`MR_max * g`).
+    pub a_kstride: usize,
+    pub b: *const PB,
+    /// Elements between consecutive k groups of the B panel (`nr * g` packed, `rsb` direct).
+    pub b_kstride: usize,
+    pub c: *mut T,
+    pub rsc: usize,
+    pub alpha: T,
+    pub beta: T,
+    pub read_c: bool,
+    pub bias_row: *const T,
+    pub bias_col: *const T,
+    /// Per-column integer correction (VNNI's unsigned offset); null for other kernels.
+    pub colsum: *const i32,
+}
+
+/// A tile function. # Safety: pointers valid for the extents in [`TileArgs`], the CPU has the
+/// kernel's features.
+pub(crate) type TileFn<PA, PB, T> = unsafe fn(&TileArgs<PA, PB, T>);
+
+/// A family of tiles sharing `nr`, the packing layout and the ISA; `tiles[r - 1]` computes
+/// `r` rows (`r <= mr`), so row remainders need no padding work.
+pub(crate) struct Family<PA: 'static, PB: 'static, T: 'static> {
+    pub name: &'static str,
+    pub isa: Isa,
+    pub mr: usize,
+    pub nr: usize,
+    /// k values per group in the packed panels (1 float, 2 bf16 pairs, 4 int8 quads).
+    pub g: usize,
+    pub tiles: &'static [TileFn<PA, PB, T>],
+    /// Whether the tile needs `colsum` (-128 × column sums of each packed B block).
+    pub needs_colsum: bool,
+}
+
+impl<PA, PB, T> Family<PA, PB, T> {
+    /// Estimated cycles per k step of one row panel of `rows` rows, per `nr` columns:
+    /// bounded by FMA issue (2 per cycle) or loads (2 per cycle; B vectors + A broadcasts).
+    pub fn panel_cost(&self, rows: usize, lanes: usize) -> f64 {
+        let nv = (self.nr / lanes).max(1) as f64;
+        let r = rows as f64;
+        (r * nv / 2.0).max((nv + r) / 2.0).max(1.0)
+    }
+}
+
+/// Conversion from an input element to a packed element.
+pub(crate) trait PackFrom<TI>: Copy + Send + Sync + 'static {
+    /// The padding value (multiplies to zero with the other operand's padding or data).
+    const PAD: Self;
+    /// Whether `Self` and `TI` are the same type (then B can be read in place).
+    const IDENTITY: bool = false;
+    fn cvt(x: TI) -> Self;
+}
+
+impl PackFrom<f32> for f32 {
+    const PAD: f32 = 0.0;
+    const IDENTITY: bool = true;
+    #[inline(always)]
+    fn cvt(x: f32) -> f32 {
+        x
+    }
+}
+impl PackFrom<f64> for f64 {
+    const PAD: f64 = 0.0;
+    const IDENTITY: bool = true;
+    #[inline(always)]
+    fn cvt(x: f64) -> f64 {
+        x
+    }
+}
+impl PackFrom<bf16> for f32 {
+    const PAD: f32 = 0.0;
+    #[inline(always)]
+    fn cvt(x: bf16) -> f32 {
+        f32::from_bits((x.to_bits() as u32) << 16)
+    }
+}
+impl PackFrom<f16> for f32 {
+    const PAD: f32 = 0.0;
+    #[inline(always)]
+    fn cvt(x: f16) -> f32 {
+        x.to_f32()
+    }
+}
+impl PackFrom<bf16> for bf16 {
+    const PAD: bf16 = bf16::ZERO;
+    const IDENTITY: bool = true;
+    #[inline(always)]
+    fn cvt(x: bf16) -> bf16 {
+        x
+    }
+}
+impl PackFrom<i8> for i8 {
+    const PAD: i8 = 0;
+    const IDENTITY: bool = true;
+    #[inline(always)]
+    fn cvt(x: i8) -> i8 {
+        x
+    }
+}
+/// `x + 128` as an unsigned byte (VNNI multiplies u8 by i8).
+impl PackFrom<i8> for u8 {
+    const PAD: u8 = 0;
+    #[inline(always)]
+    fn cvt(x: i8) -> u8 {
+        (x as u8) ^ 0x80
+    }
+}
+impl PackFrom<i8> for i32 {
+    const PAD: i32 = 0;
+    #[inline(always)]
+    fn cvt(x: i8) -> i32 {
+        x as i32
+    }
+}
+
+/// A zero-initialised scratch buffer of plain-old-data elements aligned to 64 bytes (so packed
+/// panels start on cache lines and full-width vector loads never split lines).
+pub(crate) struct AlignedBuf<T> {
+    blocks: Vec<Line>,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+/// One cache line of storage.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+impl<T: Copy> AlignedBuf<T> {
+    /// A buffer of `len` elements, all bits zero.
+    pub fn zeroed(len: usize) -> Self {
+        assert!(std::mem::align_of::<T>() <= 64, "AlignedBuf: element alignment above 64");
+        let bytes = len * std::mem::size_of::<T>();
+        let mut b = AlignedBuf { blocks: Vec::new(), len, _t: std::marker::PhantomData };
+        b.blocks.resize(bytes.div_ceil(64), Line([0; 64]));
+        b
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn as_ptr(&self) -> *const T {
+        self.blocks.as_ptr().cast()
+    }
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.blocks.as_mut_ptr().cast()
+    }
+}
+
+// SAFETY: AlignedBuf owns plain data (only used with Send + Sync element types).
+unsafe impl<T: Send> Send for AlignedBuf<T> {}
+// SAFETY: as above; shared access is read-only.
+unsafe impl<T: Sync> Sync for AlignedBuf<T> {}
+
+/// The portable tile: `MR` rows x `NR` columns, generic over the element type; tests hold the
+/// SIMD tiles against it.
+///
+/// # Safety
+/// See [`TileArgs`]; `g == 1`.
+pub(crate) unsafe fn generic_tile<T: Scalar, const MR: usize, const NR: usize>(t: &TileArgs<T, T, T>) {
+    let mut acc = [[T::ZERO; NR]; MR];
+    // SAFETY: the caller guarantees the panels hold `kgroups` steps at the given strides and
+    // that `c` (and the non-null bias pointers) cover the MR x NR tile.
+    unsafe {
+        let (mut a, mut b) = (t.a, t.b);
+        for _ in 0..t.kgroups {
+            let bv: [T; NR] = std::ptr::read_unaligned(b.cast());
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = *a.add(i);
+                for (x, &bj) in row.iter_mut().zip(bv.iter()) {
+                    *x = T::mul_add(av, bj, *x);
+                }
+            }
+            a = a.add(t.a_kstride);
+            b = b.add(t.b_kstride);
+        }
+        for (i, row) in acc.iter_mut().enumerate() {
+            let crow = t.c.add(i * t.rsc);
+            for (j, x) in row.iter_mut().enumerate() {
+                let mut v = if t.alpha == T::ONE { *x } else { T::mul_add(*x, t.alpha, T::ZERO) };
+                if t.read_c {
+                    v = T::mul_add(t.beta, *crow.add(j), v);
+                }
+                if !t.bias_row.is_null() {
+                    v = T::add(v, *t.bias_row.add(i));
+                }
+                if !t.bias_col.is_null() {
+                    v = T::add(v, *t.bias_col.add(j));
+                }
+                *crow.add(j) = v;
+            }
+        }
+    }
+}
+
+macro_rules! generic_family {
+    ($name:ident, $T:ty, $nr:literal) => {
+        pub(crate) static $name: Family<$T, $T, $T> = Family {
+            name: concat!("generic-", stringify!($T), "-4x", $nr),
+            isa: Isa::Generic,
+            mr: 4,
+            nr: $nr,
+            g: 1,
+            tiles: &[
+                generic_tile::<$T, 1, $nr>,
+                generic_tile::<$T, 2, $nr>,
+                generic_tile::<$T, 3, $nr>,
+                generic_tile::<$T, 4, $nr>,
+            ],
+            needs_colsum: false,
+        };
+    };
+}
+
+generic_family!(GENERIC_F32, f32, 8);
+generic_family!(GENERIC_F64, f64, 8);
+generic_family!(GENERIC_I32, i32, 8);

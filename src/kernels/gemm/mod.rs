@@ -1,0 +1,647 @@
+//! GEMM: `C = act(alpha·A·B + beta·C + bias)` for f32, f64, bf16/f16 (f32 accumulation) and
+//! int8 (i32 accumulation), with packing, cache blocking, per-ISA microkernels (AVX-512,
+//! AVX2+FMA, portable), a fused epilogue, small/skinny paths, threads and pre-packed weights.
+//!
+//! Entry points take a [`GemmArgs`] of named fields (strided A and B, so transposed layouts and
+//! batch slices map without copies): [`gemm_f32`], [`gemm_f64`], [`gemm_bf16`], [`gemm_f16`],
+//! [`gemm_i8`], and the row-major convenience [`matmul_f32`]. [`PackedB`] packs a constant
+//! right-hand side once. `docs/gemm.md` describes blocking, dispatch, environment variables and
+//! measured performance.
+//!
+//! ```
+//! use tensorjit::kernels::gemm::{gemm_f32, GemmArgs, MatMut, MatRef};
+//! let a = [1.0f32, 2.0, 3.0, 4.0]; // 2x2 row-major
+//! let b = [5.0f32, 6.0, 7.0, 8.0];
+//! let mut c = [0.0f32; 4];
+//! gemm_f32(GemmArgs::new(2, 2, 2, MatRef::row_major(&a, 2), MatRef::row_major(&b, 2), MatMut::row_major(&mut c, 2)))
+//!     .unwrap();
+//! assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
+//! ```
+
+#[macro_use]
+mod tile;
+pub mod blocking;
+mod driver;
+pub mod epilogue;
+mod gemv;
+pub mod isa;
+mod kernel;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod pack;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use half::{bf16, f16};
+
+pub use blocking::{Blocking, CacheSizes, cache_sizes};
+pub use epilogue::{Activation, Bias, Epilogue, Scalar};
+pub use isa::{Features, Isa, dispatch_summary, hardware_features, isa_supported, selected_isa};
+
+use crate::error::{Error, Result};
+use driver::{BSource, Job, PackedPanels, RawMat, RawMatMut};
+use kernel::{Family, PackFrom};
+
+const OP: &str = "gemm";
+
+/// A read-only strided matrix: element (r, c) is `data[r * rs + c * cs]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a, T> {
+    /// The elements (at least up to the last addressed one).
+    pub data: &'a [T],
+    /// Row stride in elements.
+    pub rs: usize,
+    /// Column stride in elements.
+    pub cs: usize,
+}
+
+impl<'a, T> MatRef<'a, T> {
+    /// A strided view.
+    pub fn new(data: &'a [T], rs: usize, cs: usize) -> Self {
+        MatRef { data, rs, cs }
+    }
+    /// A row-major matrix with `cols` columns.
+    pub fn row_major(data: &'a [T], cols: usize) -> Self {
+        MatRef { data, rs: cols, cs: 1 }
+    }
+    /// A column-major matrix with `rows` rows.
+    pub fn col_major(data: &'a [T], rows: usize) -> Self {
+        MatRef { data, rs: 1, cs: rows }
+    }
+    /// The transpose (same data, strides swapped).
+    pub fn t(self) -> Self {
+        MatRef { data: self.data, rs: self.cs, cs: self.rs }
+    }
+}
+
+/// A writable strided matrix: element (r, c) is `data[r * rs + c * cs]`. Distinct (r, c) must
+/// address distinct elements.
+#[derive(Debug)]
+pub struct MatMut<'a, T> {
+    /// The elements.
+    pub data: &'a mut [T],
+    /// Row stride in elements.
+    pub rs: usize,
+    /// Column stride in elements.
+    pub cs: usize,
+}
+
+impl<'a, T> MatMut<'a, T> {
+    /// A strided view.
+    pub fn new(data: &'a mut [T], rs: usize, cs: usize) -> Self {
+        MatMut { data, rs, cs }
+    }
+    /// A row-major matrix with `cols` columns.
+    pub fn row_major(data: &'a mut [T], cols: usize) -> Self {
+        MatMut { data, rs: cols, cs: 1 }
+    }
+    /// A column-major matrix with `rows` rows.
+    pub fn col_major(data: &'a mut [T], rows: usize) -> Self {
+        MatMut { data, rs: 1, cs: rows }
+    }
+}
+
+/// The right-hand side: a strided matrix or weights packed once with [`PackedB`] (f32 only).
+#[derive(Clone, Copy, Debug)]
+pub enum Rhs<'a, T> {
+    /// A strided k x n matrix.
+    Mat(MatRef<'a, T>),
+    /// Pre-packed k x n panels.
+    Packed(&'a PackedB),
+}
+
+impl<'a, T> From<MatRef<'a, T>> for Rhs<'a, T> {
+    fn from(m: MatRef<'a, T>) -> Self {
+        Rhs::Mat(m)
+    }
+}
+
+/// The algorithm, normally chosen by shape ([`Path::Auto`]); tests force each one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Choose by shape and layout.
+    #[default]
+    Auto,
+    /// Unblocked triple loop (tiny problems, k = 0).
+    Naive,
+    /// Matrix-vector (m = 1 or n = 1; f32/f64).
+    Gemv,
+    /// Pack A only; tiles read B in place (f32/f64 with unit column stride in B): small M.
+    Direct,
+    /// Pack A and B blocks (the general blocked path).
+    Packed,
+}
+
+/// Which tile geometry of the ISA (AVX2 f32: 6x16 / 4x24; AVX-512 f32: 14x32 / 8x48).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Geometry {
+    /// Cheapest for the shape by the cost model.
+    #[default]
+    Auto,
+    /// The tall tile for large squares.
+    Large,
+    /// The wide tile for small M (when the ISA has one; else the large one).
+    Wide,
+}
+
+/// Tuning and testing knobs; the defaults choose everything from the hardware and the shape.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GemmOptions {
+    /// Force an instruction set (must be supported by this CPU); `None`: [`selected_isa`].
+    pub isa: Option<Isa>,
+    /// Force an algorithm.
+    pub path: Path,
+    /// Force a tile geometry.
+    pub geometry: Geometry,
+    /// Block sizes; zeros are derived from the caches (or `TENSORJIT_GEMM_KC/_MC/_NC`).
+    pub blocking: Blocking,
+}
+
+/// The arguments of one GEMM: `C (m x n) = act(alpha·A (m x k)·B (k x n) + beta·C + bias)`.
+#[derive(Debug)]
+pub struct GemmArgs<'a, TI, TO> {
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Columns of A, rows of B.
+    pub k: usize,
+    /// Left operand.
+    pub a: MatRef<'a, TI>,
+    /// Right operand.
+    pub b: Rhs<'a, TI>,
+    /// Output.
+    pub c: MatMut<'a, TO>,
+    /// Scale, accumulate, bias, activation.
+    pub epilogue: Epilogue<'a, TO>,
+    /// Threads of the current rayon pool to use (run inside `pool.install` to pick a pool);
+    /// 0 means all of the pool, 1 runs on the calling thread.
+    pub threads: usize,
+    /// Tuning/testing knobs.
+    pub options: GemmOptions,
+}
+
+impl<'a, TI, TO: Scalar> GemmArgs<'a, TI, TO> {
+    /// `C = A·B` on one thread with automatic choices.
+    pub fn new(m: usize, n: usize, k: usize, a: MatRef<'a, TI>, b: impl Into<Rhs<'a, TI>>, c: MatMut<'a, TO>) -> Self {
+        GemmArgs {
+            m,
+            n,
+            k,
+            a,
+            b: b.into(),
+            c,
+            epilogue: Epilogue::default(),
+            threads: 1,
+            options: GemmOptions::default(),
+        }
+    }
+    /// With an epilogue.
+    pub fn epilogue(mut self, e: Epilogue<'a, TO>) -> Self {
+        self.epilogue = e;
+        self
+    }
+    /// With a thread count (0 = the whole current rayon pool).
+    pub fn threads(mut self, t: usize) -> Self {
+        self.threads = t;
+        self
+    }
+    /// With options.
+    pub fn options(mut self, o: GemmOptions) -> Self {
+        self.options = o;
+        self
+    }
+}
+
+/// Checks that every (r < rows, c < cols) of a strided view lies in `len` elements.
+fn check_extent(what: &str, rows: usize, cols: usize, rs: usize, cs: usize, len: usize) -> Result<()> {
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let last = (rows - 1).checked_mul(rs).and_then(|r| (cols - 1).checked_mul(cs).and_then(|c| r.checked_add(c)));
+    match last {
+        Some(l) if l < len => Ok(()),
+        _ => Err(Error::invalid(
+            OP,
+            format!("operand {what}: {rows}x{cols} with strides ({rs}, {cs}) needs more than the {len} elements given"),
+        )),
+    }
+}
+
+/// A validated problem plus the resolved ISA.
+struct Checked<'a, TI, T> {
+    job: Job<'a, TI, T>,
+    packed: Option<&'a PackedB>,
+    isa: Isa,
+    options: GemmOptions,
+    threads: usize,
+}
+
+fn check<'a, TI, T: Scalar>(args: GemmArgs<'a, TI, T>) -> Result<Checked<'a, TI, T>> {
+    let GemmArgs { m, n, k, a, b, c, epilogue, threads, options } = args;
+    check_extent("A", m, k, a.rs, a.cs, a.data.len())?;
+    let (bview, packed) = match b {
+        Rhs::Mat(bm) => {
+            check_extent("B", k, n, bm.rs, bm.cs, bm.data.len())?;
+            (RawMat { ptr: bm.data.as_ptr(), rs: bm.rs, cs: bm.cs }, None)
+        }
+        Rhs::Packed(p) => {
+            if p.k != k || p.n != n {
+                return Err(Error::invalid(
+                    OP,
+                    format!("operand B: packed {}x{} does not match k x n = {k}x{n}", p.k, p.n),
+                ));
+            }
+            (RawMat { ptr: std::ptr::null(), rs: 0, cs: 0 }, Some(p))
+        }
+    };
+    check_extent("C", m, n, c.rs, c.cs, c.data.len())?;
+    let injective = m == 0
+        || n == 0
+        || m == 1 && n == 1
+        || m == 1 && c.cs > 0
+        || n == 1 && c.rs > 0
+        || (c.cs > 0 && c.rs > 0 && (c.cs * (n - 1) < c.rs || c.rs * (m - 1) < c.cs));
+    if !injective {
+        return Err(Error::invalid(
+            OP,
+            format!("operand C: strides ({}, {}) make distinct elements of the {m}x{n} output overlap", c.rs, c.cs),
+        ));
+    }
+    let (bias_row, bias_col) = match epilogue.bias {
+        Bias::None => (None, None),
+        Bias::PerRow(b) if b.len() == m => (Some(b), None),
+        Bias::PerColumn(b) if b.len() == n => (None, Some(b)),
+        Bias::PerRow(b) => return Err(Error::invalid(OP, format!("bias per row has {} values, m = {m}", b.len()))),
+        Bias::PerColumn(b) => {
+            return Err(Error::invalid(OP, format!("bias per column has {} values, n = {n}", b.len())));
+        }
+    };
+    let isa = match options.isa {
+        Some(i) if !isa_supported(i) => {
+            return Err(Error::invalid(OP, format!("isa {}: not supported by this CPU", i.name())));
+        }
+        Some(i) => i,
+        None => selected_isa(),
+    };
+    let threads = if threads == 0 { rayon::current_num_threads() } else { threads };
+    let job = Job {
+        m,
+        n,
+        k,
+        a: RawMat { ptr: a.data.as_ptr(), rs: a.rs, cs: a.cs },
+        b: bview,
+        c: RawMatMut { ptr: c.data.as_mut_ptr(), rs: c.rs, cs: c.cs },
+        alpha: epilogue.alpha,
+        beta: epilogue.beta,
+        bias_row,
+        bias_col,
+        act: epilogue.activation,
+    };
+    Ok(Checked { job, packed, isa, options, threads })
+}
+
+/// Lanes per vector of the accumulator for a family (for the cost model).
+fn lanes<PA, PB, T>(f: &Family<PA, PB, T>) -> usize {
+    let bytes = std::mem::size_of::<T>();
+    match f.isa {
+        Isa::Avx512 => 64 / bytes,
+        Isa::Avx2 => 32 / bytes,
+        _ => f.nr,
+    }
+}
+
+/// Picks the family with the lowest estimated cost for m x n (or as `geometry` forces).
+fn choose_family<PA, PB, T>(
+    fams: &[&'static Family<PA, PB, T>],
+    m: usize,
+    n: usize,
+    geometry: Geometry,
+) -> &'static Family<PA, PB, T> {
+    match geometry {
+        Geometry::Large => return fams[0],
+        Geometry::Wide => return fams.get(1).copied().unwrap_or(fams[0]),
+        Geometry::Auto => {}
+    }
+    let cost = |f: &Family<PA, PB, T>| {
+        let l = lanes(f);
+        let panels =
+            (m / f.mr) as f64 * f.panel_cost(f.mr, l) + if m.is_multiple_of(f.mr) { 0.0 } else { f.panel_cost(m % f.mr, l) };
+        panels * n.div_ceil(f.nr) as f64
+    };
+    let mut best = fams[0];
+    for &f in &fams[1..] {
+        if cost(f) < cost(best) * 0.97 {
+            best = f;
+        }
+    }
+    best
+}
+
+/// A matrix-vector routine for one input/output type.
+type GemvFn<TI, T> = fn(&Job<'_, TI, T>, Isa);
+/// Pre-packed B with the family it was packed for.
+type Prepacked<'p, PA, PB, T> = (&'static Family<PA, PB, T>, &'p PackedPanels<PB>);
+
+/// The shared dispatcher: path choice, then the chosen algorithm.
+fn execute<TI, PA, PB, T>(
+    ck: Checked<'_, TI, T>,
+    fams: &[&'static Family<PA, PB, T>],
+    gemv: Option<GemvFn<TI, T>>,
+    prepacked: Option<Prepacked<'_, PA, PB, T>>,
+) -> Result<()>
+where
+    TI: Copy + Send + Sync,
+    PA: PackFrom<TI>,
+    PB: PackFrom<TI>,
+    T: Scalar + PackFrom<TI>,
+{
+    let Checked { job, packed, isa, options, threads } = ck;
+    let (m, n, k) = (job.m, job.n, job.k);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let fam = choose_family(fams, m, n, options.geometry);
+    let direct_ok = PB::IDENTITY && fam.g == 1 && packed.is_none() && job.b.cs == 1;
+    let path = match options.path {
+        Path::Auto => {
+            if k == 0 || (m * n * k <= 512 && packed.is_none()) {
+                Path::Naive
+            } else if (m == 1 || n == 1) && gemv.is_some() && packed.is_none() {
+                Path::Gemv
+            } else if direct_ok && m <= 64 {
+                Path::Direct
+            } else {
+                Path::Packed
+            }
+        }
+        p => p,
+    };
+    let need = |ok: bool, why: &str| {
+        if ok { Ok(()) } else { Err(Error::invalid(OP, format!("path {path:?} cannot run this problem: {why}"))) }
+    };
+    match path {
+        Path::Auto => unreachable!("resolved above"),
+        Path::Naive => {
+            need(packed.is_none() || k == 0, "B is pre-packed")?;
+            driver::naive(&job, isa);
+        }
+        Path::Gemv => {
+            let g = gemv.ok_or_else(|| Error::invalid(OP, "path Gemv: only f32 and f64"))?;
+            need(packed.is_none(), "B is pre-packed")?;
+            need(m == 1 || n == 1, "needs m = 1 or n = 1")?;
+            if k == 0 {
+                driver::naive(&job, isa);
+            } else if m == 1 {
+                g(&job, isa);
+            } else {
+                g(&job.transposed(), isa);
+            }
+        }
+        Path::Direct => {
+            need(direct_ok, "needs an f32/f64 B with unit column stride")?;
+            if k == 0 {
+                driver::naive(&job, isa);
+            } else {
+                let blk =
+                    blocking::block_sizes(fam.mr, fam.nr, fam.g, size_of::<PA>(), size_of::<PB>(), options.blocking);
+                driver::run(fam, &job, &BSource::Direct, blk, threads);
+            }
+        }
+        Path::Packed => {
+            if k == 0 {
+                driver::naive(&job, isa);
+            } else if let Some((pf, pp)) = prepacked {
+                let blk = blocking::block_sizes(pf.mr, pf.nr, pf.g, size_of::<PA>(), size_of::<PB>(), options.blocking);
+                driver::run(pf, &job, &BSource::Prepacked(pp), blk, threads);
+            } else {
+                let blk =
+                    blocking::block_sizes(fam.mr, fam.nr, fam.g, size_of::<PA>(), size_of::<PB>(), options.blocking);
+                driver::run(fam, &job, &BSource::Pack, blk, threads);
+            }
+        }
+    }
+    Ok(())
+}
+
+type F32Fam = &'static Family<f32, f32, f32>;
+type F64Fam = &'static Family<f64, f64, f64>;
+#[cfg(target_arch = "x86_64")]
+static F32_AVX512: [F32Fam; 2] = [&x86::AVX512_F32, &x86::AVX512_F32_WIDE];
+#[cfg(target_arch = "x86_64")]
+static F32_AVX2: [F32Fam; 2] = [&x86::AVX2_F32, &x86::AVX2_F32_WIDE];
+static F32_GENERIC: [F32Fam; 1] = [&kernel::GENERIC_F32];
+#[cfg(target_arch = "x86_64")]
+static F64_AVX512: [F64Fam; 1] = [&x86::AVX512_F64];
+#[cfg(target_arch = "x86_64")]
+static F64_AVX2: [F64Fam; 1] = [&x86::AVX2_F64];
+static F64_GENERIC: [F64Fam; 1] = [&kernel::GENERIC_F64];
+#[cfg(target_arch = "aarch64")]
+static F32_NEON: [F32Fam; 2] = [&neon::NEON_F32, &neon::NEON_F32_WIDE];
+#[cfg(target_arch = "aarch64")]
+static F64_NEON: [F64Fam; 1] = [&neon::NEON_F64];
+
+fn f32_families(isa: Isa) -> &'static [F32Fam] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => &F32_AVX512,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => &F32_AVX2,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::Sme => &F32_NEON,
+        _ => &F32_GENERIC,
+    }
+}
+
+fn f64_families(isa: Isa) -> &'static [F64Fam] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => &F64_AVX512,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => &F64_AVX2,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::Sme => &F64_NEON,
+        _ => &F64_GENERIC,
+    }
+}
+
+/// f32 GEMM.
+pub fn gemm_f32(args: GemmArgs<'_, f32, f32>) -> Result<()> {
+    let ck = check(args)?;
+    let fams = f32_families(ck.isa);
+    match ck.packed {
+        Some(p) => {
+            let pf = p.family;
+            execute(ck, &[pf], Some(gemv::gemv::<f32>), Some((pf, &p.panels)))
+        }
+        None => execute(ck, fams, Some(gemv::gemv::<f32>), None),
+    }
+}
+
+fn no_prepack<TI, T: Scalar>(ck: &Checked<'_, TI, T>, dtype: &str) -> Result<()> {
+    if ck.packed.is_some() {
+        return Err(Error::not_implemented(OP, format!("pre-packed B with {dtype} inputs (f32 only)")));
+    }
+    Ok(())
+}
+
+/// f64 GEMM.
+pub fn gemm_f64(args: GemmArgs<'_, f64, f64>) -> Result<()> {
+    let ck = check(args)?;
+    no_prepack(&ck, "f64")?;
+    let fams = f64_families(ck.isa);
+    execute(ck, fams, Some(gemv::gemv::<f64>), None)
+}
+
+/// bf16 inputs, f32 accumulation and output: AVX512-BF16 `vdpbf16ps` tiles where the CPU has
+/// them (and the ISA is AVX-512), else bf16 → f32 conversion while packing and the f32 tiles.
+pub fn gemm_bf16(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
+    let ck = check(args)?;
+    no_prepack(&ck, "bf16")?;
+    #[cfg(target_arch = "x86_64")]
+    if ck.isa == Isa::Avx512 && hardware_features().avx512_bf16 {
+        return execute(ck, &[&x86::AVX512_BF16], None, None);
+    }
+    let fams = f32_families(ck.isa);
+    execute(ck, fams, None, None)
+}
+
+/// f16 inputs, f32 accumulation and output (converted to f32 while packing).
+pub fn gemm_f16(args: GemmArgs<'_, f16, f32>) -> Result<()> {
+    let ck = check(args)?;
+    no_prepack(&ck, "f16")?;
+    let fams = f32_families(ck.isa);
+    execute(ck, fams, None, None)
+}
+
+/// int8 x int8 → int32 (wrapping). AVX512-VNNI `vpdpbusd` tiles where present (A offset by
+/// +128 to unsigned, corrected by the column sums of B), else the portable i32 tiles. The
+/// epilogue supports alpha, beta, bias and [`Activation::Relu`] only.
+pub fn gemm_i8(args: GemmArgs<'_, i8, i32>) -> Result<()> {
+    if !matches!(args.epilogue.activation, Activation::None | Activation::Relu) {
+        return Err(Error::not_implemented(
+            OP,
+            format!("activation {:?} on int32 output (only None and Relu)", args.epilogue.activation),
+        ));
+    }
+    let ck = check(args)?;
+    no_prepack(&ck, "i8")?;
+    #[cfg(target_arch = "x86_64")]
+    if ck.isa == Isa::Avx512 && hardware_features().avx512_vnni {
+        return execute(ck, &[&x86::AVX512_VNNI], None, None);
+    }
+    execute(ck, &[&kernel::GENERIC_I32], None, None)
+}
+
+/// `C = A·B` for contiguous row-major f32 matrices (A m x k, B k x n, C m x n), one thread.
+pub fn matmul_f32(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) -> Result<()> {
+    gemm_f32(GemmArgs::new(m, n, k, MatRef::row_major(a, k), MatRef::row_major(b, n), MatMut::row_major(c, n)))
+}
+
+/// The tile family the f32 entry point would use for an m x n problem on `isa` (for logs and
+/// benchmarks), e.g. `avx512-f32-14x32`.
+pub fn f32_kernel_name(isa: Isa, m: usize, n: usize, geometry: Geometry) -> &'static str {
+    choose_family(f32_families(isa), m, n, geometry).name
+}
+
+/// A constant f32 right-hand side packed once into the tile layout of one ISA (its large
+/// geometry), so repeated products skip packing B; the source can be dropped afterwards.
+pub struct PackedB {
+    panels: PackedPanels<f32>,
+    family: &'static Family<f32, f32, f32>,
+    k: usize,
+    n: usize,
+}
+
+impl std::fmt::Debug for PackedB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedB({}x{}, {}, kc={})", self.k, self.n, self.family.name, self.panels.kc)
+    }
+}
+
+impl PackedB {
+    /// Packs the k x n matrix `b` for the selected ISA.
+    pub fn new(k: usize, n: usize, b: MatRef<'_, f32>) -> Result<PackedB> {
+        Self::with_options(k, n, b, &GemmOptions::default())
+    }
+
+    /// Packs for `options.isa` (must be supported), `options.geometry` and `options.blocking.kc`.
+    pub fn with_options(k: usize, n: usize, b: MatRef<'_, f32>, options: &GemmOptions) -> Result<PackedB> {
+        check_extent("B", k, n, b.rs, b.cs, b.data.len())?;
+        let isa = match options.isa {
+            Some(i) if !isa_supported(i) => {
+                return Err(Error::invalid("PackedB", format!("isa {}: not supported by this CPU", i.name())));
+            }
+            Some(i) => i,
+            None => selected_isa(),
+        };
+        let fams = f32_families(isa);
+        let family = match options.geometry {
+            Geometry::Wide => fams.get(1).copied().unwrap_or(fams[0]),
+            _ => fams[0],
+        };
+        let blk = blocking::block_sizes(family.mr, family.nr, family.g, 4, 4, options.blocking);
+        let view = RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs };
+        // SAFETY: the extent of b was checked above.
+        let panels = unsafe { PackedPanels::pack::<f32, f32>(family, view, k, n, blk.kc) };
+        Ok(PackedB { panels, family, k, n })
+    }
+
+    /// Rows (the contraction size).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// Columns.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// Bytes held by the packed panels.
+    pub fn size_bytes(&self) -> usize {
+        self.panels.buf.len() * 4
+    }
+    /// The tile family it was packed for.
+    pub fn kernel_name(&self) -> &'static str {
+        self.family.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_short_operands_and_overlapping_output() {
+        let a = [0.0f32; 5];
+        let b = [0.0f32; 6];
+        let mut c = [0.0f32; 4];
+        let e = gemm_f32(GemmArgs::new(
+            2,
+            2,
+            3,
+            MatRef::row_major(&a, 3),
+            MatRef::row_major(&b, 2),
+            MatMut::row_major(&mut c, 2),
+        ));
+        assert!(matches!(e, Err(Error::Invalid { .. })), "{e:?}");
+        let a = [0.0f32; 6];
+        let e = gemm_f32(GemmArgs::new(
+            2,
+            2,
+            3,
+            MatRef::row_major(&a, 3),
+            MatRef::row_major(&b, 2),
+            MatMut::new(&mut c, 1, 1),
+        ));
+        assert!(format!("{e:?}").contains("overlap"), "{e:?}");
+    }
+
+    #[test]
+    fn cost_model_prefers_wide_tiles_for_small_m() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(f32_kernel_name(Isa::Avx512, 4096, 4096, Geometry::Auto), "avx512-f32-14x32");
+            assert_eq!(f32_kernel_name(Isa::Avx512, 16, 1536, Geometry::Auto), "avx512-f32-8x48");
+            assert_eq!(f32_kernel_name(Isa::Avx2, 16, 1536, Geometry::Auto), "avx2-f32-4x24");
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Packing: copies a strided block into the panel layout the microkernels read (converting the
+//! element type on the way: bf16/f16 → f32, i8 → u8 + 128, …). Strides are absorbed here, so
+//! transposed operands never need a materialised transpose.
+
+use super::kernel::PackFrom;
+
+/// Packs `rows` x `kc` of a strided matrix (`src[r * rs + k * cs]`) into panels of `w` rows:
+/// panel `p` starts at `dst + p * ceil(kc/g) * w * g` and holds, for each group of `g` k values,
+/// `w` rows of `g` consecutive k values. Rows past `rows` and k past `kc` are `PA::PAD`.
+///
+/// A is packed with `(rs, cs) = (rsa, csa)`; B with its transpose view `(csb, rsb)`.
+///
+/// # Safety
+/// `src` is readable at every `r * rs + k * cs` for `r < rows`, `k < kc`; `dst` is writable for
+/// `ceil(rows/w) * ceil(kc/g) * w * g` elements.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
+    src: *const TI,
+    rs: usize,
+    cs: usize,
+    rows: usize,
+    kc: usize,
+    w: usize,
+    g: usize,
+    dst: *mut PA,
+) {
+    let kgroups = kc.div_ceil(g);
+    // SAFETY: every read is at r * rs + k * cs with r < rows and k < kc; every write is inside
+    // the panel extent stated in the contract.
+    unsafe {
+        for p in 0..rows.div_ceil(w) {
+            let r0 = p * w;
+            let rw = w.min(rows - r0);
+            let pd = dst.add(p * kgroups * w * g);
+            let s0 = src.add(r0 * rs);
+            if g == 1 {
+                if rs == 1 {
+                    for k in 0..kc {
+                        let s = s0.add(k * cs);
+                        let d = pd.add(k * w);
+                        for i in 0..rw {
+                            *d.add(i) = PA::cvt(*s.add(i));
+                        }
+                        for i in rw..w {
+                            *d.add(i) = PA::PAD;
+                        }
+                    }
+                } else {
+                    for i in 0..w {
+                        if i < rw {
+                            let s = s0.add(i * rs);
+                            for k in 0..kc {
+                                *pd.add(k * w + i) = PA::cvt(*s.add(k * cs));
+                            }
+                        } else {
+                            for k in 0..kc {
+                                *pd.add(k * w + i) = PA::PAD;
+                            }
+                        }
+                    }
+                }
+            } else {
+                for kg in 0..kgroups {
+                    for i in 0..w {
+                        for q in 0..g {
+                            let k = kg * g + q;
+                            let v = if i < rw && k < kc { PA::cvt(*s0.add(i * rs + k * cs)) } else { PA::PAD };
+                            *pd.add((kg * w + i) * g + q) = v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `-128 ×` the column sums of packed i8 B panels (`cols` columns padded to panels of `w`, each
+/// `kgroups` groups of `g`), written to `out[0..ceil(cols/w)*w]`: the correction for VNNI's
+/// unsigned A (`Σ (a+128)·b - 128·Σ b = Σ a·b`).
+///
+/// # Safety
+/// `panels` holds the packed panels described.
+pub(crate) unsafe fn colsum_correction(
+    panels: *const i8,
+    cols: usize,
+    kgroups: usize,
+    w: usize,
+    g: usize,
+    out: &mut [i32],
+) {
+    let np = cols.div_ceil(w);
+    for p in 0..np {
+        for j in 0..w {
+            let mut s = 0i32;
+            for kg in 0..kgroups {
+                for q in 0..g {
+                    // SAFETY: inside panel p of the extent in the contract.
+                    s += unsafe { *panels.add(p * kgroups * w * g + (kg * w + j) * g + q) } as i32;
+                }
+            }
+            out[p * w + j] = -128 * s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packs_row_major_into_k_major_panels_with_padding() {
+        // A 3x2 row-major [[1,2],[3,4],[5,6]] into panels of 2 rows: panel 0 = k0:(1,3) k1:(2,4),
+        // panel 1 = k0:(5,0) k1:(6,0).
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut d = [9.0f32; 8];
+        // SAFETY: 3 rows x 2 k at strides (2, 1) lie in `a`; 2 panels of 2x2 fit `d`.
+        unsafe { pack_panels::<f32, f32>(a.as_ptr(), 2, 1, 3, 2, 2, 1, d.as_mut_ptr()) };
+        assert_eq!(d, [1.0, 3.0, 2.0, 4.0, 5.0, 0.0, 6.0, 0.0]);
+    }
+
+    #[test]
+    fn packs_pairs_and_unsigned_offset() {
+        // 1 row, k = 3, g = 2: groups (x0, x1), (x2, pad).
+        let a = [1i8, -2, 3];
+        let mut d = [7u8; 4];
+        // SAFETY: 1 row x 3 k at strides (3, 1) lie in `a`; 1 panel of 2 groups x 1 x 2 fits `d`.
+        unsafe { pack_panels::<i8, u8>(a.as_ptr(), 3, 1, 1, 3, 1, 2, d.as_mut_ptr()) };
+        assert_eq!(d, [129, 126, 131, 0]);
+    }
+}

@@ -1,0 +1,93 @@
+//! The register-tile template shared by every SIMD ISA: `simd_tile!` stamps an `MR x NV·W`
+//! microkernel (k loop, then scale, VNNI correction, accumulate into C, bias, store) from a
+//! per-ISA vocabulary macro (`W`, `G`, `zero`, `load_b`, `bcast_a`, `madd`, `splat`, `mul`,
+//! `add`, `fma`, `load_c`, `store_c`, `load_colsum`).
+
+/// The tile template: `MR` rows x `NV` vectors of `W` lanes; `$v` is the vocabulary macro.
+macro_rules! simd_tile {
+    ($fname:ident, $feat:literal, $v:ident, $PA:ty, $PB:ty, $T:ty) => {
+        /// One register tile (see [`TileArgs`]).
+        ///
+        /// # Safety
+        /// The CPU supports the enabled target features and the pointers in `t` cover the
+        /// panels and the tile.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $fname<const MR: usize, const NV: usize>(t: &TileArgs<$PA, $PB, $T>) {
+            const W: usize = $v!(W);
+            const G: usize = $v!(G);
+            // SAFETY: the caller guarantees `t.kgroups` k groups are readable at the panel
+            // strides, that the tile at `t.c` (row stride `t.rsc`) is writable for MR rows of
+            // NV*W elements, and that non-null bias/colsum pointers cover MR rows / NV*W columns.
+            unsafe {
+                let mut acc = [[$v!(zero); NV]; MR];
+                let (mut a, mut b) = (t.a, t.b);
+                for _ in 0..t.kgroups {
+                    let mut bv = [$v!(zero_b); NV];
+                    for (j, x) in bv.iter_mut().enumerate() {
+                        *x = $v!(load_b, b.add(j * W * G));
+                    }
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        let av = $v!(bcast_a, a.add(i * G));
+                        for (x, &bj) in row.iter_mut().zip(bv.iter()) {
+                            *x = $v!(madd, *x, av, bj);
+                        }
+                    }
+                    a = a.add(t.a_kstride);
+                    b = b.add(t.b_kstride);
+                }
+                if t.alpha != <$T as Scalar>::ONE {
+                    let s = $v!(splat, t.alpha);
+                    for row in acc.iter_mut() {
+                        for x in row.iter_mut() {
+                            *x = $v!(mul, *x, s);
+                        }
+                    }
+                }
+                if !t.colsum.is_null() {
+                    for j in 0..NV {
+                        let cs = $v!(load_colsum, t.colsum.add(j * W));
+                        for row in acc.iter_mut() {
+                            row[j] = $v!(add, row[j], cs);
+                        }
+                    }
+                }
+                if t.read_c {
+                    let bb = $v!(splat, t.beta);
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        let crow = t.c.add(i * t.rsc);
+                        for (j, x) in row.iter_mut().enumerate() {
+                            *x = $v!(fma, $v!(load_c, crow.add(j * W)), bb, *x);
+                        }
+                    }
+                }
+                if !t.bias_row.is_null() {
+                    for (i, row) in acc.iter_mut().enumerate() {
+                        let s = $v!(splat, *t.bias_row.add(i));
+                        for x in row.iter_mut() {
+                            *x = $v!(add, *x, s);
+                        }
+                    }
+                }
+                if !t.bias_col.is_null() {
+                    for j in 0..NV {
+                        let bc = $v!(load_c, t.bias_col.add(j * W));
+                        for row in acc.iter_mut() {
+                            row[j] = $v!(add, row[j], bc);
+                        }
+                    }
+                }
+                for (i, row) in acc.iter().enumerate() {
+                    let crow = t.c.add(i * t.rsc);
+                    for (j, x) in row.iter().enumerate() {
+                        $v!(store_c, crow.add(j * W), *x);
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// `&[f::<1, NV>, f::<2, NV>, …]`: one tile per row count.
+macro_rules! tiles {
+    ($f:ident, $nv:literal; $($r:literal)*) => { &[$($f::<$r, $nv>),*] };
+}

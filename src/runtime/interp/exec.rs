@@ -1,0 +1,418 @@
+//! `InterpExecutable` and the evaluator: runs a function node by node over an environment of
+//! tensors indexed by value id, dropping each tensor after its last use.
+//!
+//! Constants, control flow (Call, While, If, Sort), barriers, single-device AllReduce and the
+//! zero-copy shape ops (Reshape, DynamicReshape, Identity) are handled here; every other op goes
+//! to [`crate::kernels::reference::eval`]. Tensor data is shared (`Arc`) and never written while
+//! shared, so a non-donated input is never modified; a donated input's storage is owned by the
+//! execution and may be written in place or returned as an output.
+
+use std::borrow::Cow;
+use std::sync::{Arc, RwLock};
+
+use super::dynamic::{self, Bindings};
+use super::plan::{Plan, unnamed};
+use crate::api::backend::{Executable, check_inputs};
+use crate::api::buffer::Buffer;
+use crate::error::{Error, Result};
+use crate::ir::dtype::DType;
+use crate::ir::module::{FuncId, Module, NodeId, ValueId};
+use crate::ir::op::{Op, ReshapeDim, UnaryOp};
+use crate::ir::shape::Shape;
+use crate::kernels::tensor::Tensor;
+
+/// Nesting limit for calls and closures (guards against call cycles in unverified modules).
+const MAX_DEPTH: usize = 200;
+
+/// A module compiled by the "interp" backend. `Send + Sync`: every execution has its own
+/// environment, the plan is shared read-only.
+pub struct InterpExecutable {
+    plan: RwLock<Option<Arc<Plan>>>,
+    input_names: Vec<String>,
+    input_shapes: Vec<Shape>,
+    output_shapes: Vec<Shape>,
+}
+
+impl InterpExecutable {
+    /// Prepares `module` (verified, `main` returned) for execution.
+    pub fn new(module: crate::ir::module::Module) -> Result<InterpExecutable> {
+        let plan = Plan::new(module)?;
+        let m = &plan.module;
+        let main = m.func(m.main);
+        let input_names = main.param_names.clone();
+        let input_shapes = m.param_shapes(m.main);
+        let output_shapes = m.output_shapes(m.main)?;
+        Ok(InterpExecutable { plan: RwLock::new(Some(Arc::new(plan))), input_names, input_shapes, output_shapes })
+    }
+
+    fn plan(&self) -> Result<Arc<Plan>> {
+        self.plan
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| Error::UseAfterFree { what: "executable".into(), state: "finalized".into() })
+    }
+}
+
+impl Executable for InterpExecutable {
+    fn input_names(&self) -> &[String] {
+        &self.input_names
+    }
+
+    fn input_shapes(&self) -> &[Shape] {
+        &self.input_shapes
+    }
+
+    fn output_shapes(&self) -> &[Shape] {
+        &self.output_shapes
+    }
+
+    fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>> {
+        let plan = self.plan()?;
+        check_inputs(&self.input_names, &self.input_shapes, inputs, donate)?;
+        let donated = |i: usize| donate.get(i).copied().unwrap_or(false);
+        // Bind the dynamic axes before touching any buffer, so a rejected call donates nothing.
+        let mut bindings = Bindings::new();
+        for (i, (want, buf)) in self.input_shapes.iter().zip(inputs).enumerate() {
+            if want.is_dynamic() {
+                let what = format!("parameter {i} ({:?})", self.input_names[i]);
+                dynamic::bind(want, buf.shape(), &what, &mut bindings)?;
+            }
+            if !buf.is_live() {
+                // Reported by `storage` below with the right state; checked first so that no
+                // donation happens when another input is dead.
+                buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
+            }
+        }
+        // Shared reads first, then donations: a buffer passed twice, once donated, stays valid
+        // for the shared read (the tensors share the storage, which is then never written).
+        let mut args: Vec<Option<Tensor>> = vec![None; inputs.len()];
+        for (i, buf) in inputs.iter().enumerate() {
+            if !donated(i) {
+                let data = buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
+                args[i] = Some(Tensor { shape: unnamed(buf.shape()), data });
+            }
+        }
+        for (i, buf) in inputs.iter().enumerate() {
+            if donated(i) {
+                let data = buf.take_for_donation().map_err(|e| name_param(e, i, &self.input_names[i]))?;
+                args[i] = Some(Tensor { shape: unnamed(buf.shape()), data });
+            }
+        }
+        let args: Vec<Tensor> = args.into_iter().flatten().collect();
+        let mut ctx = Ctx { plan: &plan, env: vec![None; plan.module.values.len()], bindings, depth: 0 };
+        let outs = ctx.run_function(plan.module.main, args)?;
+        Ok(outs.into_iter().map(|t| Buffer::from_storage(t.shape, t.data)).collect())
+    }
+
+    fn finalize(&self) {
+        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Adds "parameter i (name)" to a buffer error, keeping its kind.
+fn name_param(e: Error, i: usize, name: &str) -> Error {
+    match e {
+        Error::UseAfterFree { what, state } => {
+            Error::UseAfterFree { what: format!("{what} given as parameter {i} ({name:?})"), state }
+        }
+        other => other,
+    }
+}
+
+/// Adds the node and function to an error message, keeping its kind.
+fn annotate(e: Error, m: &Module, f: FuncId, n: NodeId) -> Error {
+    let at = format!("(at node {n} in {})", m.func_label(f));
+    match e {
+        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("{msg} {at}") },
+        Error::NotImplemented { op, msg } => Error::NotImplemented { op, msg: format!("{msg} {at}") },
+        Error::Execution(msg) => Error::Execution(format!("{msg} {at}")),
+        other => other,
+    }
+}
+
+fn internal(msg: String) -> Error {
+    Error::Execution(format!("internal error: {msg}"))
+}
+
+/// Reads a scalar Bool tensor.
+fn scalar_bool(op: &str, what: &str, t: &Tensor) -> Result<bool> {
+    if t.shape.dtype != DType::Bool || t.len() != 1 {
+        return Err(Error::invalid(op, format!("{what} must be a scalar Bool, got {}", t.shape)));
+    }
+    Ok(t.bytes()[0] != 0)
+}
+
+/// The state of one execution.
+struct Ctx<'p> {
+    plan: &'p Plan,
+    /// Live tensors by value id (values of every function on the current call path).
+    env: Vec<Option<Tensor>>,
+    /// Dynamic axis sizes.
+    bindings: Bindings,
+    /// Current call nesting.
+    depth: usize,
+}
+
+impl Ctx<'_> {
+    fn get(&self, v: ValueId) -> Result<Tensor> {
+        self.env.get(v.index()).and_then(|t| t.clone()).ok_or_else(|| internal(format!("value {v} is not available")))
+    }
+
+    /// Runs function `f` with `args` bound to its parameters and returns its outputs.
+    fn run_function(&mut self, f: FuncId, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let plan = self.plan;
+        let m = &plan.module;
+        let fd = m.func(f);
+        let fp = &plan.funcs[f.index()];
+        if args.len() != fd.params.len() {
+            return Err(Error::invalid(
+                m.func_label(f),
+                format!("{} arguments for {} parameters", args.len(), fd.params.len()),
+            ));
+        }
+        if self.depth >= MAX_DEPTH {
+            return Err(Error::Execution(format!(
+                "calls nested deeper than {MAX_DEPTH} levels in {} (recursive functions?)",
+                m.func_label(f)
+            )));
+        }
+        self.depth += 1;
+        // A named function's dynamic axis names are its own scope; closures share their parent's.
+        let saved = if fp.dynamic_params {
+            let mut local = Bindings::new();
+            for (i, (&p, t)) in fd.params.iter().zip(&args).enumerate() {
+                let what = format!("{} parameter {i} ({:?})", m.func_label(f), fd.param_names[i]);
+                dynamic::bind(m.shape(p), &t.shape, &what, &mut local)?;
+            }
+            let saved = (!fd.is_closure()).then(|| self.bindings.clone());
+            self.bindings.extend(local);
+            saved
+        } else {
+            None
+        };
+        for ((&p, t), &used) in fd.params.iter().zip(args).zip(&fp.param_used) {
+            if used {
+                self.env[p.index()] = Some(t);
+            }
+        }
+        for (pos, &n) in fd.body.iter().enumerate() {
+            self.run_node(f, pos, n).map_err(|e| annotate(e, m, f, n))?;
+        }
+        let outputs = fd.outputs.as_deref().unwrap_or(&[]);
+        let result = outputs.iter().map(|&v| self.get(v)).collect::<Result<Vec<_>>>()?;
+        for &v in outputs.iter().chain(&fd.params) {
+            if m.value(v).func == f {
+                self.env[v.index()] = None;
+            }
+        }
+        if let Some(s) = saved {
+            self.bindings = s;
+        }
+        self.depth -= 1;
+        Ok(result)
+    }
+
+    fn drop_dead(&mut self, f: FuncId, pos: usize, after: bool) {
+        let fp = &self.plan.funcs[f.index()];
+        for v in if after { &fp.drops_after[pos] } else { &fp.drops_before[pos] } {
+            self.env[v.index()] = None;
+        }
+    }
+
+    /// Runs node `n` at body position `pos` of function `f`.
+    fn run_node(&mut self, f: FuncId, pos: usize, n: NodeId) -> Result<()> {
+        let plan = self.plan;
+        let m = &plan.module;
+        let node = m.node(n);
+        let np = &plan.nodes[n.index()];
+        let name = node.op.op_type().to_string();
+        let inputs = node.inputs.iter().map(|&v| self.get(v)).collect::<Result<Vec<_>>>()?;
+        // Operands dying here are released before the op runs, so `inputs` may hold the only
+        // reference (which in-place ops use); values captured by a callee live until it is done.
+        self.drop_dead(f, pos, false);
+        let outs = match &node.op {
+            Op::Constant(_) => {
+                let data = np.constant.clone().ok_or_else(|| internal(format!("constant {n} has no data")))?;
+                let shape = np.out_shapes.first().cloned().ok_or_else(|| internal(format!("constant {n}")))?;
+                vec![Tensor { shape, data }]
+            }
+            Op::Call { func } => self.run_function(*func, inputs)?,
+            Op::While { cond, body } => {
+                let mut state = inputs;
+                loop {
+                    let c = self.run_function(*cond, state.clone())?;
+                    let go = c.first().ok_or_else(|| Error::invalid(&name, "condition returned nothing"))?;
+                    if !scalar_bool(&name, "the condition's result", go)? {
+                        break;
+                    }
+                    state = self.run_function(*body, state)?;
+                }
+                state
+            }
+            Op::If { then_branch, else_branch } => {
+                let pred = inputs.first().ok_or_else(|| Error::invalid(&name, "missing operand pred"))?;
+                let branch = if scalar_bool(&name, "pred", pred)? { *then_branch } else { *else_branch };
+                self.run_function(branch, vec![])?
+            }
+            Op::Sort { comparator, axis, .. } => super::sort::sort(*comparator, *axis, &inputs, |c, args| {
+                let r = self.run_function(c, args)?;
+                let r = r.first().ok_or_else(|| Error::invalid("Sort", "comparator returned nothing"))?;
+                scalar_bool("Sort", "the comparator's result", r)
+            })?,
+            Op::OptimizationBarrier | Op::Unary(UnaryOp::Identity) => inputs,
+            Op::SchedulingBarrier => {
+                vec![inputs.into_iter().next().ok_or_else(|| Error::invalid(&name, "missing operand"))?]
+            }
+            Op::AllReduce { replica_groups, .. } => {
+                // One device: a group of one member reduces over itself.
+                if let Some(g) = replica_groups.iter().find(|g| g.len() > 1) {
+                    return Err(Error::not_implemented(
+                        &name,
+                        format!("replica group {g:?} spans several devices; interp has 1 device"),
+                    ));
+                }
+                inputs
+            }
+            Op::DynamicShape => {
+                let x = inputs.first().ok_or_else(|| Error::invalid(&name, "missing operand x"))?;
+                let dims: Vec<i32> = x.shape.dims.iter().map(|&d| d as i32).collect();
+                vec![Tensor::from_vec(Shape::new(DType::Int32, &[dims.len() as i64]), &dims)?]
+            }
+            Op::DynamicDimensionSize { axis } => {
+                let x = inputs.first().ok_or_else(|| Error::invalid(&name, "missing operand x"))?;
+                let d = *x.shape.dims.get(*axis).ok_or_else(|| {
+                    Error::invalid(&name, format!("axis {axis} out of range for operand {}", x.shape))
+                })?;
+                vec![Tensor::from_vec(Shape::scalar(DType::Int32), &[d as i32])?]
+            }
+            Op::DynamicReshape { specs } => vec![self.dynamic_reshape(&name, specs, inputs)?],
+            Op::Reshape { dims } => {
+                let x = inputs.into_iter().next().ok_or_else(|| Error::invalid(&name, "missing operand x"))?;
+                let static_in: Vec<&Shape> = node.inputs.iter().map(|&v| m.shape(v)).collect();
+                let static_out: Vec<&Shape> = node.outputs.iter().map(|&v| m.shape(v)).collect();
+                let op =
+                    dynamic::resolve_op(&node.op, &static_in, std::slice::from_ref(&x), &static_out, &self.bindings)?;
+                let dims = match op.as_ref() {
+                    Op::Reshape { dims } => dims.clone(),
+                    _ => dims.clone(),
+                };
+                vec![reshape(&name, x, &dims)?]
+            }
+            Op::DynamicUpdateSlice => {
+                super::inplace::dynamic_update_slice(&name, inputs, |inputs| self.kernel(node, np, inputs))?
+            }
+            _ => self.kernel(node, np, &inputs)?,
+        };
+        self.drop_dead(f, pos, true);
+        if outs.len() != node.outputs.len() {
+            return Err(internal(format!("{name} produced {} results for {} outputs", outs.len(), node.outputs.len())));
+        }
+        for (k, t) in outs.into_iter().enumerate() {
+            if !np.dynamic {
+                let want = &np.out_shapes[k];
+                if t.shape.dtype != want.dtype || t.shape.dims != want.dims {
+                    return Err(internal(format!("{name} output {k} is {}, expected {want}", t.shape)));
+                }
+            }
+            if np.keep[k] {
+                self.env[node.outputs[k].index()] = Some(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a reference kernel, with run-time shapes when the node is dynamic.
+    fn kernel(
+        &self,
+        node: &crate::ir::module::Node,
+        np: &super::plan::NodePlan,
+        inputs: &[Tensor],
+    ) -> Result<Vec<Tensor>> {
+        let m = &self.plan.module;
+        let (op, out_shapes): (Cow<'_, Op>, Cow<'_, [Shape]>) = if np.dynamic {
+            let static_in: Vec<&Shape> = node.inputs.iter().map(|&v| m.shape(v)).collect();
+            let static_out: Vec<&Shape> = node.outputs.iter().map(|&v| m.shape(v)).collect();
+            let op = dynamic::resolve_op(&node.op, &static_in, inputs, &static_out, &self.bindings)?;
+            let shapes = dynamic::output_shapes(m, &op, inputs, &static_out, &self.bindings)?;
+            (op, Cow::Owned(shapes))
+        } else {
+            (Cow::Borrowed(&node.op), Cow::Borrowed(np.out_shapes.as_slice()))
+        };
+        let outs = crate::kernels::reference::eval(&op, inputs, &out_shapes)?;
+        if outs.len() != out_shapes.len() {
+            return Err(internal(format!(
+                "{} kernel returned {} results for {} outputs",
+                op.op_type(),
+                outs.len(),
+                out_shapes.len()
+            )));
+        }
+        for (k, (t, s)) in outs.iter().zip(out_shapes.iter()).enumerate() {
+            if t.shape.dtype != s.dtype || t.shape.dims != s.dims || Some(t.data.len()) != s.byte_size() {
+                return Err(internal(format!("{} kernel output {k} is {}, expected {s}", op.op_type(), t.shape)));
+            }
+        }
+        Ok(outs)
+    }
+
+    /// DynamicReshape: sizes come from scalar operands (`Dynamic`), constants (`Static`) or the
+    /// element count (`Inferred`); the new names are bound for later ops. Zero-copy.
+    fn dynamic_reshape(&mut self, name: &str, specs: &[ReshapeDim], inputs: Vec<Tensor>) -> Result<Tensor> {
+        let mut it = inputs.into_iter();
+        let x = it.next().ok_or_else(|| Error::invalid(name, "missing operand x"))?;
+        let values: Vec<Tensor> = it.collect();
+        let mut next_value = values.iter();
+        let mut dims = Vec::with_capacity(specs.len());
+        let mut inferred = None;
+        let mut new_names = vec![];
+        for (j, spec) in specs.iter().enumerate() {
+            match spec {
+                ReshapeDim::Static(n) => dims.push(*n),
+                ReshapeDim::Dynamic(axis) => {
+                    let t = next_value
+                        .next()
+                        .ok_or_else(|| Error::invalid(name, format!("missing the size operand of axis {axis:?}")))?;
+                    let v = dynamic::scalar_i64(name, &format!("size of axis {axis:?}"), t)?;
+                    if v <= 0 {
+                        return Err(Error::invalid(name, format!("size of axis {axis:?} must be positive, got {v}")));
+                    }
+                    dims.push(v);
+                    new_names.push((axis.clone(), j));
+                }
+                ReshapeDim::Inferred(axis) => {
+                    if inferred.is_some() {
+                        return Err(Error::invalid(name, "at most one axis may be inferred"));
+                    }
+                    inferred = Some(j);
+                    dims.push(-1);
+                    new_names.push((axis.clone(), j));
+                }
+            }
+        }
+        let total = x.len() as i64;
+        if let Some(j) = inferred {
+            let known: i64 = dims.iter().filter(|&&d| d >= 0).product();
+            if known == 0 || total % known != 0 {
+                return Err(Error::invalid(
+                    name,
+                    format!("cannot infer axis {j}: {total} elements do not divide into {known}"),
+                ));
+            }
+            dims[j] = total / known;
+        }
+        for (axis, j) in new_names {
+            self.bindings.insert(axis, dims[j]);
+        }
+        reshape(name, x, &dims)
+    }
+}
+
+/// Zero-copy reshape of `x` to `dims` (row-major data is unchanged); checks the element count.
+fn reshape(name: &str, x: Tensor, dims: &[i64]) -> Result<Tensor> {
+    let shape = Shape::new(x.shape.dtype, dims);
+    if shape.dims.iter().any(|&d| d < 0) || shape.size() != Some(x.len()) {
+        return Err(Error::invalid(name, format!("cannot reshape {} ({} elements) to {shape}", x.shape, x.len())));
+    }
+    Ok(Tensor { shape, data: x.data })
+}

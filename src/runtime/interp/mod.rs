@@ -1,0 +1,180 @@
+//! The reference backend "interp": executes a compiled module node by node with the reference
+//! kernels of [`crate::kernels::reference`]. It is the semantic oracle of the other backends and
+//! the portable fallback (no JIT, no `unsafe`).
+//!
+//! Options (the part after `interp:` in the config string): `parallelism=N` and
+//! `ops_sequential` are accepted for compatibility with the other backends' configs; the
+//! interpreter runs each execution sequentially on the calling thread (concurrent `execute`
+//! calls on one executable run in parallel).
+
+mod dynamic;
+mod exec;
+mod inplace;
+mod plan;
+mod sort;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use crate::api::backend::{Backend, Capabilities, Executable};
+use crate::api::builder::Builder;
+use crate::api::registry::parse_config;
+use crate::error::{Error, Result};
+use crate::ir::dtype::SUPPORTED_DTYPES;
+use crate::ir::module::Module;
+use crate::ir::optype::{ALL_OP_TYPES, OpType};
+
+pub use exec::InterpExecutable;
+
+/// The registry name of this backend.
+pub const NAME: &str = "interp";
+
+/// The options accepted in the config string.
+pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential"];
+
+/// Op types this backend does not execute: legacy/internal kinds without a builder method,
+/// collectives other than AllReduce, and the attention VJP (no reference kernel).
+const UNSUPPORTED: &[OpType] = &[
+    OpType::Dot,
+    OpType::BlockForDotGeneral,
+    OpType::CapturedValue,
+    OpType::CollectiveBroadcast,
+    OpType::AllGather,
+    OpType::SelectAndScatterSum,
+    OpType::FusedScaledDotProductAttentionVJP,
+];
+
+/// The capabilities of "interp": every op it executes, every supported dtype, functions and
+/// dynamic axes.
+pub fn capabilities() -> Capabilities {
+    Capabilities {
+        operations: ALL_OP_TYPES.iter().copied().filter(|t| !UNSUPPORTED.contains(t)).collect(),
+        functions: true,
+        dtypes: SUPPORTED_DTYPES.iter().copied().collect::<BTreeSet<_>>(),
+        dynamic_axes: true,
+        prefer_constants_for_variables: false,
+    }
+}
+
+/// The reference interpreter backend.
+pub struct InterpBackend {
+    me: Weak<InterpBackend>,
+    caps: Capabilities,
+    parallelism: Option<usize>,
+    config: String,
+    finalized: AtomicBool,
+}
+
+impl InterpBackend {
+    /// A backend from its option string (`""`, `"parallelism=4"`, `"ops_sequential"`, …).
+    /// Unknown options are an error listing the valid ones.
+    pub fn new(config: &str) -> Result<Arc<InterpBackend>> {
+        let mut parallelism = None;
+        for opt in parse_config(NAME, config, OPTIONS)? {
+            match (opt.key.as_str(), opt.value.as_deref()) {
+                ("parallelism", Some(v)) => match v.parse::<usize>() {
+                    Ok(n) if n >= 1 => parallelism = Some(n),
+                    _ => {
+                        return Err(Error::Config(format!(
+                            "backend {NAME:?}: parallelism must be a positive integer, got {v:?}"
+                        )));
+                    }
+                },
+                ("parallelism", None) => {
+                    return Err(Error::Config(format!("backend {NAME:?}: parallelism needs a value (parallelism=N)")));
+                }
+                ("ops_sequential", None) => {}
+                (key, Some(v)) => {
+                    return Err(Error::Config(format!("backend {NAME:?}: option {key:?} takes no value, got {v:?}")));
+                }
+                _ => {}
+            }
+        }
+        Ok(Arc::new_cyclic(|me| InterpBackend {
+            me: me.clone(),
+            caps: capabilities(),
+            parallelism,
+            config: config.to_string(),
+            finalized: AtomicBool::new(false),
+        }))
+    }
+
+    /// The registry constructor.
+    pub fn constructor(config: &str) -> Result<Arc<dyn Backend>> {
+        Ok(InterpBackend::new(config)?)
+    }
+}
+
+impl Backend for InterpBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn description(&self) -> String {
+        let mut d = String::from("interp: reference interpreter (node by node, sequential per execution)");
+        if let Some(p) = self.parallelism {
+            d.push_str(&format!(", parallelism={p} (accepted, unused)"));
+        }
+        if !self.config.is_empty() {
+            d.push_str(&format!(", config {:?}", self.config));
+        }
+        d
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn builder(&self, name: &str) -> Builder {
+        let me: Arc<dyn Backend> = self.me.upgrade().expect("InterpBackend is only ever created inside an Arc");
+        Builder::new(me, name)
+    }
+
+    fn compile(&self, module: Module) -> Result<Arc<dyn Executable>> {
+        if self.is_finalized() {
+            return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
+        }
+        Ok(Arc::new(InterpExecutable::new(module)?))
+    }
+
+    fn finalize(&self) {
+        self.finalized.store(true, Ordering::SeqCst);
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.finalized.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options() {
+        assert!(InterpBackend::new("").is_ok());
+        assert!(InterpBackend::new("parallelism=4,ops_sequential").is_ok());
+        let e = InterpBackend::new("bogus").err().unwrap().to_string();
+        assert!(e.contains("bogus") && e.contains("parallelism") && e.contains("ops_sequential"), "{e}");
+        assert!(InterpBackend::new("parallelism=0").is_err());
+        assert!(InterpBackend::new("parallelism=x").is_err());
+        assert!(InterpBackend::new("parallelism").is_err());
+    }
+
+    #[test]
+    fn capabilities_are_honest() {
+        let c = capabilities();
+        assert!(c.supports(OpType::Sort) && c.supports(OpType::While) && c.supports(OpType::FusedDense));
+        assert!(!c.supports(OpType::Dot) && !c.supports(OpType::FusedScaledDotProductAttentionVJP));
+        assert!(c.functions && c.dynamic_axes);
+        assert_eq!(c.dtypes.len(), SUPPORTED_DTYPES.len());
+    }
+
+    #[test]
+    fn executable_is_send_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<InterpExecutable>();
+        send_sync::<InterpBackend>();
+    }
+}

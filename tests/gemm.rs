@@ -1,0 +1,642 @@
+//! GEMM kernels against a naive f64 triple loop: every ISA this CPU runs, every path, every
+//! dtype, tile remainders and primes, transposed and strided layouts, the fused epilogue,
+//! blocking edges, threads, pre-packed B and the environment overrides.
+
+use half::{bf16, f16};
+use tensorjit::kernels::gemm::epilogue::act_f64;
+use tensorjit::kernels::gemm::*;
+
+/// The ISAs this machine can run.
+fn isas() -> Vec<Isa> {
+    [Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sme].into_iter().filter(|&i| isa_supported(i)).collect()
+}
+
+/// Values that are exact in bf16/f16/i8: multiples of 1/8 in [-1, 1] (or small integers).
+fn val(seed: usize, i: usize, j: usize) -> f64 {
+    (((i * 7 + j * 13 + seed * 5) % 17) as f64 - 8.0) / 8.0
+}
+
+/// A rows x cols matrix in one of three layouts: row-major, column-major, or row-major with
+/// padded rows (stride cols + 3). Returns (data, rs, cs).
+fn layout(rows: usize, cols: usize, kind: usize, f: impl Fn(usize, usize) -> f64) -> (Vec<f64>, usize, usize) {
+    let (rs, cs, len) = match kind {
+        0 => (cols, 1, rows * cols),
+        1 => (1, rows, rows * cols),
+        _ => (cols + 3, 1, rows * (cols + 3)),
+    };
+    let mut d = vec![0.0; len.max(1)];
+    for r in 0..rows {
+        for c in 0..cols {
+            d[r * rs + c * cs] = f(r, c);
+        }
+    }
+    (d, rs, cs)
+}
+
+/// Under emulation (aarch64 via qemu, ~50x slower) the tests use fewer shapes.
+fn emulated() -> bool {
+    cfg!(not(target_arch = "x86_64")) || std::env::var_os("TJ_GEMM_QUICK").is_some()
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    m: usize,
+    n: usize,
+    k: usize,
+    la: usize,
+    lb: usize,
+    lc: usize,
+}
+
+/// Epilogue settings in f64 for the reference.
+#[derive(Clone, Copy, Debug)]
+struct Ep {
+    alpha: f64,
+    beta: f64,
+    bias: u8, // 0 none, 1 per row, 2 per column
+    act: Activation,
+}
+
+const PLAIN: Ep = Ep { alpha: 1.0, beta: 0.0, bias: 0, act: Activation::None };
+
+struct Problem {
+    a: (Vec<f64>, usize, usize),
+    b: (Vec<f64>, usize, usize),
+    c: (Vec<f64>, usize, usize),
+    bias: Vec<f64>,
+    want: Vec<f64>,
+    scale: Vec<f64>,
+}
+
+fn problem(cs: Case, ep: Ep) -> Problem {
+    let a = layout(cs.m, cs.k, cs.la, |i, p| val(1, i, p));
+    let b = layout(cs.k, cs.n, cs.lb, |p, j| val(2, p, j));
+    let c = layout(cs.m, cs.n, cs.lc, |i, j| val(3, i, j));
+    let bias: Vec<f64> = match ep.bias {
+        1 => (0..cs.m).map(|i| val(4, i, 0)).collect(),
+        2 => (0..cs.n).map(|j| val(5, 0, j)).collect(),
+        _ => vec![],
+    };
+    let mut want = c.0.clone();
+    let mut scale = vec![0.0; c.0.len()];
+    for i in 0..cs.m {
+        for j in 0..cs.n {
+            let (mut s, mut sa) = (0.0, 0.0);
+            for p in 0..cs.k {
+                let x = a.0[i * a.1 + p * a.2] * b.0[p * b.1 + j * b.2];
+                s += x;
+                sa += x.abs();
+            }
+            let idx = i * c.1 + j * c.2;
+            let mut v = ep.alpha * s + ep.beta * c.0[idx];
+            v += match ep.bias {
+                1 => bias[i],
+                2 => bias[j],
+                _ => 0.0,
+            };
+            want[idx] = act_f64(ep.act, v);
+            scale[idx] = ep.alpha.abs() * sa + ep.beta.abs() * c.0[idx].abs() + v.abs() + 1.0;
+        }
+    }
+    Problem { a, b, c, bias, want, scale }
+}
+
+fn epilogue<T: Scalar>(ep: Ep, bias: &[T], alpha: T, beta: T) -> Epilogue<'_, T> {
+    Epilogue {
+        alpha,
+        beta,
+        bias: match ep.bias {
+            1 => Bias::PerRow(bias),
+            2 => Bias::PerColumn(bias),
+            _ => Bias::None,
+        },
+        activation: ep.act,
+    }
+}
+
+fn check(what: &str, cs: Case, got: &[f64], p: &Problem, tol: f64) {
+    for i in 0..cs.m {
+        for j in 0..cs.n {
+            let idx = i * p.c.1 + j * p.c.2;
+            let err = (got[idx] - p.want[idx]).abs();
+            assert!(
+                err <= tol * p.scale[idx],
+                "{what} {cs:?}: C[{i},{j}] = {} want {} (err {err:.3e})",
+                got[idx],
+                p.want[idx]
+            );
+        }
+    }
+    // Elements outside the logical C (padding) are untouched.
+    for (idx, (&g, &c0)) in got.iter().zip(p.c.0.iter()).enumerate() {
+        let inside = (0..cs.m).any(|i| (0..cs.n).any(|j| i * p.c.1 + j * p.c.2 == idx));
+        if !inside {
+            assert_eq!(g, c0, "{what} {cs:?}: padding element {idx} was written");
+        }
+    }
+}
+
+fn run_f32(cs: Case, ep: Ep, opts: GemmOptions, threads: usize) -> std::result::Result<(), String> {
+    let p = problem(cs, ep);
+    let a: Vec<f32> = p.a.0.iter().map(|&x| x as f32).collect();
+    let b: Vec<f32> = p.b.0.iter().map(|&x| x as f32).collect();
+    let mut c: Vec<f32> = p.c.0.iter().map(|&x| x as f32).collect();
+    let bias: Vec<f32> = p.bias.iter().map(|&x| x as f32).collect();
+    gemm_f32(
+        GemmArgs::new(
+            cs.m,
+            cs.n,
+            cs.k,
+            MatRef::new(&a, p.a.1, p.a.2),
+            MatRef::new(&b, p.b.1, p.b.2),
+            MatMut::new(&mut c, p.c.1, p.c.2),
+        )
+        .epilogue(epilogue(ep, &bias, ep.alpha as f32, ep.beta as f32))
+        .threads(threads)
+        .options(opts),
+    )
+    .map_err(|e| e.to_string())?;
+    let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+    check(&format!("f32 {opts:?} t{threads}"), cs, &got, &p, 2e-6);
+    Ok(())
+}
+
+const SIZES: [usize; 13] = [0, 1, 2, 3, 5, 7, 13, 17, 31, 33, 64, 65, 127];
+
+/// A deterministic selection of (m, n, k) from SIZES: all small combinations and a spread of
+/// large ones (the full cube is 2197 problems per configuration).
+fn shapes() -> Vec<(usize, usize, usize)> {
+    if emulated() {
+        return vec![(0, 3, 2), (1, 1, 1), (1, 13, 7), (13, 1, 5), (3, 17, 0), (9, 13, 17), (17, 31, 5), (33, 7, 64)];
+    }
+    let mut v = Vec::new();
+    for (x, &m) in SIZES.iter().enumerate() {
+        for (y, &n) in SIZES.iter().enumerate() {
+            for (z, &k) in SIZES.iter().enumerate() {
+                let small = m <= 17 && n <= 17 && k <= 17;
+                if small && (x + y + z) % 2 == 0 || (x * 5 + y * 3 + z) % 11 == 0 {
+                    v.push((m, n, k));
+                }
+            }
+        }
+    }
+    v
+}
+
+fn forced_paths() -> [Path; 4] {
+    [Path::Naive, Path::Gemv, Path::Direct, Path::Packed]
+}
+
+#[test]
+fn f32_every_isa_path_and_size() {
+    for isa in isas() {
+        for path in forced_paths() {
+            for geometry in [Geometry::Large, Geometry::Wide] {
+                for (m, n, k) in shapes() {
+                    if path == Path::Gemv && m != 1 && n != 1 {
+                        continue;
+                    }
+                    let cs = Case { m, n, k, la: 0, lb: 0, lc: 0 };
+                    let opts = GemmOptions { isa: Some(isa), path, geometry, ..Default::default() };
+                    run_f32(cs, PLAIN, opts, 1).unwrap();
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_layouts_transposed_and_strided() {
+    for isa in isas() {
+        for path in [Path::Auto, Path::Packed, Path::Naive] {
+            for la in 0..3 {
+                for lb in 0..3 {
+                    for lc in 0..3 {
+                        for &(m, n, k) in &[(13, 33, 17), (1, 31, 7), (31, 1, 5), (65, 17, 64)] {
+                            let cs = Case { m, n, k, la, lb, lc };
+                            let opts = GemmOptions { isa: Some(isa), path, ..Default::default() };
+                            run_f32(cs, PLAIN, opts, 1).unwrap();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_direct_path_rejects_column_major_b() {
+    let cs = Case { m: 5, n: 7, k: 3, la: 0, lb: 1, lc: 0 };
+    let opts = GemmOptions { path: Path::Direct, ..Default::default() };
+    let e = run_f32(cs, PLAIN, opts, 1).unwrap_err();
+    assert!(e.contains("Direct"), "{e}");
+}
+
+#[test]
+fn f32_fused_epilogue() {
+    let acts = [
+        Activation::None,
+        Activation::Relu,
+        Activation::GeluErf,
+        Activation::GeluTanh,
+        Activation::Silu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+    ];
+    for isa in isas() {
+        for path in forced_paths() {
+            for act in acts {
+                for bias in 0..3 {
+                    for &(alpha, beta) in &[(1.0, 0.0), (1.0, 1.0), (0.5, -2.0)] {
+                        for &(m, n, k) in &[(1, 33, 17), (17, 1, 9), (13, 35, 31), (33, 65, 40)] {
+                            if path == Path::Gemv && m != 1 && n != 1 {
+                                continue;
+                            }
+                            let ep = Ep { alpha, beta, bias, act };
+                            let cs = Case { m, n, k, la: 0, lb: 0, lc: if k == 40 { 2 } else { 0 } };
+                            // Small blocks so bias/activation must wait for the last k block.
+                            let blocking = Blocking { kc: 8, mc: 0, nc: 0 };
+                            let opts = GemmOptions { isa: Some(isa), path, blocking, ..Default::default() };
+                            run_f32(cs, ep, opts, 1).unwrap();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_k_zero_applies_epilogue_only() {
+    // k = 0: C = act(beta·C + bias); with C = 2, beta = 0.5, bias = -3 → relu(-2) = 0, and
+    // with bias = +3 → 4.
+    for isa in isas() {
+        for (bias_v, want) in [(-3.0f32, 0.0f32), (3.0, 4.0)] {
+            let mut c = [2.0f32; 6];
+            let bias = [bias_v; 3];
+            let ep = Epilogue { alpha: 1.0, beta: 0.5, bias: Bias::PerColumn(&bias), activation: Activation::Relu };
+            let opts = GemmOptions { isa: Some(isa), ..Default::default() };
+            gemm_f32(
+                GemmArgs::new(
+                    2,
+                    3,
+                    0,
+                    MatRef::row_major(&[], 0),
+                    MatRef::row_major(&[], 3),
+                    MatMut::row_major(&mut c, 3),
+                )
+                .epilogue(ep)
+                .options(opts),
+            )
+            .unwrap();
+            assert_eq!(c, [want; 6]);
+        }
+    }
+}
+
+#[test]
+fn f32_blocking_edges_and_threads() {
+    for isa in isas() {
+        for &blocking in &[Blocking { kc: 8, mc: 12, nc: 48 }, Blocking { kc: 24, mc: 6, nc: 16 }, Blocking::default()]
+        {
+            for threads in [1, 2, 3] {
+                let shapes: &[(usize, usize, usize)] = if emulated() {
+                    &[(127, 65, 33), (7, 300, 100)]
+                } else {
+                    &[(127, 65, 33), (200, 150, 140), (7, 300, 100), (301, 9, 120)]
+                };
+                for &(m, n, k) in shapes {
+                    for path in [Path::Packed, Path::Direct] {
+                        let cs = Case { m, n, k, la: 0, lb: 0, lc: 0 };
+                        let ep = Ep { alpha: 1.0, beta: 1.0, bias: 2, act: Activation::Silu };
+                        let opts = GemmOptions { isa: Some(isa), path, blocking, ..Default::default() };
+                        run_f32(cs, ep, opts, threads).unwrap();
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_threads_on_a_custom_pool() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    pool.install(|| {
+        let cs = Case { m: 256, n: 192, k: 96, la: 1, lb: 1, lc: 0 };
+        run_f32(cs, PLAIN, GemmOptions::default(), 0).unwrap();
+    });
+}
+
+#[test]
+fn f32_prepacked_b() {
+    for isa in isas() {
+        for geometry in [Geometry::Large, Geometry::Wide] {
+            for &(m, n, k) in &[(1, 1, 1), (5, 33, 17), (64, 65, 127), (130, 70, 300), (3, 1000, 50)] {
+                for lb in 0..3 {
+                    for threads in [1, 2] {
+                        let cs = Case { m, n, k, la: 0, lb, lc: 0 };
+                        let ep = Ep { alpha: 2.0, beta: 0.0, bias: 2, act: Activation::Relu };
+                        let p = problem(cs, ep);
+                        let a: Vec<f32> = p.a.0.iter().map(|&x| x as f32).collect();
+                        let b: Vec<f32> = p.b.0.iter().map(|&x| x as f32).collect();
+                        let bias: Vec<f32> = p.bias.iter().map(|&x| x as f32).collect();
+                        let opts = GemmOptions {
+                            isa: Some(isa),
+                            geometry,
+                            blocking: Blocking { kc: 32, mc: 0, nc: 0 },
+                            ..Default::default()
+                        };
+                        let packed = PackedB::with_options(k, n, MatRef::new(&b, p.b.1, p.b.2), &opts).unwrap();
+                        drop(b);
+                        assert!(packed.size_bytes() >= k * n * 4);
+                        let mut c: Vec<f32> = p.c.0.iter().map(|&x| x as f32).collect();
+                        gemm_f32(
+                            GemmArgs::new(
+                                m,
+                                n,
+                                k,
+                                MatRef::new(&a, p.a.1, p.a.2),
+                                Rhs::Packed(&packed),
+                                MatMut::new(&mut c, p.c.1, p.c.2),
+                            )
+                            .epilogue(epilogue(ep, &bias, 2.0, 0.0))
+                            .threads(threads),
+                        )
+                        .unwrap();
+                        let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+                        check(&format!("prepacked {isa:?} {geometry:?}"), cs, &got, &p, 2e-6);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn prepacked_b_shape_mismatch_is_an_error() {
+    let b = vec![1.0f32; 12];
+    let packed = PackedB::new(3, 4, MatRef::row_major(&b, 4)).unwrap();
+    let a = vec![1.0f32; 6];
+    let mut c = vec![0.0f32; 8];
+    let e =
+        gemm_f32(GemmArgs::new(2, 4, 2, MatRef::row_major(&a, 2), Rhs::Packed(&packed), MatMut::row_major(&mut c, 4)));
+    assert!(e.unwrap_err().to_string().contains("packed 3x4"));
+}
+
+#[test]
+fn f64_every_isa_and_path() {
+    for isa in isas() {
+        for path in forced_paths() {
+            for (m, n, k) in shapes() {
+                if path == Path::Gemv && m != 1 && n != 1 {
+                    continue;
+                }
+                for lb in [0, 1] {
+                    if path == Path::Direct && lb == 1 {
+                        continue;
+                    }
+                    let cs = Case { m, n, k, la: 1 - lb, lb, lc: 0 };
+                    let ep = Ep { alpha: 0.5, beta: 1.0, bias: 1, act: Activation::GeluErf };
+                    let p = problem(cs, ep);
+                    let mut c = p.c.0.clone();
+                    let opts = GemmOptions {
+                        isa: Some(isa),
+                        path,
+                        blocking: Blocking { kc: 16, mc: 0, nc: 0 },
+                        ..Default::default()
+                    };
+                    gemm_f64(
+                        GemmArgs::new(
+                            m,
+                            n,
+                            k,
+                            MatRef::new(&p.a.0, p.a.1, p.a.2),
+                            MatRef::new(&p.b.0, p.b.1, p.b.2),
+                            MatMut::new(&mut c, p.c.1, p.c.2),
+                        )
+                        .epilogue(epilogue(ep, &p.bias, 0.5, 1.0))
+                        .options(opts),
+                    )
+                    .unwrap();
+                    check(&format!("f64 {isa:?} {path:?}"), cs, &c, &p, 1e-13);
+                }
+            }
+        }
+    }
+}
+
+/// Runs a low-precision input type through every ISA and the paths that accept it.
+macro_rules! lowp_test {
+    ($name:ident, $T:ty, $from:expr, $entry:ident) => {
+        #[test]
+        fn $name() {
+            for isa in isas() {
+                for path in [Path::Auto, Path::Naive, Path::Packed] {
+                    for (m, n, k) in shapes() {
+                        for lb in [0, 1] {
+                            let cs = Case { m, n, k, la: 0, lb, lc: 0 };
+                            let ep = Ep { alpha: 1.0, beta: 1.0, bias: 2, act: Activation::None };
+                            let p = problem(cs, ep);
+                            let a: Vec<$T> = p.a.0.iter().map(|&x| $from(x)).collect();
+                            let b: Vec<$T> = p.b.0.iter().map(|&x| $from(x)).collect();
+                            let mut c: Vec<f32> = p.c.0.iter().map(|&x| x as f32).collect();
+                            let bias: Vec<f32> = p.bias.iter().map(|&x| x as f32).collect();
+                            let opts = GemmOptions {
+                                isa: Some(isa),
+                                path,
+                                blocking: Blocking { kc: 10, mc: 0, nc: 0 },
+                                ..Default::default()
+                            };
+                            $entry(
+                                GemmArgs::new(
+                                    m,
+                                    n,
+                                    k,
+                                    MatRef::new(&a, p.a.1, p.a.2),
+                                    MatRef::new(&b, p.b.1, p.b.2),
+                                    MatMut::new(&mut c, p.c.1, p.c.2),
+                                )
+                                .epilogue(epilogue(ep, &bias, 1.0, 1.0))
+                                .options(opts),
+                            )
+                            .unwrap();
+                            let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+                            check(&format!("{} {isa:?} {path:?}", stringify!($T)), cs, &got, &p, 2e-6);
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+lowp_test!(bf16_inputs_f32_accumulation, bf16, |x: f64| bf16::from_f64(x), gemm_bf16);
+lowp_test!(f16_inputs_f32_accumulation, f16, |x: f64| f16::from_f64(x), gemm_f16);
+
+#[test]
+fn i8_gemm_is_exact_including_extremes() {
+    for isa in isas() {
+        for path in [Path::Auto, Path::Naive, Path::Packed] {
+            for (m, n, k) in shapes() {
+                for extremes in [false, true] {
+                    // Extremes exercise the +128 offset and its correction: -128 and 127.
+                    let av = |i: usize, p: usize| -> i8 {
+                        if extremes {
+                            if (i + p).is_multiple_of(2) { -128 } else { 127 }
+                        } else {
+                            ((i * 7 + p * 3) % 23) as i8 - 11
+                        }
+                    };
+                    let bv = |p: usize, j: usize| -> i8 {
+                        if extremes {
+                            if (p * 3 + j).is_multiple_of(3) { -128 } else { 127 }
+                        } else {
+                            ((p * 5 + j * 11) % 19) as i8 - 9
+                        }
+                    };
+                    let a: Vec<i8> = (0..m * k).map(|x| av(x / k.max(1), x % k.max(1))).collect();
+                    let b: Vec<i8> = (0..k * n).map(|x| bv(x / n.max(1), x % n.max(1))).collect();
+                    let bias: Vec<i32> = (0..n).map(|j| j as i32 - 3).collect();
+                    let mut c = vec![5i32; m * n];
+                    let ep = Epilogue { alpha: 1, beta: 1, bias: Bias::PerColumn(&bias), activation: Activation::None };
+                    let opts = GemmOptions {
+                        isa: Some(isa),
+                        path,
+                        blocking: Blocking { kc: 12, mc: 0, nc: 0 },
+                        ..Default::default()
+                    };
+                    gemm_i8(
+                        GemmArgs::new(
+                            m,
+                            n,
+                            k,
+                            MatRef::row_major(&a, k),
+                            MatRef::row_major(&b, n),
+                            MatMut::row_major(&mut c, n),
+                        )
+                        .epilogue(ep)
+                        .options(opts),
+                    )
+                    .unwrap();
+                    for i in 0..m {
+                        for j in 0..n {
+                            let s: i64 = (0..k).map(|p| av(i, p) as i64 * bv(p, j) as i64).sum();
+                            assert_eq!(
+                                c[i * n + j] as i64,
+                                s + 5 + bias[j] as i64,
+                                "i8 {isa:?} {path:?} {m}x{n}x{k} at ({i},{j})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn i8_rejects_float_activations() {
+    let mut c = [0i32; 1];
+    let ep = Epilogue { activation: Activation::Tanh, ..Epilogue::default() };
+    let e = gemm_i8(
+        GemmArgs::new(
+            1,
+            1,
+            1,
+            MatRef::row_major(&[1i8], 1),
+            MatRef::row_major(&[1i8], 1),
+            MatMut::row_major(&mut c, 1),
+        )
+        .epilogue(ep),
+    );
+    assert!(e.unwrap_err().to_string().contains("Tanh"));
+}
+
+#[test]
+fn worked_example_with_bias_and_relu() {
+    // [[1,2],[3,4]]·[[1,-1],[0,1]] = [[1,1],[3,1]]; + bias (-2, 0) → [[-1,1],[1,1]]; relu → [[0,1],[1,1]].
+    let a = [1.0f32, 2.0, 3.0, 4.0];
+    let b = [1.0f32, -1.0, 0.0, 1.0];
+    let bias = [-2.0f32, 0.0];
+    for isa in isas() {
+        for path in [Path::Naive, Path::Direct, Path::Packed] {
+            let mut c = [f32::NAN; 4];
+            let opts = GemmOptions { isa: Some(isa), path, ..Default::default() };
+            gemm_f32(
+                GemmArgs::new(
+                    2,
+                    2,
+                    2,
+                    MatRef::row_major(&a, 2),
+                    MatRef::row_major(&b, 2),
+                    MatMut::row_major(&mut c, 2),
+                )
+                .epilogue(Epilogue::dense(&bias, Activation::Relu))
+                .options(opts),
+            )
+            .unwrap();
+            assert_eq!(c, [0.0, 1.0, 1.0, 1.0], "{isa:?} {path:?}");
+        }
+    }
+}
+
+#[test]
+fn unsupported_isa_is_an_error() {
+    let missing = [Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sme].into_iter().find(|&i| !isa_supported(i));
+    if let Some(isa) = missing {
+        let mut c = [0.0f32; 1];
+        let opts = GemmOptions { isa: Some(isa), ..Default::default() };
+        let e = gemm_f32(
+            GemmArgs::new(
+                1,
+                1,
+                1,
+                MatRef::row_major(&[1.0], 1),
+                MatRef::row_major(&[1.0], 1),
+                MatMut::row_major(&mut c, 1),
+            )
+            .options(opts),
+        );
+        assert!(e.unwrap_err().to_string().contains(isa.name()));
+    }
+}
+
+/// The environment overrides, checked in child processes (they are read once per process).
+#[test]
+fn env_overrides_force_lower_isa() {
+    if let Ok(want) = std::env::var("TJ_GEMM_CHILD_EXPECT") {
+        assert_eq!(selected_isa().name(), want, "{}", dispatch_summary());
+        let cs = Case { m: 37, n: 41, k: 29, la: 0, lb: 0, lc: 0 };
+        let ep = Ep { alpha: 1.0, beta: 0.0, bias: 2, act: Activation::GeluTanh };
+        run_f32(cs, ep, GemmOptions::default(), 1).unwrap();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut cases = vec![(vec![("TENSORJIT_DISABLE_AVX2", "1"), ("TENSORJIT_DISABLE_NEON", "1")], "generic")];
+    if isa_supported(Isa::Avx512) {
+        cases.push((vec![("TENSORJIT_DISABLE_AVX512", "1")], "avx2"));
+    }
+    for (vars, want) in cases {
+        // Under cross-testing the binary runs through cargo's runner (e.g. qemu-aarch64).
+        let runner = std::env::var("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER").ok().filter(|_| cfg!(target_arch = "aarch64"));
+        let mut cmd = match &runner {
+            Some(r) => {
+                let mut c = std::process::Command::new(r);
+                c.arg(&exe);
+                c
+            }
+            None => std::process::Command::new(&exe),
+        };
+        cmd.args(["env_overrides_force_lower_isa", "--exact", "--test-threads=1"]).env("TJ_GEMM_CHILD_EXPECT", want);
+        for (k, v) in &vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{vars:?}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
