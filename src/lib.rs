@@ -13,6 +13,7 @@ pub mod ir;
 pub mod jit;
 pub mod kernels;
 pub mod lower;
+pub mod passes;
 pub mod runtime;
 
 pub use api::{

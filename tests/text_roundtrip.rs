@@ -113,21 +113,33 @@ fn cli_check_and_fmt() {
         "{err}"
     );
     assert!(
-        err.contains(&format!("{b}:5: error: @main: %2 = exp: output 0 (%2) has shape i32[2] but inference gives f32[2]")),
+        err.contains(&format!(
+            "{b}:5: error: @main: %2 = exp: output 0 (%2) has shape i32[2] but inference gives f32[2]"
+        )),
         "{err}"
     );
 
     std::fs::write(&bad, "module @bad\nfunc @main() {\n  %0 = constant [1, 2 : f32[2]\n}\n").expect("write");
     let out = std::process::Command::new(exe).arg("check").arg(&bad).output().expect("runs");
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        format!("{b}:3:23: error: expected `,` or `]`, found `:`\n")
-    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), format!("{b}:3:23: error: expected `,` or `]`, found `:`\n"));
     let _ = std::fs::remove_dir_all(&dir);
 
     let out = std::process::Command::new(exe).arg("frobnicate").output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn docs_example_round_trips_and_verifies() {
+    // The first ``` block after "## Example" in docs/ir.md.
+    let doc = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/ir.md")).expect("docs");
+    let after = &doc[doc.find("## Example").expect("example section")..];
+    let start = after.find("```\n").expect("code block") + 4;
+    let len = after[start..].find("```").expect("end of block");
+    let text = &after[start..start + len];
+    let m = parse_module(text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(print_module(&m), text);
+    verify(&m).unwrap_or_else(|e| panic!("{e}"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -250,9 +262,16 @@ fn invalid_modules_still_print_and_parse_back() {
 fn constants_print_exact_bits() {
     let mut m = Module::new("c");
     let main = m.main;
-    let f32s: Vec<u8> =
-        [1.5f32, f32::from_bits(0x7fc0_0000), f32::from_bits(0x7fa0_0000), -0.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let n = m.add_node(main, Op::Constant(ConstData(Arc::new(f32s.clone()))), vec![], vec![Shape::new(DType::Float32, &[2, 2])]);
+    let f32s: Vec<u8> = [1.5f32, f32::from_bits(0x7fc0_0000), f32::from_bits(0x7fa0_0000), -0.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let n = m.add_node(
+        main,
+        Op::Constant(ConstData(Arc::new(f32s.clone()))),
+        vec![],
+        vec![Shape::new(DType::Float32, &[2, 2])],
+    );
     let v = m.node(n).outputs[0];
     m.func_mut(main).outputs = Some(vec![v]);
     let text = print_module(&m);
@@ -293,11 +312,11 @@ const HEAD: &str = "module @m\n\nfunc @main(%0: f32[2]) {\n";
 
 #[test]
 fn parse_errors_have_exact_positions() {
+    assert_eq!(parse_err("func @main() {\n}\n"), (1, 1, "expected `module @name` header, found `func`".to_string()));
     assert_eq!(
-        parse_err("func @main() {\n}\n"),
-        (1, 1, "expected `module @name` header, found `func`".to_string())
+        parse_err(&format!("{HEAD}  %1 = addd %0, %0 : f32[2]\n  return %1\n}}\n")),
+        (4, 8, "unknown op `addd`".into())
     );
-    assert_eq!(parse_err(&format!("{HEAD}  %1 = addd %0, %0 : f32[2]\n  return %1\n}}\n")), (4, 8, "unknown op `addd`".into()));
     assert_eq!(
         parse_err(&format!("{HEAD}  %1 = add %0, %7 : f32[2]\n  return %1\n}}\n")),
         (4, 16, "undefined value `%7`".into())
@@ -318,10 +337,7 @@ fn parse_errors_have_exact_positions() {
         parse_err(&format!("{HEAD}  %1 = neg %0, axis=3 : f32[2]\n}}\n")),
         (4, 16, "neg: unknown attribute `axis`".into())
     );
-    assert_eq!(
-        parse_err(&format!("{HEAD}  %1 = neg %0 : f31[2]\n}}\n")),
-        (4, 17, "unknown dtype `f31`".into())
-    );
+    assert_eq!(parse_err(&format!("{HEAD}  %1 = neg %0 : f31[2]\n}}\n")), (4, 17, "unknown dtype `f31`".into()));
     assert_eq!(
         parse_err(&format!("{HEAD}  %0 = neg %0 : f32[2]\n}}\n")),
         (4, 3, "value `%0` is already defined at line 3".into())
@@ -334,10 +350,7 @@ fn parse_errors_have_exact_positions() {
         parse_err(&format!("{HEAD}  return %0\n  %1 = neg %0 : f32[2]\n}}\n")),
         (5, 3, "expected `}` after `return` (it must be the last statement), found `%1`".into())
     );
-    assert_eq!(
-        parse_err("module @m\n\nfunc @other() {\n}\n"),
-        (5, 1, "expected a `func @main(…)` definition".into())
-    );
+    assert_eq!(parse_err("module @m\n\nfunc @other() {\n}\n"), (5, 1, "expected a `func @main(…)` definition".into()));
     assert_eq!(
         parse_err("module @m\nfunc @main() {\n}\nclosure @cmp() parent=@main {\n}\n"),
         (4, 9, "expected a closure number such as `@1`, found `@cmp` (names are for functions)".into())
@@ -352,17 +365,17 @@ fn parse_errors_have_exact_positions() {
     );
     assert_eq!(
         parse_err(&format!("{HEAD}  %1 = cum_sum %0, axis=0, exclusive=maybe : f32[2]\n}}\n")),
-        (4, 36, "attribute `exclusive` of cum_sum: expected `true` or `false`, found `maybe`".into())
+        (4, 38, "attribute `exclusive` of cum_sum: expected `true` or `false`, found `maybe`".into())
     );
     assert_eq!(
         parse_err(&format!(
             "{HEAD}  %1 = reduce_window %0, kind=avg, window=[1], strides=[1], input_dilations=[1], window_dilations=[1], padding=[(0,0)] : f32[2]\n}}\n"
         )),
-        (4, 33, "attribute `kind` of reduce_window: expected `sum`, `product`, `max` or `min`, found `avg`".into())
+        (4, 31, "attribute `kind` of reduce_window: expected `sum`, `product`, `max` or `min`, found `avg`".into())
     );
     assert_eq!(
         parse_err(&format!("{HEAD}  %1 = sort %0, comparator=@9, axis=0 : f32[2]\n}}\n")),
-        (4, 30, "undefined function `@9`".into())
+        (4, 28, "undefined function `@9`".into())
     );
     assert_eq!(
         parse_err(&format!("{HEAD}  %1 = neg %0\n}}\n")),
@@ -586,12 +599,7 @@ impl Gen {
     }
 }
 
-fn build(
-    name_k: usize,
-    params: &[(usize, Vec<i64>, usize)],
-    steps: &[Step],
-    outs: &[u32],
-) -> (Module, bool) {
+fn build(name_k: usize, params: &[(usize, Vec<i64>, usize)], steps: &[Step], outs: &[u32]) -> (Module, bool) {
     let mut g = Gen { m: Module::new(NAMES[name_k % NAMES.len()]), vals: vec![], closures: false };
     let main = g.m.main;
     for (dk, dims, nk) in params {

@@ -431,3 +431,55 @@ pub fn conv_int_and_half_dtypes(b: &Arc<dyn Backend>) -> CaseResult {
     need!(b, [ConvGeneral]);
     for_types!(b, conv_typed, [f64, i32, u64, bf16, f16])
 }
+
+/// The "2D" case in channels-last layouts: input NHWC `[1,4,4,3]`, kernel HWIO `[2,2,3,2]`,
+/// output NHWC `[1,3,3,2]` — the same numbers as [`conv_2d`], transposed.
+pub fn conv_nhwc_hwio(b: &Arc<dyn Backend>) -> CaseResult {
+    need!(b, [ConvGeneral], [Float32]);
+    let mut x = vec![0f32; 48];
+    for h in 0..4 {
+        for w in 0..4 {
+            for c in 0..3 {
+                x[(h * 4 + w) * 3 + c] = (16 * c + 4 * h + w) as f32;
+            }
+        }
+    }
+    let mut k = vec![0f32; 24];
+    for h in 0..2 {
+        for w in 0..2 {
+            for i in 0..3 {
+                for o in 0..2 {
+                    k[((h * 2 + w) * 3 + i) * 2 + o] = (8 * i + 4 * o + 2 * h + w) as f32;
+                }
+            }
+        }
+    }
+    let cfg = ConvConfig {
+        axes: ConvAxes {
+            input_batch: 0,
+            input_channels: 3,
+            input_spatial: vec![1, 2],
+            kernel_input_channels: 2,
+            kernel_output_channels: 3,
+            kernel_spatial: vec![0, 1],
+            output_batch: 0,
+            output_channels: 3,
+            output_spatial: vec![1, 2],
+        },
+        ..Default::default()
+    };
+    let out = exec1(b, &[t(&x, &[1, 4, 4, 3]), t(&k, &[2, 2, 3, 2])], |f, p| f.conv_general(p[0], p[1], &cfg))?;
+    let nchw = [
+        3160f32, 3274., 3388., 3616., 3730., 3844., 4072., 4186., 4300., 4048., 4210., 4372., 4696., 4858., 5020.,
+        5344., 5506., 5668.,
+    ];
+    let mut want = Vec::new();
+    for h in 0..3 {
+        for w in 0..3 {
+            for o in 0..2 {
+                want.push(nchw[o * 9 + h * 3 + w]);
+            }
+        }
+    }
+    expect("NHWC/HWIO", &out, &[1, 3, 3, 2], &want)
+}

@@ -69,10 +69,12 @@ pub mod binary;
 pub mod control_flow;
 pub mod convert;
 pub mod dot_conv;
+pub mod dynamic;
 pub mod exec;
 pub mod fft_rng;
 pub mod fused;
 pub mod gather_scatter;
+pub mod misc;
 pub mod reduce;
 pub mod shape_ops;
 pub mod unary;
@@ -348,7 +350,7 @@ macro_rules! __backendtest_cases {
                 conv_1d_stride, conv_1d_input_dilation, conv_1d_kernel_dilation,
                 conv_1d_feature_groups, conv_1d_batch_groups, conv_2d, conv_3d,
                 conv_2d_transposed_output, conv_negative_padding_crops, conv_kernel_larger_than_input,
-                conv_int_and_half_dtypes,
+                conv_int_and_half_dtypes, conv_nhwc_hwio,
             ];
             fft_rng: [
                 fft_forward_1d, fft_inverse_1d, fft_2d, fft_batched_f64, rfft, irfft,
@@ -376,6 +378,18 @@ macro_rules! __backendtest_cases {
                 quantized_dense_linear_int8, quantized_dense_linear_zero_point_blocks,
                 quantized_dense_nf4, quantized_dense_ggml_q8_0, quantized_dense_ggml_q4_0,
                 quantized_embedding_lookup_q8_0,
+            ];
+            dynamic: [
+                add_dim1_broadcast, add_scalar_broadcast, dynamic_reshape_explicit_values,
+                dynamic_reshape_mixed_inferred, dynamic_reduce, dynamic_concat_non_concat_axis,
+                dynamic_slice_full_axis, dynamic_shape_and_dimension_size, dynamic_binding_errors,
+            ];
+            misc: [
+                movement_every_dtype, movement_pad_reverse_where_every_dtype, indexing_every_dtype,
+                reduce_max_min_product_every_dtype, cumulative_every_dtype, argminmax_every_dtype,
+                sort_every_dtype, iota_every_dtype, complex_dot_and_product,
+                subnormals_kept_by_data_movement, caller_fp_mode_unchanged, all_reduce_single_device,
+                attention_seq_lens, half_reduction_tolerance,
             ];
             exec: [
                 compile_and_execute, wrong_number_of_parameters, incompatible_parameters,
@@ -470,13 +484,24 @@ pub fn exec(
     inputs: &[Buffer],
     build: impl FnOnce(&Function, &[Value]) -> crate::Result<Vec<Value>>,
 ) -> Result<Vec<Buffer>, String> {
+    let shapes: Vec<Shape> = inputs.iter().map(|x| x.shape().clone()).collect();
+    exec_with(b, &shapes, inputs, build)
+}
+
+/// [`exec`] with explicit parameter shapes (e.g. with dynamic axes) instead of the inputs' shapes.
+pub fn exec_with(
+    b: &Arc<dyn Backend>,
+    params: &[Shape],
+    inputs: &[Buffer],
+    build: impl FnOnce(&Function, &[Value]) -> crate::Result<Vec<Value>>,
+) -> Result<Vec<Buffer>, String> {
     let builder = b.builder("compliance");
     let f = builder.main();
-    let mut params = Vec::with_capacity(inputs.len());
-    for (i, buf) in inputs.iter().enumerate() {
-        params.push(f.parameter(&format!("p{i}"), buf.shape().clone()).map_err(|e| err_str("parameter", e))?);
+    let mut ps = Vec::with_capacity(params.len());
+    for (i, s) in params.iter().enumerate() {
+        ps.push(f.parameter(&format!("p{i}"), s.clone()).map_err(|e| err_str("parameter", e))?);
     }
-    let outs = build(&f, &params).map_err(|e| err_str("build", e))?;
+    let outs = build(&f, &ps).map_err(|e| err_str("build", e))?;
     f.return_(&outs).map_err(|e| err_str("return", e))?;
     let exe = builder.compile().map_err(|e| err_str("compile", e))?;
     let refs: Vec<&Buffer> = inputs.iter().collect();

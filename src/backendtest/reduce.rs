@@ -214,13 +214,14 @@ pub fn argminmax_first_of_ties(b: &Arc<dyn Backend>) -> CaseResult {
     expect("argmax i32", &argmm(b, &[5i32, 7, 7], &[3], 0, false)?, &[], &[1i32])
 }
 
-/// I32 3×3: ArgMax along axis 1 = `[2,0,1]`, ArgMin = `[0,2,0]`, ArgMax along axis 0 = `[1,2,0]`.
+/// I32 `[[1,2,3],[9,5,4],[0,8,2]]`: ArgMax along axis 1 = `[2,0,1]`, ArgMin = `[0,2,0]`, ArgMax
+/// along axis 0 = `[1,2,1]`.
 pub fn argminmax_axis1_i32(b: &Arc<dyn Backend>) -> CaseResult {
     need!(b, [ArgMinMax], [Int32]);
     let x = [1i32, 2, 3, 9, 5, 4, 0, 8, 2];
     expect("argmax axis 1", &argmm(b, &x, &[3, 3], 1, false)?, &[3], &[2i32, 0, 1])?;
     expect("argmin axis 1", &argmm(b, &x, &[3, 3], 1, true)?, &[3], &[0i32, 2, 0])?;
-    expect("argmax axis 0", &argmm(b, &x, &[3, 3], 0, false)?, &[3], &[1i32, 2, 0])
+    expect("argmax axis 0", &argmm(b, &x, &[3, 3], 0, false)?, &[3], &[1i32, 2, 1])
 }
 
 /// NaN is the extreme and the first NaN wins: `[1,NaN,3,NaN,3]` → 1 for both (also F64, BF16).

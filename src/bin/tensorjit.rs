@@ -17,6 +17,8 @@ commands:
   check FILE        parse and verify an IR text file; prints every error with its line
   fmt [--max-constant-elements N] FILE
                     print the canonical form of an IR text file (elided constants do not parse)
+  run FILE.tjir --input NAME=PATH.npy ... --out DIR [--backend NAME] [--repeat N]
+                    execute main on .npy inputs, write DIR/out0.npy, ... (see `run --help`)
   help              show this message
 
 FILE may be `-` for standard input.";
@@ -41,8 +43,13 @@ fn dispatch(args: &[String]) -> u8 {
             println!("{USAGE}");
             0
         }
-        // Future subcommands go here, e.g.
-        // "run" => tensorjit::runtime::cli_run::run_command(rest),
+        "run" => match tensorjit::runtime::cli_run::run_command(rest) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("error: {e}");
+                1
+            }
+        },
         other => {
             eprintln!("tensorjit: unknown command `{other}`\n\n{USAGE}");
             2

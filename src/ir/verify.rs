@@ -49,8 +49,8 @@ use crate::ir::infer::infer_shapes;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::Op;
 use crate::ir::shape::Shape;
-use crate::ir::text::format_shape;
 use crate::ir::text::Names;
+use crate::ir::text::format_shape;
 
 /// One violation, with the function and node it concerns (for mapping back to source lines).
 #[derive(Clone, Debug, PartialEq)]
@@ -241,19 +241,21 @@ impl Verifier<'_> {
             return s.clone();
         }
         let mut set = HashSet::new();
-        if let Some(p) = self.m.func(f).parent {
-            if self.func_ok(p) && self.chain_ok[f.index()] {
-                set = self.available(p);
-                let pd = self.m.func(p);
-                set.extend(pd.params.iter().copied());
-                let first_use = pd.body.iter().position(|&n| {
-                    self.m.nodes.get(n.index()).is_some_and(|node| node.op.callees().contains(&f))
-                });
-                let end = first_use.unwrap_or(pd.body.len());
-                for &n in &pd.body[..end] {
-                    if let Some(node) = self.m.nodes.get(n.index()) {
-                        set.extend(node.outputs.iter().copied());
-                    }
+        if let Some(p) = self.m.func(f).parent
+            && self.func_ok(p)
+            && self.chain_ok[f.index()]
+        {
+            set = self.available(p);
+            let pd = self.m.func(p);
+            set.extend(pd.params.iter().copied());
+            let first_use = pd
+                .body
+                .iter()
+                .position(|&n| self.m.nodes.get(n.index()).is_some_and(|node| node.op.callees().contains(&f)));
+            let end = first_use.unwrap_or(pd.body.len());
+            for &n in &pd.body[..end] {
+                if let Some(node) = self.m.nodes.get(n.index()) {
+                    set.extend(node.outputs.iter().copied());
                 }
             }
         }
@@ -292,7 +294,8 @@ impl Verifier<'_> {
             }
             let vd = m.value(p);
             if vd.def != ValueDef::Param(i) || vd.func != f {
-                let msg = format!("{fl}: parameter {i} ({}) is not defined as parameter {i} of this function", self.val(p));
+                let msg =
+                    format!("{fl}: parameter {i} ({}) is not defined as parameter {i} of this function", self.val(p));
                 self.report(Some(f), None, msg);
             }
             self.check_shape(f, None, &format!("{fl}: parameter {}", self.val(p)), &vd.shape.clone());
@@ -409,9 +412,8 @@ impl Verifier<'_> {
                         callees_ok = false;
                     } else if cd.parent != Some(f) {
                         let parent = cd.parent.map(|p| self.flabel(p)).unwrap_or_else(|| "none".into());
-                        let msg = format!(
-                            "{ctx}: {cl} is a closure of {parent}; only ops of its parent function may use it"
-                        );
+                        let msg =
+                            format!("{ctx}: {cl} is a closure of {parent}; only ops of its parent function may use it");
                         self.report(Some(f), Some(n), msg);
                         callees_ok = false;
                     }
@@ -447,11 +449,11 @@ impl Verifier<'_> {
                     self.report(Some(f), Some(n), msg);
                 }
                 Some(_) => {
-                    if shape.dtype == DType::Bool {
-                        if let Some(k) = data.0.iter().position(|&b| b > 1) {
-                            let msg = format!("{ctx}: Bool constant element {k} is {} (must be 0 or 1)", data.0[k]);
-                            self.report(Some(f), Some(n), msg);
-                        }
+                    if shape.dtype == DType::Bool
+                        && let Some(k) = data.0.iter().position(|&b| b > 1)
+                    {
+                        let msg = format!("{ctx}: Bool constant element {k} is {} (must be 0 or 1)", data.0[k]);
+                        self.report(Some(f), Some(n), msg);
                     }
                 }
             }
@@ -500,17 +502,22 @@ impl Verifier<'_> {
             }
             let ok = match vd.def {
                 ValueDef::Param(k) => m.func(vd.func).params.get(k) == Some(&v),
-                ValueDef::Node { node, output } => m
-                    .nodes
-                    .get(node.index())
-                    .is_some_and(|nd| nd.outputs.get(output) == Some(&v) && nd.func == vd.func),
+                ValueDef::Node { node, output } => {
+                    m.nodes.get(node.index()).is_some_and(|nd| nd.outputs.get(output) == Some(&v) && nd.func == vd.func)
+                }
             };
             if !ok {
                 let what = match vd.def {
                     ValueDef::Param(k) => format!("parameter {k} of {}", self.flabel(vd.func)),
-                    ValueDef::Node { node, output } => format!("output {output} of node {node} in {}", self.flabel(vd.func)),
+                    ValueDef::Node { node, output } => {
+                        format!("output {output} of node {node} in {}", self.flabel(vd.func))
+                    }
                 };
-                self.report(Some(vd.func), None, format!("value {}: claims to be {what}, which it is not", self.val(v)));
+                self.report(
+                    Some(vd.func),
+                    None,
+                    format!("value {}: claims to be {what}, which it is not", self.val(v)),
+                );
             }
         }
     }

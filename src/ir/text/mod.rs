@@ -14,6 +14,7 @@
 //! every text the printer produces.
 
 mod lexer;
+mod literal;
 mod names;
 mod parse;
 mod print;

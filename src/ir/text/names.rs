@@ -9,8 +9,12 @@ use crate::ir::shape::{DYNAMIC_DIM, Shape};
 use crate::ir::text::lexer::is_plain_ident;
 
 /// Arithmetic reduction kinds.
-pub const ARITH: [(ArithReduce, &str); 4] =
-    [(ArithReduce::Sum, "sum"), (ArithReduce::Product, "product"), (ArithReduce::Max, "max"), (ArithReduce::Min, "min")];
+pub const ARITH: [(ArithReduce, &str); 4] = [
+    (ArithReduce::Sum, "sum"),
+    (ArithReduce::Product, "product"),
+    (ArithReduce::Max, "max"),
+    (ArithReduce::Min, "min"),
+];
 
 /// FFT kinds.
 pub const FFT: [(FftType, &str); 4] = [

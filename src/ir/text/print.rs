@@ -15,8 +15,8 @@ use crate::ir::op::{ArithReduce, ConstData, Op};
 use crate::ir::optype::OpType;
 use crate::ir::shape::Shape;
 use crate::ir::text::names::{
-    ACTIVATION, ARITH, ATTENTION_LAYOUT, DENSE_LAYOUT, FFT, GGML_TYPE, QUANT_SCHEME, format_reshape_dim,
-    format_shape, name_of, quote_name,
+    ACTIVATION, ARITH, ATTENTION_LAYOUT, DENSE_LAYOUT, FFT, GGML_TYPE, QUANT_SCHEME, format_reshape_dim, format_shape,
+    name_of, quote_name,
 };
 
 /// Options of [`print_module_with`].
@@ -72,11 +72,9 @@ impl Names {
         let mut value_num = vec![None; m.values.len()];
         let mut next = 0usize;
         let mut number = |v: ValueId| {
-            if let Some(slot) = value_num.get_mut(v.index()) {
-                if slot.is_none() {
-                    *slot = Some(next);
-                    next += 1;
-                }
+            if let Some(slot @ None) = value_num.get_mut(v.index()) {
+                *slot = Some(next);
+                next += 1;
             }
         };
         for &f in &order {
@@ -529,10 +527,10 @@ fn format_half(bits: u16, canonical_nan: u16, value: f32, from_f64: fn(f64) -> u
     // there; the fallback is the exact f32 value.
     for digits in 1..=9usize {
         let s = format!("{:.*e}", digits - 1, value);
-        if let Ok(x) = s.parse::<f64>() {
-            if from_f64(x) == bits {
-                return format!("{x:?}");
-            }
+        if let Ok(x) = s.parse::<f64>()
+            && from_f64(x) == bits
+        {
+            return format!("{x:?}");
         }
     }
     format!("{value:?}")
@@ -547,7 +545,7 @@ fn elementwise_printable(dtype: DType, data: &[u8]) -> bool {
     class_ok
         && !dtype.is_packed()
         && dtype.size() > 0
-        && data.len() % dtype.size() == 0
+        && data.len().is_multiple_of(dtype.size())
         && (dtype != DType::Bool || data.iter().all(|&b| b <= 1))
 }
 
@@ -577,16 +575,12 @@ fn format_element(dtype: DType, b: &[u8]) -> String {
         }
         DType::Float32 => format_f32(f32::from_le_bytes(arr(b))),
         DType::Float64 => format_f64(f64::from_le_bytes(arr(b))),
-        DType::Complex64 => format!(
-            "({}, {})",
-            format_f32(f32::from_le_bytes(arr(b))),
-            format_f32(f32::from_le_bytes(arr(&b[4..])))
-        ),
-        DType::Complex128 => format!(
-            "({}, {})",
-            format_f64(f64::from_le_bytes(arr(b))),
-            format_f64(f64::from_le_bytes(arr(&b[8..])))
-        ),
+        DType::Complex64 => {
+            format!("({}, {})", format_f32(f32::from_le_bytes(arr(b))), format_f32(f32::from_le_bytes(arr(&b[4..]))))
+        }
+        DType::Complex128 => {
+            format!("({}, {})", format_f64(f64::from_le_bytes(arr(b))), format_f64(f64::from_le_bytes(arr(&b[8..]))))
+        }
         // Not reached: other dtypes are printed as hex bytes.
         _ => "?".into(),
     }

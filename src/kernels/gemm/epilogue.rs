@@ -91,6 +91,8 @@ pub trait Scalar: Copy + Send + Sync + PartialEq + Default + std::fmt::Debug + '
     fn mul_add(a: Self, b: Self, c: Self) -> Self;
     /// `a + b` (wrapping for integers).
     fn add(a: Self, b: Self) -> Self;
+    /// The value of an i32 correction term (used by integer kernels' column sums).
+    fn from_i32(x: i32) -> Self;
     /// Applies `act` to every element of `xs` with the kernels of `isa`.
     fn activate(isa: Isa, act: Activation, xs: &mut [Self]);
 }
@@ -103,6 +105,9 @@ impl Scalar for f32 {
     }
     fn add(a: f32, b: f32) -> f32 {
         a + b
+    }
+    fn from_i32(x: i32) -> f32 {
+        x as f32
     }
     fn activate(isa: Isa, act: Activation, xs: &mut [f32]) {
         if act == Activation::None {
@@ -134,6 +139,9 @@ impl Scalar for f64 {
     fn add(a: f64, b: f64) -> f64 {
         a + b
     }
+    fn from_i32(x: i32) -> f64 {
+        x as f64
+    }
     fn activate(_isa: Isa, act: Activation, xs: &mut [f64]) {
         if act == Activation::None {
             return;
@@ -152,6 +160,9 @@ impl Scalar for i32 {
     }
     fn add(a: i32, b: i32) -> i32 {
         a.wrapping_add(b)
+    }
+    fn from_i32(x: i32) -> i32 {
+        x
     }
     /// Integer outputs support only [`Activation::None`] and [`Activation::Relu`] (the GEMM
     /// entry points reject the others before any work).

@@ -51,12 +51,13 @@ pub(crate) struct Family<PA: 'static, PB: 'static, T: 'static> {
 }
 
 impl<PA, PB, T> Family<PA, PB, T> {
-    /// Estimated cycles per k step of one row panel of `rows` rows, per `nr` columns:
-    /// bounded by FMA issue (2 per cycle) or loads (2 per cycle; B vectors + A broadcasts).
+    /// Estimated cycles per k step of one `rows x nr` tile: bounded by FMA issue (2 per
+    /// cycle), loads (2 per cycle: B vectors + A broadcasts) and the FMA latency (about 4
+    /// cycles: each accumulator gets one FMA per k step, so small tiles stall).
     pub fn panel_cost(&self, rows: usize, lanes: usize) -> f64 {
         let nv = (self.nr / lanes).max(1) as f64;
         let r = rows as f64;
-        (r * nv / 2.0).max((nv + r) / 2.0).max(1.0)
+        (r * nv / 2.0).max((nv + r) / 2.0).max(4.0)
     }
 }
 
@@ -169,6 +170,38 @@ unsafe impl<T: Send> Send for AlignedBuf<T> {}
 // SAFETY: as above; shared access is read-only.
 unsafe impl<T: Sync> Sync for AlignedBuf<T> {}
 
+/// The epilogue of the portable tiles (the same steps as the SIMD template in `tile.rs`).
+///
+/// # Safety
+/// See [`TileArgs`].
+unsafe fn generic_store<PA, PB, T: Scalar, const MR: usize, const NR: usize>(
+    t: &TileArgs<PA, PB, T>,
+    acc: &[[T; NR]; MR],
+) {
+    // SAFETY: the caller guarantees `c` and the non-null bias/colsum pointers cover the tile.
+    unsafe {
+        for (i, row) in acc.iter().enumerate() {
+            let crow = t.c.add(i * t.rsc);
+            for (j, x) in row.iter().enumerate() {
+                let mut v = if t.alpha == T::ONE { *x } else { T::mul_add(*x, t.alpha, T::ZERO) };
+                if !t.colsum.is_null() {
+                    v = T::add(v, T::from_i32(*t.colsum.add(j)));
+                }
+                if t.read_c {
+                    v = T::mul_add(t.beta, *crow.add(j), v);
+                }
+                if !t.bias_row.is_null() {
+                    v = T::add(v, *t.bias_row.add(i));
+                }
+                if !t.bias_col.is_null() {
+                    v = T::add(v, *t.bias_col.add(j));
+                }
+                *crow.add(j) = v;
+            }
+        }
+    }
+}
+
 /// The portable tile: `MR` rows x `NR` columns, generic over the element type; tests hold the
 /// SIMD tiles against it.
 ///
@@ -191,24 +224,93 @@ pub(crate) unsafe fn generic_tile<T: Scalar, const MR: usize, const NR: usize>(t
             a = a.add(t.a_kstride);
             b = b.add(t.b_kstride);
         }
-        for (i, row) in acc.iter_mut().enumerate() {
-            let crow = t.c.add(i * t.rsc);
-            for (j, x) in row.iter_mut().enumerate() {
-                let mut v = if t.alpha == T::ONE { *x } else { T::mul_add(*x, t.alpha, T::ZERO) };
-                if t.read_c {
-                    v = T::mul_add(t.beta, *crow.add(j), v);
-                }
-                if !t.bias_row.is_null() {
-                    v = T::add(v, *t.bias_row.add(i));
-                }
-                if !t.bias_col.is_null() {
-                    v = T::add(v, *t.bias_col.add(j));
-                }
-                *crow.add(j) = v;
-            }
-        }
+        generic_store(t, &acc);
     }
 }
+
+/// Widening of a packed element to the accumulator type.
+pub(crate) trait Widen<T> {
+    fn widen(self) -> T;
+}
+impl Widen<i32> for u8 {
+    fn widen(self) -> i32 {
+        self as i32
+    }
+}
+impl Widen<i32> for i8 {
+    fn widen(self) -> i32 {
+        self as i32
+    }
+}
+impl Widen<f32> for bf16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// A scalar model of the grouped SIMD tiles (`vdpbf16ps` pairs with `G = 2`, `vpdpbusd` quads
+/// with `G = 4`): same packed layout, same column-sum correction, plain Rust arithmetic. It
+/// lets hosts without AVX512-BF16/VNNI test the grouped packing and the VNNI offset logic.
+///
+/// # Safety
+/// See [`TileArgs`].
+pub(crate) unsafe fn grouped_tile<PA, PB, T, const MR: usize, const NR: usize, const G: usize>(t: &TileArgs<PA, PB, T>)
+where
+    PA: Copy + Widen<T>,
+    PB: Copy + Widen<T>,
+    T: Scalar,
+{
+    let mut acc = [[T::ZERO; NR]; MR];
+    // SAFETY: the caller guarantees the panels hold `kgroups` groups at the given strides and
+    // that the tile and the non-null side pointers are in bounds.
+    unsafe {
+        let (mut a, mut b) = (t.a, t.b);
+        for _ in 0..t.kgroups {
+            for (i, row) in acc.iter_mut().enumerate() {
+                for (j, x) in row.iter_mut().enumerate() {
+                    for q in 0..G {
+                        let av: T = (*a.add(i * G + q)).widen();
+                        let bv: T = (*b.add(j * G + q)).widen();
+                        *x = T::mul_add(av, bv, *x);
+                    }
+                }
+            }
+            a = a.add(t.a_kstride);
+            b = b.add(t.b_kstride);
+        }
+        generic_store(t, &acc);
+    }
+}
+
+/// The scalar model of the VNNI family (same layout: 14 x 32, u8 x i8 quads, column sums).
+pub(crate) static MODEL_VNNI: Family<u8, i8, i32> = Family {
+    name: "model-vnni-i8-3x32",
+    isa: Isa::Generic,
+    mr: 3,
+    nr: 32,
+    g: 4,
+    tiles: &[
+        grouped_tile::<u8, i8, i32, 1, 32, 4>,
+        grouped_tile::<u8, i8, i32, 2, 32, 4>,
+        grouped_tile::<u8, i8, i32, 3, 32, 4>,
+    ],
+    needs_colsum: true,
+};
+
+/// The scalar model of the AVX512-BF16 family's layout (bf16 pairs).
+pub(crate) static MODEL_BF16: Family<bf16, bf16, f32> = Family {
+    name: "model-bf16-3x32",
+    isa: Isa::Generic,
+    mr: 3,
+    nr: 32,
+    g: 2,
+    tiles: &[
+        grouped_tile::<bf16, bf16, f32, 1, 32, 2>,
+        grouped_tile::<bf16, bf16, f32, 2, 32, 2>,
+        grouped_tile::<bf16, bf16, f32, 3, 32, 2>,
+    ],
+    needs_colsum: false,
+};
 
 macro_rules! generic_family {
     ($name:ident, $T:ty, $nr:literal) => {

@@ -325,8 +325,8 @@ fn choose_family<PA, PB, T>(
     }
     let cost = |f: &Family<PA, PB, T>| {
         let l = lanes(f);
-        let panels =
-            (m / f.mr) as f64 * f.panel_cost(f.mr, l) + if m.is_multiple_of(f.mr) { 0.0 } else { f.panel_cost(m % f.mr, l) };
+        let panels = (m / f.mr) as f64 * f.panel_cost(f.mr, l)
+            + if m.is_multiple_of(f.mr) { 0.0 } else { f.panel_cost(m % f.mr, l) };
         panels * n.div_ceil(f.nr) as f64
     };
     let mut best = fams[0];
@@ -609,6 +609,74 @@ impl PackedB {
 mod tests {
     use super::*;
 
+    /// Runs an i8 problem through the scalar model of the VNNI layout (packing in quads,
+    /// +128 offset, column-sum correction, k blocks not multiple of 4) and checks it exactly.
+    #[test]
+    fn vnni_layout_model_is_exact() {
+        for &(m, n, k, kc) in &[(1, 1, 1, 4), (5, 33, 7, 4), (7, 65, 30, 8), (13, 40, 129, 12), (4, 3, 2, 0)] {
+            let a: Vec<i8> = (0..m * k).map(|x| if x % 3 == 0 { -128 } else { (x % 255) as i8 }).collect();
+            let b: Vec<i8> = (0..k * n).map(|x| if x % 5 == 0 { 127 } else { -((x % 200) as i8) }).collect();
+            let bias: Vec<i32> = (0..n as i32).collect();
+            let mut c = vec![3i32; m * n];
+            let args = GemmArgs::new(
+                m,
+                n,
+                k,
+                MatRef::row_major(&a, k),
+                MatRef::row_major(&b, n),
+                MatMut::row_major(&mut c, n),
+            )
+            .epilogue(Epilogue { alpha: 1, beta: 1, bias: Bias::PerColumn(&bias), activation: Activation::Relu })
+            .options(GemmOptions {
+                path: Path::Packed,
+                blocking: Blocking { kc, mc: 6, nc: 64 },
+                ..Default::default()
+            });
+            let ck = check(args).unwrap();
+            execute(ck, &[&kernel::MODEL_VNNI], None, None).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let s: i32 = (0..k).map(|p| a[i * k + p] as i32 * b[p * n + j] as i32).sum();
+                    assert_eq!(c[i * n + j], (s + 3 + j as i32).max(0), "{m}x{n}x{k} kc={kc} ({i},{j})");
+                }
+            }
+        }
+    }
+
+    /// The bf16-pair layout (odd k, odd k blocks) through its scalar model.
+    #[test]
+    fn bf16_pair_layout_model_matches() {
+        for &(m, n, k, kc) in &[(1, 1, 1, 2), (5, 33, 7, 4), (7, 65, 31, 10), (2, 3, 9, 0)] {
+            let v = |x: usize| bf16::from_f32(((x * 7 % 17) as f32 - 8.0) / 8.0);
+            let a: Vec<bf16> = (0..m * k).map(v).collect();
+            let b: Vec<bf16> = (0..k * n).map(|x| v(x + 3)).collect();
+            let mut c = vec![0.0f32; m * n];
+            let args = GemmArgs::new(
+                m,
+                n,
+                k,
+                MatRef::row_major(&a, k),
+                MatRef::col_major(&b, k).t().t(),
+                MatMut::row_major(&mut c, n),
+            )
+            .options(GemmOptions {
+                path: Path::Packed,
+                blocking: Blocking { kc, mc: 6, nc: 64 },
+                ..Default::default()
+            });
+            let args = GemmArgs { b: Rhs::Mat(MatRef::row_major(&b, n)), ..args };
+            let ck = check(args).unwrap();
+            execute(ck, &[&kernel::MODEL_BF16], None, None).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    // Products of multiples of 1/8 below 1 are exact in f32, so the sum is exact.
+                    let s: f32 = (0..k).map(|p| a[i * k + p].to_f32() * b[p * n + j].to_f32()).sum();
+                    assert_eq!(c[i * n + j], s, "{m}x{n}x{k} kc={kc} ({i},{j})");
+                }
+            }
+        }
+    }
+
     #[test]
     fn rejects_short_operands_and_overlapping_output() {
         let a = [0.0f32; 5];
@@ -641,7 +709,7 @@ mod tests {
         {
             assert_eq!(f32_kernel_name(Isa::Avx512, 4096, 4096, Geometry::Auto), "avx512-f32-14x32");
             assert_eq!(f32_kernel_name(Isa::Avx512, 16, 1536, Geometry::Auto), "avx512-f32-8x48");
-            assert_eq!(f32_kernel_name(Isa::Avx2, 16, 1536, Geometry::Auto), "avx2-f32-4x24");
+            assert_eq!(f32_kernel_name(Isa::Avx2, 1024, 1024, Geometry::Auto), "avx2-f32-6x16");
         }
     }
 }

@@ -398,6 +398,9 @@ mod tests {
             vec![true, false]
         );
         assert_eq!(cmp(CompareOp::LessThan, true, &t(&[2], &[-3i64, 2]), &t(&[2], &[3i64, 2])), vec![true, false]);
+        let (p, q) = (t(&[2], &[false, true]), t(&[2], &[true, true]));
+        assert_eq!(cmp(CompareOp::LessThan, false, &p, &q), vec![true, false]);
+        assert_eq!(cmp(CompareOp::Equal, false, &p, &q), vec![false, true]);
         let c = t(&[1], &[Complex32::new(1.0, 2.0)]);
         assert_eq!(cmp(CompareOp::Equal, false, &c, &c), vec![true]);
         assert!(compare(CompareOp::LessThan, false, &c, &c, &Shape::new(DType::Bool, &[1])).is_err());

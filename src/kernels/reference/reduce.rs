@@ -338,6 +338,11 @@ mod tests {
         let x = t(&[2, 2], &[1.0f64, 2.0, 3.0, 4.0]);
         assert_eq!(cum::<f64>(ArithReduce::Sum, 1, false, false, &x), vec![1.0, 3.0, 3.0, 7.0]);
         assert_eq!(cum::<f64>(ArithReduce::Sum, 0, false, false, &x), vec![1.0, 2.0, 4.0, 6.0]);
+        // BF16 [256,1,1,1,1]: f32 partial sums 256…260 each rounded once to bf16 (ulp 2 there,
+        // ties to even): 257 → 256, 259 → 260.
+        let h: Vec<bf16> = [256.0f32, 1.0, 1.0, 1.0, 1.0].iter().map(|&v| bf16::from_f32(v)).collect();
+        let c = cum::<bf16>(ArithReduce::Sum, 0, false, false, &t(&[5], &h));
+        assert_eq!(c.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), vec![256.0, 256.0, 258.0, 260.0, 260.0]);
         let op = Op::Cumulative { kind: ArithReduce::Sum, axis: 0, exclusive: false, reverse: false };
         let b = t(&[1], &[true]);
         assert!(eval(&op, std::slice::from_ref(&b), std::slice::from_ref(&b.shape)).is_err());

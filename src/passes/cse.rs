@@ -1,0 +1,55 @@
+//! Common-subexpression elimination: a node identical to an earlier one in the same function
+//! (same op, attributes and operands) is replaced by the earlier node's results.
+//!
+//! Every op is pure, so equal inputs give equal outputs. Constants are merged when their dtype,
+//! dims and bytes are equal. Only nodes of the same function are merged (a closure may run many
+//! times or not at all, so hoisting across functions is not done here).
+
+use std::collections::HashMap;
+
+use crate::error::Result;
+use crate::ir::module::{Module, ValueId};
+use crate::ir::op::Op;
+use crate::passes::rewrite::{remove_from_body, replace_all_uses};
+
+/// Runs CSE; returns whether anything was merged.
+pub fn run(m: &mut Module) -> Result<bool> {
+    let mut changed = false;
+    for f in 0..m.functions.len() {
+        let mut seen: HashMap<(String, Vec<ValueId>, String), Vec<ValueId>> = HashMap::new();
+        let body = m.functions[f].body.clone();
+        for n in body {
+            let node = &m.nodes[n.index()];
+            // The op's Debug form holds every attribute (and, for constants, the data); the
+            // output shapes tell constants of equal bytes but different dims apart.
+            let shapes = node.outputs.iter().map(|&o| format!("{}", m.shape(o))).collect::<Vec<_>>().join(";");
+            let key_op = match &node.op {
+                Op::Constant(c) => format!("const{:?}", c.0),
+                op => format!("{op:?}"),
+            };
+            // Canonicalise operand order of commutative ops so `a+b` and `b+a` merge.
+            let mut inputs = node.inputs.clone();
+            if let Op::Binary(b) = &node.op {
+                use crate::ir::op::BinaryOp::*;
+                if matches!(b, Add | Mul | Max | Min | BitwiseAnd | BitwiseOr | BitwiseXor | LogicalAnd | LogicalOr | LogicalXor) {
+                    inputs.sort();
+                }
+            }
+            let key = (key_op, inputs, shapes);
+            match seen.get(&key) {
+                Some(prev) => {
+                    let outs = node.outputs.clone();
+                    for (o, p) in outs.into_iter().zip(prev.clone()) {
+                        replace_all_uses(m, o, p);
+                    }
+                    remove_from_body(m, n);
+                    changed = true;
+                }
+                None => {
+                    seen.insert(key, node.outputs.clone());
+                }
+            }
+        }
+    }
+    Ok(changed)
+}

@@ -1,0 +1,194 @@
+//! Stage 2: FusedLayerNorm from `(x − mean) · rsqrt(var + eps)` with the variance as
+//! `E[(x−μ)²]` or `E[x²] − μ²`, the inverse square root as `rsqrt` or `1/sqrt` (or a division
+//! by `sqrt`), applied before or after broadcasting back; then gamma and beta folded in.
+//!
+//! Means are the stage-1 `Mean{A}` idiom (sum × 1/n or sum ÷ n, n checked there), broadcasts
+//! back the `Restore{A}` idiom. Every piece must use the same axes A.
+
+use egg::Id;
+
+use super::{Rule, binary, binary_comm, emit, internal1, means, ops, restores_along, same, same_shape, scalar_const, shape, shortest_f32};
+use crate::ir::dtype::DType;
+use crate::ir::op::{BinaryOp, Op, UnaryOp};
+use crate::passes::egraph::analysis::EG;
+use crate::passes::egraph::lang::{Internal, TNode};
+
+/// The rules of this family.
+pub fn rules() -> Vec<Rule> {
+    vec![
+        Rule { name: "layernorm-core", matcher: layernorm_core },
+        Rule { name: "layernorm-gamma", matcher: layernorm_gamma },
+        Rule { name: "layernorm-beta", matcher: layernorm_beta },
+    ]
+}
+
+/// `(x, μ, A)` where `d = x − Restore{A}(μ)` and `μ = Mean{A}(x)` (the same x).
+fn centred(eg: &EG, d: Id) -> Vec<(Id, Id, Vec<usize>)> {
+    let mut out = vec![];
+    for (x, mr) in binary(eg, d, BinaryOp::Sub) {
+        if !same_shape(eg, d, x) {
+            continue;
+        }
+        for (mu, axes) in super::restores(eg, mr) {
+            if means(eg, mu).iter().any(|(mx, ma)| *ma == axes && same(eg, *mx, x)) {
+                out.push((x, mu, axes));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `v` is the biased variance of x over `axes` with mean `mu`: `Mean{A}(Square(x −
+/// Restore{A}(μ)))` or `Mean{A}(Square(x)) − Square(μ)`.
+fn is_variance(eg: &EG, v: Id, x: Id, mu: Id, axes: &[usize]) -> bool {
+    let two_pass = means(eg, v).into_iter().any(|(sq, a)| {
+        a == axes
+            && internal1(eg, sq, &Internal::Square)
+                .into_iter()
+                .any(|dd| centred(eg, dd).iter().any(|(x2, mu2, a2)| same(eg, *x2, x) && same(eg, *mu2, mu) && a2 == axes))
+    });
+    two_pass
+        || binary(eg, v, BinaryOp::Sub).into_iter().any(|(m2, musq)| {
+            let ex2 = means(eg, m2).into_iter().any(|(sq, a)| {
+                a == axes && internal1(eg, sq, &Internal::Square).into_iter().any(|xx| same(eg, xx, x))
+            });
+            ex2 && internal1(eg, musq, &Internal::Square).into_iter().any(|m| same(eg, m, mu))
+        })
+}
+
+/// `(v, eps)` where `s = v + eps` (either order), eps a scalar constant (or a broadcast of
+/// one), finite and ≥ 0, and the sum has v's shape.
+fn plus_eps(eg: &EG, s: Id) -> Vec<(Id, f64)> {
+    binary_comm(eg, s, BinaryOp::Add)
+        .into_iter()
+        .filter(|&(v, _)| same_shape(eg, s, v))
+        .filter_map(|(v, e)| {
+            let f32_dtype = shape(eg, v).is_some_and(|sh| sh.dtype == DType::Float32);
+            scalar_const(eg, e).filter(|e| e.is_finite() && *e >= 0.0).map(|e| (v, if f32_dtype { shortest_f32(e) } else { e }))
+        })
+        .collect()
+}
+
+/// `(v, eps)` pairs such that class `r` is `f(v + eps)` broadcast back along `axes`, where
+/// `inner(c)` lists the `s` of the class's `f(s)` nodes: either `Restore{A}(f(v + eps))` or
+/// `f(Restore{A}(v) + eps)`.
+fn restored_of_eps(eg: &EG, r: Id, axes: &[usize], inner: &dyn Fn(Id) -> Vec<Id>) -> Vec<(Id, f64)> {
+    let mut out = vec![];
+    for q in restores_along(eg, r, axes) {
+        for s in inner(q) {
+            out.extend(plus_eps(eg, s));
+        }
+    }
+    for s in inner(r) {
+        for (vr, e) in plus_eps(eg, s) {
+            out.extend(restores_along(eg, vr, axes).into_iter().map(|v| (v, e)));
+        }
+    }
+    out
+}
+
+/// `(x − μ) · InvSqrt(var + eps)` (either order, inverse square root before or after the
+/// broadcast back) or `(x − μ) / Sqrt(var + eps)` `= FusedLayerNorm{A, eps}(x)`. Guards: μ is the
+/// mean of the same x over A (n checked by the Mean idiom), var is the biased variance of that
+/// x and μ over the same A (two-pass or E[x²]−μ²), every broadcast back restores exactly A, eps
+/// a non-negative scalar constant, the result has x's shape, x F32/F64.
+fn layernorm_core(eg: &EG, id: Id) -> Vec<TNode> {
+    let mut out = vec![];
+    let mut forms: Vec<(Id, Id, bool)> = binary_comm(eg, id, BinaryOp::Mul).into_iter().map(|(d, r)| (d, r, true)).collect();
+    forms.extend(binary(eg, id, BinaryOp::Div).into_iter().map(|(d, q)| (d, q, false)));
+    for (d, r, is_mul) in forms {
+        if !same_shape(eg, id, d) {
+            continue;
+        }
+        for (x, mu, axes) in centred(eg, d) {
+            let inner = |c: Id| -> Vec<Id> {
+                if is_mul {
+                    internal1(eg, c, &Internal::InvSqrt)
+                } else {
+                    super::unary(eg, c, UnaryOp::Sqrt)
+                }
+            };
+            for (v, eps) in restored_of_eps(eg, r, &axes, &inner) {
+                if is_variance(eg, v, x, mu, &axes) {
+                    let op = Op::FusedLayerNorm { axes: axes.clone(), epsilon: eps, has_gamma: false, has_beta: false };
+                    out.extend(emit(eg, id, op, &[x]));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The fused layer norms in a class: `(axes, eps, has_gamma, has_beta, operands)`.
+fn layer_norms(eg: &EG, id: Id) -> Vec<(Vec<usize>, f64, bool, bool, Vec<Id>)> {
+    ops(eg, id)
+        .filter_map(|(op, c)| match op {
+            Op::FusedLayerNorm { axes, epsilon, has_gamma, has_beta } => {
+                Some((axes.clone(), *epsilon, *has_gamma, *has_beta, c.to_vec()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// `p` when class `g` is `p` broadcast over x's other axes: `BroadcastInDim(p, shape of x,
+/// axes=A)` with p's dims equal to x's dims on A; or `g` itself when A is every axis of x.
+fn per_feature(eg: &EG, g: Id, x: Id, axes: &[usize]) -> Vec<Id> {
+    let (Some(xs), Some(gs)) = (shape(eg, x), shape(eg, g)) else { return vec![] };
+    if gs != xs {
+        return vec![];
+    }
+    let mut out = vec![];
+    if axes.len() == xs.rank() {
+        out.push(g);
+    }
+    for (op, c) in ops(eg, g) {
+        if let Op::BroadcastInDim { axes: ba, .. } = op
+            && ba == axes
+            && shape(eg, c[0]).is_some_and(|p| p.dims.iter().zip(axes).all(|(&d, &a)| xs.dims[a] == d))
+        {
+            out.push(c[0]);
+        }
+    }
+    out
+}
+
+/// `FusedLayerNorm{A}(x) · Bcast_A(gamma)` (either order) `= FusedLayerNorm{A, gamma}(x,
+/// gamma)`. Guards: the norm has neither gamma nor beta yet; gamma's dims are exactly x's dims
+/// on A and it is broadcast along A only; the product has x's shape.
+fn layernorm_gamma(eg: &EG, id: Id) -> Vec<TNode> {
+    let mut out = vec![];
+    for (n, g) in binary_comm(eg, id, BinaryOp::Mul) {
+        for (axes, eps, has_gamma, has_beta, c) in layer_norms(eg, n) {
+            if has_gamma || has_beta {
+                continue;
+            }
+            for gamma in per_feature(eg, g, c[0], &axes) {
+                let op = Op::FusedLayerNorm { axes: axes.clone(), epsilon: eps, has_gamma: true, has_beta: false };
+                out.extend(emit(eg, id, op, &[c[0], gamma]));
+            }
+        }
+    }
+    out
+}
+
+/// `FusedLayerNorm{A}(x[, gamma]) + Bcast_A(beta)` (either order) `= FusedLayerNorm{A, beta}`.
+/// Guards: the norm has no beta yet; beta's dims are exactly x's dims on A, broadcast along A
+/// only; the sum has x's shape.
+fn layernorm_beta(eg: &EG, id: Id) -> Vec<TNode> {
+    let mut out = vec![];
+    for (n, b) in binary_comm(eg, id, BinaryOp::Add) {
+        for (axes, eps, has_gamma, has_beta, c) in layer_norms(eg, n) {
+            if has_beta {
+                continue;
+            }
+            for beta in per_feature(eg, b, c[0], &axes) {
+                let op = Op::FusedLayerNorm { axes: axes.clone(), epsilon: eps, has_gamma, has_beta: true };
+                let mut operands = c.clone();
+                operands.push(beta);
+                out.extend(emit(eg, id, op, &operands));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,267 @@
+//! Fusion rules: each rule is a named, guarded Rust matcher wrapped as an egg [`Rewrite`].
+//!
+//! A matcher looks at one e-class and returns the e-nodes to add to it (a fused op, or an
+//! internal idiom of the normalisation stage). It checks every axis, shape, dtype and constant
+//! it relies on through the [analysis](super::analysis); a fused op is only offered when its own
+//! shape inference gives exactly the class's shape ([`emit`]). The same matcher serves as the
+//! rewrite's searcher and, re-run on the class at apply time, as its applier, so the rule is one
+//! function with no pattern/guard split.
+//!
+//! Files group the rules by pattern family; the stages ([`stage_rules`]) are:
+//! 1. `normalize`: mean, broadcast-back of a reduction, square, inverse square root;
+//! 2. `gelu`, `softmax`, `layernorm`;
+//! 3. `dense` (+ bias, + activation) and `attention` (which builds on stage 2's softmax).
+//!
+//! There are no commutativity or associativity rewrites: matchers try both operand orders of
+//! `add`/`mul`/`max` themselves and read products of three factors in any bracketing.
+
+pub mod attention;
+pub mod dense;
+pub mod gelu;
+pub mod layernorm;
+pub mod normalize;
+pub mod softmax;
+
+use std::sync::OnceLock;
+
+use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
+
+use crate::ir::infer::infer_shapes;
+use crate::ir::module::Module;
+use crate::ir::op::{BinaryOp, Op, ReduceKind, UnaryOp};
+use crate::ir::shape::Shape;
+use crate::passes::egraph::analysis::{EG, TAnalysis};
+use crate::passes::egraph::lang::{Internal, TNode};
+
+/// A matcher: the e-nodes (with operands) that the rule proves equal to the class.
+pub type Matcher = fn(&EG, Id) -> Vec<TNode>;
+
+/// A named fusion rule.
+#[derive(Clone, Copy)]
+pub struct Rule {
+    /// Rule name (shown in the report).
+    pub name: &'static str,
+    /// The guarded matcher.
+    pub matcher: Matcher,
+}
+
+impl Rule {
+    /// The egg rewrite running this rule.
+    pub fn rewrite(self) -> Rewrite<TNode, TAnalysis> {
+        match Rewrite::new(self.name, self, self) {
+            Ok(r) => r,
+            // A rule without pattern variables cannot refer to an unbound one.
+            Err(e) => panic!("fusion rule {}: {e}", self.name),
+        }
+    }
+}
+
+/// Whether `node` is already in class `id`.
+fn present(eg: &EG, id: Id, node: &TNode) -> bool {
+    eg.lookup(node.clone()).is_some_and(|c| eg.find(c) == eg.find(id))
+}
+
+impl Searcher<TNode, TAnalysis> for Rule {
+    fn search_eclass_with_limit(&self, eg: &EG, eclass: Id, limit: usize) -> Option<SearchMatches<'_, TNode>> {
+        if limit == 0 {
+            return None;
+        }
+        let found = (self.matcher)(eg, eclass);
+        if found.iter().any(|n| !present(eg, eclass, n)) {
+            Some(SearchMatches { eclass, substs: vec![Subst::default()], ast: None })
+        } else {
+            None
+        }
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        vec![]
+    }
+}
+
+impl Applier<TNode, TAnalysis> for Rule {
+    fn apply_one(
+        &self,
+        eg: &mut EG,
+        eclass: Id,
+        _subst: &Subst,
+        _ast: Option<&PatternAst<TNode>>,
+        _rule_name: Symbol,
+    ) -> Vec<Id> {
+        let mut changed = vec![];
+        for node in (self.matcher)(eg, eclass) {
+            let id = eg.add(node);
+            if eg.union(id, eclass) {
+                changed.push(eg.find(eclass));
+            }
+        }
+        changed
+    }
+}
+
+/// The rules of each stage, in order: `(stage name, rules)`.
+pub fn stage_rules() -> Vec<(&'static str, Vec<Rule>)> {
+    vec![
+        ("normalize", normalize::rules()),
+        ("gelu-softmax-layernorm", [gelu::rules(), softmax::rules(), layernorm::rules()].concat()),
+        ("dense-attention", [dense::rules(), attention::rules()].concat()),
+    ]
+}
+
+// ---- matching helpers -------------------------------------------------------------------
+
+/// Relative tolerance for constants compared with their f32 value.
+pub const REL_TOL: f64 = 1e-6;
+
+/// `a ≈ b` within relative tolerance [`REL_TOL`].
+pub fn approx(a: f64, b: f64) -> bool {
+    (a - b).abs() <= REL_TOL * b.abs().max(f64::MIN_POSITIVE)
+}
+
+/// An f32 value as the f64 with the shortest decimal that rounds to the same f32 (so an f32
+/// `1e-5` becomes the attribute `1e-5`, not `9.99999974737875e-6`; both give the same f32).
+pub fn shortest_f32(v: f64) -> f64 {
+    format!("{:?}", v as f32).parse::<f64>().unwrap_or(v)
+}
+
+/// The shape of a class.
+pub fn shape(eg: &EG, id: Id) -> Option<&Shape> {
+    eg[id].data.shape.as_ref()
+}
+
+/// Whether two classes have the same known shape.
+pub fn same_shape(eg: &EG, a: Id, b: Id) -> bool {
+    matches!((shape(eg, a), shape(eg, b)), (Some(x), Some(y)) if x == y)
+}
+
+/// The splat constant value of a class.
+pub fn splat(eg: &EG, id: Id) -> Option<f64> {
+    eg[id].data.splat
+}
+
+/// Whether the class is a constant with every element ≈ `v`.
+pub fn splat_is(eg: &EG, id: Id, v: f64) -> bool {
+    splat(eg, id).is_some_and(|s| approx(s, v))
+}
+
+/// The value of a class that is a scalar constant (a rank-0 or single-element constant leaf),
+/// or a `broadcast_in_dim`/`reshape` of one.
+pub fn scalar_const(eg: &EG, id: Id) -> Option<f64> {
+    scalar_const_depth(eg, id, 4)
+}
+
+fn scalar_const_depth(eg: &EG, id: Id, depth: usize) -> Option<f64> {
+    let d = &eg[id].data;
+    let v = d.splat?;
+    if d.leaf.is_some() && d.shape.as_ref().is_some_and(|s| s.size() == Some(1)) {
+        return Some(v);
+    }
+    if depth == 0 {
+        return None;
+    }
+    ops(eg, id)
+        .filter(|(op, _)| matches!(op, Op::BroadcastInDim { .. } | Op::Reshape { .. }))
+        .find_map(|(_, c)| scalar_const_depth(eg, c[0], depth - 1))
+}
+
+/// The IR op nodes of a class.
+pub fn ops(eg: &EG, id: Id) -> impl Iterator<Item = (&Op, &[Id])> {
+    eg[id].nodes.iter().filter_map(|n| n.as_op())
+}
+
+/// Operands `x` of `unary(x)` nodes in the class.
+pub fn unary(eg: &EG, id: Id, u: UnaryOp) -> Vec<Id> {
+    ops(eg, id).filter(|(op, _)| **op == Op::Unary(u)).map(|(_, c)| c[0]).collect()
+}
+
+/// Operands `(lhs, rhs)` of `b(lhs, rhs)` nodes in the class, as written.
+pub fn binary(eg: &EG, id: Id, b: BinaryOp) -> Vec<(Id, Id)> {
+    ops(eg, id).filter(|(op, _)| **op == Op::Binary(b)).map(|(_, c)| (c[0], c[1])).collect()
+}
+
+/// Operands of a commutative `b` in both orders: `(a, b)` and `(b, a)` for each node.
+pub fn binary_comm(eg: &EG, id: Id, b: BinaryOp) -> Vec<(Id, Id)> {
+    binary(eg, id, b).into_iter().flat_map(|(x, y)| [(x, y), (y, x)]).collect()
+}
+
+/// `(x, axes)` of `reduce_<kind>(x, axes)` nodes in the class.
+pub fn reduces(eg: &EG, id: Id, kind: ReduceKind) -> Vec<(Id, Vec<usize>)> {
+    ops(eg, id)
+        .filter_map(|(op, c)| match op {
+            Op::Reduce { kind: k, axes } if *k == kind => Some((c[0], axes.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The internal nodes of a class with their operands.
+pub fn internals(eg: &EG, id: Id) -> impl Iterator<Item = (&Internal, &[Id])> {
+    eg[id].nodes.iter().filter_map(|n| match n {
+        TNode::Internal(i, c) => Some((i, c.as_slice())),
+        _ => None,
+    })
+}
+
+/// `(r, axes)` of the class's `Restore{axes}(r)` nodes.
+pub fn restores(eg: &EG, id: Id) -> Vec<(Id, Vec<usize>)> {
+    internals(eg, id)
+        .filter_map(|(i, c)| match i {
+            Internal::Restore { axes } => Some((c[0], axes.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `r` of the class's `Restore{axes}(r)` nodes with exactly these axes.
+pub fn restores_along(eg: &EG, id: Id, axes: &[usize]) -> Vec<Id> {
+    restores(eg, id).into_iter().filter(|(_, a)| a == axes).map(|(r, _)| r).collect()
+}
+
+/// `(x, axes)` of the class's `Mean{axes}(x)` nodes.
+pub fn means(eg: &EG, id: Id) -> Vec<(Id, Vec<usize>)> {
+    internals(eg, id)
+        .filter_map(|(i, c)| match i {
+            Internal::Mean { axes } => Some((c[0], axes.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Operands of the class's internal nodes of kind `kind` (`Square` or `InvSqrt`).
+pub fn internal1(eg: &EG, id: Id, kind: &Internal) -> Vec<Id> {
+    internals(eg, id).filter(|(i, _)| *i == kind).map(|(_, c)| c[0]).collect()
+}
+
+/// Every way the class is a product of three factors: `(a·b)·c` or `a·(b·c)` with any operand
+/// order, returned as the three factors (in some order; callers try all roles).
+pub fn product3(eg: &EG, id: Id) -> Vec<[Id; 3]> {
+    let mut out = vec![];
+    for (ab, c) in binary_comm(eg, id, BinaryOp::Mul) {
+        for (a, b) in binary(eg, ab, BinaryOp::Mul) {
+            out.push([a, b, c]);
+        }
+    }
+    out
+}
+
+/// All orderings of three factors.
+pub fn perms3(f: [Id; 3]) -> [[Id; 3]; 6] {
+    let [a, b, c] = f;
+    [[a, b, c], [a, c, b], [b, a, c], [b, c, a], [c, a, b], [c, b, a]]
+}
+
+/// Builds a fused IR node for class `class`, or `None` unless its inferred shape is exactly the
+/// class's shape (dtype, dims and axis names).
+pub fn emit(eg: &EG, class: Id, op: Op, operands: &[Id]) -> Option<TNode> {
+    let want = shape(eg, class)?;
+    let shapes: Option<Vec<&Shape>> = operands.iter().map(|&o| shape(eg, o)).collect();
+    static SCRATCH: OnceLock<Module> = OnceLock::new();
+    let scratch = SCRATCH.get_or_init(|| Module::new("egraph-check"));
+    let got = infer_shapes(scratch, &op, &shapes?).ok()?;
+    (got.len() == 1 && got[0] == *want).then(|| TNode::op(op, operands))
+}
+
+/// Whether a child class and a parent class are the same class.
+pub fn same(eg: &EG, a: Id, b: Id) -> bool {
+    eg.find(a) == eg.find(b)
+}

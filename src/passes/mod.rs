@@ -1,0 +1,83 @@
+//! The optimisation pipeline: an explicit list of passes over an [`ir::Module`](crate::ir::Module),
+//! with the verifier run between passes when asked (always in debug builds and tests).
+//!
+//! Each pass is a function `run(&mut Module) -> Result<bool>` returning whether it changed
+//! anything; [`optimize`] runs them in rounds until nothing changes.
+
+pub mod cse;
+pub mod dce;
+pub mod fold;
+pub mod rewrite;
+pub mod simplify;
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::ir::module::Module;
+
+/// Options and records of one pipeline run.
+#[derive(Debug)]
+pub struct PassCtx {
+    /// Run the verifier after every pass that changed the module.
+    pub verify: bool,
+    /// Keep the IR text before the pipeline and after each pass that changed it.
+    pub record_ir: bool,
+    /// `(pass name, time, changed)` for each pass run, in order.
+    pub timings: Vec<(String, Duration, bool)>,
+    /// `(label, IR text)` snapshots when `record_ir` is set: `"00-input"`, `"01-fold"`, …
+    pub snapshots: Vec<(String, String)>,
+}
+
+impl Default for PassCtx {
+    fn default() -> PassCtx {
+        PassCtx { verify: cfg!(debug_assertions), record_ir: false, timings: vec![], snapshots: vec![] }
+    }
+}
+
+type Pass = fn(&mut Module) -> Result<bool>;
+
+/// The canonicalisation passes, in the order one round runs them.
+pub const PIPELINE: [(&str, Pass); 4] =
+    [("fold", fold::run), ("simplify", simplify::run), ("cse", cse::run), ("dce", dce::run)];
+
+/// Maximum number of rounds of [`PIPELINE`].
+pub const MAX_ROUNDS: usize = 8;
+
+fn snapshot(ctx: &mut PassCtx, label: String, m: &Module) {
+    if ctx.record_ir {
+        ctx.snapshots.push((label, crate::ir::text::print_module(m)));
+    }
+}
+
+/// Runs one named pass with timing, snapshot and verification.
+pub fn run_pass(m: &mut Module, ctx: &mut PassCtx, name: &str, pass: Pass) -> Result<bool> {
+    let t = Instant::now();
+    let changed = pass(m)?;
+    ctx.timings.push((name.to_string(), t.elapsed(), changed));
+    if changed {
+        let label = format!("{:02}-{name}", ctx.snapshots.len());
+        snapshot(ctx, label, m);
+        if ctx.verify {
+            crate::ir::verify::verify(m).map_err(|e| match e {
+                Error::Verify(v) => Error::Verify(v.into_iter().map(|s| format!("after pass {name}: {s}")).collect()),
+                other => other,
+            })?;
+        }
+    }
+    Ok(changed)
+}
+
+/// Runs [`PIPELINE`] in rounds until a round changes nothing (at most [`MAX_ROUNDS`]).
+pub fn optimize(m: &mut Module, ctx: &mut PassCtx) -> Result<()> {
+    snapshot(ctx, "00-input".to_string(), m);
+    for _ in 0..MAX_ROUNDS {
+        let mut changed = false;
+        for (name, pass) in PIPELINE {
+            changed |= run_pass(m, ctx, name, pass)?;
+        }
+        if !changed {
+            break;
+        }
+    }
+    Ok(())
+}
