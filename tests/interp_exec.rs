@@ -479,3 +479,56 @@ fn constants_and_unused_values() {
     assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![9.0, 18.0, 27.0, 36.0]);
     assert_eq!(out[0].dims(), vec![2, 2]);
 }
+
+#[test]
+fn dynamic_concat_reshape_iota_and_loops() {
+    let b = backend();
+    let bld = b.builder("dyn_more");
+    // A named function with a dynamic parameter (its axis names are bound at each call).
+    let twice = bld.new_function("twice").unwrap();
+    let p = twice.parameter("v", Shape::with_names(DType::Int32, &[-1], &["batch"]).unwrap()).unwrap();
+    let pp = twice.add(p, p).unwrap();
+    twice.return_(&[pp]).unwrap();
+
+    let main = bld.main();
+    let xs = Shape::with_names(DType::Float32, &[-1, 2], &["batch", ""]).unwrap();
+    let x = main.parameter("x", xs).unwrap();
+    // Concatenating along the dynamic axis: size batch + batch.
+    let cat = main.concatenate(0, &[x, x]).unwrap();
+    // Reshape keeping the dynamic axis: [batch, 2] → [batch, 2, 1].
+    let r = main.reshape(x, &[-1, 2, 1]).unwrap();
+    // Iota over the dynamic axis.
+    let io = main.iota(&Shape::with_names(DType::Int32, &[-1], &["batch"]).unwrap(), 0).unwrap();
+    // A While loop whose state has the dynamic axis: doubles x three times.
+    let zero = main.scalar(0i32).unwrap();
+    let cond = main.closure().unwrap();
+    let ci = cond.parameter("i", Shape::scalar(DType::Int32)).unwrap();
+    let _cs = cond.parameter("s", main.shape(x).unwrap()).unwrap();
+    let three = cond.scalar(3i32).unwrap();
+    let lt = cond.less_than(ci, three).unwrap();
+    cond.return_(&[lt]).unwrap();
+    let body = main.closure().unwrap();
+    let bi = body.parameter("i", Shape::scalar(DType::Int32)).unwrap();
+    let bs = body.parameter("s", main.shape(x).unwrap()).unwrap();
+    let one = body.scalar(1i32).unwrap();
+    let bi1 = body.add(bi, one).unwrap();
+    let bs2 = body.add(bs, bs).unwrap();
+    body.return_(&[bi1, bs2]).unwrap();
+    let st = main.while_(&cond, &body, &[zero, x]).unwrap();
+    let c = main.call(&twice, &[io]).unwrap();
+    let outs = vec![cat, r, io, st[1], c[0]];
+    main.return_(&outs).unwrap();
+    let exe = bld.compile().unwrap();
+
+    for batch in [1usize, 3] {
+        let xv: Vec<f32> = (0..batch * 2).map(|i| i as f32 + 1.0).collect();
+        let out = exe.execute(&[&Buffer::from_slice(&xv, &[batch, 2]).unwrap()], &[]).unwrap();
+        assert_eq!(out[0].dims(), vec![2 * batch, 2]);
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), [xv.clone(), xv.clone()].concat());
+        assert_eq!(out[1].dims(), vec![batch, 2, 1]);
+        assert_eq!(out[1].to_vec::<f32>().unwrap(), xv);
+        assert_eq!(out[2].to_vec::<i32>().unwrap(), (0..batch as i32).collect::<Vec<_>>());
+        assert_eq!(out[3].to_vec::<f32>().unwrap(), xv.iter().map(|v| v * 8.0).collect::<Vec<_>>());
+        assert_eq!(out[4].to_vec::<i32>().unwrap(), (0..batch as i32).map(|v| 2 * v).collect::<Vec<_>>());
+    }
+}

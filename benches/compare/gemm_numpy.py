@@ -3,7 +3,7 @@
 
 Usage:
     cargo build --release --bin tjgemm
-    python3 benches/compare/gemm_numpy.py [--tjgemm target/release/tjgemm] [--quick]
+    python3 benches/compare/gemm_numpy.py [--tjgemm target/release/tjgemm | --tjgemm-output FILE] [--quick]
 
 Runs numpy's float32 matmul on the same shapes with 1 and 2 BLAS threads (threadpoolctl when
 installed, else OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set in a child process), takes the best of
@@ -65,10 +65,13 @@ def numpy_table(threads, quick):
     return table
 
 
-def tjgemm_table(binary, quick):
+def tjgemm_table(binary, quick, saved=None):
     """Parses tjgemm's output into {(kind, m, n, k): (gflops_1thread, gflops_2threads)}."""
-    args = [binary, "--cpu-time"] + (["--quick"] if quick else [])
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    if saved:
+        out = open(saved).read()
+    else:
+        args = [binary, "--cpu-time"] + (["--quick"] if quick else [])
+        out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     table, section = {}, ""
     for line in out.splitlines():
         if line.startswith("## "):
@@ -88,6 +91,7 @@ def tjgemm_table(binary, quick):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tjgemm", default=None)
+    ap.add_argument("--tjgemm-output", default=None, help="a saved tjgemm output instead of running it")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--child", type=int, default=0)
     a = ap.parse_args()
@@ -95,7 +99,10 @@ def main():
         child(a.child, a.quick)
         return
     np1, np2 = numpy_table(1, a.quick), numpy_table(2, a.quick)
-    tj, peak = tjgemm_table(a.tjgemm, a.quick) if a.tjgemm else ({}, None)
+    if a.tjgemm or a.tjgemm_output:
+        tj, peak = tjgemm_table(a.tjgemm, a.quick, a.tjgemm_output)
+    else:
+        tj, peak = {}, None
     if peak:
         print(f"# tjgemm FMA peak: {peak:.1f} GFLOP/s (1 thread)")
     print(f"{'shape':>20} {'numpy t1':>9} {'tj t1':>8} {'ratio':>6} {'numpy t2':>9} {'tj t2':>8} {'ratio':>6}")

@@ -62,10 +62,10 @@ impl Buffer {
                 format!("{} bytes given for shape {shape} ({want} bytes)", bytes.len()),
             ));
         }
-        if shape.dtype == DType::Bool {
-            if let Some(i) = bytes.iter().position(|&b| b > 1) {
-                return Err(Error::invalid("Buffer::from_bytes", format!("Bool element {i} is byte {}", bytes[i])));
-            }
+        if shape.dtype == DType::Bool
+            && let Some(i) = bytes.iter().position(|&b| b > 1)
+        {
+            return Err(Error::invalid("Buffer::from_bytes", format!("Bool element {i} is byte {}", bytes[i])));
         }
         Ok(Buffer::from_storage(shape, Arc::new(AlignedBytes::from_bytes(bytes))))
     }

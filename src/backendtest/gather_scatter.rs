@@ -34,12 +34,12 @@ pub fn gather_worked_example(b: &Arc<dyn Backend>) -> CaseResult {
     need!(b, [Gather], [Float32, Int32]);
     let operand: Vec<f32> = (0..48).map(|i| i as f32).collect();
     // Index vectors (a, c, d) for batch (i, j); stored as idx[i, component, j].
-    let vecs = [[[0, 1, 1], [3, 0, 0]], [[2, 1, 0], [5, -1, 7]], [[1, 0, 1], [-2, 2, 0]]];
+    let vecs: [[[i32; 3]; 2]; 3] = [[[0, 1, 1], [3, 0, 0]], [[2, 1, 0], [5, -1, 7]], [[1, 0, 1], [-2, 2, 0]]];
     let mut idx = Vec::new();
     for row in &vecs {
         for comp in 0..3 {
             for v in row {
-                idx.push(v[comp] as i32);
+                idx.push(v[comp]);
             }
         }
     }

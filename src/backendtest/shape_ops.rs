@@ -211,7 +211,7 @@ pub fn dynamic_slice_negative_starts(b: &Arc<dyn Backend>) -> CaseResult {
     need!(b, [DynamicSlice], [Int32]);
     let cases = [(-1, [3, 4]), (-2, [3, 4]), (-5, [0, 1]), (-7, [0, 1]), (10, [3, 4]), (1, [1, 2]), (0, [0, 1])];
     for (start, want) in cases {
-        let out = exec1(b, &[v(&[0i32, 1, 2, 3, 4]), sc(start as i32)], |f, p| f.dynamic_slice(p[0], &[p[1]], &[2]))?;
+        let out = exec1(b, &[v(&[0i32, 1, 2, 3, 4]), sc(start)], |f, p| f.dynamic_slice(p[0], &[p[1]], &[2]))?;
         expect(&format!("start {start}"), &out, &[2], &want)?;
     }
     Ok(())
@@ -233,7 +233,7 @@ pub fn dynamic_update_slice_clamps(b: &Arc<dyn Backend>) -> CaseResult {
     need!(b, [DynamicUpdateSlice], [Int32]);
     let cases = [(-1, [0, 1, 2, 9, 9]), (1, [0, 9, 9, 3, 4]), (10, [0, 1, 2, 9, 9]), (-5, [9, 9, 2, 3, 4])];
     for (start, want) in cases {
-        let out = exec1(b, &[v(&[0i32, 1, 2, 3, 4]), v(&[9i32, 9]), sc(start as i32)], |f, p| {
+        let out = exec1(b, &[v(&[0i32, 1, 2, 3, 4]), v(&[9i32, 9]), sc(start)], |f, p| {
             f.dynamic_update_slice(p[0], p[1], &[p[2]])
         })?;
         expect(&format!("start {start}"), &out, &[5], &want)?;

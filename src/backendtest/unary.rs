@@ -9,6 +9,7 @@ use num_complex::{Complex32, Complex64};
 use super::*;
 
 type UnFn = fn(&Function, Value) -> crate::Result<Value>;
+type Reference = (&'static str, UnFn, fn(f64) -> f64);
 
 fn un<T: TestElem>(b: &Arc<dyn Backend>, op: UnFn, x: &[T]) -> Result<Buffer, String> {
     exec1(b, &[v(x)], |f, p| op(f, p[0]))
@@ -286,7 +287,7 @@ pub fn erf_points(b: &Arc<dyn Backend>) -> CaseResult {
 pub fn transcendental_f64_against_libm(b: &Arc<dyn Backend>) -> CaseResult {
     need!(b, [Exp, Log, Sin, Cos, Tanh, Sqrt], [Float64]);
     let x = [0.1f64, 0.5, 1.3, 2.7, 7.25, 30.0];
-    let table: [(&str, UnFn, fn(f64) -> f64); 6] = [
+    let table: [Reference; 6] = [
         ("exp", Function::exp, f64::exp),
         ("log", Function::log, f64::ln),
         ("sin", Function::sin, f64::sin),

@@ -76,10 +76,10 @@ impl Shape {
 
     /// Checks the shape's own invariants: dims ≥ 0 or dynamic, dynamic axes named, names length.
     pub fn validate(&self) -> Result<()> {
-        if let Some(n) = &self.axis_names {
-            if n.len() != self.dims.len() {
-                return Err(Error::invalid("Shape", format!("{} axis names for rank {}", n.len(), self.dims.len())));
-            }
+        if let Some(n) = &self.axis_names
+            && n.len() != self.dims.len()
+        {
+            return Err(Error::invalid("Shape", format!("{} axis names for rank {}", n.len(), self.dims.len())));
         }
         for (i, &d) in self.dims.iter().enumerate() {
             if d < DYNAMIC_DIM {

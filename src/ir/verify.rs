@@ -394,6 +394,10 @@ impl Verifier<'_> {
             }
             let cd = m.func(callee);
             let cl = self.flabel(callee);
+            // Broken ids inside the callee are reported with the callee; inference would trip on them.
+            if cd.params.iter().chain(cd.outputs.iter().flatten()).any(|&v| !self.in_range(v)) {
+                callees_ok = false;
+            }
             match &node.op {
                 Op::Call { .. } => {
                     if cd.is_closure() {

@@ -108,7 +108,7 @@ impl Emit<'_, '_> {
         // e^r ≈ 1 + r + r²·P(r), P a degree-5 fit on [−ln2/2, ln2/2] (the classic Cephes expf set).
         let p5 = self.poly(
             r,
-            &[5.000_000_1e-1, 1.666_666_5e-1, 4.166_579_6e-2, 8.333_452e-3, 1.398_2e-3, 1.987_569_1e-4],
+            &[0.5, 1.666_666_5e-1, 4.166_579_6e-2, 8.333_452e-3, 1.398_2e-3, 1.987_569_1e-4],
         );
         let r2 = self.b.ins().fmul(r, r);
         let one_c = self.c(1.0);

@@ -6,6 +6,7 @@
 
 pub mod cse;
 pub mod dce;
+pub mod egraph;
 pub mod fold;
 pub mod rewrite;
 pub mod simplify;

@@ -57,7 +57,7 @@ enum Rewrite {
     /// The node's only result is this existing value.
     Value(ValueId),
     /// The node becomes this op applied to these operands (same result shape).
-    Node(Op, Vec<ValueId>),
+    Node(Box<Op>, Vec<ValueId>),
 }
 
 fn rule(m: &Module, n: NodeId) -> Option<Rewrite> {
@@ -105,7 +105,7 @@ fn rule(m: &Module, n: NodeId) -> Option<Rewrite> {
                 if composed.iter().enumerate().all(|(i, &p)| i == p) {
                     return Some(Rewrite::Value(x));
                 }
-                return Some(Rewrite::Node(Op::Transpose { perm: composed }, vec![x]));
+                return Some(Rewrite::Node(Box::new(Op::Transpose { perm: composed }), vec![x]));
             }
         }
         Op::Reshape { dims } => {
@@ -115,7 +115,7 @@ fn rule(m: &Module, n: NodeId) -> Option<Rewrite> {
             let inner = def_node(m, ins[0])?;
             if let Op::Reshape { .. } = &m.node(inner).op {
                 let x = m.node(inner).inputs[0];
-                return Some(Rewrite::Node(Op::Reshape { dims: dims.clone() }, vec![x]));
+                return Some(Rewrite::Node(Box::new(Op::Reshape { dims: dims.clone() }), vec![x]));
             }
         }
         Op::BroadcastInDim { axes, .. } if axes.iter().enumerate().all(|(i, &a)| i == a) => {
@@ -154,7 +154,7 @@ pub fn run(m: &mut Module) -> Result<bool> {
                 }
                 Some(Rewrite::Node(op, inputs)) => {
                     let node = &mut m.nodes[n.index()];
-                    node.op = op;
+                    node.op = *op;
                     node.inputs = inputs;
                     changed = true;
                 }

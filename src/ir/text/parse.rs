@@ -13,16 +13,12 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueId};
-use crate::ir::op::{
-    ALL_BINARY, ALL_COMPARE, ALL_REDUCE, ALL_UNARY, ConstData, ConvAxes, Op, PadAxis, Quantization, ReshapeDim,
-};
+use crate::ir::op::{ALL_BINARY, ALL_COMPARE, ALL_REDUCE, ALL_UNARY, ConstData, ConvAxes, Op, PadAxis};
 use crate::ir::optype::OpType;
 use crate::ir::shape::{DYNAMIC_DIM, Shape};
 use crate::ir::text::lexer::{Label, Pos, Tok, Token, tokenize};
 use crate::ir::text::literal::{AttrMap, NumKind, Val, constant_bytes, parse_hex_bytes, reshape_dim};
-use crate::ir::text::names::{
-    ACTIVATION, ARITH, ATTENTION_LAYOUT, DENSE_LAYOUT, FFT, GGML_TYPE, QUANT_SCHEME, choices, from_name,
-};
+use crate::ir::text::names::{ACTIVATION, ARITH, ATTENTION_LAYOUT, DENSE_LAYOUT, FFT};
 use crate::ir::text::print::implied_kind;
 
 /// Where the parts of a parsed module were written (1-based lines), for diagnostics.
@@ -512,7 +508,9 @@ impl Parser {
                 match self.value()? {
                     Val::Num { neg: false, kind, text, .. } => Val::Num { neg: true, kind, text, pos },
                     other => {
-                        return Err(other.pos().err(format!("expected a number after `-`, found {}", other.describe())));
+                        return Err(other
+                            .pos()
+                            .err(format!("expected a number after `-`, found {}", other.describe())));
                     }
                 }
             }
@@ -807,4 +805,3 @@ fn fmt_label(l: &Label) -> String {
         Label::Name(n) => format!("@{}", crate::ir::text::names::quote_name(n)),
     }
 }
-

@@ -239,7 +239,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
     }
     let kc_blk = match bsrc {
         BSource::Prepacked(p) => p.kc,
-        _ => round_up(blocking.kc.max(1), g),
+        _ => round_up(blocking.kc.max(1), g).min(round_up(k, g)),
     };
     let mc_blk = round_up(blocking.mc.max(1), mr).min(round_up(m, mr));
     let nc_blk = round_up(blocking.nc.max(1), nr).min(round_up(n, nr));

@@ -132,8 +132,10 @@ impl PackFrom<i8> for i32 {
     }
 }
 
-/// A zero-initialised scratch buffer of plain-old-data elements aligned to 64 bytes (so packed
-/// panels start on cache lines and full-width vector loads never split lines).
+/// A scratch buffer of plain-old-data elements aligned to 64 bytes (so packed panels start on
+/// cache lines and full-width vector loads never split lines). Storage is recycled through a
+/// per-thread pool, so repeated small products do not allocate; new storage is zeroed, recycled
+/// storage keeps stale values (every user writes a region before reading it).
 pub(crate) struct AlignedBuf<T> {
     blocks: Vec<Line>,
     len: usize,
@@ -145,14 +147,26 @@ pub(crate) struct AlignedBuf<T> {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<Vec<Line>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl<T: Copy> AlignedBuf<T> {
-    /// A buffer of `len` elements, all bits zero.
+    /// A buffer of `len` elements (zeroed when freshly allocated; see the type's docs).
     pub fn zeroed(len: usize) -> Self {
         assert!(std::mem::align_of::<T>() <= 64, "AlignedBuf: element alignment above 64");
-        let bytes = len * std::mem::size_of::<T>();
-        let mut b = AlignedBuf { blocks: Vec::new(), len, _t: std::marker::PhantomData };
-        b.blocks.resize(bytes.div_ceil(64), Line([0; 64]));
-        b
+        let lines = (len * std::mem::size_of::<T>()).div_ceil(64);
+        let mut blocks = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            match p.iter().position(|v| v.len() >= lines) {
+                Some(i) => p.swap_remove(i),
+                None => Vec::new(),
+            }
+        });
+        if blocks.len() < lines {
+            blocks.resize(lines, Line([0; 64]));
+        }
+        AlignedBuf { blocks, len, _t: std::marker::PhantomData }
     }
     pub fn len(&self) -> usize {
         self.len
@@ -162,6 +176,21 @@ impl<T: Copy> AlignedBuf<T> {
     }
     pub fn as_mut_ptr(&mut self) -> *mut T {
         self.blocks.as_mut_ptr().cast()
+    }
+}
+
+impl<T> Drop for AlignedBuf<T> {
+    fn drop(&mut self) {
+        let blocks = std::mem::take(&mut self.blocks);
+        // Small pool (a few MiB per thread at most): large or surplus buffers are freed.
+        if blocks.capacity() > 0 && blocks.len() <= (8 << 20) / 64 {
+            let _ = POOL.try_with(|p| {
+                let mut p = p.borrow_mut();
+                if p.len() < 4 {
+                    p.push(blocks);
+                }
+            });
+        }
     }
 }
 
@@ -229,19 +258,23 @@ pub(crate) unsafe fn generic_tile<T: Scalar, const MR: usize, const NR: usize>(t
 }
 
 /// Widening of a packed element to the accumulator type.
+#[cfg(test)]
 pub(crate) trait Widen<T> {
     fn widen(self) -> T;
 }
+#[cfg(test)]
 impl Widen<i32> for u8 {
     fn widen(self) -> i32 {
         self as i32
     }
 }
+#[cfg(test)]
 impl Widen<i32> for i8 {
     fn widen(self) -> i32 {
         self as i32
     }
 }
+#[cfg(test)]
 impl Widen<f32> for bf16 {
     fn widen(self) -> f32 {
         self.to_f32()
@@ -254,6 +287,7 @@ impl Widen<f32> for bf16 {
 ///
 /// # Safety
 /// See [`TileArgs`].
+#[cfg(test)]
 pub(crate) unsafe fn grouped_tile<PA, PB, T, const MR: usize, const NR: usize, const G: usize>(t: &TileArgs<PA, PB, T>)
 where
     PA: Copy + Widen<T>,
@@ -283,6 +317,7 @@ where
 }
 
 /// The scalar model of the VNNI family (same layout: 14 x 32, u8 x i8 quads, column sums).
+#[cfg(test)]
 pub(crate) static MODEL_VNNI: Family<u8, i8, i32> = Family {
     name: "model-vnni-i8-3x32",
     isa: Isa::Generic,
@@ -298,6 +333,7 @@ pub(crate) static MODEL_VNNI: Family<u8, i8, i32> = Family {
 };
 
 /// The scalar model of the AVX512-BF16 family's layout (bf16 pairs).
+#[cfg(test)]
 pub(crate) static MODEL_BF16: Family<bf16, bf16, f32> = Family {
     name: "model-bf16-3x32",
     isa: Isa::Generic,

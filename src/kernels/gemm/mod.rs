@@ -615,7 +615,8 @@ mod tests {
     fn vnni_layout_model_is_exact() {
         for &(m, n, k, kc) in &[(1, 1, 1, 4), (5, 33, 7, 4), (7, 65, 30, 8), (13, 40, 129, 12), (4, 3, 2, 0)] {
             let a: Vec<i8> = (0..m * k).map(|x| if x % 3 == 0 { -128 } else { (x % 255) as i8 }).collect();
-            let b: Vec<i8> = (0..k * n).map(|x| if x % 5 == 0 { 127 } else { -((x % 200) as i8) }).collect();
+            let b: Vec<i8> =
+                (0..k * n).map(|x| if x % 5 == 0 { 127 } else { ((x % 200) as i32 - 100) as i8 }).collect();
             let bias: Vec<i32> = (0..n as i32).collect();
             let mut c = vec![3i32; m * n];
             let args = GemmArgs::new(
@@ -656,7 +657,7 @@ mod tests {
                 n,
                 k,
                 MatRef::row_major(&a, k),
-                MatRef::col_major(&b, k).t().t(),
+                MatRef::row_major(&b, n),
                 MatMut::row_major(&mut c, n),
             )
             .options(GemmOptions {
@@ -664,7 +665,6 @@ mod tests {
                 blocking: Blocking { kc, mc: 6, nc: 64 },
                 ..Default::default()
             });
-            let args = GemmArgs { b: Rhs::Mat(MatRef::row_major(&b, n)), ..args };
             let ck = check(args).unwrap();
             execute(ck, &[&kernel::MODEL_BF16], None, None).unwrap();
             for i in 0..m {

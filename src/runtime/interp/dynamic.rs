@@ -166,12 +166,11 @@ fn reshape_dims(
     }
     let out_shape = static_out.first();
     for (j, d) in out.iter_mut().enumerate() {
-        if *d < 0 {
-            if let Some(s) = out_shape {
-                if let Ok(v) = resolve_name(name, s.axis_name(j), b) {
-                    *d = v;
-                }
-            }
+        if *d < 0
+            && let Some(s) = out_shape
+            && let Ok(v) = resolve_name(name, s.axis_name(j), b)
+        {
+            *d = v;
         }
     }
     let unknown: Vec<usize> = (0..out.len()).filter(|&j| out[j] < 0).collect();

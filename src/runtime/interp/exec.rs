@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueId};
 use crate::ir::op::{Op, ReshapeDim, UnaryOp};
+use crate::ir::optype::OpType;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 
@@ -136,9 +137,9 @@ fn internal(msg: String) -> Error {
 }
 
 /// Reads a scalar Bool tensor.
-fn scalar_bool(op: &str, what: &str, t: &Tensor) -> Result<bool> {
+fn scalar_bool(op: OpType, what: &str, t: &Tensor) -> Result<bool> {
     if t.shape.dtype != DType::Bool || t.len() != 1 {
-        return Err(Error::invalid(op, format!("{what} must be a scalar Bool, got {}", t.shape)));
+        return Err(Error::invalid(op.to_string(), format!("{what} must be a scalar Bool, got {}", t.shape)));
     }
     Ok(t.bytes()[0] != 0)
 }
@@ -226,7 +227,7 @@ impl Ctx<'_> {
         let m = &plan.module;
         let node = m.node(n);
         let np = &plan.nodes[n.index()];
-        let name = node.op.op_type().to_string();
+        let name = node.op.op_type();
         let inputs = node.inputs.iter().map(|&v| self.get(v)).collect::<Result<Vec<_>>>()?;
         // Operands dying here are released before the op runs, so `inputs` may hold the only
         // reference (which in-place ops use); values captured by a callee live until it is done.
@@ -242,8 +243,8 @@ impl Ctx<'_> {
                 let mut state = inputs;
                 loop {
                     let c = self.run_function(*cond, state.clone())?;
-                    let go = c.first().ok_or_else(|| Error::invalid(&name, "condition returned nothing"))?;
-                    if !scalar_bool(&name, "the condition's result", go)? {
+                    let go = c.first().ok_or_else(|| Error::invalid(name.to_string(), "condition returned nothing"))?;
+                    if !scalar_bool(name, "the condition's result", go)? {
                         break;
                     }
                     state = self.run_function(*body, state)?;
@@ -251,56 +252,56 @@ impl Ctx<'_> {
                 state
             }
             Op::If { then_branch, else_branch } => {
-                let pred = inputs.first().ok_or_else(|| Error::invalid(&name, "missing operand pred"))?;
-                let branch = if scalar_bool(&name, "pred", pred)? { *then_branch } else { *else_branch };
+                let pred = inputs.first().ok_or_else(|| Error::invalid(name.to_string(), "missing operand pred"))?;
+                let branch = if scalar_bool(name, "pred", pred)? { *then_branch } else { *else_branch };
                 self.run_function(branch, vec![])?
             }
             Op::Sort { comparator, axis, .. } => super::sort::sort(*comparator, *axis, &inputs, |c, args| {
                 let r = self.run_function(c, args)?;
-                let r = r.first().ok_or_else(|| Error::invalid("Sort", "comparator returned nothing"))?;
-                scalar_bool("Sort", "the comparator's result", r)
+                let r =
+                    r.first().ok_or_else(|| Error::invalid(OpType::Sort.to_string(), "comparator returned nothing"))?;
+                scalar_bool(OpType::Sort, "the comparator's result", r)
             })?,
             Op::OptimizationBarrier | Op::Unary(UnaryOp::Identity) => inputs,
             Op::SchedulingBarrier => {
-                vec![inputs.into_iter().next().ok_or_else(|| Error::invalid(&name, "missing operand"))?]
+                vec![inputs.into_iter().next().ok_or_else(|| Error::invalid(name.to_string(), "missing operand"))?]
             }
             Op::AllReduce { replica_groups, .. } => {
                 // One device: a group of one member reduces over itself.
                 if let Some(g) = replica_groups.iter().find(|g| g.len() > 1) {
                     return Err(Error::not_implemented(
-                        &name,
+                        name.to_string(),
                         format!("replica group {g:?} spans several devices; interp has 1 device"),
                     ));
                 }
                 inputs
             }
             Op::DynamicShape => {
-                let x = inputs.first().ok_or_else(|| Error::invalid(&name, "missing operand x"))?;
+                let x = inputs.first().ok_or_else(|| Error::invalid(name.to_string(), "missing operand x"))?;
                 let dims: Vec<i32> = x.shape.dims.iter().map(|&d| d as i32).collect();
                 vec![Tensor::from_vec(Shape::new(DType::Int32, &[dims.len() as i64]), &dims)?]
             }
             Op::DynamicDimensionSize { axis } => {
-                let x = inputs.first().ok_or_else(|| Error::invalid(&name, "missing operand x"))?;
+                let x = inputs.first().ok_or_else(|| Error::invalid(name.to_string(), "missing operand x"))?;
                 let d = *x.shape.dims.get(*axis).ok_or_else(|| {
-                    Error::invalid(&name, format!("axis {axis} out of range for operand {}", x.shape))
+                    Error::invalid(name.to_string(), format!("axis {axis} out of range for operand {}", x.shape))
                 })?;
                 vec![Tensor::from_vec(Shape::scalar(DType::Int32), &[d as i32])?]
             }
-            Op::DynamicReshape { specs } => vec![self.dynamic_reshape(&name, specs, inputs)?],
+            Op::DynamicReshape { specs } => vec![self.dynamic_reshape(&name.to_string(), specs, inputs)?],
             Op::Reshape { dims } => {
-                let x = inputs.into_iter().next().ok_or_else(|| Error::invalid(&name, "missing operand x"))?;
+                let x =
+                    inputs.into_iter().next().ok_or_else(|| Error::invalid(name.to_string(), "missing operand x"))?;
                 let static_in: Vec<&Shape> = node.inputs.iter().map(|&v| m.shape(v)).collect();
                 let static_out: Vec<&Shape> = node.outputs.iter().map(|&v| m.shape(v)).collect();
                 let op =
                     dynamic::resolve_op(&node.op, &static_in, std::slice::from_ref(&x), &static_out, &self.bindings)?;
-                let dims = match op.as_ref() {
-                    Op::Reshape { dims } => dims.clone(),
-                    _ => dims.clone(),
-                };
-                vec![reshape(&name, x, &dims)?]
+                // `resolve_op` keeps the op kind; only the dims may change.
+                let dims = if let Op::Reshape { dims } = op.as_ref() { dims.clone() } else { dims.clone() };
+                vec![reshape(&name.to_string(), x, &dims)?]
             }
             Op::DynamicUpdateSlice => {
-                super::inplace::dynamic_update_slice(&name, inputs, |inputs| self.kernel(node, np, inputs))?
+                super::inplace::dynamic_update_slice(&name.to_string(), inputs, |inputs| self.kernel(node, np, inputs))?
             }
             _ => self.kernel(node, np, &inputs)?,
         };

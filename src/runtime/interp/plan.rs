@@ -188,11 +188,11 @@ impl Plan {
             let mut drops_after = vec![Vec::new(); fd.body.len()];
             for (i, slot) in last.iter().enumerate() {
                 let v = ValueId(i as u32);
-                if let Some((pos, captured)) = *slot {
-                    if !outputs.contains(&v) {
-                        let list = if captured { &mut drops_after } else { &mut drops_before };
-                        list[pos].push(v);
-                    }
+                if let Some((pos, captured)) = *slot
+                    && !outputs.contains(&v)
+                {
+                    let list = if captured { &mut drops_after } else { &mut drops_before };
+                    list[pos].push(v);
                 }
             }
             let param_used = fd.params.iter().map(|&p| used(p, &last)).collect();

@@ -6,7 +6,7 @@
 
 use egg::Id;
 
-use super::{Rule, approx, binary, binary_comm, emit, perms3, product3, same, same_shape, splat, splat_is, unary};
+use super::{Rule, binary, binary_comm, emit, perms3, product3, same, same_shape, splat, splat_is, unary};
 use crate::ir::op::{BinaryOp, Op, UnaryOp};
 use crate::passes::egraph::analysis::EG;
 use crate::passes::egraph::lang::TNode;
@@ -110,6 +110,7 @@ fn gelu_tanh(eg: &EG, id: Id) -> Vec<TNode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::passes::egraph::rules::approx;
 
     #[test]
     fn constants() {

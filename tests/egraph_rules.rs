@@ -1,0 +1,405 @@
+//! Tests of the egg fusion pass (`passes::egraph`).
+//!
+//! - Filetests: each `tests/filetests/egraph/NAME.tjir` is parsed and verified, the pass runs,
+//!   the result is verified and printed; the text must satisfy the file's directives
+//!   (`; check: TEXT` present, `; not: TEXT` absent, `; count: TEXT N` exactly N times) and equal
+//!   `NAME.expected` (rewritten when `TENSORJIT_BLESS=1`).
+//! - Differential tests: the module before and after the pass, run on "interp" with the same
+//!   inputs, agree within 1e-5.
+//! - The pass time on a 12-layer BERT-like encoder (hidden 768, 12 heads, sequence 128).
+//!
+//! Run: `cargo test --test egraph_rules` (timing figure: add `--release -- --nocapture bert`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tensorjit::api::DotConfig;
+use tensorjit::ir::text::{parse_module, print_module};
+use tensorjit::ir::verify::verify;
+use tensorjit::ir::{DType, Module, Shape};
+use tensorjit::passes::egraph::{EggConfig, EggReport, run};
+use tensorjit::{Backend, Buffer};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/filetests/egraph")
+}
+
+fn load(name: &str) -> (String, Module) {
+    let path = dir().join(format!("{name}.tjir"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let m = parse_module(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    verify(&m).unwrap_or_else(|e| panic!("{name}: input does not verify: {e}"));
+    (text, m)
+}
+
+/// Runs the pass on a filetest, checks directives, verification and the expected text.
+fn filetest(name: &str) -> (Module, Module, EggReport) {
+    let (text, before) = load(name);
+    let mut after = before.clone();
+    let report = run(&mut after, &EggConfig::default()).unwrap_or_else(|e| panic!("{name}: pass failed: {e}"));
+    verify(&after).unwrap_or_else(|e| panic!("{name}: output does not verify: {e}\n{}", print_module(&after)));
+    let printed = print_module(&after);
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(want) = line.strip_prefix("; check:") {
+            assert!(printed.contains(want.trim()), "{name}: missing `{}` in\n{printed}\n{report}", want.trim());
+        } else if let Some(bad) = line.strip_prefix("; not:") {
+            assert!(!printed.contains(bad.trim()), "{name}: unexpected `{}` in\n{printed}\n{report}", bad.trim());
+        } else if let Some(spec) = line.strip_prefix("; count:") {
+            let (what, n) = spec.trim().rsplit_once(' ').expect("count: TEXT N");
+            let n: usize = n.parse().expect("count: TEXT N");
+            assert_eq!(printed.matches(what).count(), n, "{name}: count of `{what}` in\n{printed}");
+        }
+    }
+    let expected = dir().join(format!("{name}.expected"));
+    if std::env::var("TENSORJIT_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(&expected, &printed).expect("write expected");
+    } else {
+        let want = std::fs::read_to_string(&expected)
+            .unwrap_or_else(|e| panic!("{}: {e} (run with TENSORJIT_BLESS=1)", expected.display()));
+        assert_eq!(printed, want, "{name}: output differs from {}", expected.display());
+    }
+    (before, after, report)
+}
+
+macro_rules! filetests {
+    ($($name:ident => [$($rule:literal),*];)*) => {
+        $(
+            #[test]
+            fn $name() {
+                let (_, _, report) = filetest(stringify!($name));
+                let _ = &report;
+                $( assert!(report.fired($rule) > 0, "{}: rule {} did not fire\n{report}", stringify!($name), $rule); )*
+            }
+        )*
+        const FILETESTS: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+filetests! {
+    softmax_max_subtracted => ["softmax-max-subtracted", "restore-broadcast"];
+    softmax_plain_keepdims => ["softmax-plain", "restore-keepdims-reshape"];
+    softmax_near_miss_restored_axis => [];
+    softmax_near_miss_max_axis => ["softmax-plain"];
+    gelu_erf => ["gelu-erf"];
+    gelu_erf_div => ["gelu-erf"];
+    gelu_tanh => ["gelu-tanh"];
+    gelu_near_miss_constants => [];
+    layernorm_two_pass_affine => ["mean-sum-times-reciprocal", "layernorm-core", "layernorm-gamma", "layernorm-beta"];
+    layernorm_ex2_keepdims => ["mean-sum-div-count", "square-pow", "layernorm-core"];
+    layernorm_recip_sqrt_beta => ["inv-sqrt-reciprocal", "layernorm-core", "layernorm-beta"];
+    layernorm_near_miss_axes => [];
+    layernorm_near_miss_eps => [];
+    layernorm_near_miss_count => ["layernorm-core"];
+    dense_bias_relu => ["dense-matmul", "dense-bias", "dense-relu"];
+    dense_transposed_gelu => ["dense-matmul", "dense-bias", "gelu-erf", "dense-gelu"];
+    dense_activations => ["dense-tanh", "dense-silu", "dense-hard-swish"];
+    dense_near_miss_bias_shape => ["dense-matmul"];
+    dense_near_miss_axis => [];
+    attention_bhsd => ["softmax-max-subtracted", "sdpa"];
+    attention_bshd_additive_mask => ["sdpa"];
+    attention_bool_mask_kt => ["sdpa"];
+    attention_causal_iota => ["sdpa"];
+    attention_causal_const => ["sdpa"];
+    attention_near_miss_softmax_axis => ["softmax-max-subtracted"];
+    attention_near_miss_v_axis => ["softmax-plain"];
+}
+
+/// Near misses must not fire the rule they nearly match.
+#[test]
+fn near_misses_do_not_fire() {
+    for (name, rules) in [
+        ("softmax_near_miss_restored_axis", &["softmax-max-subtracted", "softmax-plain"][..]),
+        ("gelu_near_miss_constants", &["gelu-erf", "gelu-tanh"]),
+        ("layernorm_near_miss_axes", &["layernorm-core"]),
+        ("layernorm_near_miss_eps", &["layernorm-core"]),
+        ("layernorm_near_miss_count", &["layernorm-gamma"]),
+        ("dense_near_miss_bias_shape", &["dense-bias"]),
+        ("dense_near_miss_axis", &["dense-matmul", "dense-bias"]),
+        ("attention_near_miss_softmax_axis", &["sdpa"]),
+        ("attention_near_miss_v_axis", &["sdpa"]),
+    ] {
+        let (_, m) = load(name);
+        let mut after = m.clone();
+        let report = run(&mut after, &EggConfig::default()).expect("pass runs");
+        for r in rules {
+            assert_eq!(report.fired(r), 0, "{name}: rule {r} fired\n{report}");
+        }
+    }
+}
+
+/// Every `.tjir` in the directory has a test above.
+#[test]
+fn every_filetest_is_listed() {
+    let mut found: Vec<String> = std::fs::read_dir(dir())
+        .expect("filetest dir")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".tjir")).map(str::to_string))
+        .collect();
+    found.sort();
+    let mut listed: Vec<String> = FILETESTS.iter().map(|s| s.to_string()).collect();
+    listed.sort();
+    assert_eq!(found, listed);
+}
+
+/// The report shows every stage with its statistics and stop reason.
+#[test]
+fn report_lists_stages_and_stop_reasons() {
+    let (_, mut m) = load("attention_bhsd");
+    let report = run(&mut m, &EggConfig::default()).expect("pass runs");
+    let text = report.to_string();
+    for stage in ["main/normalize", "main/gelu-softmax-layernorm", "main/dense-attention"] {
+        assert!(text.contains(stage), "{text}");
+    }
+    assert!(text.contains("stop: Saturated"), "{text}");
+    assert!(text.contains("sdpa ×"), "{text}");
+    assert_eq!(report.fused_ops.get("fused_scaled_dot_product_attention"), Some(&1), "{text}");
+    assert!(report.changed());
+}
+
+/// A tiny iteration limit stops a stage early and says so; the module stays valid.
+#[test]
+fn limits_are_reported() {
+    let (_, mut m) = load("layernorm_two_pass_affine");
+    let cfg = EggConfig { iter_limit: 1, ..EggConfig::default() };
+    let report = run(&mut m, &cfg).expect("pass runs");
+    assert!(report.stages.iter().any(|s| s.stop_reason.contains("IterationLimit")), "{report}");
+    verify(&m).expect("valid after a limited run");
+}
+
+/// A module without anything to fuse is left exactly as it was.
+#[test]
+fn nothing_to_fuse_leaves_module_unchanged() {
+    let text = "module @plain\n\nfunc @main(%0 \"x\": f32[2,3]) {\n  %1 = exp %0 : f32[2,3]\n  %2 = add %1, %0 : f32[2,3]\n  return %2\n}\n";
+    let mut m = parse_module(text).expect("parses");
+    let report = run(&mut m, &EggConfig::default()).expect("pass runs");
+    assert!(!report.changed());
+    assert_eq!(print_module(&m), text);
+}
+
+/// Values captured by a closure and operands of control flow survive the rewrite.
+#[test]
+fn closures_and_opaque_nodes_are_kept() {
+    let text = r#"module @cf
+
+func @main(%0 "x": f32[2,4], %1 "p": bool[]) {
+  %2 = exp %0 : f32[2,4]
+  %3 = reduce_sum %2, axes=[1] : f32[2]
+  %4 = broadcast_in_dim %3, shape=f32[2,4], axes=[0] : f32[2,4]
+  %5 = div %2, %4 : f32[2,4]
+  %6 = if %1, then_branch=@1, else_branch=@2 : f32[2,4]
+  %7 = add %6, %5 : f32[2,4]
+  return %7
+}
+
+closure @1() parent=@main {
+  %8 = exp %5 : f32[2,4]
+  return %8
+}
+
+closure @2() parent=@main {
+  return %2
+}
+"#;
+    let mut m = parse_module(text).expect("parses");
+    verify(&m).expect("input verifies");
+    let report = run(&mut m, &EggConfig::default()).expect("pass runs");
+    verify(&m).unwrap_or_else(|e| panic!("{e}\n{}", print_module(&m)));
+    let printed = print_module(&m);
+    assert!(printed.contains("fused_softmax"), "{printed}\n{report}");
+    assert!(printed.contains("if "), "{printed}");
+}
+
+// ---- differential tests on "interp" ---------------------------------------------------
+
+fn interp() -> Arc<dyn Backend> {
+    tensorjit::new_with_config("interp").expect("interp is registered")
+}
+
+/// Deterministic pseudo-random inputs for the given shapes (floats in [-2, 2); Bool masks true
+/// on the diagonal of the last two axes so that no attention row is fully masked).
+fn inputs(shapes: &[Shape], seed: u64) -> Vec<Buffer> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 33) as f64) / ((1u64 << 31) as f64)
+    };
+    shapes
+        .iter()
+        .map(|s| {
+            let dims: Vec<usize> = s.dims.iter().map(|&d| d as usize).collect();
+            let n: usize = dims.iter().product();
+            match s.dtype {
+                DType::Float32 => {
+                    let v: Vec<f32> = (0..n).map(|_| (next() * 4.0 - 2.0) as f32).collect();
+                    Buffer::from_slice(&v, &dims).expect("buffer")
+                }
+                DType::Bool => {
+                    let r = dims.len();
+                    let (rows, cols) = (dims[r - 2], dims[r - 1]);
+                    let v: Vec<bool> = (0..n).map(|i| ((i / cols) % rows == i % cols) || next() < 0.6).collect();
+                    Buffer::from_slice(&v, &dims).expect("buffer")
+                }
+                d => panic!("no generator for {d}"),
+            }
+        })
+        .collect()
+}
+
+fn differential(name: &str) {
+    let (before, after, _) = filetest(name);
+    let b = interp();
+    let shapes = before.param_shapes(before.main);
+    let ins = inputs(&shapes, 7);
+    let refs: Vec<&Buffer> = ins.iter().collect();
+    let want = b.compile(before).expect("compile before").execute(&refs, &[]).expect("run before");
+    let got = b.compile(after).expect("compile after").execute(&refs, &[]).expect("run after");
+    assert_eq!(want.len(), got.len());
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        let (w, g) = (w.to_vec::<f32>().expect("f32"), g.to_vec::<f32>().expect("f32"));
+        for (j, (a, b)) in w.iter().zip(&g).enumerate() {
+            assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "{name}: output {i}[{j}]: unfused {a}, fused {b}");
+        }
+    }
+}
+
+#[test]
+fn differential_softmax() {
+    differential("softmax_max_subtracted");
+    differential("softmax_plain_keepdims");
+}
+
+#[test]
+fn differential_gelu() {
+    differential("gelu_erf");
+    differential("gelu_tanh");
+}
+
+#[test]
+fn differential_layernorm() {
+    differential("layernorm_two_pass_affine");
+    differential("layernorm_ex2_keepdims");
+    differential("layernorm_recip_sqrt_beta");
+}
+
+#[test]
+fn differential_dense() {
+    differential("dense_bias_relu");
+    differential("dense_transposed_gelu");
+    differential("dense_activations");
+}
+
+#[test]
+fn differential_attention() {
+    differential("attention_bhsd");
+    differential("attention_bshd_additive_mask");
+    differential("attention_bool_mask_kt");
+    differential("attention_causal_iota");
+    differential("attention_causal_const");
+}
+
+// ---- 12-layer BERT-like encoder ---------------------------------------------------------
+
+/// Builds a BERT-like encoder from standard ops only: per layer Q/K/V/O projections with bias,
+/// attention (BHSD after reshape+transpose, scores scaled by 1/8, max-subtracted softmax),
+/// residual + LayerNorm, FFN 768→3072 (exact GELU) →768, residual + LayerNorm.
+fn bert(layers: usize, seq: i64, hidden: i64, heads: i64) -> Module {
+    let bld = interp().builder("bert");
+    let f = bld.main();
+    let ff = 4 * hidden;
+    let hd = hidden / heads;
+    let s = |dims: &[i64]| Shape::new(DType::Float32, dims);
+    let mut x = f.parameter("x", s(&[1, seq, hidden])).unwrap();
+    let dense = |x, w, b, n: i64| {
+        let y = f.dot_general(x, &[2], &[], w, &[0], &[], DotConfig::default()).unwrap();
+        let bb = f.broadcast_in_dim(b, &s(&[1, seq, n]), &[2]).unwrap();
+        f.add(y, bb).unwrap()
+    };
+    let layer_norm = |x, g, b| {
+        let full = s(&[1, seq, hidden]);
+        let inv_n = f.scalar(1.0f32 / hidden as f32).unwrap();
+        let mean = f.mul(f.reduce_sum(x, &[2]).unwrap(), inv_n).unwrap();
+        let d = f.sub(x, f.broadcast_in_dim(mean, &full, &[0, 1]).unwrap()).unwrap();
+        let var = f.mul(f.reduce_sum(f.mul(d, d).unwrap(), &[2]).unwrap(), inv_n).unwrap();
+        let eps = f.scalar(1e-12f32).unwrap();
+        let r = f.rsqrt(f.add(var, eps).unwrap()).unwrap();
+        let n = f.mul(d, f.broadcast_in_dim(r, &full, &[0, 1]).unwrap()).unwrap();
+        let n = f.mul(n, f.broadcast_in_dim(g, &full, &[2]).unwrap()).unwrap();
+        f.add(n, f.broadcast_in_dim(b, &full, &[2]).unwrap()).unwrap()
+    };
+    let heads_of = |y| {
+        let r = f.reshape(y, &[1, seq, heads, hd]).unwrap();
+        f.transpose(r, &[0, 2, 1, 3]).unwrap()
+    };
+    for l in 0..layers {
+        let p = |name: &str, dims: &[i64]| f.parameter(&format!("l{l}.{name}"), s(dims)).unwrap();
+        let (wq, bq, wk, bk, wv, bv) = (
+            p("wq", &[hidden, hidden]),
+            p("bq", &[hidden]),
+            p("wk", &[hidden, hidden]),
+            p("bk", &[hidden]),
+            p("wv", &[hidden, hidden]),
+            p("bv", &[hidden]),
+        );
+        let (wo, bo, g1, b1) = (p("wo", &[hidden, hidden]), p("bo", &[hidden]), p("g1", &[hidden]), p("b1", &[hidden]));
+        let (w1, c1, w2, c2) = (p("w1", &[hidden, ff]), p("c1", &[ff]), p("w2", &[ff, hidden]), p("c2", &[hidden]));
+        let (g2, b2) = (p("g2", &[hidden]), p("b2", &[hidden]));
+        let q = heads_of(dense(x, wq, bq, hidden));
+        let k = heads_of(dense(x, wk, bk, hidden));
+        let v = heads_of(dense(x, wv, bv, hidden));
+        let scores = f.dot_general(q, &[3], &[0, 1], k, &[3], &[0, 1], DotConfig::default()).unwrap();
+        let scores = f.mul(scores, f.scalar(1.0f32 / (hd as f32).sqrt()).unwrap()).unwrap();
+        let sshape = s(&[1, heads, seq, seq]);
+        let mx = f.broadcast_in_dim(f.reduce_max(scores, &[3]).unwrap(), &sshape, &[0, 1, 2]).unwrap();
+        let e = f.exp(f.sub(scores, mx).unwrap()).unwrap();
+        let sum = f.broadcast_in_dim(f.reduce_sum(e, &[3]).unwrap(), &sshape, &[0, 1, 2]).unwrap();
+        let probs = f.div(e, sum).unwrap();
+        let ctx = f.dot_general(probs, &[3], &[0, 1], v, &[2], &[0, 1], DotConfig::default()).unwrap();
+        let ctx = f.reshape(f.transpose(ctx, &[0, 2, 1, 3]).unwrap(), &[1, seq, hidden]).unwrap();
+        let attn = dense(ctx, wo, bo, hidden);
+        let h = layer_norm(f.add(x, attn).unwrap(), g1, b1);
+        let u = dense(h, w1, c1, ff);
+        let c = f.scalar(std::f32::consts::FRAC_1_SQRT_2).unwrap();
+        let erf = f.erf(f.mul(u, c).unwrap()).unwrap();
+        let t = f.add(erf, f.scalar(1.0f32).unwrap()).unwrap();
+        let gelu = f.mul(f.mul(u, f.scalar(0.5f32).unwrap()).unwrap(), t).unwrap();
+        let out = dense(gelu, w2, c2, hidden);
+        x = layer_norm(f.add(h, out).unwrap(), g2, b2);
+    }
+    f.return_(&[x]).unwrap();
+    bld.module()
+}
+
+#[test]
+fn bert_12_layers_fuses_and_is_fast() {
+    let m = bert(12, 128, 768, 12);
+    verify(&m).expect("bert verifies");
+    let nodes_before: usize = m.func(m.main).body.len();
+    let mut best = f64::INFINITY;
+    let mut fused = m.clone();
+    let mut last = None;
+    for _ in 0..3 {
+        fused = m.clone();
+        let t = Instant::now();
+        let report = run(&mut fused, &EggConfig::default()).expect("pass runs");
+        best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        last = Some(report);
+    }
+    let report = last.expect("ran");
+    verify(&fused).unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    println!(
+        "egg pass on 12-layer BERT-like graph ({} nodes → {}): best of 3 = {best:.1} ms",
+        nodes_before,
+        fused.func(fused.main).body.len()
+    );
+    let count = |k: &str| report.fused_ops.get(k).copied().unwrap_or(0);
+    assert_eq!(count("fused_scaled_dot_product_attention"), 12, "{report}");
+    assert_eq!(count("fused_layer_norm"), 24, "{report}");
+    assert_eq!(count("fused_dense"), 72, "{report}");
+    let printed = print_module(&fused);
+    assert_eq!(printed.matches("activation=gelu").count(), 12);
+    assert_eq!(printed.matches("has_gamma=true, has_beta=true").count(), 24);
+    assert!(!printed.contains("exp "), "no decomposed softmax left");
+}
