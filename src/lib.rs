@@ -24,5 +24,8 @@ pub use ir::{DType, Element, OpType, Shape};
 
 /// The backends compiled into the crate, registered at first use of the registry.
 fn builtin_backends() -> Vec<(String, api::registry::Constructor)> {
-    vec![(runtime::interp::NAME.to_string(), runtime::interp::InterpBackend::constructor as api::registry::Constructor)]
+    vec![
+        (runtime::interp::NAME.to_string(), runtime::interp::InterpBackend::constructor as api::registry::Constructor),
+        (runtime::jit::NAME.to_string(), runtime::jit::JitBackend::constructor as api::registry::Constructor),
+    ]
 }

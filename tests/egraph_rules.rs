@@ -89,12 +89,14 @@ filetests! {
     layernorm_two_pass_affine => ["mean-sum-times-reciprocal", "layernorm-core", "layernorm-gamma", "layernorm-beta"];
     layernorm_ex2_keepdims => ["mean-sum-div-count", "square-pow", "layernorm-core"];
     layernorm_recip_sqrt_beta => ["inv-sqrt-reciprocal", "layernorm-core", "layernorm-beta"];
+    layernorm_flax_clamped_var => ["restore-keepdims-broadcast", "layernorm-core", "layernorm-gamma"];
     layernorm_near_miss_axes => [];
     layernorm_near_miss_eps => [];
     layernorm_near_miss_count => ["layernorm-core"];
     dense_bias_relu => ["dense-matmul", "dense-bias", "dense-relu"];
     dense_transposed_gelu => ["dense-matmul", "dense-bias", "gelu-erf", "dense-gelu"];
     dense_activations => ["dense-tanh", "dense-silu", "dense-hard-swish"];
+    dense_transposed_weight_node => ["dense-matmul", "dense-bias"];
     dense_near_miss_bias_shape => ["dense-matmul"];
     dense_near_miss_axis => [];
     attention_bhsd => ["softmax-max-subtracted", "sdpa"];
@@ -281,6 +283,7 @@ fn differential_layernorm() {
     differential("layernorm_two_pass_affine");
     differential("layernorm_ex2_keepdims");
     differential("layernorm_recip_sqrt_beta");
+    differential("layernorm_flax_clamped_var");
 }
 
 #[test]
@@ -288,6 +291,7 @@ fn differential_dense() {
     differential("dense_bias_relu");
     differential("dense_transposed_gelu");
     differential("dense_activations");
+    differential("dense_transposed_weight_node");
 }
 
 #[test]

@@ -618,7 +618,9 @@ fn env_overrides_force_lower_isa() {
     }
     for (vars, want) in cases {
         // Under cross-testing the binary runs through cargo's runner (e.g. qemu-aarch64).
-        let runner = std::env::var("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER").ok().filter(|_| cfg!(target_arch = "aarch64"));
+        let runner = std::env::var("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER")
+            .ok()
+            .filter(|_| cfg!(target_arch = "aarch64"));
         let mut cmd = match &runner {
             Some(r) => {
                 let mut c = std::process::Command::new(r);

@@ -31,7 +31,10 @@ pub fn run(m: &mut Module) -> Result<bool> {
             let mut inputs = node.inputs.clone();
             if let Op::Binary(b) = &node.op {
                 use crate::ir::op::BinaryOp::*;
-                if matches!(b, Add | Mul | Max | Min | BitwiseAnd | BitwiseOr | BitwiseXor | LogicalAnd | LogicalOr | LogicalXor) {
+                if matches!(
+                    b,
+                    Add | Mul | Max | Min | BitwiseAnd | BitwiseOr | BitwiseXor | LogicalAnd | LogicalOr | LogicalXor
+                ) {
                     inputs.sort();
                 }
             }

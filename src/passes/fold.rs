@@ -62,7 +62,9 @@ pub fn run(m: &mut Module) -> Result<bool> {
             let mut inputs = Vec::with_capacity(node.inputs.len());
             for &i in &node.inputs {
                 match constant_bytes(m, i) {
-                    Some(b) => inputs.push(Tensor { shape: m.shape(i).clone(), data: Arc::new(AlignedBytes::from_bytes(b)) }),
+                    Some(b) => {
+                        inputs.push(Tensor { shape: m.shape(i).clone(), data: Arc::new(AlignedBytes::from_bytes(b)) })
+                    }
                     None => break,
                 }
             }
@@ -74,7 +76,12 @@ pub fn run(m: &mut Module) -> Result<bool> {
             // Insert the constants where the folded node was, then drop it.
             let at = pos - 1;
             for (k, (out, t)) in node.outputs.iter().zip(results).enumerate() {
-                let c = m.add_node(func, Op::Constant(ConstData(Arc::new(t.bytes().to_vec()))), vec![], vec![out_shapes[k].clone()]);
+                let c = m.add_node(
+                    func,
+                    Op::Constant(ConstData(Arc::new(t.bytes().to_vec()))),
+                    vec![],
+                    vec![out_shapes[k].clone()],
+                );
                 move_last_to(m, func, at + k);
                 let new_v = m.node(c).outputs[0];
                 replace_all_uses(m, *out, new_v);

@@ -3,3 +3,4 @@
 pub mod aligned;
 pub mod cli_run;
 pub mod interp;
+pub mod jit;

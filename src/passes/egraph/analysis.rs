@@ -69,9 +69,9 @@ impl Analysis<TNode> for TAnalysis {
             TNode::Internal(..) => Facts { shape: None, splat: None, leaf: None },
             TNode::Op(key, children) => {
                 let shapes: Option<Vec<&Shape>> = children.iter().map(|&c| egraph[c].data.shape.as_ref()).collect();
-                let shape = shapes.and_then(|s| infer_shapes(&egraph.analysis.scratch, key.op(), &s).ok()).and_then(
-                    |mut v| if v.len() == 1 { v.pop() } else { None },
-                );
+                let shape = shapes
+                    .and_then(|s| infer_shapes(&egraph.analysis.scratch, key.op(), &s).ok())
+                    .and_then(|mut v| if v.len() == 1 { v.pop() } else { None });
                 let child_splat = children.first().and_then(|&c| egraph[c].data.splat);
                 let splat = match key.op() {
                     Op::BroadcastInDim { .. } | Op::Reshape { .. } | Op::Transpose { .. } => child_splat,

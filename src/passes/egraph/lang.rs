@@ -15,6 +15,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use egg::{Id, Language};
 use smallvec::SmallVec;
@@ -29,7 +30,7 @@ pub type Children = SmallVec<[Id; 3]>;
 /// form). Never holds a `Constant` (constants are leaves, so their data is not re-hashed).
 #[derive(Clone)]
 pub struct OpKey {
-    op: Op,
+    op: Arc<Op>,
     key: Box<str>,
 }
 
@@ -37,7 +38,7 @@ impl OpKey {
     /// Wraps `op`, computing its key.
     pub fn new(op: Op) -> OpKey {
         let key = format!("{op:?}").into_boxed_str();
-        OpKey { op, key }
+        OpKey { op: Arc::new(op), key }
     }
 
     /// The IR op.

@@ -7,7 +7,7 @@
 //!    closure-free op becomes an e-node holding the op with its attributes; parameters,
 //!    constants, values captured from enclosing functions and outputs of opaque nodes
 //!    (control flow, multi-result ops, barriers) become leaves carrying their shape (and, for
-//!    constants, their data) in the [analysis](analysis).
+//!    constants, their data) in the [`analysis`].
 //! 2. **Saturate** stage by stage ([`rules::stage_rules`]): normalisations (mean, broadcast back
 //!    of a reduction, square, inverse square root), then GELU/softmax/LayerNorm, then dense and
 //!    attention. Each stage is an egg `Runner` with the node, iteration and time limits of
@@ -191,10 +191,7 @@ fn is_fused(op: &Op) -> bool {
 fn modeled(op: &Op, outputs: usize) -> bool {
     outputs == 1
         && op.callees().is_empty()
-        && !matches!(
-            op,
-            Op::Constant(_) | Op::OptimizationBarrier | Op::SchedulingBarrier | Op::RngBitGenerator { .. }
-        )
+        && !matches!(op, Op::Constant(_) | Op::OptimizationBarrier | Op::SchedulingBarrier | Op::RngBitGenerator { .. })
 }
 
 /// Runs the fusion pass on every function of `m`, rewriting bodies in place.
@@ -221,7 +218,10 @@ fn check_ranges(m: &Module) -> Result<()> {
                 return Err(Error::invalid("egraph", format!("function f{fi}: body entry {n} is out of range")));
             };
             if let Some(v) = node.inputs.iter().chain(&node.outputs).find(|v| v.index() >= m.values.len()) {
-                return Err(Error::invalid("egraph", format!("function f{fi}: node {n} refers to value {v}, out of range")));
+                return Err(Error::invalid(
+                    "egraph",
+                    format!("function f{fi}: node {n} refers to value {v}, out of range"),
+                ));
             }
         }
         if let Some(v) = f.outputs.iter().flatten().chain(&f.params).find(|v| v.index() >= m.values.len()) {
@@ -385,7 +385,9 @@ impl Rebuild<'_> {
             TNode::Op(key, ch) => {
                 let inputs: Vec<ValueId> = ch.iter().map(|&x| self.val[&self.eg.find(x)]).collect();
                 let reuse = self.orig.get(&c).into_iter().flatten().copied().find(|&n0| {
-                    !self.placed.contains(&n0) && m.nodes[n0.index()].op == *key.op() && m.nodes[n0.index()].inputs == inputs
+                    !self.placed.contains(&n0)
+                        && m.nodes[n0.index()].op == *key.op()
+                        && m.nodes[n0.index()].inputs == inputs
                 });
                 if let Some(n0) = reuse {
                     self.placed.insert(n0);
@@ -469,7 +471,8 @@ fn rewrite_function(m: &mut Module, f: FuncId, cfg: &EggConfig, external: &[bool
         acc
     });
     let old_body = std::mem::take(&mut m.func_mut(f).body);
-    let mut rb = Rebuild { f, eg: &eg, ex: &ex, orig, val: HashMap::new(), placed: HashSet::new(), opaque_done: HashSet::new() };
+    let mut rb =
+        Rebuild { f, eg: &eg, ex: &ex, orig, val: HashMap::new(), placed: HashSet::new(), opaque_done: HashSet::new() };
     let mut opaque_inputs: Vec<(NodeId, Vec<ValueId>)> = vec![];
     let mut root_map: Vec<(ValueId, ValueId)> = vec![];
     let mut result: std::result::Result<(), String> = Ok(());

@@ -110,7 +110,9 @@ fn qk_scores(eg: &EG, id: Id) -> Vec<Scores> {
                             continue;
                         }
                         for (k, fk2) in peel_scale(eg, k2) {
-                            if shape(eg, k).is_some_and(|s| s.rank() == 4) && shape(eg, q).is_some_and(|s| s.rank() == 4) {
+                            if shape(eg, k).is_some_and(|s| s.rank() == 4)
+                                && shape(eg, q).is_some_and(|s| s.rank() == 4)
+                            {
                                 out.push(Scores { q, k, layout, scale: f0 * fq * fk1 * fk2 });
                             }
                         }

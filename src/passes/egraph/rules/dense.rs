@@ -26,7 +26,8 @@ pub fn rules() -> Vec<Rule> {
 }
 
 /// `DotGeneral(x, w, lhs_contracting=[rank(x)−1], rhs_contracting=[0] | [rank(w)−1], no batch
-/// axes) = FusedDense{layout}(x, w)`. Guards: x's contracted axis is its last; w has rank ≥ 2
+/// axes) = FusedDense{layout}(x, w)`; when a rank-2 `w` is `Transpose(w0, [1,0])`, also
+/// `FusedDense{other layout}(x, w0)`. Guards: x's contracted axis is its last; w has rank ≥ 2
 /// and is contracted on its first axis (InputOutputs) or last axis (OutputsInput); no batch
 /// axes; no accumulator or output dtype other than the input's; x, w F32/F64 with equal K
 /// (inference of the fused op, which must give the dot's shape).
@@ -57,6 +58,20 @@ fn dense_matmul(eg: &EG, id: Id) -> Vec<TNode> {
         };
         let fused = Op::FusedDense { activation: Activation::None, layout, has_bias: false };
         out.extend(emit(eg, id, fused, &[c[0], c[1]]));
+        // A rank-2 weight transposed just for the matmul: use the untransposed one with the
+        // other layout (w = Transpose(w0, [1,0]) contracted on 0 is w0 contracted on 1).
+        if ws.rank() == 2 {
+            let other = match layout {
+                DenseLayout::InputOutputs => DenseLayout::OutputsInput,
+                DenseLayout::OutputsInput => DenseLayout::InputOutputs,
+            };
+            for (top, tc) in ops(eg, c[1]) {
+                if *top == (Op::Transpose { perm: vec![1, 0] }) {
+                    let fused = Op::FusedDense { activation: Activation::None, layout: other, has_bias: false };
+                    out.extend(emit(eg, id, fused, &[c[0], tc[0]]));
+                }
+            }
+        }
     }
     out
 }
@@ -182,7 +197,10 @@ fn dense_hard_swish(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (y, cl) in binary_comm(eg, id, BinaryOp::Mul) {
         let ok = ops(eg, cl).any(|(op, c)| {
-            *op == Op::Clamp && splat(eg, c[0]) == Some(0.0) && splat(eg, c[2]) == Some(1.0) && sixth_plus_half(eg, c[1], y)
+            *op == Op::Clamp
+                && splat(eg, c[0]) == Some(0.0)
+                && splat(eg, c[2]) == Some(1.0)
+                && sixth_plus_half(eg, c[1], y)
         });
         if ok {
             out.extend(with_activation(eg, id, y, Activation::HardSwish));

@@ -7,7 +7,10 @@
 
 use egg::Id;
 
-use super::{Rule, binary, binary_comm, emit, internal1, means, ops, restores_along, same, same_shape, scalar_const, shape, shortest_f32};
+use super::{
+    Rule, binary, binary_comm, emit, internal1, means, ops, restores_along, same, same_shape, scalar_const, shape,
+    shortest_f32, splat,
+};
 use crate::ir::dtype::DType;
 use crate::ir::op::{BinaryOp, Op, UnaryOp};
 use crate::passes::egraph::analysis::EG;
@@ -39,19 +42,30 @@ fn centred(eg: &EG, d: Id) -> Vec<(Id, Id, Vec<usize>)> {
 }
 
 /// Whether `v` is the biased variance of x over `axes` with mean `mu`: `Mean{A}(Square(x −
-/// Restore{A}(μ)))` or `Mean{A}(Square(x)) − Square(μ)`.
+/// Restore{A}(μ)))` or `Mean{A}(Square(x)) − Square(μ)`, optionally clamped as `Max(var, 0)`
+/// (either order; flax guards E[x²]−μ² against rounding below zero — the fused op's variance is
+/// never negative, so the clamp is the identity on it). Guard: the clamp bound is exactly +0.
 fn is_variance(eg: &EG, v: Id, x: Id, mu: Id, axes: &[usize]) -> bool {
+    is_variance_unclamped(eg, v, x, mu, axes)
+        || binary_comm(eg, v, BinaryOp::Max).into_iter().any(|(w, z)| {
+            splat(eg, z).is_some_and(|z| z == 0.0 && z.is_sign_positive())
+                && same_shape(eg, v, w)
+                && is_variance_unclamped(eg, w, x, mu, axes)
+        })
+}
+
+fn is_variance_unclamped(eg: &EG, v: Id, x: Id, mu: Id, axes: &[usize]) -> bool {
     let two_pass = means(eg, v).into_iter().any(|(sq, a)| {
         a == axes
-            && internal1(eg, sq, &Internal::Square)
-                .into_iter()
-                .any(|dd| centred(eg, dd).iter().any(|(x2, mu2, a2)| same(eg, *x2, x) && same(eg, *mu2, mu) && a2 == axes))
+            && internal1(eg, sq, &Internal::Square).into_iter().any(|dd| {
+                centred(eg, dd).iter().any(|(x2, mu2, a2)| same(eg, *x2, x) && same(eg, *mu2, mu) && a2 == axes)
+            })
     });
     two_pass
         || binary(eg, v, BinaryOp::Sub).into_iter().any(|(m2, musq)| {
-            let ex2 = means(eg, m2).into_iter().any(|(sq, a)| {
-                a == axes && internal1(eg, sq, &Internal::Square).into_iter().any(|xx| same(eg, xx, x))
-            });
+            let ex2 = means(eg, m2)
+                .into_iter()
+                .any(|(sq, a)| a == axes && internal1(eg, sq, &Internal::Square).into_iter().any(|xx| same(eg, xx, x)));
             ex2 && internal1(eg, musq, &Internal::Square).into_iter().any(|m| same(eg, m, mu))
         })
 }
@@ -64,7 +78,9 @@ fn plus_eps(eg: &EG, s: Id) -> Vec<(Id, f64)> {
         .filter(|&(v, _)| same_shape(eg, s, v))
         .filter_map(|(v, e)| {
             let f32_dtype = shape(eg, v).is_some_and(|sh| sh.dtype == DType::Float32);
-            scalar_const(eg, e).filter(|e| e.is_finite() && *e >= 0.0).map(|e| (v, if f32_dtype { shortest_f32(e) } else { e }))
+            scalar_const(eg, e)
+                .filter(|e| e.is_finite() && *e >= 0.0)
+                .map(|e| (v, if f32_dtype { shortest_f32(e) } else { e }))
         })
         .collect()
 }
@@ -94,7 +110,8 @@ fn restored_of_eps(eg: &EG, r: Id, axes: &[usize], inner: &dyn Fn(Id) -> Vec<Id>
 /// a non-negative scalar constant, the result has x's shape, x F32/F64.
 fn layernorm_core(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
-    let mut forms: Vec<(Id, Id, bool)> = binary_comm(eg, id, BinaryOp::Mul).into_iter().map(|(d, r)| (d, r, true)).collect();
+    let mut forms: Vec<(Id, Id, bool)> =
+        binary_comm(eg, id, BinaryOp::Mul).into_iter().map(|(d, r)| (d, r, true)).collect();
     forms.extend(binary(eg, id, BinaryOp::Div).into_iter().map(|(d, q)| (d, q, false)));
     for (d, r, is_mul) in forms {
         if !same_shape(eg, id, d) {
@@ -102,11 +119,7 @@ fn layernorm_core(eg: &EG, id: Id) -> Vec<TNode> {
         }
         for (x, mu, axes) in centred(eg, d) {
             let inner = |c: Id| -> Vec<Id> {
-                if is_mul {
-                    internal1(eg, c, &Internal::InvSqrt)
-                } else {
-                    super::unary(eg, c, UnaryOp::Sqrt)
-                }
+                if is_mul { internal1(eg, c, &Internal::InvSqrt) } else { super::unary(eg, c, UnaryOp::Sqrt) }
             };
             for (v, eps) in restored_of_eps(eg, r, &axes, &inner) {
                 if is_variance(eg, v, x, mu, &axes) {
@@ -119,13 +132,26 @@ fn layernorm_core(eg: &EG, id: Id) -> Vec<TNode> {
     out
 }
 
-/// The fused layer norms in a class: `(axes, eps, has_gamma, has_beta, operands)`.
-fn layer_norms(eg: &EG, id: Id) -> Vec<(Vec<usize>, f64, bool, bool, Vec<Id>)> {
+/// A FusedLayerNorm e-node's attributes and operands.
+struct Norm {
+    axes: Vec<usize>,
+    eps: f64,
+    has_gamma: bool,
+    has_beta: bool,
+    operands: Vec<Id>,
+}
+
+/// The fused layer norms in a class.
+fn layer_norms(eg: &EG, id: Id) -> Vec<Norm> {
     ops(eg, id)
         .filter_map(|(op, c)| match op {
-            Op::FusedLayerNorm { axes, epsilon, has_gamma, has_beta } => {
-                Some((axes.clone(), *epsilon, *has_gamma, *has_beta, c.to_vec()))
-            }
+            Op::FusedLayerNorm { axes, epsilon, has_gamma, has_beta } => Some(Norm {
+                axes: axes.clone(),
+                eps: *epsilon,
+                has_gamma: *has_gamma,
+                has_beta: *has_beta,
+                operands: c.to_vec(),
+            }),
             _ => None,
         })
         .collect()
@@ -159,13 +185,15 @@ fn per_feature(eg: &EG, g: Id, x: Id, axes: &[usize]) -> Vec<Id> {
 fn layernorm_gamma(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (n, g) in binary_comm(eg, id, BinaryOp::Mul) {
-        for (axes, eps, has_gamma, has_beta, c) in layer_norms(eg, n) {
-            if has_gamma || has_beta {
+        for ln in layer_norms(eg, n) {
+            if ln.has_gamma || ln.has_beta {
                 continue;
             }
-            for gamma in per_feature(eg, g, c[0], &axes) {
-                let op = Op::FusedLayerNorm { axes: axes.clone(), epsilon: eps, has_gamma: true, has_beta: false };
-                out.extend(emit(eg, id, op, &[c[0], gamma]));
+            let x = ln.operands[0];
+            for gamma in per_feature(eg, g, x, &ln.axes) {
+                let op =
+                    Op::FusedLayerNorm { axes: ln.axes.clone(), epsilon: ln.eps, has_gamma: true, has_beta: false };
+                out.extend(emit(eg, id, op, &[x, gamma]));
             }
         }
     }
@@ -178,13 +206,18 @@ fn layernorm_gamma(eg: &EG, id: Id) -> Vec<TNode> {
 fn layernorm_beta(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (n, b) in binary_comm(eg, id, BinaryOp::Add) {
-        for (axes, eps, has_gamma, has_beta, c) in layer_norms(eg, n) {
-            if has_beta {
+        for ln in layer_norms(eg, n) {
+            if ln.has_beta {
                 continue;
             }
-            for beta in per_feature(eg, b, c[0], &axes) {
-                let op = Op::FusedLayerNorm { axes: axes.clone(), epsilon: eps, has_gamma, has_beta: true };
-                let mut operands = c.clone();
+            for beta in per_feature(eg, b, ln.operands[0], &ln.axes) {
+                let op = Op::FusedLayerNorm {
+                    axes: ln.axes.clone(),
+                    epsilon: ln.eps,
+                    has_gamma: ln.has_gamma,
+                    has_beta: true,
+                };
+                let mut operands = ln.operands.clone();
                 operands.push(beta);
                 out.extend(emit(eg, id, op, &operands));
             }

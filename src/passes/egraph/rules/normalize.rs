@@ -61,7 +61,10 @@ fn mean_of(eg: &EG, class: Id, s: Id, c: Id, ok: fn(f64, f64) -> bool) -> Vec<TN
 /// (either operand order). Guards: x float, A non-empty and static, c a splat constant within
 /// relative 1e-6 of 1/n, c does not widen the result.
 fn mean_sum_times_reciprocal(eg: &EG, id: Id) -> Vec<TNode> {
-    binary_comm(eg, id, BinaryOp::Mul).into_iter().flat_map(|(s, c)| mean_of(eg, id, s, c, |v, n| approx(v, 1.0 / n))).collect()
+    binary_comm(eg, id, BinaryOp::Mul)
+        .into_iter()
+        .flat_map(|(s, c)| mean_of(eg, id, s, c, |v, n| approx(v, 1.0 / n)))
+        .collect()
 }
 
 /// `ReduceSum(x, A) / c = Mean{A}(x)` when `c` is a constant ≈ `n = ∏ dims(x)[A]`. Guards as

@@ -1,0 +1,292 @@
+//! `JitExecutable`: runs a [`Plan`] (compiled loops split across the backend's thread pool,
+//! reference kernels for the other nodes), or hands a module the plan cannot express to the
+//! interpreter.
+
+use std::sync::{Arc, RwLock};
+
+use rayon::prelude::*;
+
+use super::plan::{AliasStep, KernelStep, LoopStep, Plan, Step, unnamed};
+use crate::api::backend::{Executable, check_inputs};
+use crate::api::buffer::Buffer;
+use crate::error::{Error, Result};
+use crate::ir::shape::Shape;
+use crate::kernels::tensor::Tensor;
+use crate::runtime::aligned::AlignedBytes;
+use crate::runtime::interp::InterpExecutable;
+
+/// Loops over at least this many elements are split across the thread pool.
+pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
+
+/// Chunk boundaries are multiples of this many elements (whole unrolled vector iterations).
+const CHUNK_ALIGN: usize = 64;
+
+/// What an executable runs.
+pub(crate) enum Runner {
+    /// The flat plan, with the pool used to split large loops (`None`: one thread).
+    Plan { plan: Arc<Plan>, pool: Option<Arc<rayon::ThreadPool>> },
+    /// The interpreter (closures, control flow, dynamic shapes).
+    Interp(InterpExecutable),
+}
+
+/// A module compiled by the "jit" backend. `Send + Sync`: the plan is shared read-only and every
+/// execution has its own value slots.
+pub struct JitExecutable {
+    runner: RwLock<Option<Arc<Runner>>>,
+    input_names: Vec<String>,
+    input_shapes: Vec<Shape>,
+    output_shapes: Vec<Shape>,
+}
+
+impl JitExecutable {
+    pub(crate) fn new(
+        runner: Runner,
+        input_names: Vec<String>,
+        input_shapes: Vec<Shape>,
+        output_shapes: Vec<Shape>,
+    ) -> Self {
+        JitExecutable { runner: RwLock::new(Some(Arc::new(runner))), input_names, input_shapes, output_shapes }
+    }
+
+    /// Whether this executable runs on the flat plan of compiled loops (`false`: it was handed
+    /// to the interpreter, see the backend's docs for when).
+    pub fn uses_compiled_plan(&self) -> bool {
+        matches!(self.runner().as_deref(), Ok(Runner::Plan { .. }))
+    }
+
+    /// Number of compiled loop steps in the plan (0 when delegated to the interpreter).
+    pub fn num_loop_steps(&self) -> usize {
+        match self.runner().as_deref() {
+            Ok(Runner::Plan { plan, .. }) => plan.steps.iter().filter(|s| matches!(s, Step::Loop(_))).count(),
+            _ => 0,
+        }
+    }
+
+    fn runner(&self) -> Result<Arc<Runner>> {
+        self.runner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| Error::UseAfterFree { what: "executable".into(), state: "finalized".into() })
+    }
+}
+
+impl Executable for JitExecutable {
+    fn input_names(&self) -> &[String] {
+        &self.input_names
+    }
+
+    fn input_shapes(&self) -> &[Shape] {
+        &self.input_shapes
+    }
+
+    fn output_shapes(&self) -> &[Shape] {
+        &self.output_shapes
+    }
+
+    fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>> {
+        let runner = self.runner()?;
+        let (plan, pool) = match &*runner {
+            Runner::Interp(e) => return e.execute(inputs, donate),
+            Runner::Plan { plan, pool } => (plan, pool.as_deref()),
+        };
+        check_inputs(&self.input_names, &self.input_shapes, inputs, donate)?;
+        let donated = |i: usize| donate.get(i).copied().unwrap_or(false);
+        // Every input must be live before any is donated, so a rejected call donates nothing.
+        for (i, buf) in inputs.iter().enumerate() {
+            if !buf.is_live() {
+                buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
+            }
+        }
+        let mut env: Vec<Option<Tensor>> = vec![None; plan.num_values];
+        for (v, t) in &plan.constants {
+            env[v.index()] = Some(t.clone());
+        }
+        // Shared reads first, then donations (a buffer passed twice, once donated, stays shared).
+        for (i, buf) in inputs.iter().enumerate() {
+            let (p, used) = plan.params[i];
+            if !donated(i) && used {
+                let data = buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
+                env[p.index()] = Some(Tensor { shape: unnamed(buf.shape()), data });
+            }
+        }
+        for (i, buf) in inputs.iter().enumerate() {
+            if donated(i) {
+                let data = buf.take_for_donation().map_err(|e| name_param(e, i, &self.input_names[i]))?;
+                let (p, used) = plan.params[i];
+                if used {
+                    env[p.index()] = Some(Tensor { shape: unnamed(buf.shape()), data });
+                }
+            }
+        }
+        for (i, step) in plan.steps.iter().enumerate() {
+            match step {
+                Step::Loop(s) => run_loop(s, &mut env, pool)?,
+                Step::Kernel(s) => run_kernel(plan, s, &mut env)?,
+                Step::Alias(s) => run_alias(s, &mut env)?,
+            }
+            for v in &plan.drops[i] {
+                env[v.index()] = None;
+            }
+        }
+        plan.outputs
+            .iter()
+            .map(|&v| {
+                let t = env[v.index()].clone().ok_or_else(|| internal(format!("output {v} was not computed")))?;
+                Ok(Buffer::from_storage(t.shape, t.data))
+            })
+            .collect()
+    }
+
+    fn finalize(&self) {
+        let old = self.runner.write().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(r) = old
+            && let Runner::Interp(e) = &*r
+        {
+            e.finalize();
+        }
+    }
+}
+
+/// Adds "parameter i (name)" to a buffer error, keeping its kind.
+fn name_param(e: Error, i: usize, name: &str) -> Error {
+    match e {
+        Error::UseAfterFree { what, state } => {
+            Error::UseAfterFree { what: format!("{what} given as parameter {i} ({name:?})"), state }
+        }
+        other => other,
+    }
+}
+
+fn internal(msg: String) -> Error {
+    Error::Execution(format!("internal error: {msg}"))
+}
+
+fn slot(env: &[Option<Tensor>], v: crate::ir::module::ValueId) -> Result<Tensor> {
+    env.get(v.index()).and_then(|t| t.clone()).ok_or_else(|| internal(format!("value {v} is not available")))
+}
+
+/// The argument pointers of one kernel call, shared by the threads running its chunks.
+struct Args(Vec<*mut u8>);
+
+// SAFETY: the pointers refer to buffers owned by the executing call, which outlive every chunk
+// (the parallel loop joins before they are released); chunks write disjoint element ranges.
+unsafe impl Sync for Args {}
+
+impl Args {
+    fn ptrs(&self) -> &[*mut u8] {
+        &self.0
+    }
+}
+
+fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+    let mut ins: Vec<Tensor> = Vec::with_capacity(s.inputs.len());
+    for (k, &v) in s.inputs.iter().enumerate() {
+        let t = if s.input_dies[k] {
+            env.get_mut(v.index()).and_then(Option::take)
+        } else {
+            env.get(v.index()).cloned().flatten()
+        };
+        ins.push(t.ok_or_else(|| internal(format!("loop input {v} is not available")))?);
+    }
+    let bytes = s.len * s.esize;
+    let mut in_ptrs: Vec<Option<*mut u8>> = vec![None; ins.len()];
+    let mut fresh: Vec<Option<AlignedBytes>> = Vec::with_capacity(s.outputs.len());
+    let mut out_ptrs: Vec<*mut u8> = Vec::with_capacity(s.outputs.len());
+    for j in 0..s.outputs.len() {
+        let reused = s.in_place[j].and_then(|k| Arc::get_mut(&mut ins[k].data).map(|b| (k, b.as_mut_ptr())));
+        match reused {
+            Some((k, p)) => {
+                in_ptrs[k] = Some(p);
+                out_ptrs.push(p);
+                fresh.push(None);
+            }
+            None => {
+                let mut b = AlignedBytes::zeroed(bytes);
+                out_ptrs.push(b.as_mut_ptr());
+                fresh.push(Some(b));
+            }
+        }
+    }
+    let mut args: Vec<*mut u8> =
+        ins.iter().zip(&in_ptrs).map(|(t, p)| p.unwrap_or(t.data.as_ptr() as *mut u8)).collect();
+    args.extend(out_ptrs);
+    let args = Args(args);
+    let code = &s.code;
+    let threads = pool.map_or(1, |p| p.current_num_threads());
+    match pool {
+        Some(pool) if threads > 1 && s.len >= PARALLEL_MIN_ELEMENTS => {
+            let chunk = s.len.div_ceil(threads).next_multiple_of(CHUNK_ALIGN);
+            let n = s.len.div_ceil(chunk);
+            pool.install(|| {
+                (0..n).into_par_iter().for_each(|c| {
+                    let (a, b) = (c * chunk, ((c + 1) * chunk).min(s.len));
+                    // SAFETY: `args` holds one pointer per kernel input then per output; Full inputs
+                    // and outputs have `len` elements of the kernel's type (checked shapes), Scalar
+                    // inputs one; outputs are fresh buffers or a dying input of this call's own
+                    // (uniquely held) storage, written element for element; chunks are disjoint.
+                    unsafe { code.run(args.ptrs(), a, b) }
+                })
+            });
+        }
+        _ if s.len > 0 => {
+            // SAFETY: as above, on the whole range from one thread.
+            unsafe { code.run(args.ptrs(), 0, s.len) }
+        }
+        _ => {}
+    }
+    for (j, b) in fresh.into_iter().enumerate() {
+        let data = match (b, s.in_place[j]) {
+            (Some(b), _) => Arc::new(b),
+            (None, Some(k)) => ins[k].data.clone(),
+            (None, None) => return Err(internal(format!("loop output {} has no buffer", s.outputs[j]))),
+        };
+        env[s.outputs[j].index()] = Some(Tensor { shape: s.out_shapes[j].clone(), data });
+    }
+    Ok(())
+}
+
+fn run_kernel(plan: &Plan, s: &KernelStep, env: &mut [Option<Tensor>]) -> Result<()> {
+    let inputs = s.inputs.iter().map(|&v| slot(env, v)).collect::<Result<Vec<_>>>()?;
+    let at = |e: Error| annotate(e, plan, s);
+    let outs = crate::kernels::reference::eval(&s.op, &inputs, &s.out_shapes).map_err(at)?;
+    drop(inputs);
+    if outs.len() != s.outputs.len() {
+        return Err(internal(format!(
+            "{} kernel returned {} results for {} outputs",
+            s.op.op_type(),
+            outs.len(),
+            s.outputs.len()
+        )));
+    }
+    for (k, (t, want)) in outs.into_iter().zip(&s.out_shapes).enumerate() {
+        if t.shape.dtype != want.dtype || t.shape.dims != want.dims || Some(t.data.len()) != want.byte_size() {
+            return Err(internal(format!("{} kernel output {k} is {}, expected {want}", s.op.op_type(), t.shape)));
+        }
+        env[s.outputs[k].index()] = Some(t);
+    }
+    Ok(())
+}
+
+fn run_alias(s: &AliasStep, env: &mut [Option<Tensor>]) -> Result<()> {
+    for (k, &(x, o)) in s.pairs.iter().enumerate() {
+        let t = slot(env, x)?;
+        let shape = s.out_shapes[k].clone();
+        if shape.byte_size() != Some(t.data.len()) {
+            return Err(internal(format!("alias {o} of {x}: {} bytes for shape {shape}", t.data.len())));
+        }
+        env[o.index()] = Some(Tensor { shape, data: t.data });
+    }
+    Ok(())
+}
+
+/// Adds the node to an error message, keeping its kind.
+fn annotate(e: Error, plan: &Plan, s: &KernelStep) -> Error {
+    let at = format!("(at node {} in {})", s.node, plan.module.func_label(plan.module.main));
+    match e {
+        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("{msg} {at}") },
+        Error::NotImplemented { op, msg } => Error::NotImplemented { op, msg: format!("{msg} {at}") },
+        Error::Execution(msg) => Error::Execution(format!("{msg} {at}")),
+        other => other,
+    }
+}

@@ -1,0 +1,229 @@
+//! The "jit" backend: optimises the module, fuses elementwise F32/F64 nodes into loops compiled
+//! by Cranelift, runs every other node with its reference kernel, and splits large loops across
+//! a persistent thread pool.
+//!
+//! Options (the part after `jit:` in the config string):
+//! - `parallelism=N`: threads of the backend's pool (default: the available cores); loops over
+//!   at least [`exec::PARALLEL_MIN_ELEMENTS`] elements are split across them.
+//! - `ops_sequential`: accepted; steps always run one after another in this version.
+//! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
+//!   [`dump`] and docs/debugging.md).
+//!
+//! Current limitation: a module with closures or named functions (Call, While, If, Sort),
+//! AllReduce, or dynamic shapes is optimised and then run by the interpreter
+//! ([`crate::runtime::interp::InterpExecutable`]) as a whole; its `plan.txt` dump says why.
+
+pub mod dump;
+mod exec;
+mod plan;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+use crate::api::backend::{Backend, Capabilities, Executable};
+use crate::api::builder::Builder;
+use crate::api::registry::parse_config;
+use crate::error::{Error, Result};
+use crate::ir::module::Module;
+use crate::passes::{self, PassCtx};
+use crate::runtime::interp::InterpExecutable;
+
+pub use exec::{JitExecutable, PARALLEL_MIN_ELEMENTS};
+
+/// The registry name of this backend.
+pub const NAME: &str = "jit";
+
+/// The options accepted in the config string.
+pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "dump"];
+
+/// The Cranelift JIT backend.
+pub struct JitBackend {
+    me: Weak<JitBackend>,
+    caps: Capabilities,
+    parallelism: usize,
+    dump: Option<PathBuf>,
+    config: String,
+    pool: OnceLock<std::result::Result<Arc<rayon::ThreadPool>, String>>,
+    finalized: AtomicBool,
+}
+
+fn config_error(msg: String) -> Error {
+    Error::Config(format!("backend {NAME:?}: {msg}"))
+}
+
+impl JitBackend {
+    /// A backend from its option string (`""`, `"parallelism=2"`, `"dump=/tmp/d"`, …).
+    /// Unknown options are an error listing the valid ones.
+    pub fn new(config: &str) -> Result<Arc<JitBackend>> {
+        let mut parallelism = None;
+        let mut dump = None;
+        for opt in parse_config(NAME, config, OPTIONS)? {
+            match (opt.key.as_str(), opt.value.as_deref()) {
+                ("parallelism", Some(v)) => match v.parse::<usize>() {
+                    Ok(n) if n >= 1 => parallelism = Some(n),
+                    _ => return Err(config_error(format!("parallelism must be a positive integer, got {v:?}"))),
+                },
+                ("parallelism", None) => return Err(config_error("parallelism needs a value (parallelism=N)".into())),
+                ("dump", Some(d)) if !d.is_empty() => dump = Some(PathBuf::from(d)),
+                ("dump", _) => return Err(config_error("dump needs a directory (dump=DIR)".into())),
+                ("ops_sequential", None) => {}
+                (key, Some(v)) => return Err(config_error(format!("option {key:?} takes no value, got {v:?}"))),
+                _ => {}
+            }
+        }
+        let parallelism =
+            parallelism.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        Ok(Arc::new_cyclic(|me| JitBackend {
+            me: me.clone(),
+            caps: crate::runtime::interp::capabilities(),
+            parallelism,
+            dump,
+            config: config.to_string(),
+            pool: OnceLock::new(),
+            finalized: AtomicBool::new(false),
+        }))
+    }
+
+    /// The registry constructor.
+    pub fn constructor(config: &str) -> Result<Arc<dyn Backend>> {
+        Ok(JitBackend::new(config)?)
+    }
+
+    /// Threads used for large loops.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+
+    /// The dump directory: the `dump` option, else `TENSORJIT_DUMP` (read at each compile).
+    pub fn dump_dir(&self) -> Option<PathBuf> {
+        self.dump.clone().or_else(|| std::env::var_os(dump::DUMP_ENV).filter(|s| !s.is_empty()).map(PathBuf::from))
+    }
+
+    /// The pool (built at first use; `None` with one thread).
+    fn pool(&self) -> Result<Option<Arc<rayon::ThreadPool>>> {
+        if self.parallelism <= 1 {
+            return Ok(None);
+        }
+        let p = self.pool.get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(self.parallelism)
+                .thread_name(|i| format!("tensorjit-jit-{i}"))
+                .build()
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        });
+        match p {
+            Ok(p) => Ok(Some(p.clone())),
+            Err(e) => Err(config_error(format!("cannot start {} threads: {e}", self.parallelism))),
+        }
+    }
+
+    /// Compiles `module` into the concrete executable type (what [`Backend::compile`] returns).
+    pub fn compile_jit(&self, mut module: Module) -> Result<JitExecutable> {
+        if self.is_finalized() {
+            return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
+        }
+        let dumper = match self.dump_dir() {
+            Some(d) => Some(dump::Dumper::new(&d, &module.name)?),
+            None => None,
+        };
+        let mut ctx = PassCtx { record_ir: dumper.is_some(), ..PassCtx::default() };
+        passes::optimize(&mut module, &mut ctx)?;
+        if let Some(d) = &dumper {
+            d.passes(&ctx)?;
+        }
+        let main = module.func(module.main);
+        let names = main.param_names.clone();
+        let in_shapes = module.param_shapes(module.main);
+        let out_shapes = module.output_shapes(module.main)?;
+        let runner = match plan::needs_interpreter(&module) {
+            Some(why) => {
+                if let Some(d) = &dumper {
+                    d.write("plan.txt", &format!("delegated to the interpreter: {why}\n"))?;
+                }
+                exec::Runner::Interp(InterpExecutable::new(module)?)
+            }
+            None => {
+                let plan = plan::build(module)?;
+                if let Some(d) = &dumper {
+                    d.write("clusters.txt", &crate::lower::cluster::describe(&plan.module, &plan.clustering))?;
+                    for s in &plan.steps {
+                        if let plan::Step::Loop(l) = s {
+                            d.write(&format!("kernel-{}.clif", l.cluster), &l.code.clif)?;
+                            d.write(&format!("kernel-{}.asm", l.cluster), &l.code.disasm)?;
+                        }
+                    }
+                    d.write("plan.txt", &plan.describe())?;
+                }
+                exec::Runner::Plan { plan: Arc::new(plan), pool: self.pool()? }
+            }
+        };
+        Ok(JitExecutable::new(runner, names, in_shapes, out_shapes))
+    }
+}
+
+impl Backend for JitBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn description(&self) -> String {
+        let mut d = format!(
+            "jit: Cranelift-compiled fused loops ({}) and reference kernels, parallelism={}",
+            crate::jit::host_isa_description(),
+            self.parallelism
+        );
+        if !self.config.is_empty() {
+            d.push_str(&format!(", config {:?}", self.config));
+        }
+        d
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn builder(&self, name: &str) -> Builder {
+        let me: Arc<dyn Backend> = self.me.upgrade().expect("JitBackend is only ever created inside an Arc");
+        Builder::new(me, name)
+    }
+
+    fn compile(&self, module: Module) -> Result<Arc<dyn Executable>> {
+        Ok(Arc::new(self.compile_jit(module)?))
+    }
+
+    fn finalize(&self) {
+        self.finalized.store(true, Ordering::SeqCst);
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.finalized.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options() {
+        assert!(JitBackend::new("").is_ok());
+        let b = JitBackend::new("parallelism=3,ops_sequential").unwrap();
+        assert_eq!(b.parallelism(), 3);
+        let e = JitBackend::new("bogus").err().unwrap().to_string();
+        assert!(e.contains("bogus") && e.contains("parallelism") && e.contains("dump"), "{e}");
+        assert!(JitBackend::new("parallelism=0").is_err());
+        assert!(JitBackend::new("parallelism").is_err());
+        assert!(JitBackend::new("dump").is_err());
+        assert!(JitBackend::new("ops_sequential=1").is_err());
+        assert_eq!(JitBackend::new("dump=/x").unwrap().dump_dir(), Some(PathBuf::from("/x")));
+    }
+
+    #[test]
+    fn executable_is_send_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<JitExecutable>();
+        send_sync::<JitBackend>();
+    }
+}

@@ -1,0 +1,31 @@
+//! Runs the whole compliance suite (`tensorjit::backendtest`) on the Cranelift backend "jit":
+//! one test per case, e.g. `cargo test --test compliance_jit compliance::binary::`.
+//!
+//! A second instance runs the suite with `parallelism=1` (no thread pool), so both the pooled
+//! and the single-threaded executor paths are covered.
+
+use std::sync::Arc;
+
+use tensorjit::Backend;
+use tensorjit::runtime::jit::JitBackend;
+
+fn jit(config: &str) -> tensorjit::Result<Arc<dyn Backend>> {
+    JitBackend::constructor(config)
+}
+
+tensorjit::compliance_tests!(tensorjit::new_with_config("jit"));
+tensorjit::compliance_tests!(compliance_single_thread, jit("parallelism=1"));
+
+/// Runs every case once and prints the pass / fail / skip counts with the failure messages
+/// (`cargo test --test compliance_jit summary -- --ignored --nocapture`).
+#[test]
+#[ignore = "prints a summary of the suite; the per-case tests above are the real checks"]
+fn summary() {
+    let backend = match jit("") {
+        Ok(b) => b,
+        Err(e) => panic!("cannot create the jit backend: {e}"),
+    };
+    let s = tensorjit::backendtest::run_all(&backend);
+    println!("{s}");
+    assert!(s.failed.is_empty(), "{} compliance cases failed", s.failed.len());
+}

@@ -1,0 +1,279 @@
+//! Tests of the "jit" backend beyond the compliance suite: that elementwise graphs really run as
+//! compiled loops (with values worked out by hand), parallel splitting, donation and in-place
+//! reuse, delegation to the interpreter, concurrent executions, options and dumps.
+//!
+//! Run with `cargo test --test jit_backend`.
+
+use std::sync::Arc;
+
+use tensorjit::ir::op::CompareOp;
+use tensorjit::runtime::jit::{JitBackend, JitExecutable};
+use tensorjit::{Backend, Buffer, Builder, DType, Executable, Function, Shape, Value};
+
+fn backend(config: &str) -> Arc<JitBackend> {
+    JitBackend::new(config).expect("jit backend")
+}
+
+/// Builds `main` with `f`, returns it, and compiles it with `b` into the concrete executable.
+fn compile(b: &Arc<JitBackend>, f: impl FnOnce(&Function) -> tensorjit::Result<Vec<Value>>) -> JitExecutable {
+    let builder: Builder = b.builder("test");
+    let main = builder.main();
+    let outs = f(&main).expect("build");
+    main.return_(&outs).expect("return");
+    b.compile_jit(builder.module()).expect("compile")
+}
+
+fn param(f: &Function, name: &str, d: DType, dims: &[i64]) -> Value {
+    f.parameter(name, Shape::new(d, dims)).expect("parameter")
+}
+
+fn run(e: &JitExecutable, inputs: &[Buffer]) -> Vec<Buffer> {
+    let refs: Vec<&Buffer> = inputs.iter().collect();
+    e.execute(&refs, &[]).expect("execute")
+}
+
+#[test]
+fn fused_chain_runs_as_one_loop_with_hand_values() {
+    let b = backend("");
+    // y = max((a + b) * 2 - a / b, 0), and s = a + b is returned too.
+    let e = compile(&b, |f| {
+        let a = param(f, "a", DType::Float32, &[5]);
+        let bb = param(f, "b", DType::Float32, &[5]);
+        let s = f.add(a, bb)?;
+        let two = f.scalar(2f32)?;
+        let zero = f.scalar(0f32)?;
+        let t = f.mul(s, two)?;
+        let q = f.div(a, bb)?;
+        let d = f.sub(t, q)?;
+        Ok(vec![f.max(d, zero)?, s])
+    });
+    assert!(e.uses_compiled_plan());
+    assert_eq!(e.num_loop_steps(), 1);
+    let a = Buffer::from_slice(&[1f32, -4., 3., 0., -1.], &[5]).unwrap();
+    let bb = Buffer::from_slice(&[1f32, 2., -1., 5., 4.], &[5]).unwrap();
+    let out = run(&e, &[a, bb]);
+    // (1+1)*2 - 1 = 3; (-4+2)*2 - (-2) = -2 -> 0; (3-1)*2 - (-3) = 7; (0+5)*2 - 0 = 10;
+    // (-1+4)*2 - (-0.25) = 6.25.
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![3., 0., 7., 10., 6.25]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![2., -2., 2., 5., 3.]);
+}
+
+#[test]
+fn where_compare_and_clamp_fuse() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float64, &[6]);
+        let zero = f.scalar(0f64)?;
+        let c = f.compare(CompareOp::LessThan, false, x, zero)?;
+        let three = f.scalar(3f64)?;
+        let w = f.where_(c, f.neg(x)?, f.mul(x, three)?)?;
+        let lo = f.scalar(1f64)?;
+        let hi = f.scalar(10f64)?;
+        Ok(vec![f.clamp(lo, w, hi)?])
+    });
+    assert_eq!(e.num_loop_steps(), 1);
+    let x = Buffer::from_slice(&[-2f64, 0.5, 4., -20., f64::NAN, -0.25], &[6]).unwrap();
+    let out = run(&e, &[x])[0].to_vec::<f64>().unwrap();
+    // where: 2, 1.5, 12, 20, NaN*3 = NaN (NaN < 0 is false), 0.25; clamp to [1, 10]: NaN stays NaN.
+    assert_eq!(out[..4], [2., 1.5, 10., 10.]);
+    assert!(out[4].is_nan());
+    assert_eq!(out[5], 1.);
+}
+
+#[test]
+fn scalar_broadcasts_and_reference_kernels_mix() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[2, 3]);
+        let s = param(f, "s", DType::Float32, &[]);
+        let sb = f.broadcast_in_dim(s, &Shape::new(DType::Float32, &[2, 3]), &[])?;
+        let y = f.add(x, sb)?; // loop
+        let r = f.reduce_sum(y, &[1])?; // reference kernel
+        let t = f.transpose(y, &[1, 0])?; // reference kernel
+        let half = f.scalar(0.5f32)?;
+        Ok(vec![f.mul(r, half)?, t]) // second loop over [2]
+    });
+    assert_eq!(e.num_loop_steps(), 2);
+    let x = Buffer::from_slice(&[1f32, 2., 3., 4., 5., 6.], &[2, 3]).unwrap();
+    let out = run(&e, &[x, Buffer::scalar(10f32)]);
+    // y = [[11,12,13],[14,15,16]]; row sums 36, 45 halved.
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![18., 22.5]);
+    assert_eq!(out[1].dims(), vec![3, 2]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![11., 14., 12., 15., 13., 16.]);
+}
+
+#[test]
+fn large_loops_split_across_threads_give_exact_results() {
+    for config in ["parallelism=1", "parallelism=2", "parallelism=3"] {
+        let b = backend(config);
+        let n = 200_003usize; // > PARALLEL_MIN_ELEMENTS, prime
+        let e = compile(&b, |f| {
+            let x = param(f, "x", DType::Float32, &[n as i64]);
+            let y = param(f, "y", DType::Float32, &[n as i64]);
+            let c = f.scalar(3f32)?;
+            Ok(vec![f.sub(f.mul(x, c)?, y)?])
+        });
+        let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let ys: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+        let out = run(&e, &[Buffer::from_slice(&xs, &[n]).unwrap(), Buffer::from_slice(&ys, &[n]).unwrap()]);
+        let got = out[0].to_vec::<f32>().unwrap();
+        for i in (0..n).step_by(997).chain(n - 20..n) {
+            // 3i - (i mod 7): exact in f32 below 2^24.
+            assert_eq!(got[i], (3 * i - i % 7) as f32, "{config} element {i}");
+        }
+    }
+}
+
+#[test]
+fn donated_input_storage_is_reused_and_shared_inputs_untouched() {
+    let b = backend("parallelism=1");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[1024]);
+        let two = f.scalar(2f32)?;
+        let one = f.scalar(1f32)?;
+        Ok(vec![f.add(f.mul(x, two)?, one)?])
+    });
+    let data: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+    // Not donated: the caller's buffer is read, never written, and the output is new memory.
+    let x = Buffer::from_slice(&data, &[1024]).unwrap();
+    let out = e.execute(&[&x], &[false]).unwrap();
+    assert_eq!(x.to_vec::<f32>().unwrap(), data);
+    assert_ne!(out[0].data_ptr(), x.data_ptr());
+    assert_eq!(out[0].to_vec::<f32>().unwrap()[1023], 2047.);
+    // Donated: the output takes over the input's storage.
+    let x = Buffer::from_slice(&data, &[1024]).unwrap();
+    let ptr = x.data_ptr();
+    let out = e.execute(&[&x], &[true]).unwrap();
+    assert!(!x.is_live());
+    assert_eq!(out[0].data_ptr(), ptr);
+    assert_eq!(out[0].to_vec::<f32>().unwrap()[..3], [1., 3., 5.]);
+}
+
+#[test]
+fn control_flow_is_delegated_to_the_interpreter() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let i0 = param(f, "i", DType::Int32, &[]);
+        let cond = f.closure()?;
+        let ci = cond.parameter("i", Shape::scalar(DType::Int32))?;
+        cond.return_(&[cond.compare(CompareOp::LessThan, false, ci, cond.scalar(5i32)?)?])?;
+        let body = f.closure()?;
+        let bi = body.parameter("i", Shape::scalar(DType::Int32))?;
+        body.return_(&[body.add(bi, body.scalar(2i32)?)?])?;
+        f.while_(&cond, &body, &[i0])
+    });
+    assert!(!e.uses_compiled_plan());
+    let out = run(&e, &[Buffer::scalar(0i32)]);
+    assert_eq!(out[0].to_vec::<i32>().unwrap(), vec![6]); // 0, 2, 4, 6
+}
+
+#[test]
+fn concurrent_executions_equal_sequential_ones() {
+    const N: usize = 70_001; // large enough to use the pool from every thread
+    let n = N;
+    let b = backend("parallelism=2");
+    let e = Arc::new(compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[n as i64]);
+        let t = f.tanh(x)?;
+        let m = f.reduce_max(t, &[0])?;
+        let half = f.scalar(0.5f32)?;
+        Ok(vec![f.add(f.mul(t, half)?, f.exp(x)?)?, m])
+    }));
+    fn input(k: usize) -> Buffer {
+        let v: Vec<f32> = (0..N).map(|i| ((i * (k + 3)) % 101) as f32 / 25.0 - 2.0).collect();
+        Buffer::from_slice(&v, &[N]).unwrap()
+    }
+    let want: Vec<(Vec<u32>, Vec<u32>)> = (0..8)
+        .map(|k| {
+            let o = run(&e, &[input(k)]);
+            let bits = |b: &Buffer| b.to_vec::<f32>().unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            (bits(&o[0]), bits(&o[1]))
+        })
+        .collect();
+    let want = Arc::new(want);
+    let threads: Vec<_> = (0..8)
+        .map(|k| {
+            let (e, want) = (e.clone(), want.clone());
+            std::thread::spawn(move || {
+                let x = input(k);
+                for _ in 0..25 {
+                    let o = e.execute(&[&x], &[]).unwrap();
+                    let bits = |b: &Buffer| b.to_vec::<f32>().unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert!(bits(&o[0]) == want[k].0 && bits(&o[1]) == want[k].1, "thread {k} differs");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+}
+
+#[test]
+fn dump_writes_every_stage_and_the_ir_replays() {
+    let dir = std::env::temp_dir().join(format!("tensorjit-dump-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let b = backend(&format!("dump={}", dir.display()));
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[8]);
+        let one = f.scalar(1f32)?;
+        let y = f.mul(x, one)?; // removed by simplify: a pass snapshot is written
+        Ok(vec![f.logistic(f.add(y, one)?)?])
+    });
+    assert_eq!(e.num_loop_steps(), 1);
+    let sub: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|d| d.unwrap().path()).collect();
+    assert_eq!(sub.len(), 1, "one directory per compiled module: {sub:?}");
+    let files: Vec<String> =
+        std::fs::read_dir(&sub[0]).unwrap().map(|d| d.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    for want in ["ir-00-input.tjir", "passes.txt", "clusters.txt", "kernel-0.clif", "kernel-0.asm", "plan.txt"] {
+        assert!(files.iter().any(|f| f == want), "missing {want} in {files:?}");
+    }
+    let irs: Vec<&String> = files.iter().filter(|f| f.ends_with(".tjir")).collect();
+    assert!(irs.len() >= 2, "input and at least one pass snapshot: {irs:?}");
+    for f in irs {
+        let text = std::fs::read_to_string(sub[0].join(f)).unwrap();
+        let m = tensorjit::ir::text::parse_module(&text).unwrap_or_else(|e| panic!("{f} does not parse: {e}"));
+        tensorjit::ir::verify::verify(&m).unwrap();
+    }
+    let clif = std::fs::read_to_string(sub[0].join("kernel-0.clif")).unwrap();
+    assert!(clif.contains("f32x4"), "vector loop in the Cranelift IR");
+    let plan = std::fs::read_to_string(sub[0].join("plan.txt")).unwrap();
+    assert!(plan.contains("loop cluster0"), "{plan}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn options_and_errors() {
+    assert_eq!(backend("parallelism=2").parallelism(), 2);
+    assert!(backend("").parallelism() >= 1);
+    let e = JitBackend::new("parallelism=2,fast").err().unwrap().to_string();
+    assert!(
+        e.contains("fast") && e.contains("parallelism") && e.contains("ops_sequential") && e.contains("dump"),
+        "{e}"
+    );
+    let b = backend("ops_sequential");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[2]);
+        Ok(vec![f.sqrt(x)?])
+    });
+    // Wrong input shape names the parameter.
+    let bad = Buffer::from_slice(&[1f32, 2., 3.], &[3]).unwrap();
+    let err = e.execute(&[&bad], &[]).unwrap_err().to_string();
+    assert!(err.contains("\"x\""), "{err}");
+    let ok = Buffer::from_slice(&[4f32, 9.], &[2]).unwrap();
+    assert_eq!(run(&e, std::slice::from_ref(&ok))[0].to_vec::<f32>().unwrap(), vec![2., 3.]);
+    e.finalize();
+    assert!(matches!(e.execute(&[&ok], &[]), Err(tensorjit::Error::UseAfterFree { .. })));
+}
+
+#[test]
+fn jit_is_registered_and_the_default() {
+    assert!(tensorjit::list().iter().any(|n| n == "jit"));
+    let b = tensorjit::new_with_config("jit:parallelism=2").unwrap();
+    assert_eq!(b.name(), "jit");
+    if std::env::var_os("TENSORJIT_BACKEND").is_none() {
+        assert_eq!(tensorjit::new().unwrap().name(), "jit");
+    }
+    let e = tensorjit::new_with_config("jit:bogus").err().unwrap().to_string();
+    assert!(e.contains("bogus") && e.contains("dump"), "{e}");
+}
