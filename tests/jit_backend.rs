@@ -277,3 +277,55 @@ fn jit_is_registered_and_the_default() {
     let e = tensorjit::new_with_config("jit:bogus").err().unwrap().to_string();
     assert!(e.contains("bogus") && e.contains("dump"), "{e}");
 }
+
+#[test]
+fn long_bodies_without_unrolling_handle_every_tail_length() {
+    // 60 fused ops (more than the unrolling limit): 30 × (add 0.5, max −100) = x + 15 exactly.
+    let b = backend("parallelism=1");
+    for n in [0usize, 1, 3, 4, 5, 8, 17, 33] {
+        let e = compile(&b, |f| {
+            let mut x = param(f, "x", DType::Float32, &[n as i64]);
+            for _ in 0..30 {
+                x = f.add(x, f.scalar(0.5f32)?)?;
+                x = f.max(x, f.scalar(-100f32)?)?;
+            }
+            Ok(vec![x])
+        });
+        assert_eq!(e.num_loop_steps(), 1);
+        let xs: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 1.0).collect();
+        let out = run(&e, &[Buffer::from_slice(&xs, &[n]).unwrap()])[0].to_vec::<f32>().unwrap();
+        let want: Vec<f32> = xs.iter().map(|x| x + 15.0).collect();
+        assert_eq!(out, want, "n = {n}");
+    }
+}
+
+#[test]
+fn max_min_against_constants_keep_nan_and_signed_zero_rules() {
+    // Catalogue §4.1: NaN in either → NaN; Max(−0, +0) = +0, Min(−0, +0) = −0.
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[7]);
+        let (pz, nz) = (f.scalar(0f32)?, f.scalar(-0f32)?);
+        Ok(vec![f.max(x, pz)?, f.max(nz, x)?, f.min(pz, x)?, f.min(x, nz)?, f.max(x, f.scalar(2f32)?)?])
+    });
+    assert_eq!(e.num_loop_steps(), 1);
+    let inf = f32::INFINITY;
+    let x = Buffer::from_slice(&[-0f32, 0., f32::NAN, -1., 1., inf, -inf], &[7]).unwrap();
+    let out = run(&e, &[x]);
+    let want: [[f32; 7]; 5] = [
+        [0., 0., f32::NAN, 0., 1., inf, 0.],
+        [-0., 0., f32::NAN, -0., 1., inf, -0.],
+        [-0., 0., f32::NAN, -1., 0., 0., -inf],
+        [-0., -0., f32::NAN, -1., -0., -0., -inf],
+        [2., 2., f32::NAN, 2., 2., inf, 2.],
+    ];
+    for (k, w) in want.iter().enumerate() {
+        let got = out[k].to_vec::<f32>().unwrap();
+        for (i, (g, w)) in got.iter().zip(w).enumerate() {
+            assert!(
+                (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits(),
+                "output {k} element {i}: got {g:?}, want {w:?}"
+            );
+        }
+    }
+}

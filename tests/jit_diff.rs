@@ -143,7 +143,8 @@ fn build(backend: &Arc<dyn Backend>, p: &Program) -> tensorjit::Result<Arc<dyn t
                     f.broadcast_in_dim(x, &shape.with_dtype(sx.dtype), &[])?
                 } else {
                     let r = sx.rank();
-                    let red = if sub.is_multiple_of(2) { f.reduce_sum(x, &[r - 1])? } else { f.reduce_max(x, &[r - 1])? };
+                    let red =
+                        if sub.is_multiple_of(2) { f.reduce_sum(x, &[r - 1])? } else { f.reduce_max(x, &[r - 1])? };
                     let axes: Vec<usize> = (0..r - 1).collect();
                     f.broadcast_in_dim(red, &sx, &axes)?
                 }

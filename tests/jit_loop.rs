@@ -87,7 +87,12 @@ fn scalar_broadcast_input_and_select() {
 
 #[test]
 fn identical_kernels_compile_once() {
-    let k = LoopKernel { ty: ElemTy::F64, inputs: vec![Access::Full], insts: vec![Inst::Load(0), Inst::Unary(UnaryOp::Sqrt, 0)], outputs: vec![1] };
+    let k = LoopKernel {
+        ty: ElemTy::F64,
+        inputs: vec![Access::Full],
+        insts: vec![Inst::Load(0), Inst::Unary(UnaryOp::Sqrt, 0)],
+        outputs: vec![1],
+    };
     let a = jit::compile(&k).unwrap();
     let before = jit::compiled_count();
     let b = jit::compile(&k.clone()).unwrap();
@@ -117,7 +122,12 @@ fn sweep() -> Vec<f32> {
 }
 
 fn max_ulp(op: UnaryOp, reference: fn(f64) -> f64) -> (u64, f32) {
-    let k = LoopKernel { ty: ElemTy::F32, inputs: vec![Access::Full], insts: vec![Inst::Load(0), Inst::Unary(op, 0)], outputs: vec![1] };
+    let k = LoopKernel {
+        ty: ElemTy::F32,
+        inputs: vec![Access::Full],
+        insts: vec![Inst::Load(0), Inst::Unary(op, 0)],
+        outputs: vec![1],
+    };
     let xs = sweep();
     let out = run_f32(&k, &[&xs], xs.len());
     let mut worst = (0, 0.0);

@@ -1015,3 +1015,19 @@ fn declared_only_dtypes_are_rejected_everywhere() {
         assert!(f.parameter("bad", Shape::new(bad, &[2])).is_err());
     }
 }
+
+#[test]
+fn packed_dtypes_are_storage_only() {
+    // §1 / §9: sub-byte dtypes are accepted by ConvertDType, Bitcast and data movement, never by
+    // arithmetic.
+    for &dt in PACKED.iter() {
+        let (_be, b, f) = setup();
+        let x = par(&f, dt, &[4]);
+        let y = par(&f, dt, &[4]);
+        fails(&b, "Add", || f.add(x, y));
+        fails(&b, "Neg", || f.neg(x));
+        fails(&b, "ReduceSum", || f.reduce_sum(x, &[0]));
+        assert_eq!(sh(&f, f.convert_dtype(x, Int32)), s(Int32, &[4]));
+        assert_eq!(sh(&f, f.reshape(x, &[2, 2])), s(dt, &[2, 2]));
+    }
+}

@@ -14,8 +14,17 @@ use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
 use crate::jit::math::Emit;
 use crate::lower::loop_kernel::{Access, ElemTy, Inst, LoopKernel};
 
-/// Vectors processed per iteration of the main loop.
+/// Vectors processed per iteration of the main loop of a short body.
 pub(crate) const UNROLL: i64 = 4;
+
+/// Bodies with more instructions than this are not unrolled: they already have enough
+/// independent work per vector, and four copies of a long body mostly cost compile time.
+pub(crate) const UNROLL_MAX_INSTS: usize = 48;
+
+/// The unroll factor used for `k`.
+pub(crate) fn unroll_for(k: &LoopKernel) -> i64 {
+    if k.insts.len() > UNROLL_MAX_INSTS { 1 } else { UNROLL }
+}
 
 fn lane_types(ty: ElemTy) -> (Type, Type, i64) {
     match ty {
@@ -28,9 +37,18 @@ fn lane_types(ty: ElemTy) -> (Type, Type, i64) {
 pub fn supports(ty: ElemTy, inst: &Inst) -> bool {
     match inst {
         Inst::Load(_) | Inst::Const(_) | Inst::Select { .. } => true,
-        Inst::Binary(op, ..) => matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min),
+        Inst::Binary(op, ..) => {
+            matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min)
+        }
         Inst::Unary(op, _) => match op {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Ceil | UnaryOp::Floor | UnaryOp::Round | UnaryOp::Identity => true,
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Ceil
+            | UnaryOp::Floor
+            | UnaryOp::Round
+            | UnaryOp::Identity => true,
             UnaryOp::Exp | UnaryOp::Logistic | UnaryOp::Tanh => ty == ElemTy::F32,
             _ => false,
         },
@@ -49,14 +67,26 @@ fn float_cc(dir: CompareOp) -> FloatCC {
 }
 
 /// Emits the body for one element (scalar `ty`) or one vector (vector `ty`) at byte offset `off`.
-fn emit_body(b: &mut FunctionBuilder, k: &LoopKernel, ty: Type, in_ptrs: &[Value], scalars: &[Option<Value>], out_ptrs: &[Value], off: Value) -> Result<(), String> {
+fn emit_body(
+    b: &mut FunctionBuilder,
+    k: &LoopKernel,
+    ty: Type,
+    in_ptrs: &[Value],
+    scalars: &[Option<Value>],
+    out_ptrs: &[Value],
+    off: Value,
+) -> Result<(), String> {
     let flags = MemFlags::new().with_notrap();
     let mut regs: Vec<Value> = Vec::with_capacity(k.insts.len());
     for inst in &k.insts {
         let v = match inst {
             Inst::Load(n) => match (k.inputs[*n], scalars[*n]) {
                 (Access::Scalar, Some(s)) => {
-                    if ty.is_vector() { b.ins().splat(ty, s) } else { s }
+                    if ty.is_vector() {
+                        b.ins().splat(ty, s)
+                    } else {
+                        s
+                    }
                 }
                 _ => {
                     let addr = b.ins().iadd(in_ptrs[*n], off);
@@ -145,7 +175,8 @@ pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type) -> Resul
 
     let i: Variable = b.declare_var(ptr);
     b.def_var(i, start);
-    let step = lanes * UNROLL;
+    let unroll = unroll_for(k);
+    let step = lanes * unroll;
     // vec_end = start + ((end - start) / step) * step
     let len = b.ins().isub(end, start);
     let q = b.ins().udiv_imm(len, step);
@@ -167,7 +198,7 @@ pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type) -> Resul
     b.switch_to_block(vbody);
     let iv = b.use_var(i);
     let base = b.ins().imul_imm(iv, esize);
-    for u in 0..UNROLL {
+    for u in 0..unroll {
         let off = b.ins().iadd_imm(base, u * lanes * esize);
         emit_body(b, k, vty, &in_ptrs, &scalars, &out_ptrs, off)?;
     }

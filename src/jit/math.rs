@@ -27,11 +27,8 @@ impl Emit<'_, '_> {
 
     /// A constant given in f64, rounded to the lane type (f32 or f64).
     pub fn cf(&mut self, v: f64) -> Value {
-        let s = if self.ty.lane_type() == types::F64 {
-            self.b.ins().f64const(v)
-        } else {
-            self.b.ins().f32const(v as f32)
-        };
+        let s =
+            if self.ty.lane_type() == types::F64 { self.b.ins().f64const(v) } else { self.b.ins().f32const(v as f32) };
         if self.ty.is_vector() { self.b.ins().splat(self.ty, s) } else { s }
     }
 
@@ -106,10 +103,7 @@ impl Emit<'_, '_> {
         let r = self.fma(n, ln2_hi, xc);
         let r = self.fma(n, ln2_lo, r);
         // e^r ≈ 1 + r + r²·P(r), P a degree-5 fit on [−ln2/2, ln2/2] (the classic Cephes expf set).
-        let p5 = self.poly(
-            r,
-            &[0.5, 1.666_666_5e-1, 4.166_579_6e-2, 8.333_452e-3, 1.398_2e-3, 1.987_569_1e-4],
-        );
+        let p5 = self.poly(r, &[0.5, 1.666_666_5e-1, 4.166_579_6e-2, 8.333_452e-3, 1.398_2e-3, 1.987_569_1e-4]);
         let r2 = self.b.ins().fmul(r, r);
         let one_c = self.c(1.0);
         let lin = self.b.ins().fadd(r, one_c);
@@ -158,10 +152,8 @@ impl Emit<'_, '_> {
         // Small |x|: odd polynomial x + x^3·P(x^2) (Taylor to x^13; the first dropped term is below
         // 1e-8 relative for |x| < 0.4).
         let x2 = self.b.ins().fmul(x, x);
-        let p = self.poly(
-            x2,
-            &[-0.333_333_34, 0.133_333_33, -0.053_968_254, 0.021_869_488, -0.008_863_236, 0.003_592_128_6],
-        );
+        let p = self
+            .poly(x2, &[-0.333_333_34, 0.133_333_33, -0.053_968_254, 0.021_869_488, -0.008_863_236, 0.003_592_128_6]);
         let x3 = self.b.ins().fmul(x2, x);
         let small = self.fma(x3, p, x);
         let signed_big = self.with_sign_of(big, x);

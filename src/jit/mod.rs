@@ -10,8 +10,8 @@ pub mod math;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::Context;
+use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
@@ -77,7 +77,13 @@ fn state() -> Result<&'static Mutex<JitState>> {
             let isa = isa_builder.finish(settings::Flags::new(flags)).map_err(|e| e.to_string())?;
             let module = JITModule::new(JITBuilder::with_isa(isa, cranelift_module::default_libcall_names()));
             let ctx = module.make_context();
-            Ok(Mutex::new(JitState { module, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new(), counter: 0 }))
+            Ok(Mutex::new(JitState {
+                module,
+                ctx,
+                fctx: FunctionBuilderContext::new(),
+                cache: HashMap::new(),
+                counter: 0,
+            }))
         })
         .as_ref()
         .map_err(|e| Error::not_implemented("jit", format!("cannot create the Cranelift JIT for this host: {e}")))
@@ -89,17 +95,38 @@ pub fn host_isa_description() -> String {
         Ok(s) => {
             let st = s.lock().unwrap_or_else(|e| e.into_inner());
             let isa = st.module.isa();
-            format!("{} ({})", isa.triple(), isa.isa_flags().iter().filter(|f| f.as_bool() == Some(true)).map(|f| f.name).collect::<Vec<_>>().join(","))
+            format!(
+                "{} ({})",
+                isa.triple(),
+                isa.isa_flags()
+                    .iter()
+                    .filter(|f| f.as_bool() == Some(true))
+                    .map(|f| f.name)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
         }
         Err(e) => e.to_string(),
     }
 }
 
-/// Compiles `k` (or returns the cached compilation of an identical kernel).
+/// Compiles `k` (or returns the cached compilation of an identical kernel). The result's
+/// `disasm` may be empty; use [`compile_with_disasm`] when the machine code listing is wanted.
 pub fn compile(k: &LoopKernel) -> Result<CompiledLoop> {
+    compile_opts(k, false)
+}
+
+/// Like [`compile`], with the disassembly recorded (costs extra compile time; for dumps).
+pub fn compile_with_disasm(k: &LoopKernel) -> Result<CompiledLoop> {
+    compile_opts(k, true)
+}
+
+fn compile_opts(k: &LoopKernel, want_disasm: bool) -> Result<CompiledLoop> {
     let key = format!("{k:?}");
     let mut st = state()?.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = st.cache.get(&key) {
+    if let Some(c) = st.cache.get(&key)
+        && (!want_disasm || !c.disasm.is_empty())
+    {
         return Ok(c.clone());
     }
     let st = &mut *st;
@@ -118,7 +145,7 @@ pub fn compile(k: &LoopKernel) -> Result<CompiledLoop> {
         .module
         .declare_function(&name, Linkage::Local, &st.ctx.func.signature)
         .map_err(|e| Error::Execution(format!("jit: declare {name}: {e}")))?;
-    st.ctx.set_disasm(true);
+    st.ctx.set_disasm(want_disasm);
     st.module.define_function(id, &mut st.ctx).map_err(|e| Error::Execution(format!("jit: compile {name}: {e:?}")))?;
     let disasm = st.ctx.compiled_code().and_then(|c| c.vcode.clone()).unwrap_or_default();
     st.module.clear_context(&mut st.ctx);
@@ -135,4 +162,13 @@ pub fn compile(k: &LoopKernel) -> Result<CompiledLoop> {
 /// Number of distinct kernels compiled so far in this process.
 pub fn compiled_count() -> usize {
     state().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).cache.len()).unwrap_or(0)
+}
+
+/// Forgets every cached compilation, so the next [`compile`] of any kernel runs Cranelift again
+/// (for measuring cold compile times). The machine code already handed out stays valid: it is
+/// never unmapped.
+pub fn clear_cache() {
+    if let Ok(s) = state() {
+        s.lock().unwrap_or_else(|e| e.into_inner()).cache.clear();
+    }
 }

@@ -342,6 +342,41 @@ impl Emitter<'_> {
         self.insts.len() - 1
     }
 
+    /// The constant held by register `r`, if it is a `Const`.
+    fn const_of(&self, r: Reg) -> Option<f64> {
+        match self.insts.get(r) {
+            Some(Inst::Const(c)) => Some(*c),
+            _ => None,
+        }
+    }
+
+    /// Emits `op(a, b)`. Max/Min against a non-NaN constant `c` become one compare and select,
+    /// exact for every `x` (the general Max/Min sequence also handles a NaN or signed-zero
+    /// second operand, which a known constant rules out):
+    /// - `max(x, c)` = `x <= c ? c : x` when `c` is +0, else `x < c ? c : x`;
+    /// - `min(x, c)` = `x >= c ? c : x` when `c` is −0, else `x > c ? c : x`.
+    ///
+    /// (Ordered comparisons: a NaN `x` selects `x`; ties pick `c`, identical to `x` except for
+    /// the zero whose sign the rule fixes: max(−0, +0) = +0, min(+0, −0) = −0.)
+    fn binary(&mut self, op: BinaryOp, a: Reg, b: Reg) -> Reg {
+        let (x, c) = match (self.const_of(a), self.const_of(b)) {
+            (_, Some(c)) if !c.is_nan() => (a, (b, c)),
+            (Some(c), _) if !c.is_nan() => (b, (a, c)),
+            _ => return self.push(Inst::Binary(op, a, b)),
+        };
+        let (creg, cval) = c;
+        let pos_zero = cval == 0.0 && cval.is_sign_positive();
+        let neg_zero = cval == 0.0 && cval.is_sign_negative();
+        let dir = match op {
+            BinaryOp::Max if pos_zero => CompareOp::LessOrEqual,
+            BinaryOp::Max => CompareOp::LessThan,
+            BinaryOp::Min if neg_zero => CompareOp::GreaterOrEqual,
+            BinaryOp::Min => CompareOp::GreaterThan,
+            _ => return self.push(Inst::Binary(op, a, b)),
+        };
+        self.push(Inst::Select { dir, a: x, b: creg, t: creg, f: x })
+    }
+
     /// The register holding `v`: a member's result, a constant, or a load of a new input.
     fn reg_of(&mut self, v: ValueId) -> Reg {
         if let Some(&r) = self.regs.get(&v) {
@@ -389,12 +424,12 @@ fn build_cluster(
             Fuse::Binary(op, x, y) => {
                 let a = e.reg_of(x);
                 let b = e.reg_of(y);
-                e.push(Inst::Binary(op, a, b))
+                e.binary(op, a, b)
             }
             Fuse::Clamp(lo, x, hi) => {
                 let (lo, x, hi) = (e.reg_of(lo), e.reg_of(x), e.reg_of(hi));
-                let t = e.push(Inst::Binary(BinaryOp::Max, lo, x));
-                e.push(Inst::Binary(BinaryOp::Min, t, hi))
+                let t = e.binary(BinaryOp::Max, lo, x);
+                e.binary(BinaryOp::Min, t, hi)
             }
             Fuse::Select { dir, a, b, t, f } => {
                 let (a, b, t, f) = (e.reg_of(a), e.reg_of(b), e.reg_of(t), e.reg_of(f));

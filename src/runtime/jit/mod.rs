@@ -145,7 +145,7 @@ impl JitBackend {
                 exec::Runner::Interp(InterpExecutable::new(module)?)
             }
             None => {
-                let plan = plan::build(module)?;
+                let plan = plan::build(module, dumper.is_some())?;
                 if let Some(d) = &dumper {
                     d.write("clusters.txt", &crate::lower::cluster::describe(&plan.module, &plan.clustering))?;
                     for s in &plan.steps {

@@ -161,8 +161,8 @@ pub(crate) fn needs_interpreter(m: &Module) -> Option<String> {
 }
 
 /// Lowers `module` (verified, optimised, accepted by [`needs_interpreter`]): clusters `main`,
-/// compiles every cluster and computes liveness.
-pub(crate) fn build(module: Module) -> Result<Plan> {
+/// compiles every cluster (recording the disassembly when `disasm`) and computes liveness.
+pub(crate) fn build(module: Module, disasm: bool) -> Result<Plan> {
     let m = &module;
     let main = m.func(m.main);
     let outputs: Vec<ValueId> =
@@ -173,7 +173,8 @@ pub(crate) fn build(module: Module) -> Result<Plan> {
         let step = match *item {
             Item::Cluster(ci) => {
                 let c = &clustering.clusters[ci];
-                let code = crate::jit::compile(&c.kernel)?;
+                let code =
+                    if disasm { crate::jit::compile_with_disasm(&c.kernel)? } else { crate::jit::compile(&c.kernel)? };
                 let out_shapes = c.outputs.iter().map(|&v| unnamed(m.shape(v))).collect();
                 Step::Loop(LoopStep {
                     cluster: ci,
