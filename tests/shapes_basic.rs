@@ -5,60 +5,17 @@
 //! name the op and to leave the module unchanged.
 
 use std::fmt::Debug;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use tensorjit::api::{Backend, Builder, Capabilities, Executable, Function, ReshapeSpec, Value};
+use tensorjit::api::{Backend, Builder, Function, ReshapeSpec, Value};
 use tensorjit::ir::dtype::SUPPORTED_DTYPES;
-use tensorjit::ir::module::Module;
 use tensorjit::ir::op::{ArithReduce, BinaryOp, CompareOp, PadAxis, ReduceKind, UnaryOp};
-use tensorjit::ir::optype::ALL_OP_TYPES;
-use tensorjit::{DType, Error, Result, Shape};
+use tensorjit::{DType, Result, Shape};
 
 use DType::*;
 
-// ------------------------------------------------------------------------------------------------
-// A minimal backend: everything supported, nothing compiled.
-
-struct TestBackend {
-    me: Weak<TestBackend>,
-    caps: Capabilities,
-}
-
-impl Backend for TestBackend {
-    fn name(&self) -> &str {
-        "test"
-    }
-    fn description(&self) -> String {
-        "shape-inference test backend (cannot compile)".into()
-    }
-    fn capabilities(&self) -> &Capabilities {
-        &self.caps
-    }
-    fn builder(&self, name: &str) -> Builder {
-        let me: Arc<dyn Backend> = self.me.upgrade().expect("backend alive while building");
-        Builder::new(me, name)
-    }
-    fn compile(&self, _module: Module) -> Result<Arc<dyn Executable>> {
-        Err(Error::not_implemented("compile", "the test backend only builds"))
-    }
-    fn finalize(&self) {}
-    fn is_finalized(&self) -> bool {
-        false
-    }
-}
-
-fn backend() -> Arc<TestBackend> {
-    Arc::new_cyclic(|me| TestBackend {
-        me: me.clone(),
-        caps: Capabilities {
-            operations: ALL_OP_TYPES.iter().copied().collect(),
-            functions: true,
-            dtypes: SUPPORTED_DTYPES.iter().copied().collect(),
-            dynamic_axes: true,
-            prefer_constants_for_variables: false,
-        },
-    })
-}
+mod common;
+use common::{TestBackend, backend};
 
 fn setup() -> (Arc<TestBackend>, Builder, Function) {
     let be = backend();

@@ -7,63 +7,20 @@
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
 
 use tensorjit::api::{
-    AttentionConfig, Backend, Builder, Capabilities, ConvConfig, DotConfig, Executable, Function, GatherDims,
-    ScatterDims, Value,
+    AttentionConfig, Backend, Builder, ConvConfig, DotConfig, Function, GatherDims, ScatterDims, Value,
 };
-use tensorjit::ir::dtype::{DType, SUPPORTED_DTYPES};
-use tensorjit::ir::module::Module;
+use tensorjit::ir::dtype::DType;
 use tensorjit::ir::op::{
     Activation, ArithReduce, AttentionLayout, ConvAxes, DenseLayout, FftType, GgmlType, Op, QuantScheme, Quantization,
 };
-use tensorjit::ir::optype::ALL_OP_TYPES;
 use tensorjit::{Error, Result, Shape};
 
 use DType::{BFloat16, Bool, Complex64, Complex128, Float32, Float64, Int8, Int32, Int64, Uint8, Uint32, Uint64};
 
-/// A backend that supports everything at build time and compiles nothing.
-struct TestBackend {
-    me: Weak<TestBackend>,
-    caps: Capabilities,
-}
-
-impl Backend for TestBackend {
-    fn name(&self) -> &str {
-        "test"
-    }
-    fn description(&self) -> String {
-        "build-only test backend".to_string()
-    }
-    fn capabilities(&self) -> &Capabilities {
-        &self.caps
-    }
-    fn builder(&self, name: &str) -> Builder {
-        let me: Arc<dyn Backend> = self.me.upgrade().expect("the test backend is alive while it is used");
-        Builder::new(me, name)
-    }
-    fn compile(&self, _module: Module) -> Result<Arc<dyn Executable>> {
-        Err(Error::not_implemented("compile", "the test backend only builds"))
-    }
-    fn finalize(&self) {}
-    fn is_finalized(&self) -> bool {
-        false
-    }
-}
-
-fn backend() -> Arc<TestBackend> {
-    Arc::new_cyclic(|me| TestBackend {
-        me: me.clone(),
-        caps: Capabilities {
-            operations: ALL_OP_TYPES.iter().copied().collect(),
-            functions: true,
-            dtypes: SUPPORTED_DTYPES.iter().copied().collect(),
-            dynamic_axes: true,
-            prefer_constants_for_variables: false,
-        },
-    })
-}
+mod common;
+use common::backend;
 
 /// A fresh builder and its main function.
 fn setup() -> (Builder, Function) {
