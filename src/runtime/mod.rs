@@ -1,6 +1,7 @@
-//! Runtime support shared by the backends: aligned storage, (later) memory plans and thread pools.
+//! Runtime: aligned storage, the finalizable executable state, the interp and jit backends, CLI run.
 
 pub mod aligned;
 pub mod cli_run;
 pub mod interp;
 pub mod jit;
+pub mod slot;

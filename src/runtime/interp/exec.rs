@@ -8,7 +8,7 @@
 //! execution and may be written in place or returned as an output.
 
 use std::borrow::Cow;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use super::dynamic::{self, Bindings};
 use super::plan::{Plan, unnamed};
@@ -21,6 +21,7 @@ use crate::ir::op::{Op, ReshapeDim, UnaryOp};
 use crate::ir::optype::OpType;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
+use crate::runtime::slot::FinalizeSlot;
 
 /// Nesting limit for calls and closures (guards against call cycles in unverified modules).
 const MAX_DEPTH: usize = 200;
@@ -28,7 +29,7 @@ const MAX_DEPTH: usize = 200;
 /// A module compiled by the "interp" backend. `Send + Sync`: every execution has its own
 /// environment, the plan is shared read-only.
 pub struct InterpExecutable {
-    plan: RwLock<Option<Arc<Plan>>>,
+    plan: FinalizeSlot<Plan>,
     input_names: Vec<String>,
     input_shapes: Vec<Shape>,
     output_shapes: Vec<Shape>,
@@ -43,15 +44,11 @@ impl InterpExecutable {
         let input_names = main.param_names.clone();
         let input_shapes = m.param_shapes(m.main);
         let output_shapes = m.output_shapes(m.main)?;
-        Ok(InterpExecutable { plan: RwLock::new(Some(Arc::new(plan))), input_names, input_shapes, output_shapes })
+        Ok(InterpExecutable { plan: FinalizeSlot::new(plan), input_names, input_shapes, output_shapes })
     }
 
     fn plan(&self) -> Result<Arc<Plan>> {
-        self.plan
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| Error::UseAfterFree { what: "executable".into(), state: "finalized".into() })
+        self.plan.get()
     }
 }
 
@@ -107,7 +104,7 @@ impl Executable for InterpExecutable {
     }
 
     fn finalize(&self) {
-        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = None;
+        self.plan.take();
     }
 }
 

@@ -2,7 +2,9 @@
 //! reference kernels for the other nodes), or hands a module the plan cannot express to the
 //! interpreter.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use crate::runtime::slot::FinalizeSlot;
 
 use rayon::prelude::*;
 
@@ -32,7 +34,7 @@ pub(crate) enum Runner {
 /// A module compiled by the "jit" backend. `Send + Sync`: the plan is shared read-only and every
 /// execution has its own value slots.
 pub struct JitExecutable {
-    runner: RwLock<Option<Arc<Runner>>>,
+    runner: FinalizeSlot<Runner>,
     input_names: Vec<String>,
     input_shapes: Vec<Shape>,
     output_shapes: Vec<Shape>,
@@ -45,7 +47,7 @@ impl JitExecutable {
         input_shapes: Vec<Shape>,
         output_shapes: Vec<Shape>,
     ) -> Self {
-        JitExecutable { runner: RwLock::new(Some(Arc::new(runner))), input_names, input_shapes, output_shapes }
+        JitExecutable { runner: FinalizeSlot::new(runner), input_names, input_shapes, output_shapes }
     }
 
     /// Whether this executable runs on the flat plan of compiled loops (`false`: it was handed
@@ -63,11 +65,7 @@ impl JitExecutable {
     }
 
     fn runner(&self) -> Result<Arc<Runner>> {
-        self.runner
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| Error::UseAfterFree { what: "executable".into(), state: "finalized".into() })
+        self.runner.get()
     }
 }
 
@@ -139,8 +137,7 @@ impl Executable for JitExecutable {
     }
 
     fn finalize(&self) {
-        let old = self.runner.write().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(r) = old
+        if let Some(r) = self.runner.take()
             && let Runner::Interp(e) = &*r
         {
             e.finalize();
