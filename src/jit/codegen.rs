@@ -11,7 +11,7 @@ use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlags, Type, Value,
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
-use crate::jit::math::Emit;
+use crate::jit::math::{self, Emit};
 use crate::lower::loop_kernel::{Access, ElemTy, Inst, LoopKernel};
 
 /// Vectors processed per iteration of the main loop of a short body.
@@ -39,6 +39,7 @@ pub fn supports(ty: ElemTy, inst: &Inst) -> bool {
         Inst::Load(_) | Inst::Const(_) | Inst::Select { .. } => true,
         Inst::Binary(op, ..) => {
             matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min)
+                || math::supports_binary(*op, ty)
         }
         Inst::Unary(op, _) => match op {
             UnaryOp::Neg
@@ -49,8 +50,7 @@ pub fn supports(ty: ElemTy, inst: &Inst) -> bool {
             | UnaryOp::Floor
             | UnaryOp::Round
             | UnaryOp::Identity => true,
-            UnaryOp::Exp | UnaryOp::Logistic | UnaryOp::Tanh => ty == ElemTy::F32,
-            _ => false,
+            other => math::supports_unary(*other, ty),
         },
     }
 }
@@ -110,10 +110,10 @@ fn emit_body(
                     UnaryOp::Floor => e.b.ins().floor(a),
                     UnaryOp::Round => e.b.ins().nearest(a),
                     UnaryOp::Identity => a,
-                    UnaryOp::Exp => e.exp(a),
-                    UnaryOp::Logistic => e.logistic(a),
-                    UnaryOp::Tanh => e.tanh(a),
-                    other => return Err(format!("unary {other:?} is not supported by the JIT")),
+                    other => match e.unary(*other, a) {
+                        Some(v) => v,
+                        None => return Err(format!("unary {other:?} is not supported by the JIT")),
+                    },
                 }
             }
             Inst::Binary(op, x, y) => {
@@ -125,7 +125,10 @@ fn emit_body(
                     BinaryOp::Div => b.ins().fdiv(x, y),
                     BinaryOp::Max => b.ins().fmax(x, y),
                     BinaryOp::Min => b.ins().fmin(x, y),
-                    other => return Err(format!("binary {other:?} is not supported by the JIT")),
+                    other => match (Emit { b, ty }).binary(*other, x, y) {
+                        Some(v) => v,
+                        None => return Err(format!("binary {other:?} is not supported by the JIT")),
+                    },
                 }
             }
             Inst::Select { dir, a, b: bb, t, f } => {

@@ -8,6 +8,19 @@ use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, MemFlags, Type, Value, types};
 use cranelift_frontend::FunctionBuilder;
 
+use crate::ir::op::{BinaryOp, UnaryOp};
+use crate::lower::loop_kernel::ElemTy;
+
+/// Whether [`Emit::unary`] implements `op` for element type `ty`.
+pub(crate) fn supports_unary(op: UnaryOp, ty: ElemTy) -> bool {
+    matches!((op, ty), (UnaryOp::Exp | UnaryOp::Logistic | UnaryOp::Tanh, ElemTy::F32))
+}
+
+/// Whether [`Emit::binary`] implements `op` for element type `ty`.
+pub(crate) fn supports_binary(_op: BinaryOp, _ty: ElemTy) -> bool {
+    false
+}
+
 /// Lane-independent helpers for one element type (scalar or vector).
 pub(crate) struct Emit<'a, 'b> {
     pub b: &'a mut FunctionBuilder<'b>,
@@ -16,6 +29,24 @@ pub(crate) struct Emit<'a, 'b> {
 }
 
 impl Emit<'_, '_> {
+    /// The transcendental unary `op` applied to `x`, or `None` when this module does not
+    /// implement it (see [`supports_unary`]).
+    pub fn unary(&mut self, op: UnaryOp, x: Value) -> Option<Value> {
+        Some(match op {
+            UnaryOp::Exp => self.exp(x),
+            UnaryOp::Logistic => self.logistic(x),
+            UnaryOp::Tanh => self.tanh(x),
+            _ => return None,
+        })
+    }
+
+    /// The transcendental binary `op` (Pow, Atan2) applied to `x, y`, or `None` when this module
+    /// does not implement it (see [`supports_binary`]).
+    pub fn binary(&mut self, op: BinaryOp, x: Value, y: Value) -> Option<Value> {
+        let _ = (op, x, y);
+        None
+    }
+
     fn int_ty(&self) -> Type {
         if self.ty.is_vector() { types::I32X4 } else { types::I32 }
     }

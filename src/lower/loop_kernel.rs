@@ -67,6 +67,12 @@ pub struct LoopKernel {
 }
 
 impl LoopKernel {
+    /// A kernel of one element type over a flat iteration space: input `n` is read as
+    /// `inputs[n]` says, `outputs[o]` is the register stored to output `o`.
+    pub fn elementwise(ty: ElemTy, inputs: Vec<Access>, insts: Vec<Inst>, outputs: Vec<Reg>) -> LoopKernel {
+        LoopKernel { ty, inputs, insts, outputs }
+    }
+
     /// Checks that registers refer to earlier instructions and inputs exist.
     pub fn validate(&self) -> Result<(), String> {
         for (i, inst) in self.insts.iter().enumerate() {

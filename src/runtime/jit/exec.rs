@@ -6,22 +6,14 @@ use std::sync::Arc;
 
 use crate::runtime::slot::FinalizeSlot;
 
-use rayon::prelude::*;
-
-use super::plan::{AliasStep, KernelStep, LoopStep, Plan, Step, unnamed};
+use super::loops::run_loop;
+use super::plan::{AliasStep, KernelStep, Plan, Step, unnamed};
 use crate::api::backend::{Executable, check_inputs};
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
-use crate::runtime::aligned::AlignedBytes;
 use crate::runtime::interp::InterpExecutable;
-
-/// Loops over at least this many elements are split across the thread pool.
-pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
-
-/// Chunk boundaries are multiples of this many elements (whole unrolled vector iterations).
-const CHUNK_ALIGN: usize = 64;
 
 /// What an executable runs.
 pub(crate) enum Runner {
@@ -120,7 +112,7 @@ impl Executable for JitExecutable {
         for (i, step) in plan.steps.iter().enumerate() {
             match step {
                 Step::Loop(s) => run_loop(s, &mut env, pool)?,
-                Step::Kernel(s) => run_kernel(plan, s, &mut env)?,
+                Step::Kernel(s) => run_kernel(plan, s, &mut env, pool)?,
                 Step::Alias(s) => run_alias(s, &mut env)?,
             }
             for v in &plan.drops[i] {
@@ -163,90 +155,14 @@ fn slot(env: &[Option<Tensor>], v: crate::ir::module::ValueId) -> Result<Tensor>
     env.get(v.index()).and_then(|t| t.clone()).ok_or_else(|| internal(format!("value {v} is not available")))
 }
 
-/// The argument pointers of one kernel call, shared by the threads running its chunks.
-struct Args(Vec<*mut u8>);
-
-// SAFETY: the pointers refer to buffers owned by the executing call, which outlive every chunk
-// (the parallel loop joins before they are released); chunks write disjoint element ranges.
-unsafe impl Sync for Args {}
-
-impl Args {
-    fn ptrs(&self) -> &[*mut u8] {
-        &self.0
-    }
-}
-
-fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&rayon::ThreadPool>) -> Result<()> {
-    let mut ins: Vec<Tensor> = Vec::with_capacity(s.inputs.len());
-    for (k, &v) in s.inputs.iter().enumerate() {
-        let t = if s.input_dies[k] {
-            env.get_mut(v.index()).and_then(Option::take)
-        } else {
-            env.get(v.index()).cloned().flatten()
-        };
-        ins.push(t.ok_or_else(|| internal(format!("loop input {v} is not available")))?);
-    }
-    let bytes = s.len * s.esize;
-    let mut in_ptrs: Vec<Option<*mut u8>> = vec![None; ins.len()];
-    let mut fresh: Vec<Option<AlignedBytes>> = Vec::with_capacity(s.outputs.len());
-    let mut out_ptrs: Vec<*mut u8> = Vec::with_capacity(s.outputs.len());
-    for j in 0..s.outputs.len() {
-        let reused = s.in_place[j].and_then(|k| Arc::get_mut(&mut ins[k].data).map(|b| (k, b.as_mut_ptr())));
-        match reused {
-            Some((k, p)) => {
-                in_ptrs[k] = Some(p);
-                out_ptrs.push(p);
-                fresh.push(None);
-            }
-            None => {
-                let mut b = AlignedBytes::zeroed(bytes);
-                out_ptrs.push(b.as_mut_ptr());
-                fresh.push(Some(b));
-            }
-        }
-    }
-    let mut args: Vec<*mut u8> =
-        ins.iter().zip(&in_ptrs).map(|(t, p)| p.unwrap_or(t.data.as_ptr() as *mut u8)).collect();
-    args.extend(out_ptrs);
-    let args = Args(args);
-    let code = &s.code;
-    let threads = pool.map_or(1, |p| p.current_num_threads());
-    match pool {
-        Some(pool) if threads > 1 && s.len >= PARALLEL_MIN_ELEMENTS => {
-            let chunk = s.len.div_ceil(threads).next_multiple_of(CHUNK_ALIGN);
-            let n = s.len.div_ceil(chunk);
-            pool.install(|| {
-                (0..n).into_par_iter().for_each(|c| {
-                    let (a, b) = (c * chunk, ((c + 1) * chunk).min(s.len));
-                    // SAFETY: `args` holds one pointer per kernel input then per output; Full inputs
-                    // and outputs have `len` elements of the kernel's type (checked shapes), Scalar
-                    // inputs one; outputs are fresh buffers or a dying input of this call's own
-                    // (uniquely held) storage, written element for element; chunks are disjoint.
-                    unsafe { code.run(args.ptrs(), a, b) }
-                })
-            });
-        }
-        _ if s.len > 0 => {
-            // SAFETY: as above, on the whole range from one thread.
-            unsafe { code.run(args.ptrs(), 0, s.len) }
-        }
-        _ => {}
-    }
-    for (j, b) in fresh.into_iter().enumerate() {
-        let data = match (b, s.in_place[j]) {
-            (Some(b), _) => Arc::new(b),
-            (None, Some(k)) => ins[k].data.clone(),
-            (None, None) => return Err(internal(format!("loop output {} has no buffer", s.outputs[j]))),
-        };
-        env[s.outputs[j].index()] = Some(Tensor { shape: s.out_shapes[j].clone(), data });
-    }
-    Ok(())
-}
-
-fn run_kernel(plan: &Plan, s: &KernelStep, env: &mut [Option<Tensor>]) -> Result<()> {
+fn run_kernel(plan: &Plan, s: &KernelStep, env: &mut [Option<Tensor>], pool: Option<&rayon::ThreadPool>) -> Result<()> {
     let inputs = s.inputs.iter().map(|&v| slot(env, v)).collect::<Result<Vec<_>>>()?;
     let at = |e: Error| annotate(e, plan, s);
-    let outs = crate::kernels::reference::eval(&s.op, &inputs, &s.out_shapes).map_err(at)?;
+    let outs = match &s.fast {
+        Some(k) => k.run(&inputs, &s.out_shapes, pool),
+        None => crate::kernels::reference::eval(&s.op, &inputs, &s.out_shapes),
+    }
+    .map_err(at)?;
     drop(inputs);
     if outs.len() != s.outputs.len() {
         return Err(internal(format!(

@@ -4,7 +4,7 @@
 //!
 //! Options (the part after `jit:` in the config string):
 //! - `parallelism=N`: threads of the backend's pool (default: the available cores); loops over
-//!   at least [`exec::PARALLEL_MIN_ELEMENTS`] elements are split across them.
+//!   at least [`PARALLEL_MIN_ELEMENTS`] elements are split across them.
 //! - `ops_sequential`: accepted; steps always run one after another in this version.
 //! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
 //!   [`dump`] and docs/debugging.md).
@@ -13,8 +13,12 @@
 //! AllReduce, or dynamic shapes is optimised and then run by the interpreter
 //! ([`crate::runtime::interp::InterpExecutable`]) as a whole; its `plan.txt` dump says why.
 
+mod dot;
 pub mod dump;
 mod exec;
+mod fast;
+mod fused;
+mod loops;
 mod plan;
 
 use std::path::PathBuf;
@@ -29,7 +33,8 @@ use crate::ir::module::Module;
 use crate::passes::{self, PassCtx};
 use crate::runtime::interp::InterpExecutable;
 
-pub use exec::{JitExecutable, PARALLEL_MIN_ELEMENTS};
+pub use exec::JitExecutable;
+pub use loops::PARALLEL_MIN_ELEMENTS;
 
 /// The registry name of this backend.
 pub const NAME: &str = "jit";

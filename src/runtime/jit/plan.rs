@@ -13,37 +13,14 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+pub(crate) use super::loops::LoopStep;
 use crate::error::{Error, Result};
 use crate::ir::module::{Module, NodeId, ValueId};
 use crate::ir::op::{Op, UnaryOp};
 use crate::ir::shape::Shape;
-use crate::jit::CompiledLoop;
 use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::{Clustering, Item, cluster_function};
-use crate::lower::loop_kernel::Access;
 use crate::runtime::aligned::AlignedBytes;
-
-/// A fused elementwise loop compiled by Cranelift.
-pub(crate) struct LoopStep {
-    /// Index into `Plan::clustering.clusters`.
-    pub cluster: usize,
-    /// The machine code.
-    pub code: CompiledLoop,
-    /// Elements iterated.
-    pub len: usize,
-    /// Bytes per element.
-    pub esize: usize,
-    /// Value read by each kernel input.
-    pub inputs: Vec<ValueId>,
-    /// Whether each input's last use is this step (it is moved out of its slot).
-    pub input_dies: Vec<bool>,
-    /// Value written by each kernel output.
-    pub outputs: Vec<ValueId>,
-    /// Shape of each output.
-    pub out_shapes: Vec<Shape>,
-    /// For each output, a dying `Full` input whose storage it may take over.
-    pub in_place: Vec<Option<usize>>,
-}
 
 /// One node run by its reference kernel.
 pub(crate) struct KernelStep {
@@ -57,6 +34,8 @@ pub(crate) struct KernelStep {
     pub outputs: Vec<ValueId>,
     /// Result shapes (static, unnamed).
     pub out_shapes: Vec<Shape>,
+    /// A specialised kernel for this node (GEMM, fused kernels), when one applies.
+    pub fast: Option<Box<dyn super::fast::FastKernel>>,
 }
 
 /// Outputs that share their input's storage (Identity, Reshape, barriers).
@@ -73,7 +52,7 @@ pub(crate) struct AliasStep {
 pub(crate) enum Step {
     /// A compiled loop.
     Loop(LoopStep),
-    /// A reference kernel.
+    /// A kernel: a fast kernel when one was prepared, else the reference kernel.
     Kernel(KernelStep),
     /// A zero-copy alias.
     Alias(AliasStep),
@@ -175,18 +154,7 @@ pub(crate) fn build(module: Module, disasm: bool) -> Result<Plan> {
                 let c = &clustering.clusters[ci];
                 let code =
                     if disasm { crate::jit::compile_with_disasm(&c.kernel)? } else { crate::jit::compile(&c.kernel)? };
-                let out_shapes = c.outputs.iter().map(|&v| unnamed(m.shape(v))).collect();
-                Step::Loop(LoopStep {
-                    cluster: ci,
-                    code,
-                    len: c.len,
-                    esize: c.dtype.size(),
-                    inputs: c.inputs.clone(),
-                    input_dies: vec![false; c.inputs.len()],
-                    outputs: c.outputs.clone(),
-                    out_shapes,
-                    in_place: vec![None; c.outputs.len()],
-                })
+                Step::Loop(LoopStep::new(m, ci, c, code))
             }
             Item::Node(n) => {
                 let node = m.node(n);
@@ -205,6 +173,7 @@ pub(crate) fn build(module: Module, disasm: bool) -> Result<Plan> {
                     Op::Constant(_) => return Err(internal(format!("constant {n} scheduled as a step"))),
                     op => Step::Kernel(KernelStep {
                         node: n,
+                        fast: super::fast::prepare(m, n)?,
                         op: op.clone(),
                         inputs: node.inputs.clone(),
                         outputs: node.outputs.clone(),
@@ -244,22 +213,7 @@ pub(crate) fn build(module: Module, disasm: bool) -> Result<Plan> {
     for (i, s) in steps.iter_mut().enumerate() {
         if let Step::Loop(ls) = s {
             let kernel = &clustering.clusters[ls.cluster].kernel;
-            for (k, &v) in ls.inputs.iter().enumerate() {
-                ls.input_dies[k] = last[v.index()] == Some(i) && !returned.contains(&v);
-            }
-            let mut taken = vec![false; ls.inputs.len()];
-            for j in 0..ls.outputs.len() {
-                let cand = (0..ls.inputs.len()).find(|&k| {
-                    !taken[k]
-                        && ls.input_dies[k]
-                        && kernel.inputs[k] == Access::Full
-                        && m.shape(ls.inputs[k]).byte_size() == ls.out_shapes[j].byte_size()
-                });
-                if let Some(k) = cand {
-                    taken[k] = true;
-                    ls.in_place[j] = Some(k);
-                }
-            }
+            ls.plan_memory(m, kernel, |v| last[v.index()] == Some(i) && !returned.contains(&v));
         }
     }
 
@@ -327,8 +281,9 @@ impl Plan {
                 Step::Kernel(k) => {
                     let _ = writeln!(
                         s,
-                        "step {i}: kernel {} (node {}) reads [{}] writes [{}]",
+                        "step {i}: kernel {}{} (node {}) reads [{}] writes [{}]",
                         k.op.op_type(),
+                        k.fast.as_ref().map_or(String::new(), |f| format!(" via {}", f.describe())),
                         k.node,
                         list(k.inputs.iter().map(|v| v.to_string())),
                         list(k.outputs.iter().map(|v| format!("{v}: {} (new buffer)", shape(*v))))

@@ -1,0 +1,168 @@
+//! Loop steps of the "jit" plan: how a compiled cluster becomes a step (buffers, in-place
+//! reuse) and how the executor runs one, split across the thread pool.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::ir::module::{Module, ValueId};
+use crate::ir::shape::Shape;
+use crate::jit::CompiledLoop;
+use crate::kernels::tensor::Tensor;
+use crate::lower::cluster::Cluster;
+use crate::lower::loop_kernel::{Access, LoopKernel};
+use crate::runtime::aligned::AlignedBytes;
+
+use super::plan::unnamed;
+
+/// Loops over at least this many elements are split across the thread pool.
+pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
+
+/// Chunk boundaries are multiples of this many elements (whole unrolled vector iterations).
+const CHUNK_ALIGN: usize = 64;
+
+/// A fused elementwise loop compiled by Cranelift.
+pub(crate) struct LoopStep {
+    /// Index into `Plan::clustering.clusters`.
+    pub cluster: usize,
+    /// The machine code.
+    pub code: CompiledLoop,
+    /// Elements iterated.
+    pub len: usize,
+    /// Bytes per element.
+    pub esize: usize,
+    /// Value read by each kernel input.
+    pub inputs: Vec<ValueId>,
+    /// Whether each input's last use is this step (it is moved out of its slot).
+    pub input_dies: Vec<bool>,
+    /// Value written by each kernel output.
+    pub outputs: Vec<ValueId>,
+    /// Shape of each output.
+    pub out_shapes: Vec<Shape>,
+    /// For each output, a dying `Full` input whose storage it may take over.
+    pub in_place: Vec<Option<usize>>,
+}
+
+impl LoopStep {
+    /// The step running cluster `ci` (`c`) with its compiled code.
+    pub(crate) fn new(m: &Module, ci: usize, c: &Cluster, code: CompiledLoop) -> LoopStep {
+        let out_shapes = c.outputs.iter().map(|&v| unnamed(m.shape(v))).collect();
+        LoopStep {
+            cluster: ci,
+            code,
+            len: c.len,
+            esize: c.dtype.size(),
+            inputs: c.inputs.clone(),
+            input_dies: vec![false; c.inputs.len()],
+            outputs: c.outputs.clone(),
+            out_shapes,
+            in_place: vec![None; c.outputs.len()],
+        }
+    }
+
+    /// Records which inputs die at this step (`dies(v)`) and which outputs may be written over a
+    /// dying `Full` input of the same size.
+    pub(crate) fn plan_memory(&mut self, m: &Module, kernel: &LoopKernel, dies: impl Fn(ValueId) -> bool) {
+        for (k, &v) in self.inputs.iter().enumerate() {
+            self.input_dies[k] = dies(v);
+        }
+        let mut taken = vec![false; self.inputs.len()];
+        for j in 0..self.outputs.len() {
+            let cand = (0..self.inputs.len()).find(|&k| {
+                !taken[k]
+                    && self.input_dies[k]
+                    && kernel.inputs[k] == Access::Full
+                    && m.shape(self.inputs[k]).byte_size() == self.out_shapes[j].byte_size()
+            });
+            if let Some(k) = cand {
+                taken[k] = true;
+                self.in_place[j] = Some(k);
+            }
+        }
+    }
+}
+
+/// The argument pointers of one kernel call, shared by the threads running its chunks.
+struct Args(Vec<*mut u8>);
+
+// SAFETY: the pointers refer to buffers owned by the executing call, which outlive every chunk
+// (the parallel loop joins before they are released); chunks write disjoint element ranges.
+unsafe impl Sync for Args {}
+
+impl Args {
+    fn ptrs(&self) -> &[*mut u8] {
+        &self.0
+    }
+}
+
+pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+    let mut ins: Vec<Tensor> = Vec::with_capacity(s.inputs.len());
+    for (k, &v) in s.inputs.iter().enumerate() {
+        let t = if s.input_dies[k] {
+            env.get_mut(v.index()).and_then(Option::take)
+        } else {
+            env.get(v.index()).cloned().flatten()
+        };
+        ins.push(t.ok_or_else(|| internal(format!("loop input {v} is not available")))?);
+    }
+    let bytes = s.len * s.esize;
+    let mut in_ptrs: Vec<Option<*mut u8>> = vec![None; ins.len()];
+    let mut fresh: Vec<Option<AlignedBytes>> = Vec::with_capacity(s.outputs.len());
+    let mut out_ptrs: Vec<*mut u8> = Vec::with_capacity(s.outputs.len());
+    for j in 0..s.outputs.len() {
+        let reused = s.in_place[j].and_then(|k| Arc::get_mut(&mut ins[k].data).map(|b| (k, b.as_mut_ptr())));
+        match reused {
+            Some((k, p)) => {
+                in_ptrs[k] = Some(p);
+                out_ptrs.push(p);
+                fresh.push(None);
+            }
+            None => {
+                let mut b = AlignedBytes::zeroed(bytes);
+                out_ptrs.push(b.as_mut_ptr());
+                fresh.push(Some(b));
+            }
+        }
+    }
+    let mut args: Vec<*mut u8> =
+        ins.iter().zip(&in_ptrs).map(|(t, p)| p.unwrap_or(t.data.as_ptr() as *mut u8)).collect();
+    args.extend(out_ptrs);
+    let args = Args(args);
+    let code = &s.code;
+    let threads = pool.map_or(1, |p| p.current_num_threads());
+    match pool {
+        Some(pool) if threads > 1 && s.len >= PARALLEL_MIN_ELEMENTS => {
+            let chunk = s.len.div_ceil(threads).next_multiple_of(CHUNK_ALIGN);
+            let n = s.len.div_ceil(chunk);
+            pool.install(|| {
+                (0..n).into_par_iter().for_each(|c| {
+                    let (a, b) = (c * chunk, ((c + 1) * chunk).min(s.len));
+                    // SAFETY: `args` holds one pointer per kernel input then per output; Full inputs
+                    // and outputs have `len` elements of the kernel's type (checked shapes), Scalar
+                    // inputs one; outputs are fresh buffers or a dying input of this call's own
+                    // (uniquely held) storage, written element for element; chunks are disjoint.
+                    unsafe { code.run(args.ptrs(), a, b) }
+                })
+            });
+        }
+        _ if s.len > 0 => {
+            // SAFETY: as above, on the whole range from one thread.
+            unsafe { code.run(args.ptrs(), 0, s.len) }
+        }
+        _ => {}
+    }
+    for (j, b) in fresh.into_iter().enumerate() {
+        let data = match (b, s.in_place[j]) {
+            (Some(b), _) => Arc::new(b),
+            (None, Some(k)) => ins[k].data.clone(),
+            (None, None) => return Err(internal(format!("loop output {} has no buffer", s.outputs[j]))),
+        };
+        env[s.outputs[j].index()] = Some(Tensor { shape: s.out_shapes[j].clone(), data });
+    }
+    Ok(())
+}
+
+fn internal(msg: String) -> Error {
+    Error::Execution(format!("internal error: {msg}"))
+}
