@@ -13,6 +13,7 @@ use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
+use crate::runtime::aligned::AlignedBytes;
 use crate::runtime::interp::InterpExecutable;
 
 /// What an executable runs.
@@ -156,7 +157,20 @@ fn slot(env: &[Option<Tensor>], v: crate::ir::module::ValueId) -> Result<Tensor>
 }
 
 fn run_kernel(plan: &Plan, s: &KernelStep, env: &mut [Option<Tensor>], pool: Option<&rayon::ThreadPool>) -> Result<()> {
-    let inputs = s.inputs.iter().map(|&v| slot(env, v)).collect::<Result<Vec<_>>>()?;
+    let packed = s.fast.as_ref().map_or(&[][..], |f| f.prepacked_operands());
+    let inputs = s
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if packed.contains(&i) {
+                // Captured by the fast kernel at compile time: shape only, no data.
+                Ok(Tensor { shape: unnamed(plan.module.shape(v)), data: Arc::new(AlignedBytes::zeroed(0)) })
+            } else {
+                slot(env, v)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
     let at = |e: Error| annotate(e, plan, s);
     let outs = match &s.fast {
         Some(k) => k.run(&inputs, &s.out_shapes, pool),

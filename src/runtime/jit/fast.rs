@@ -12,6 +12,13 @@ pub(crate) trait FastKernel: Send + Sync {
     /// A short description for the plan dump (e.g. `gemm f32 [64x384]·[384x1536] packed`).
     fn describe(&self) -> String;
 
+    /// Operands the kernel captured at compile time (e.g. a constant weight matrix packed for
+    /// GEMM). The plan does not keep those constants: at run time `inputs[i]` for such an operand
+    /// has its shape but no data, and the kernel must not read it.
+    fn prepacked_operands(&self) -> &[usize] {
+        &[]
+    }
+
     /// Computes the node's results from its operands. `out_shapes` are the node's static result
     /// shapes; `pool` is the backend's thread pool (`None`: one thread).
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>>;

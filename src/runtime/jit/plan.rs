@@ -62,7 +62,10 @@ impl Step {
     fn reads(&self) -> Vec<ValueId> {
         match self {
             Step::Loop(s) => s.inputs.clone(),
-            Step::Kernel(s) => s.inputs.clone(),
+            Step::Kernel(s) => {
+                let packed = s.fast.as_ref().map_or(&[][..], |f| f.prepacked_operands());
+                s.inputs.iter().enumerate().filter(|(i, _)| !packed.contains(i)).map(|(_, &v)| v).collect()
+            }
             Step::Alias(s) => s.pairs.iter().map(|p| p.0).collect(),
         }
     }
