@@ -150,21 +150,78 @@ fn donated_input_storage_is_reused_and_shared_inputs_untouched() {
 }
 
 #[test]
-fn control_flow_is_delegated_to_the_interpreter() {
+fn control_flow_runs_nested_compiled_plans() {
     let b = backend("");
+    // while i < 3: i += 1; x = x * 2 + y   (y captured from main)
     let e = compile(&b, |f| {
         let i0 = param(f, "i", DType::Int32, &[]);
+        let x0 = param(f, "x", DType::Float32, &[1000]);
+        let y = param(f, "y", DType::Float32, &[1000]);
         let cond = f.closure()?;
         let ci = cond.parameter("i", Shape::scalar(DType::Int32))?;
-        cond.return_(&[cond.compare(CompareOp::LessThan, false, ci, cond.scalar(5i32)?)?])?;
+        cond.parameter("x", Shape::new(DType::Float32, &[1000]))?;
+        cond.return_(&[cond.compare(CompareOp::LessThan, false, ci, cond.scalar(3i32)?)?])?;
         let body = f.closure()?;
         let bi = body.parameter("i", Shape::scalar(DType::Int32))?;
-        body.return_(&[body.add(bi, body.scalar(2i32)?)?])?;
-        f.while_(&cond, &body, &[i0])
+        let bx = body.parameter("x", Shape::new(DType::Float32, &[1000]))?;
+        let nx = body.add(body.mul(bx, body.scalar(2f32)?)?, y)?;
+        body.return_(&[body.add(bi, body.scalar(1i32)?)?, nx])?;
+        f.while_(&cond, &body, &[i0, x0])
     });
-    assert!(!e.uses_compiled_plan());
-    let out = run(&e, &[Buffer::scalar(0i32)]);
-    assert_eq!(out[0].to_vec::<i32>().unwrap(), vec![6]); // 0, 2, 4, 6
+    assert!(e.uses_compiled_plan());
+    assert!(e.num_loop_steps() >= 1, "the body's elementwise chain is a compiled loop");
+    let x: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+    let out = run(
+        &e,
+        &[
+            Buffer::scalar(0i32),
+            Buffer::from_slice(&x, &[1000]).unwrap(),
+            Buffer::from_slice(&[1f32; 1000], &[1000]).unwrap(),
+        ],
+    );
+    assert_eq!(out[0].to_vec::<i32>().unwrap(), vec![3]);
+    // x → 2x+1 → 4x+3 → 8x+7
+    let got = out[1].to_vec::<f32>().unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(*g, 8.0 * i as f32 + 7.0, "element {i}");
+    }
+    // Running again gives the same answer (closure constants and params are re-bound).
+    let again = run(
+        &e,
+        &[
+            Buffer::scalar(0i32),
+            Buffer::from_slice(&x, &[1000]).unwrap(),
+            Buffer::from_slice(&[1f32; 1000], &[1000]).unwrap(),
+        ],
+    );
+    assert_eq!(again[1].to_vec::<f32>().unwrap(), got);
+}
+
+#[test]
+fn if_and_sort_run_on_the_plan() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let p = param(f, "p", DType::Bool, &[]);
+        let x = param(f, "x", DType::Float32, &[5]);
+        let then_b = f.closure()?;
+        then_b.return_(&[then_b.neg(x)?])?;
+        let else_b = f.closure()?;
+        else_b.return_(&[else_b.mul(x, else_b.scalar(10f32)?)?])?;
+        let picked = f.if_(p, &then_b, &else_b)?;
+        let cmp = f.closure()?;
+        let l = cmp.parameter("l", Shape::scalar(DType::Float32))?;
+        let r = cmp.parameter("r", Shape::scalar(DType::Float32))?;
+        cmp.return_(&[cmp.compare(CompareOp::LessThan, false, l, r)?])?;
+        let sorted = f.sort(&cmp, 0, true, &[picked[0]])?;
+        Ok(vec![picked[0], sorted[0]])
+    });
+    assert!(e.uses_compiled_plan());
+    let xs = [3f32, -1.0, 2.0, 5.0, 0.5];
+    let out = run(&e, &[Buffer::scalar(true), Buffer::from_slice(&xs, &[5]).unwrap()]);
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![-3.0, 1.0, -2.0, -5.0, -0.5]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![-5.0, -3.0, -2.0, -0.5, 1.0]);
+    let out = run(&e, &[Buffer::scalar(false), Buffer::from_slice(&xs, &[5]).unwrap()]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![-10.0, 5.0, 20.0, 30.0, 50.0]);
 }
 
 #[test]

@@ -68,6 +68,50 @@ pub fn run_pass(m: &mut Module, ctx: &mut PassCtx, name: &str, pass: Pass) -> Re
     Ok(changed)
 }
 
+/// Runs the egg fusion pass ([`egraph::run`]) as one pipeline step: timed, snapshotted when it
+/// changed the module, and verified afterwards when `ctx.verify` is set.
+pub fn run_egg(m: &mut Module, ctx: &mut PassCtx, cfg: &egraph::EggConfig) -> Result<egraph::EggReport> {
+    let t = Instant::now();
+    let report = egraph::run(m, cfg)?;
+    let changed = report.changed();
+    ctx.timings.push(("egg-fusion".to_string(), t.elapsed(), changed));
+    if changed {
+        let label = format!("{:02}-egg-fusion", ctx.snapshots.len());
+        snapshot(ctx, label, m);
+        if ctx.verify {
+            crate::ir::verify::verify(m).map_err(|e| match e {
+                Error::Verify(v) => Error::Verify(v.into_iter().map(|s| format!("after pass egg-fusion: {s}")).collect()),
+                other => other,
+            })?;
+        }
+    }
+    Ok(report)
+}
+
+/// The "jit" pipeline: [`optimize`], then (when `egg` is given) the fusion pass and another
+/// [`optimize`] to clean up what fusion left dead or duplicated. Returns the fusion report.
+pub fn optimize_with_fusion(
+    m: &mut Module,
+    ctx: &mut PassCtx,
+    egg: Option<&egraph::EggConfig>,
+) -> Result<Option<egraph::EggReport>> {
+    optimize(m, ctx)?;
+    let Some(cfg) = egg else { return Ok(None) };
+    let report = run_egg(m, ctx, cfg)?;
+    if report.changed() {
+        for _ in 0..MAX_ROUNDS {
+            let mut changed = false;
+            for (name, pass) in PIPELINE {
+                changed |= run_pass(m, ctx, name, pass)?;
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+    Ok(Some(report))
+}
+
 /// Runs [`PIPELINE`] in rounds until a round changes nothing (at most [`MAX_ROUNDS`]).
 pub fn optimize(m: &mut Module, ctx: &mut PassCtx) -> Result<()> {
     snapshot(ctx, "00-input".to_string(), m);

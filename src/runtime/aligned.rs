@@ -1,4 +1,16 @@
-//! 64-byte aligned byte storage for tensor data, with typed views.
+//! 64-byte aligned byte storage for tensor data, with typed views, and the process-wide pool
+//! that recycles large allocations.
+//!
+//! # The pool
+//! Dropping an [`AlignedBytes`] of at least [`POOL_MIN_BYTES`] hands its allocation to a
+//! process-wide pool (up to `TENSORJIT_POOL_MB` megabytes in all, default 1024; `0` disables it)
+//! instead of freeing it. [`AlignedBytes::zeroed`] and [`AlignedBytes::recycled`] of the same
+//! size take it back, so an executable run in a loop reuses warm, already-mapped pages rather
+//! than paying the operating system's page faults on every fresh output. `recycled` skips the
+//! zeroing: for a kernel that overwrites every byte.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use crate::ir::dtype::Element;
 
@@ -9,11 +21,69 @@ pub const ALIGN: usize = 64;
 #[repr(C, align(64))]
 struct Line([u8; ALIGN]);
 
-/// A zero-initialised, 64-byte aligned byte buffer of a fixed length.
+/// Allocations smaller than this are freed normally (the allocator serves them fast).
+pub const POOL_MIN_BYTES: usize = 1 << 16;
+
+struct Pool {
+    /// Free allocations by number of lines, most recently released last.
+    free: HashMap<usize, Vec<Vec<Line>>>,
+    /// Bytes held in `free`.
+    held: usize,
+    /// Most bytes `free` may hold.
+    cap: usize,
+}
+
+fn pool() -> &'static Mutex<Pool> {
+    static POOL: OnceLock<Mutex<Pool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let mb = std::env::var("TENSORJIT_POOL_MB").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(1024);
+        Mutex::new(Pool { free: HashMap::new(), held: 0, cap: mb.saturating_mul(1 << 20) })
+    })
+}
+
+/// A pooled allocation of exactly `lines` lines, if one is free.
+fn take_pooled(lines: usize) -> Option<Vec<Line>> {
+    if lines * ALIGN < POOL_MIN_BYTES {
+        return None;
+    }
+    let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
+    let v = p.free.get_mut(&lines)?.pop()?;
+    p.held -= lines * ALIGN;
+    Some(v)
+}
+
+/// Bytes currently held by the pool (for tests and diagnostics).
+pub fn pooled_bytes() -> usize {
+    pool().lock().unwrap_or_else(|e| e.into_inner()).held
+}
+
+/// Frees everything the pool holds.
+pub fn release_pool() {
+    let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
+    p.free.clear();
+    p.held = 0;
+}
+
+/// A 64-byte aligned byte buffer of a fixed length.
 #[derive(Clone)]
 pub struct AlignedBytes {
     lines: Vec<Line>,
     len: usize,
+}
+
+impl Drop for AlignedBytes {
+    fn drop(&mut self) {
+        let n = self.lines.len();
+        if n * ALIGN < POOL_MIN_BYTES || self.lines.capacity() != n {
+            return;
+        }
+        let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
+        if p.held + n * ALIGN <= p.cap {
+            p.held += n * ALIGN;
+            let lines = std::mem::take(&mut self.lines);
+            p.free.entry(n).or_default().push(lines);
+        }
+    }
 }
 
 impl std::fmt::Debug for AlignedBytes {
@@ -25,7 +95,24 @@ impl std::fmt::Debug for AlignedBytes {
 impl AlignedBytes {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> AlignedBytes {
-        AlignedBytes { lines: vec![Line([0; ALIGN]); len.div_ceil(ALIGN)], len }
+        let n = len.div_ceil(ALIGN);
+        match take_pooled(n) {
+            Some(mut lines) => {
+                lines.fill(Line([0; ALIGN]));
+                AlignedBytes { lines, len }
+            }
+            None => AlignedBytes { lines: vec![Line([0; ALIGN]); n], len },
+        }
+    }
+
+    /// `len` bytes of unspecified (but initialised) content: a pooled allocation as its last
+    /// user left it, or fresh zeroes. For outputs a kernel overwrites entirely.
+    pub fn recycled(len: usize) -> AlignedBytes {
+        let n = len.div_ceil(ALIGN);
+        match take_pooled(n) {
+            Some(lines) => AlignedBytes { lines, len },
+            None => AlignedBytes { lines: vec![Line([0; ALIGN]); n], len },
+        }
     }
 
     /// A copy of `bytes`.
@@ -119,5 +206,23 @@ mod tests {
         let z = AlignedBytes::zeroed(0);
         assert!(z.is_empty());
         assert_eq!(z.typed::<f64>().len(), 0);
+    }
+
+    #[test]
+    fn large_allocations_are_recycled_and_zeroed_on_request() {
+        // A size no other test uses, so concurrent tests do not take this allocation.
+        let len = POOL_MIN_BYTES * 3 + 7 * ALIGN;
+        let mut a = AlignedBytes::zeroed(len);
+        a.as_bytes_mut().fill(0xAB);
+        let p = a.as_ptr();
+        drop(a);
+        let b = AlignedBytes::recycled(len);
+        assert_eq!(b.as_ptr(), p, "the released allocation is reused");
+        assert_eq!(b.as_bytes()[len - 1], 0xAB, "recycled keeps the old content");
+        assert_eq!(b.len(), len);
+        drop(b);
+        let c = AlignedBytes::zeroed(len);
+        assert_eq!(c.as_ptr(), p);
+        assert!(c.as_bytes().iter().all(|&x| x == 0), "zeroed clears a pooled allocation");
     }
 }

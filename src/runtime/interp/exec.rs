@@ -134,7 +134,7 @@ fn internal(msg: String) -> Error {
 }
 
 /// Reads a scalar Bool tensor.
-fn scalar_bool(op: OpType, what: &str, t: &Tensor) -> Result<bool> {
+pub(crate) fn scalar_bool(op: OpType, what: &str, t: &Tensor) -> Result<bool> {
     if t.shape.dtype != DType::Bool || t.len() != 1 {
         return Err(Error::invalid(op.to_string(), format!("{what} must be a scalar Bool, got {}", t.shape)));
     }

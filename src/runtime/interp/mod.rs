@@ -26,6 +26,9 @@ use crate::ir::module::Module;
 use crate::ir::optype::{ALL_OP_TYPES, OpType};
 
 pub use exec::InterpExecutable;
+pub(crate) use exec::scalar_bool;
+pub(crate) use plan::captures;
+pub(crate) use sort::sort;
 
 /// The registry name of this backend.
 pub const NAME: &str = "interp";

@@ -111,7 +111,7 @@ fn check_ids(m: &Module) -> Result<()> {
 
 /// Values used inside function `f` (and its callees, transitively) that `f` does not define:
 /// what a node invoking `f` implicitly reads.
-fn captures(
+pub(crate) fn captures(
     m: &Module,
     f: FuncId,
     memo: &mut Vec<Option<BTreeSet<ValueId>>>,

@@ -45,7 +45,7 @@ pub(super) fn merge_sort(n: usize, mut less: impl FnMut(usize, usize) -> Result<
 
 /// Sorts `inputs` (equal dims) along `axis`; `compare(args)` runs the comparator closure on 2N
 /// scalar tensors interleaved `(lhs0, rhs0, lhs1, rhs1, …)` and returns whether lhs goes first.
-pub(super) fn sort(
+pub(crate) fn sort(
     comparator: FuncId,
     axis: usize,
     inputs: &[Tensor],

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use crate::runtime::slot::FinalizeSlot;
 
 use super::loops::run_loop;
-use super::plan::{AliasStep, KernelStep, Plan, Step, unnamed};
+use super::plan::{AliasStep, CallKind, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed};
+use crate::ir::module::{FuncId, Module, NodeId};
+use crate::runtime::interp::scalar_bool;
 use crate::api::backend::{Executable, check_inputs};
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
@@ -52,7 +54,9 @@ impl JitExecutable {
     /// Number of compiled loop steps in the plan (0 when delegated to the interpreter).
     pub fn num_loop_steps(&self) -> usize {
         match self.runner().as_deref() {
-            Ok(Runner::Plan { plan, .. }) => plan.steps.iter().filter(|s| matches!(s, Step::Loop(_))).count(),
+            Ok(Runner::Plan { plan, .. }) => {
+                plan.funcs.iter().flat_map(|f| &f.steps).filter(|s| matches!(s, Step::Loop(_))).count()
+            }
             _ => 0,
         }
     }
@@ -93,9 +97,10 @@ impl Executable for JitExecutable {
         for (v, t) in &plan.constants {
             env[v.index()] = Some(t.clone());
         }
+        let main = plan.main();
         // Shared reads first, then donations (a buffer passed twice, once donated, stays shared).
         for (i, buf) in inputs.iter().enumerate() {
-            let (p, used) = plan.params[i];
+            let (p, used) = main.params[i];
             if !donated(i) && used {
                 let data = buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
                 env[p.index()] = Some(Tensor { shape: unnamed(buf.shape()), data });
@@ -104,26 +109,18 @@ impl Executable for JitExecutable {
         for (i, buf) in inputs.iter().enumerate() {
             if donated(i) {
                 let data = buf.take_for_donation().map_err(|e| name_param(e, i, &self.input_names[i]))?;
-                let (p, used) = plan.params[i];
+                let (p, used) = main.params[i];
                 if used {
                     env[p.index()] = Some(Tensor { shape: unnamed(buf.shape()), data });
                 }
             }
         }
-        for (i, step) in plan.steps.iter().enumerate() {
-            match step {
-                Step::Loop(s) => run_loop(s, &mut env, pool)?,
-                Step::Kernel(s) => run_kernel(plan, s, &mut env, pool)?,
-                Step::Alias(s) => run_alias(s, &mut env)?,
-            }
-            for v in &plan.drops[i] {
-                env[v.index()] = None;
-            }
-        }
-        plan.outputs
+        let mut ex = Exec { plan, env, pool, depth: 0 };
+        ex.run_steps(main)?;
+        main.outputs
             .iter()
             .map(|&v| {
-                let t = env[v.index()].clone().ok_or_else(|| internal(format!("output {v} was not computed")))?;
+                let t = ex.env[v.index()].clone().ok_or_else(|| internal(format!("output {v} was not computed")))?;
                 Ok(Buffer::from_storage(t.shape, t.data))
             })
             .collect()
@@ -135,6 +132,125 @@ impl Executable for JitExecutable {
         {
             e.finalize();
         }
+    }
+}
+
+/// Deepest nesting of Call/While/If/Sort bodies (recursive named functions stop here).
+const MAX_DEPTH: usize = 200;
+
+/// The state of one execution: a slot per value of the module (closures read their ancestors'
+/// values by id), the pool, and the call depth.
+struct Exec<'p> {
+    plan: &'p Plan,
+    env: Vec<Option<Tensor>>,
+    pool: Option<&'p rayon::ThreadPool>,
+    depth: usize,
+}
+
+impl<'p> Exec<'p> {
+    /// Runs the steps of `fp`, releasing values after their last use.
+    fn run_steps(&mut self, fp: &'p FuncPlan) -> Result<()> {
+        let plan = self.plan;
+        for (i, step) in fp.steps.iter().enumerate() {
+            match step {
+                Step::Loop(s) => run_loop(s, &mut self.env, self.pool)?,
+                Step::Kernel(s) => run_kernel(plan, s, &mut self.env, self.pool)?,
+                Step::Alias(s) => run_alias(s, &mut self.env)?,
+                Step::Call(s) => self.run_call(s)?,
+            }
+            for v in &fp.drops[i] {
+                self.env[v.index()] = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs function `f` on `args` and returns its outputs.
+    fn run_function(&mut self, f: FuncId, args: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let plan = self.plan;
+        let m = &plan.module;
+        let fp = plan.funcs.get(f.index()).ok_or_else(|| internal(format!("no plan for {f}")))?;
+        if args.len() != fp.params.len() {
+            return Err(Error::invalid(
+                m.func_label(f),
+                format!("{} arguments for {} parameters", args.len(), fp.params.len()),
+            ));
+        }
+        if self.depth >= MAX_DEPTH {
+            return Err(Error::Execution(format!(
+                "calls nested deeper than {MAX_DEPTH} levels in {} (recursive functions?)",
+                m.func_label(f)
+            )));
+        }
+        self.depth += 1;
+        for (&(p, used), t) in fp.params.iter().zip(args) {
+            if used {
+                self.env[p.index()] = Some(t);
+            }
+        }
+        let r = self.run_steps(fp);
+        self.depth -= 1;
+        r?;
+        let mut outs = Vec::with_capacity(fp.outputs.len());
+        for &v in &fp.outputs {
+            let t = self.env[v.index()].clone().ok_or_else(|| internal(format!("output {v} was not computed")))?;
+            outs.push(t);
+        }
+        // The callee's own values are done; releasing them lets the caller hold the only
+        // reference (a While state is then updated in place by the next iteration's loops).
+        for &v in &fp.outputs {
+            if m.value(v).func == f {
+                self.env[v.index()] = None;
+            }
+        }
+        for &(p, _) in &fp.params {
+            self.env[p.index()] = None;
+        }
+        Ok(outs)
+    }
+
+    fn run_call(&mut self, s: &CallStep) -> Result<()> {
+        let plan = self.plan;
+        let m = &plan.module;
+        let name = m.node(s.node).op.op_type();
+        let inputs = s.inputs.iter().map(|&v| slot(&self.env, v)).collect::<Result<Vec<_>>>()?;
+        let at = |e: Error| annotate(e, m, s.node);
+        let outs = match s.kind {
+            CallKind::Call(f) => self.run_function(f, inputs),
+            CallKind::While { cond, body } => (|| {
+                let mut state = inputs;
+                loop {
+                    let c = self.run_function(cond, state.clone())?;
+                    let go = c.first().ok_or_else(|| Error::invalid(name.to_string(), "condition returned nothing"))?;
+                    if !scalar_bool(name, "the condition's result", go)? {
+                        break;
+                    }
+                    state = self.run_function(body, state)?;
+                }
+                Ok(state)
+            })(),
+            CallKind::If { then_branch, else_branch } => (|| {
+                let pred = inputs.first().ok_or_else(|| Error::invalid(name.to_string(), "missing operand pred"))?;
+                let branch = if scalar_bool(name, "pred", pred)? { then_branch } else { else_branch };
+                self.run_function(branch, vec![])
+            })(),
+            CallKind::Sort { comparator, axis } => crate::runtime::interp::sort(comparator, axis, &inputs, |c, args| {
+                let r = self.run_function(c, args)?;
+                let r = r.first().ok_or_else(|| Error::invalid(name.to_string(), "comparator returned nothing"))?;
+                scalar_bool(name, "the comparator's result", r)
+            }),
+        }
+        .map_err(at)?;
+        if outs.len() != s.outputs.len() {
+            return Err(internal(format!("{name} returned {} results for {} outputs", outs.len(), s.outputs.len())));
+        }
+        for (k, (t, want)) in outs.into_iter().zip(&s.out_shapes).enumerate() {
+            if t.shape.dtype != want.dtype || t.shape.dims != want.dims {
+                return Err(internal(format!("{name} output {k} is {}, expected {want}", t.shape)));
+            }
+            self.env[s.outputs[k].index()] = Some(t);
+        }
+        Ok(())
     }
 }
 
@@ -171,7 +287,7 @@ fn run_kernel(plan: &Plan, s: &KernelStep, env: &mut [Option<Tensor>], pool: Opt
             }
         })
         .collect::<Result<Vec<_>>>()?;
-    let at = |e: Error| annotate(e, plan, s);
+    let at = |e: Error| annotate(e, &plan.module, s.node);
     let outs = match &s.fast {
         Some(k) => k.run(&inputs, &s.out_shapes, pool),
         None => crate::kernels::reference::eval(&s.op, &inputs, &s.out_shapes),
@@ -208,8 +324,9 @@ fn run_alias(s: &AliasStep, env: &mut [Option<Tensor>]) -> Result<()> {
 }
 
 /// Adds the node to an error message, keeping its kind.
-fn annotate(e: Error, plan: &Plan, s: &KernelStep) -> Error {
-    let at = format!("(at node {} in {})", s.node, plan.module.func_label(plan.module.main));
+fn annotate(e: Error, m: &Module, node: NodeId) -> Error {
+    let func = m.node(node).outputs.first().or(m.node(node).inputs.first()).map(|&v| m.value(v).func);
+    let at = format!("(at node {node} in {})", func.map_or_else(|| m.func_label(m.main), |f| m.func_label(f)));
     match e {
         Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("{msg} {at}") },
         Error::NotImplemented { op, msg } => Error::NotImplemented { op, msg: format!("{msg} {at}") },

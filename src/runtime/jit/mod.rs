@@ -6,11 +6,14 @@
 //! - `parallelism=N`: threads of the backend's pool (default: the available cores); loops over
 //!   at least [`PARALLEL_MIN_ELEMENTS`] elements are split across them.
 //! - `ops_sequential`: accepted; steps always run one after another in this version.
+//! - `fusion=on|off`: run the egg fusion pass ([`crate::passes::egraph`]) that rewrites decomposed
+//!   Dense, LayerNorm, Softmax, GELU and attention into fused ops (default on).
 //! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
 //!   [`dump`] and docs/debugging.md).
 //!
-//! Current limitation: a module with closures or named functions (Call, While, If, Sort),
-//! AllReduce, or dynamic shapes is optimised and then run by the interpreter
+//! Every function of the module (main, named functions, closures) gets its own plan; Call,
+//! While, If and Sort steps run the callees' plans. Current limitation: a module with AllReduce
+//! or dynamic shapes is optimised and then run by the interpreter
 //! ([`crate::runtime::interp::InterpExecutable`]) as a whole; its `plan.txt` dump says why.
 
 mod dot;
@@ -30,6 +33,7 @@ use crate::api::builder::Builder;
 use crate::api::registry::parse_config;
 use crate::error::{Error, Result};
 use crate::ir::module::Module;
+use crate::passes::egraph::EggConfig;
 use crate::passes::{self, PassCtx};
 use crate::runtime::interp::InterpExecutable;
 
@@ -40,7 +44,7 @@ pub use loops::PARALLEL_MIN_ELEMENTS;
 pub const NAME: &str = "jit";
 
 /// The options accepted in the config string.
-pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "dump"];
+pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "dump", "fusion"];
 
 /// The Cranelift JIT backend.
 pub struct JitBackend {
@@ -48,6 +52,7 @@ pub struct JitBackend {
     caps: Capabilities,
     parallelism: usize,
     dump: Option<PathBuf>,
+    fusion: bool,
     config: String,
     pool: OnceLock<std::result::Result<Arc<rayon::ThreadPool>, String>>,
     finalized: AtomicBool,
@@ -63,6 +68,7 @@ impl JitBackend {
     pub fn new(config: &str) -> Result<Arc<JitBackend>> {
         let mut parallelism = None;
         let mut dump = None;
+        let mut fusion = true;
         for opt in parse_config(NAME, config, OPTIONS)? {
             match (opt.key.as_str(), opt.value.as_deref()) {
                 ("parallelism", Some(v)) => match v.parse::<usize>() {
@@ -73,6 +79,9 @@ impl JitBackend {
                 ("dump", Some(d)) if !d.is_empty() => dump = Some(PathBuf::from(d)),
                 ("dump", _) => return Err(config_error("dump needs a directory (dump=DIR)".into())),
                 ("ops_sequential", None) => {}
+                ("fusion", Some("on" | "true" | "1")) | ("fusion", None) => fusion = true,
+                ("fusion", Some("off" | "false" | "0")) => fusion = false,
+                ("fusion", Some(v)) => return Err(config_error(format!("fusion must be on or off, got {v:?}"))),
                 (key, Some(v)) => return Err(config_error(format!("option {key:?} takes no value, got {v:?}"))),
                 _ => {}
             }
@@ -84,6 +93,7 @@ impl JitBackend {
             caps: crate::runtime::interp::capabilities(),
             parallelism,
             dump,
+            fusion,
             config: config.to_string(),
             pool: OnceLock::new(),
             finalized: AtomicBool::new(false),
@@ -134,9 +144,13 @@ impl JitBackend {
             None => None,
         };
         let mut ctx = PassCtx { record_ir: dumper.is_some(), ..PassCtx::default() };
-        passes::optimize(&mut module, &mut ctx)?;
+        let egg = self.fusion.then(EggConfig::default);
+        let report = passes::optimize_with_fusion(&mut module, &mut ctx, egg.as_ref())?;
         if let Some(d) = &dumper {
             d.passes(&ctx)?;
+            if let Some(r) = &report {
+                d.write("egg.txt", &r.to_string())?;
+            }
         }
         let main = module.func(module.main);
         let names = main.param_names.clone();
@@ -152,13 +166,23 @@ impl JitBackend {
             None => {
                 let plan = plan::build(module, dumper.is_some())?;
                 if let Some(d) = &dumper {
-                    d.write("clusters.txt", &crate::lower::cluster::describe(&plan.module, &plan.clustering))?;
-                    for s in &plan.steps {
-                        if let plan::Step::Loop(l) = s {
-                            d.write(&format!("kernel-{}.clif", l.cluster), &l.code.clif)?;
-                            d.write(&format!("kernel-{}.asm", l.cluster), &l.code.disasm)?;
+                    let m = &plan.module;
+                    let mut clusters = String::new();
+                    for fp in &plan.funcs {
+                        // main's files keep their plain names; other functions' are prefixed.
+                        let prefix = if fp.func == m.main { String::new() } else { format!("{}-", fp.func) };
+                        if fp.func != m.main && !fp.clustering.clusters.is_empty() {
+                            clusters.push_str(&format!("\n{} ({}):\n", m.func_label(fp.func), fp.func));
+                        }
+                        clusters.push_str(&crate::lower::cluster::describe(m, &fp.clustering));
+                        for s in &fp.steps {
+                            if let plan::Step::Loop(l) = s {
+                                d.write(&format!("{prefix}kernel-{}.clif", l.cluster), &l.code.clif)?;
+                                d.write(&format!("{prefix}kernel-{}.asm", l.cluster), &l.code.disasm)?;
+                            }
                         }
                     }
+                    d.write("clusters.txt", &clusters)?;
                     d.write("plan.txt", &plan.describe())?;
                 }
                 exec::Runner::Plan { plan: Arc::new(plan), pool: self.pool()? }

@@ -9,13 +9,14 @@
 //! holds the only reference to that input's storage, which is never the case for a caller's
 //! (non-donated) input or a constant, and is the case for a donated input.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 pub(crate) use super::loops::LoopStep;
 use crate::error::{Error, Result};
-use crate::ir::module::{Module, NodeId, ValueId};
+use crate::ir::module::{FuncId, Module, NodeId, ValueId};
+use crate::runtime::interp::captures;
 use crate::ir::op::{Op, UnaryOp};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
@@ -56,6 +57,8 @@ pub(crate) enum Step {
     Kernel(KernelStep),
     /// A zero-copy alias.
     Alias(AliasStep),
+    /// Control flow running nested plans.
+    Call(CallStep),
 }
 
 impl Step {
@@ -67,6 +70,7 @@ impl Step {
                 s.inputs.iter().enumerate().filter(|(i, _)| !packed.contains(i)).map(|(_, &v)| v).collect()
             }
             Step::Alias(s) => s.pairs.iter().map(|p| p.0).collect(),
+            Step::Call(s) => s.inputs.iter().chain(&s.captures).copied().collect(),
         }
     }
 
@@ -75,28 +79,89 @@ impl Step {
             Step::Loop(s) => s.outputs.clone(),
             Step::Kernel(s) => s.outputs.clone(),
             Step::Alias(s) => s.pairs.iter().map(|p| p.1).collect(),
+            Step::Call(s) => s.outputs.clone(),
         }
     }
 }
 
-/// A module lowered for the flat executor. Immutable; shared by every execution.
-pub(crate) struct Plan {
-    /// The optimised module (for dumps and error messages).
-    pub module: Module,
+/// Control flow run by nested plans: the callee functions' own [`FuncPlan`]s.
+pub(crate) enum CallKind {
+    /// `Call`: run the function once.
+    Call(FuncId),
+    /// `While`: run `cond` on the state, then `body`, until `cond` is false.
+    While {
+        /// Condition closure.
+        cond: FuncId,
+        /// Body closure.
+        body: FuncId,
+    },
+    /// `If`: run one branch (closures without parameters).
+    If {
+        /// Run when the predicate is true.
+        then_branch: FuncId,
+        /// Run when it is false.
+        else_branch: FuncId,
+    },
+    /// `Sort` with a comparator closure run per comparison.
+    Sort {
+        /// Comparator closure.
+        comparator: FuncId,
+        /// Sorted axis.
+        axis: usize,
+    },
+}
+
+/// A node whose semantics run other functions of the module.
+pub(crate) struct CallStep {
+    /// The node.
+    pub node: NodeId,
+    /// What it runs.
+    pub kind: CallKind,
+    /// Operands.
+    pub inputs: Vec<ValueId>,
+    /// Values of enclosing functions the callees read (they must live until the step is done).
+    pub captures: Vec<ValueId>,
+    /// Results.
+    pub outputs: Vec<ValueId>,
+    /// Result shapes.
+    pub out_shapes: Vec<Shape>,
+}
+
+/// The steps of one function of the module.
+pub(crate) struct FuncPlan {
+    /// The function.
+    pub func: FuncId,
     /// The steps, in order.
     pub steps: Vec<Step>,
-    /// `drops[i]`: values released after step `i`.
+    /// `drops[i]`: values of this function released after step `i`.
     pub drops: Vec<Vec<ValueId>>,
-    /// Constants read by some step or returned, with their data.
-    pub constants: Vec<(ValueId, Tensor)>,
-    /// Parameters of `main`, and whether each is read or returned.
+    /// Parameters, and whether each is read or returned.
     pub params: Vec<(ValueId, bool)>,
     /// Returned values.
     pub outputs: Vec<ValueId>,
-    /// Size of the value arena (slots per execution).
-    pub num_values: usize,
     /// The clusters and schedule the steps come from.
     pub clustering: Clustering,
+}
+
+/// A module lowered for the executor: one [`FuncPlan`] per function (main, named functions,
+/// closures). Immutable; shared by every execution.
+pub(crate) struct Plan {
+    /// The optimised module (for dumps and error messages; constant payloads that the plan
+    /// holds elsewhere or that a fast kernel captured are emptied).
+    pub module: Module,
+    /// Indexed by `FuncId`.
+    pub funcs: Vec<FuncPlan>,
+    /// Constants read by some step or returned, with their data (loaded once per execution).
+    pub constants: Vec<(ValueId, Tensor)>,
+    /// Size of the value arena (slots per execution; values are module-wide).
+    pub num_values: usize,
+}
+
+impl Plan {
+    /// The plan of `main`.
+    pub(crate) fn main(&self) -> &FuncPlan {
+        &self.funcs[self.module.main.index()]
+    }
 }
 
 /// A shape with the same dtype and dims and no axis names.
@@ -108,48 +173,97 @@ fn internal(msg: String) -> Error {
     Error::invalid("jit compile", msg)
 }
 
-/// Why `m` cannot use the flat plan (then the interpreter runs it), or `None`.
+/// Why `m` cannot be planned (then the interpreter runs it), or `None`: dynamic shapes and
+/// AllReduce are left to the interpreter.
 pub(crate) fn needs_interpreter(m: &Module) -> Option<String> {
-    if m.functions.len() > 1 {
-        return Some(format!(
-            "the module has {} functions besides main (closures or named functions)",
-            m.functions.len() - 1
-        ));
-    }
-    let main = m.func(m.main);
-    if let Some(&p) = main.params.iter().find(|&&p| m.shape(p).is_dynamic()) {
-        return Some(format!("parameter {p} has a dynamic shape {}", m.shape(p)));
-    }
-    for &n in &main.body {
-        let node = m.node(n);
-        let dynamic = node.outputs.iter().chain(&node.inputs).any(|&v| m.shape(v).is_dynamic());
-        let special = matches!(
-            node.op,
-            Op::Call { .. }
-                | Op::While { .. }
-                | Op::If { .. }
-                | Op::Sort { .. }
-                | Op::AllReduce { .. }
-                | Op::DynamicReshape { .. }
-                | Op::DynamicShape
-                | Op::DynamicDimensionSize { .. }
-        );
-        if dynamic || special {
-            let why = if dynamic { "has a dynamic shape" } else { "needs the interpreter's control flow" };
-            return Some(format!("node {n} ({}) {why}", node.op.op_type()));
+    for f in &m.functions {
+        if let Some(&p) = f.params.iter().find(|&&p| m.shape(p).is_dynamic()) {
+            return Some(format!("parameter {p} has a dynamic shape {}", m.shape(p)));
+        }
+        for &n in &f.body {
+            let node = m.node(n);
+            let dynamic = node.outputs.iter().chain(&node.inputs).any(|&v| m.shape(v).is_dynamic());
+            let special = matches!(
+                node.op,
+                Op::AllReduce { .. } | Op::DynamicReshape { .. } | Op::DynamicShape | Op::DynamicDimensionSize { .. }
+            );
+            if dynamic || special {
+                let why = if dynamic { "has a dynamic shape" } else { "is run by the interpreter" };
+                return Some(format!("node {n} ({}) {why}", node.op.op_type()));
+            }
         }
     }
     None
 }
 
-/// Lowers `module` (verified, optimised, accepted by [`needs_interpreter`]): clusters `main`,
-/// compiles every cluster (recording the disassembly when `disasm`) and computes liveness.
-pub(crate) fn build(module: Module, disasm: bool) -> Result<Plan> {
+/// Lowers `module` (verified, optimised, accepted by [`needs_interpreter`]): clusters every
+/// function, compiles every cluster (recording the disassembly when `disasm`), prepares fast
+/// kernels and computes liveness.
+pub(crate) fn build(mut module: Module, disasm: bool) -> Result<Plan> {
     let m = &module;
-    let main = m.func(m.main);
-    let outputs: Vec<ValueId> =
-        main.outputs.clone().ok_or_else(|| Error::invalid("compile", "main has not returned"))?;
-    let clustering = cluster_function(m, m.main);
+    if m.func(m.main).outputs.is_none() {
+        return Err(Error::invalid("compile", "main has not returned"));
+    }
+    let nf = m.functions.len();
+    let mut memo = vec![None; nf];
+    let mut busy = vec![false; nf];
+    let mut funcs = Vec::with_capacity(nf);
+    // Values some step (of any function) reads, or some function returns.
+    let mut needed = vec![false; m.values.len()];
+    for fi in 0..nf {
+        let f = FuncId(fi as u32);
+        let fp = build_function(m, f, disasm, &mut memo, &mut busy)?;
+        for s in &fp.steps {
+            for v in s.reads() {
+                needed[v.index()] = true;
+            }
+        }
+        for &v in &fp.outputs {
+            needed[v.index()] = true;
+        }
+        funcs.push(fp);
+    }
+
+    let mut constants = vec![];
+    let mut emptied = vec![];
+    for f in &m.functions {
+        for &n in &f.body {
+            let node = m.node(n);
+            if let Op::Constant(data) = &node.op {
+                let v = *node.outputs.first().ok_or_else(|| internal(format!("constant {n} has no output")))?;
+                emptied.push(n);
+                if !needed[v.index()] {
+                    continue;
+                }
+                let shape = unnamed(m.shape(v));
+                if shape.byte_size() != Some(data.0.len()) {
+                    return Err(internal(format!("constant {n}: {} bytes for shape {shape}", data.0.len())));
+                }
+                constants.push((v, Tensor { shape, data: Arc::new(AlignedBytes::from_bytes(&data.0)) }));
+            }
+        }
+    }
+    // The plan holds the constants it needs; the module keeps its structure for dumps and
+    // messages but not a second copy of the payloads.
+    for n in emptied {
+        if let Op::Constant(data) = &mut module.nodes[n.index()].op {
+            data.0 = Arc::new(Vec::new());
+        }
+    }
+    let num_values = module.values.len();
+    Ok(Plan { module, funcs, constants, num_values })
+}
+
+fn build_function(
+    m: &Module,
+    f: FuncId,
+    disasm: bool,
+    memo: &mut Vec<Option<BTreeSet<ValueId>>>,
+    busy: &mut Vec<bool>,
+) -> Result<FuncPlan> {
+    let fd = m.func(f);
+    let outputs: Vec<ValueId> = fd.outputs.clone().unwrap_or_default();
+    let clustering = cluster_function(m, f);
     let mut steps = Vec::with_capacity(clustering.schedule.len());
     for item in &clustering.schedule {
         let step = match *item {
@@ -165,6 +279,20 @@ pub(crate) fn build(module: Module, disasm: bool) -> Result<Plan> {
                 let alias = |pairs: Vec<(ValueId, ValueId)>| {
                     Step::Alias(AliasStep { node: n, pairs, out_shapes: out_shapes.clone() })
                 };
+                let call = |kind: CallKind, memo: &mut Vec<Option<BTreeSet<ValueId>>>, busy: &mut Vec<bool>| {
+                    let mut caps = BTreeSet::new();
+                    for c in node.op.callees() {
+                        caps.extend(captures(m, c, memo, busy));
+                    }
+                    Step::Call(CallStep {
+                        node: n,
+                        kind,
+                        inputs: node.inputs.clone(),
+                        captures: caps.into_iter().collect(),
+                        outputs: node.outputs.clone(),
+                        out_shapes: out_shapes.clone(),
+                    })
+                };
                 match &node.op {
                     Op::Unary(UnaryOp::Identity) | Op::OptimizationBarrier | Op::Reshape { .. } => {
                         alias(node.inputs.iter().copied().zip(node.outputs.iter().copied()).collect())
@@ -172,6 +300,16 @@ pub(crate) fn build(module: Module, disasm: bool) -> Result<Plan> {
                     Op::SchedulingBarrier => {
                         let x = *node.inputs.first().ok_or_else(|| internal(format!("node {n}: no operand")))?;
                         alias(node.outputs.iter().map(|&o| (x, o)).collect())
+                    }
+                    Op::Call { func } => call(CallKind::Call(*func), memo, busy),
+                    Op::While { cond, body } => call(CallKind::While { cond: *cond, body: *body }, memo, busy),
+                    Op::If { then_branch, else_branch } => call(
+                        CallKind::If { then_branch: *then_branch, else_branch: *else_branch },
+                        memo,
+                        busy,
+                    ),
+                    Op::Sort { comparator, axis, .. } => {
+                        call(CallKind::Sort { comparator: *comparator, axis: *axis }, memo, busy)
                     }
                     Op::Constant(_) => return Err(internal(format!("constant {n} scheduled as a step"))),
                     op => Step::Kernel(KernelStep {
@@ -188,125 +326,134 @@ pub(crate) fn build(module: Module, disasm: bool) -> Result<Plan> {
         steps.push(step);
     }
 
-    // Liveness: the last step reading each value; returned values are never released.
-    let returned: HashSet<ValueId> = outputs.iter().copied().collect();
-    let mut last: Vec<Option<usize>> = vec![None; m.values.len()];
+    // Liveness of this function's own values: the last step reading each; returned values are
+    // never released, nor are constants of a closure (they are loaded once per execution and a
+    // closure may run many times).
+    let own = |v: ValueId| m.value(v).func == f;
+    let keep: HashSet<ValueId> = outputs
+        .iter()
+        .copied()
+        .chain(fd.body.iter().filter(|&&n| f != m.main && matches!(m.node(n).op, Op::Constant(_))).flat_map(|&n| {
+            m.node(n).outputs.iter().copied()
+        }))
+        .collect();
+    let mut last: HashMap<ValueId, usize> = HashMap::new();
     for (i, s) in steps.iter().enumerate() {
         for v in s.reads() {
-            last[v.index()] = Some(i);
+            if own(v) {
+                last.insert(v, i);
+            }
         }
     }
     let mut drops = vec![Vec::new(); steps.len()];
     for (i, s) in steps.iter().enumerate() {
         // Results nobody reads are released right after they are made.
         for v in s.writes() {
-            if last[v.index()].is_none() && !returned.contains(&v) {
+            if !last.contains_key(&v) && !keep.contains(&v) {
                 drops[i].push(v);
             }
         }
     }
-    for (vi, l) in last.iter().enumerate() {
-        let v = ValueId(vi as u32);
-        if let Some(i) = *l
-            && !returned.contains(&v)
-        {
+    let mut lasts: Vec<(ValueId, usize)> = last.iter().map(|(&v, &i)| (v, i)).collect();
+    lasts.sort();
+    for (v, i) in lasts {
+        if !keep.contains(&v) {
             drops[i].push(v);
         }
     }
     for (i, s) in steps.iter_mut().enumerate() {
         if let Step::Loop(ls) = s {
             let kernel = &clustering.clusters[ls.cluster].kernel;
-            ls.plan_memory(m, kernel, |v| last[v.index()] == Some(i) && !returned.contains(&v));
+            ls.plan_memory(m, kernel, |v| last.get(&v) == Some(&i) && !keep.contains(&v));
         }
     }
-
-    let mut constants = vec![];
-    for &n in &main.body {
-        let node = m.node(n);
-        if let Op::Constant(data) = &node.op {
-            let v = *node.outputs.first().ok_or_else(|| internal(format!("constant {n} has no output")))?;
-            if last[v.index()].is_none() && !returned.contains(&v) {
-                continue;
-            }
-            let shape = unnamed(m.shape(v));
-            if shape.byte_size() != Some(data.0.len()) {
-                return Err(internal(format!("constant {n}: {} bytes for shape {shape}", data.0.len())));
-            }
-            constants.push((v, Tensor { shape, data: Arc::new(AlignedBytes::from_bytes(&data.0)) }));
-        }
-    }
-    let params = main.params.iter().map(|&p| (p, last[p.index()].is_some() || returned.contains(&p))).collect();
-    let num_values = m.values.len();
-    Ok(Plan { module, steps, drops, constants, params, outputs, num_values, clustering })
+    let params = fd.params.iter().map(|&p| (p, last.contains_key(&p) || keep.contains(&p))).collect();
+    Ok(FuncPlan { func: f, steps, drops, params, outputs, clustering })
 }
 
 impl Plan {
-    /// A listing of the steps with their buffers (for dumps).
+    /// A listing of every function's steps with their buffers (for dumps).
     pub(crate) fn describe(&self) -> String {
         let m = &self.module;
         let mut s = String::new();
         let shape = |v: ValueId| crate::ir::text::format_shape(m.shape(v));
         let _ = writeln!(
             s,
-            "params: {}",
-            list(
-                self.params
-                    .iter()
-                    .map(|(p, used)| { format!("{p}: {}{}", shape(*p), if *used { "" } else { " (unused)" }) })
-            )
-        );
-        let _ = writeln!(
-            s,
-            "constants (preloaded): {}",
+            "constants (loaded per execution): {}",
             list(self.constants.iter().map(|(v, _)| format!("{v}: {}", shape(*v))))
         );
-        for (i, st) in self.steps.iter().enumerate() {
-            match st {
-                Step::Loop(l) => {
-                    let _ = writeln!(
-                        s,
-                        "step {i}: loop cluster{} over {} elements ({} bytes each) reads [{}] writes [{}]",
-                        l.cluster,
-                        l.len,
-                        l.esize,
-                        list(
-                            l.inputs
-                                .iter()
-                                .zip(&l.input_dies)
-                                .map(|(v, d)| format!("{v}{}", if *d { " (dies)" } else { "" }))
-                        ),
-                        list(l.outputs.iter().zip(&l.in_place).map(|(v, ip)| match ip {
-                            Some(k) => format!("{v}: {} (may reuse {})", shape(*v), l.inputs[*k]),
-                            None => format!("{v}: {} (new buffer)", shape(*v)),
-                        }))
-                    );
-                }
-                Step::Kernel(k) => {
-                    let _ = writeln!(
-                        s,
-                        "step {i}: kernel {}{} (node {}) reads [{}] writes [{}]",
-                        k.op.op_type(),
-                        k.fast.as_ref().map_or(String::new(), |f| format!(" via {}", f.describe())),
-                        k.node,
-                        list(k.inputs.iter().map(|v| v.to_string())),
-                        list(k.outputs.iter().map(|v| format!("{v}: {} (new buffer)", shape(*v))))
-                    );
-                }
-                Step::Alias(a) => {
-                    let _ = writeln!(
-                        s,
-                        "step {i}: alias (node {}) {}",
-                        a.node,
-                        list(a.pairs.iter().map(|(x, o)| format!("{o} = {x} (shared buffer)")))
-                    );
+        let order = std::iter::once(m.main.index()).chain((0..self.funcs.len()).filter(|&i| i != m.main.index()));
+        for fi in order {
+            let fp = &self.funcs[fi];
+            let _ = writeln!(s, "\n{} ({}):", m.func_label(fp.func), fp.func);
+            let _ = writeln!(
+                s,
+                "params: {}",
+                list(
+                    fp.params
+                        .iter()
+                        .map(|(p, used)| format!("{p}: {}{}", shape(*p), if *used { "" } else { " (unused)" }))
+                )
+            );
+            for (i, st) in fp.steps.iter().enumerate() {
+                let _ = writeln!(s, "step {i}: {}", describe_step(m, st));
+                if !fp.drops[i].is_empty() {
+                    let _ =
+                        writeln!(s, "  release after step {i}: {}", list(fp.drops[i].iter().map(|v| v.to_string())));
                 }
             }
-            if !self.drops[i].is_empty() {
-                let _ = writeln!(s, "  release after step {i}: {}", list(self.drops[i].iter().map(|v| v.to_string())));
-            }
+            let _ = writeln!(s, "outputs: {}", list(fp.outputs.iter().map(|v| v.to_string())));
         }
-        let _ = writeln!(s, "outputs: {}", list(self.outputs.iter().map(|v| v.to_string())));
         s
+    }
+}
+
+fn describe_step(m: &Module, st: &Step) -> String {
+    let shape = |v: ValueId| crate::ir::text::format_shape(m.shape(v));
+    match st {
+        Step::Loop(l) => format!(
+            "loop cluster{} over {} elements ({} bytes each) reads [{}] writes [{}]",
+            l.cluster,
+            l.len,
+            l.esize,
+            list(l.inputs.iter().zip(&l.input_dies).map(|(v, d)| format!("{v}{}", if *d { " (dies)" } else { "" }))),
+            list(l.outputs.iter().zip(&l.in_place).map(|(v, ip)| match ip {
+                Some(k) => format!("{v}: {} (may reuse {})", shape(*v), l.inputs[*k]),
+                None => format!("{v}: {} (new buffer)", shape(*v)),
+            }))
+        ),
+        Step::Kernel(k) => format!(
+            "kernel {}{} (node {}) reads [{}] writes [{}]",
+            k.op.op_type(),
+            k.fast.as_ref().map_or(String::new(), |f| format!(" via {}", f.describe())),
+            k.node,
+            list(k.inputs.iter().map(|v| v.to_string())),
+            list(k.outputs.iter().map(|v| format!("{v}: {} (new buffer)", shape(*v))))
+        ),
+        Step::Alias(a) => format!(
+            "alias (node {}) {}",
+            a.node,
+            list(a.pairs.iter().map(|(x, o)| format!("{o} = {x} (shared buffer)")))
+        ),
+        Step::Call(c) => {
+            let what = match c.kind {
+                CallKind::Call(f) => format!("call {}", m.func_label(f)),
+                CallKind::While { cond, body } => format!("while cond {cond} body {body}"),
+                CallKind::If { then_branch, else_branch } => format!("if then {then_branch} else {else_branch}"),
+                CallKind::Sort { comparator, axis } => format!("sort axis {axis} comparator {comparator}"),
+            };
+            format!(
+                "{what} (node {}) reads [{}]{} writes [{}]",
+                c.node,
+                list(c.inputs.iter().map(|v| v.to_string())),
+                if c.captures.is_empty() {
+                    String::new()
+                } else {
+                    format!(" captures [{}]", list(c.captures.iter().map(|v| v.to_string())))
+                },
+                list(c.outputs.iter().map(|v| format!("{v}: {}", shape(*v))))
+            )
+        }
     }
 }
 
