@@ -80,7 +80,9 @@ pub fn run_egg(m: &mut Module, ctx: &mut PassCtx, cfg: &egraph::EggConfig) -> Re
         snapshot(ctx, label, m);
         if ctx.verify {
             crate::ir::verify::verify(m).map_err(|e| match e {
-                Error::Verify(v) => Error::Verify(v.into_iter().map(|s| format!("after pass egg-fusion: {s}")).collect()),
+                Error::Verify(v) => {
+                    Error::Verify(v.into_iter().map(|s| format!("after pass egg-fusion: {s}")).collect())
+                }
                 other => other,
             })?;
         }
