@@ -8,15 +8,15 @@ use crate::runtime::slot::FinalizeSlot;
 
 use super::loops::run_loop;
 use super::plan::{AliasStep, CallKind, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed};
-use crate::ir::module::{FuncId, Module, NodeId};
-use crate::runtime::interp::scalar_bool;
 use crate::api::backend::{Executable, check_inputs};
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
+use crate::ir::module::{FuncId, Module, NodeId};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 use crate::runtime::aligned::AlignedBytes;
 use crate::runtime::interp::InterpExecutable;
+use crate::runtime::interp::scalar_bool;
 
 /// What an executable runs.
 pub(crate) enum Runner {
@@ -234,11 +234,13 @@ impl<'p> Exec<'p> {
                 let branch = if scalar_bool(name, "pred", pred)? { then_branch } else { else_branch };
                 self.run_function(branch, vec![])
             })(),
-            CallKind::Sort { comparator, axis } => crate::runtime::interp::sort(comparator, axis, &inputs, |c, args| {
-                let r = self.run_function(c, args)?;
-                let r = r.first().ok_or_else(|| Error::invalid(name.to_string(), "comparator returned nothing"))?;
-                scalar_bool(name, "the comparator's result", r)
-            }),
+            CallKind::Sort { comparator, axis } => {
+                crate::runtime::interp::sort(comparator, axis, &inputs, |c, args| {
+                    let r = self.run_function(c, args)?;
+                    let r = r.first().ok_or_else(|| Error::invalid(name.to_string(), "comparator returned nothing"))?;
+                    scalar_bool(name, "the comparator's result", r)
+                })
+            }
         }
         .map_err(at)?;
         if outs.len() != s.outputs.len() {

@@ -16,12 +16,12 @@ use std::sync::Arc;
 pub(crate) use super::loops::LoopStep;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueId};
-use crate::runtime::interp::captures;
 use crate::ir::op::{Op, UnaryOp};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::{Clustering, Item, cluster_function};
 use crate::runtime::aligned::AlignedBytes;
+use crate::runtime::interp::captures;
 
 /// One node run by its reference kernel.
 pub(crate) struct KernelStep {
@@ -303,11 +303,9 @@ fn build_function(
                     }
                     Op::Call { func } => call(CallKind::Call(*func), memo, busy),
                     Op::While { cond, body } => call(CallKind::While { cond: *cond, body: *body }, memo, busy),
-                    Op::If { then_branch, else_branch } => call(
-                        CallKind::If { then_branch: *then_branch, else_branch: *else_branch },
-                        memo,
-                        busy,
-                    ),
+                    Op::If { then_branch, else_branch } => {
+                        call(CallKind::If { then_branch: *then_branch, else_branch: *else_branch }, memo, busy)
+                    }
                     Op::Sort { comparator, axis, .. } => {
                         call(CallKind::Sort { comparator: *comparator, axis: *axis }, memo, busy)
                     }
@@ -333,9 +331,12 @@ fn build_function(
     let keep: HashSet<ValueId> = outputs
         .iter()
         .copied()
-        .chain(fd.body.iter().filter(|&&n| f != m.main && matches!(m.node(n).op, Op::Constant(_))).flat_map(|&n| {
-            m.node(n).outputs.iter().copied()
-        }))
+        .chain(
+            fd.body
+                .iter()
+                .filter(|&&n| f != m.main && matches!(m.node(n).op, Op::Constant(_)))
+                .flat_map(|&n| m.node(n).outputs.iter().copied()),
+        )
         .collect();
     let mut last: HashMap<ValueId, usize> = HashMap::new();
     for (i, s) in steps.iter().enumerate() {
@@ -389,11 +390,11 @@ impl Plan {
             let _ = writeln!(
                 s,
                 "params: {}",
-                list(
-                    fp.params
-                        .iter()
-                        .map(|(p, used)| format!("{p}: {}{}", shape(*p), if *used { "" } else { " (unused)" }))
-                )
+                list(fp.params.iter().map(|(p, used)| format!(
+                    "{p}: {}{}",
+                    shape(*p),
+                    if *used { "" } else { " (unused)" }
+                )))
             );
             for (i, st) in fp.steps.iter().enumerate() {
                 let _ = writeln!(s, "step {i}: {}", describe_step(m, st));
