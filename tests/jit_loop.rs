@@ -1,39 +1,80 @@
-//! Tests of the Cranelift loop-kernel compiler: arithmetic, tails, broadcasts, scalar inputs and
-//! the compiled-kernel cache.
+//! Tests of the Cranelift loop-kernel compiler: arithmetic, tails, broadcasts, scalar inputs, the
+//! compiled-kernel cache, and the typed instructions (ints, Bool, F16/BF16, conversions, index
+//! remappings, iota). Expected values are worked by hand from the catalogue's rules (§4, §9).
 
 use tensorjit::ir::op::{BinaryOp, CompareOp, UnaryOp};
 use tensorjit::jit;
-use tensorjit::lower::{Access, ElemTy, Inst, LoopKernel};
+use tensorjit::lower::{Access, ElemTy, Inst, Lit, LoopKernel, Ty};
+
+/// Plain-old-data element types the tests read and write.
+trait Pod: Copy + Default {
+    fn to_bytes(self) -> Vec<u8>;
+    fn from_bytes(b: &[u8]) -> Self;
+}
+macro_rules! pod {
+    ($($t:ty),*) => {$(
+        impl Pod for $t {
+            fn to_bytes(self) -> Vec<u8> { self.to_le_bytes().to_vec() }
+            fn from_bytes(b: &[u8]) -> Self { <$t>::from_le_bytes(b.try_into().unwrap()) }
+        }
+    )*};
+}
+pod!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+
+fn bytes<T: Pod>(v: &[T]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_bytes()).collect()
+}
+
+fn elems<T: Pod>(b: &[u8]) -> Vec<T> {
+    let n = std::mem::size_of::<T>();
+    b.chunks(n).map(T::from_bytes).collect()
+}
+
+/// Runs `k` over `start..end` with raw input buffers; output `o` has `n` elements of its type.
+fn run_range(k: &LoopKernel, inputs: &[Vec<u8>], n: usize, start: usize, end: usize) -> Vec<Vec<u8>> {
+    let c = jit::compile(k).expect("compile");
+    let mut outs: Vec<Vec<u8>> =
+        (0..k.outputs.len()).map(|o| vec![0u8; n * k.output_ty(o).expect("typed").bytes()]).collect();
+    let mut ptrs: Vec<*mut u8> = inputs.iter().map(|s| s.as_ptr() as *mut u8).collect();
+    ptrs.extend(outs.iter_mut().map(|o| o.as_mut_ptr()));
+    // SAFETY: each input buffer holds every element the kernel reads (n elements for Full inputs,
+    // one for Scalar inputs, the strided extent otherwise) and each output n elements.
+    unsafe { c.run(&ptrs, start, end) };
+    outs
+}
+
+fn run(k: &LoopKernel, inputs: &[Vec<u8>], n: usize) -> Vec<Vec<u8>> {
+    run_range(k, inputs, n, 0, n)
+}
+
+fn kernel(in_tys: Vec<Ty>, inputs: Vec<Access>, insts: Vec<Inst>, outputs: Vec<usize>) -> LoopKernel {
+    LoopKernel { in_tys, inputs, insts, outputs }
+}
 
 fn run_f32(k: &LoopKernel, inputs: &[&[f32]], n: usize) -> Vec<Vec<f32>> {
-    let c = jit::compile(k).expect("compile");
-    let mut outs: Vec<Vec<f32>> = k.outputs.iter().map(|_| vec![0.0; n]).collect();
-    let mut ptrs: Vec<*mut u8> = inputs.iter().map(|s| s.as_ptr() as *mut u8).collect();
-    ptrs.extend(outs.iter_mut().map(|o| o.as_mut_ptr() as *mut u8));
-    // SAFETY: every input slice has n elements (or 1 for Scalar inputs), outputs have n.
-    unsafe { c.run(&ptrs, 0, n) };
-    outs
+    let ins: Vec<Vec<u8>> = inputs.iter().map(|s| bytes(s)).collect();
+    run(k, &ins, n).iter().map(|o| elems::<f32>(o)).collect()
 }
 
 #[test]
 fn fused_chain_matches_scalar_math_for_every_tail_length() {
     // out = max((a + b) * 2 - a / b, 0)
-    let k = LoopKernel {
-        ty: ElemTy::F32,
-        inputs: vec![Access::Full, Access::Full],
-        insts: vec![
+    let k = LoopKernel::elementwise(
+        ElemTy::F32,
+        vec![Access::Full, Access::Full],
+        vec![
             Inst::Load(0),
             Inst::Load(1),
             Inst::Binary(BinaryOp::Add, 0, 1),
-            Inst::Const(2.0),
+            Inst::Const(Ty::F32, Lit::Float(2.0)),
             Inst::Binary(BinaryOp::Mul, 2, 3),
             Inst::Binary(BinaryOp::Div, 0, 1),
             Inst::Binary(BinaryOp::Sub, 4, 5),
-            Inst::Const(0.0),
+            Inst::Const(Ty::F32, Lit::Float(0.0)),
             Inst::Binary(BinaryOp::Max, 6, 7),
         ],
-        outputs: vec![8],
-    };
+        vec![8],
+    );
     for n in [0usize, 1, 3, 4, 15, 16, 17, 33, 100] {
         let a: Vec<f32> = (0..n).map(|i| i as f32 - 7.5).collect();
         let b: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.25).collect();
@@ -48,18 +89,18 @@ fn fused_chain_matches_scalar_math_for_every_tail_length() {
 #[test]
 fn scalar_broadcast_input_and_select() {
     // out0 = x < t ? -x : x * t ; out1 = x (two outputs)
-    let k = LoopKernel {
-        ty: ElemTy::F32,
-        inputs: vec![Access::Full, Access::Scalar],
-        insts: vec![
+    let k = LoopKernel::elementwise(
+        ElemTy::F32,
+        vec![Access::Full, Access::Scalar],
+        vec![
             Inst::Load(0),
             Inst::Load(1),
             Inst::Unary(UnaryOp::Neg, 0),
             Inst::Binary(BinaryOp::Mul, 0, 1),
             Inst::Select { dir: CompareOp::LessThan, a: 0, b: 1, t: 2, f: 3 },
         ],
-        outputs: vec![4, 0],
-    };
+        vec![4, 0],
+    );
     let x: Vec<f32> = (0..21).map(|i| i as f32 - 10.0).collect();
     let t = [3.0f32];
     let out = run_f32(&k, &[&x, &t], x.len());
@@ -72,12 +113,12 @@ fn scalar_broadcast_input_and_select() {
 
 #[test]
 fn identical_kernels_compile_once() {
-    let k = LoopKernel {
-        ty: ElemTy::F64,
-        inputs: vec![Access::Full],
-        insts: vec![Inst::Load(0), Inst::Unary(UnaryOp::Sqrt, 0)],
-        outputs: vec![1],
-    };
+    let k = LoopKernel::elementwise(
+        ElemTy::F64,
+        vec![Access::Full],
+        vec![Inst::Load(0), Inst::Unary(UnaryOp::Sqrt, 0)],
+        vec![1],
+    );
     let a = jit::compile(&k).unwrap();
     let before = jit::compiled_count();
     let b = jit::compile(&k.clone()).unwrap();
@@ -89,4 +130,350 @@ fn identical_kernels_compile_once() {
     // SAFETY: x and y hold 3 f64 each.
     unsafe { b.run(&ptrs, 0, 3) };
     assert_eq!(y, [2.0, 3.0, 1.5]);
+}
+
+fn binary_kernel(t: Ty, op: BinaryOp) -> LoopKernel {
+    kernel(
+        vec![t, t],
+        vec![Access::Full, Access::Full],
+        vec![Inst::Load(0), Inst::Load(1), Inst::Binary(op, 0, 1)],
+        vec![2],
+    )
+}
+
+#[test]
+fn integer_division_and_remainder_follow_the_spec() {
+    // §9: ÷0 → −1 (all ones unsigned), MIN/−1 wraps to MIN, rem 0 → dividend, MIN rem −1 = 0.
+    let m = i32::MIN;
+    let a = bytes(&[7i32, -7, m, -6, 7, m, 9]);
+    let b = bytes(&[0i32, 0, -1, 2, -2, 2, -1]);
+    let q = elems::<i32>(&run(&binary_kernel(Ty::I32, BinaryOp::Div), &[a, b], 7)[0]);
+    assert_eq!(q, vec![-1, -1, m, -3, -3, -1_073_741_824, -9]);
+    let a = bytes(&[7i32, -7, m, -7, 7, 9]);
+    let b = bytes(&[0i32, 0, -1, 4, -4, 1]);
+    let r = elems::<i32>(&run(&binary_kernel(Ty::I32, BinaryOp::Rem), &[a, b], 6)[0]);
+    assert_eq!(r, vec![7, -7, 0, -3, 3, 0]);
+    let q = run(&binary_kernel(Ty::U32, BinaryOp::Div), &[bytes(&[7u32, 7]), bytes(&[0u32, 2])], 2);
+    assert_eq!(elems::<u32>(&q[0]), vec![u32::MAX, 3]);
+    let r = run(&binary_kernel(Ty::U8, BinaryOp::Rem), &[bytes(&[7u8, 200]), bytes(&[0u8, 7])], 2);
+    assert_eq!(elems::<u8>(&r[0]), vec![7, 4]);
+    let q = run(&binary_kernel(Ty::I8, BinaryOp::Div), &[bytes(&[-128i8, -128]), bytes(&[-1i8, 2])], 2);
+    assert_eq!(elems::<i8>(&q[0]), vec![-128, -64]);
+    let q = run(&binary_kernel(Ty::I64, BinaryOp::Div), &[bytes(&[i64::MIN, 5]), bytes(&[-1i64, 0])], 2);
+    assert_eq!(elems::<i64>(&q[0]), vec![i64::MIN, -1]);
+}
+
+#[test]
+fn shifts_with_out_of_range_amounts() {
+    // shift_left int32 1 by [31,32,33,−1] = [MIN,0,0,0]; −1<<1 = −2.
+    let s = run(
+        &binary_kernel(Ty::I32, BinaryOp::ShiftLeft),
+        &[bytes(&[1i32, 1, 1, 1, -1]), bytes(&[31i32, 32, 33, -1, 1])],
+        5,
+    );
+    assert_eq!(elems::<i32>(&s[0]), vec![i32::MIN, 0, 0, 0, -2]);
+    // shift_right_arithmetic int32 [−8,8,−2] by [32,−1,1] = [−1,0,−1].
+    let s = run(
+        &binary_kernel(Ty::I32, BinaryOp::ShiftRightArithmetic),
+        &[bytes(&[-8i32, 8, -2]), bytes(&[32i32, -1, 1])],
+        3,
+    );
+    assert_eq!(elems::<i32>(&s[0]), vec![-1, 0, -1]);
+    // uint8 arithmetic right fills with the top bit: 0x80>>1 = 0xC0, 0x80>>8 = 0xFF, 0x40>>1 = 0x20.
+    let s = run(
+        &binary_kernel(Ty::U8, BinaryOp::ShiftRightArithmetic),
+        &[bytes(&[0x80u8, 0x80, 0x40]), bytes(&[1u8, 8, 1])],
+        3,
+    );
+    assert_eq!(elems::<u8>(&s[0]), vec![0xC0, 0xFF, 0x20]);
+    // shift_right_logical int32 −8 by [1,32,−1] = [2147483644,0,0].
+    let s = run(
+        &binary_kernel(Ty::I32, BinaryOp::ShiftRightLogical),
+        &[bytes(&[-8i32, -8, -8]), bytes(&[1i32, 32, -1])],
+        3,
+    );
+    assert_eq!(elems::<i32>(&s[0]), vec![2_147_483_644, 0, 0]);
+    // u16 1 << 15 = 0x8000, << 16 = 0.
+    let s = run(&binary_kernel(Ty::U16, BinaryOp::ShiftLeft), &[bytes(&[1u16, 1]), bytes(&[15u16, 16])], 2);
+    assert_eq!(elems::<u16>(&s[0]), vec![0x8000, 0]);
+}
+
+#[test]
+fn vectorised_integer_arithmetic_wraps_for_every_tail_length() {
+    // out0 = a*b + a (wrapping), out1 = max(a, b), out2 = min(a, b) ^ a; i32 (i32x4 lanes).
+    let k = kernel(
+        vec![Ty::I32, Ty::I32],
+        vec![Access::Full, Access::Full],
+        vec![
+            Inst::Load(0),
+            Inst::Load(1),
+            Inst::Binary(BinaryOp::Mul, 0, 1),
+            Inst::Binary(BinaryOp::Add, 2, 0),
+            Inst::Binary(BinaryOp::Max, 0, 1),
+            Inst::Binary(BinaryOp::Min, 0, 1),
+            Inst::Binary(BinaryOp::BitwiseXor, 5, 0),
+        ],
+        vec![3, 4, 6],
+    );
+    assert!(jit::compile(&k).unwrap().clif.contains("i32x4"), "an all-i32 kernel is vectorised");
+    for n in [0usize, 1, 5, 16, 37] {
+        let a: Vec<i32> = (0..n as i32).map(|i| i.wrapping_mul(0x3fff_ffff) ^ 0x55).collect();
+        let b: Vec<i32> = (0..n as i32).map(|i| 7 - 3 * i).collect();
+        let out = run(&k, &[bytes(&a), bytes(&b)], n);
+        let (o0, o1, o2) = (elems::<i32>(&out[0]), elems::<i32>(&out[1]), elems::<i32>(&out[2]));
+        for i in 0..n {
+            assert_eq!(o0[i], a[i].wrapping_mul(b[i]).wrapping_add(a[i]), "n={n} i={i}");
+            assert_eq!(o1[i], a[i].max(b[i]));
+            assert_eq!(o2[i], a[i].min(b[i]) ^ a[i]);
+        }
+    }
+    // u8 (i8x16 lanes): 200 + 100 wraps to 44; unsigned max.
+    let k = binary_kernel(Ty::U8, BinaryOp::Add);
+    let a = vec![200u8; 35];
+    let b: Vec<u8> = (0..35).map(|i| i as u8 * 3).collect();
+    let out = elems::<u8>(&run(&k, &[bytes(&a), bytes(&b)], 35)[0]);
+    assert_eq!(out[0], 200);
+    assert_eq!(out[20], 4); // 200 + 60 = 260 → 4
+    assert_eq!(out[34], 46); // 200 + 102 = 302 → 46
+    let out =
+        elems::<u64>(&run(&binary_kernel(Ty::U64, BinaryOp::Max), &[bytes(&[u64::MAX, 3]), bytes(&[1u64, 9])], 2)[0]);
+    assert_eq!(out, vec![u64::MAX, 9]);
+}
+
+#[test]
+fn integer_unary_ops() {
+    let un = |t: Ty, op: UnaryOp| kernel(vec![t], vec![Access::Full], vec![Inst::Load(0), Inst::Unary(op, 0)], vec![1]);
+    let x = bytes(&[-5i16, 0, 7, i16::MIN]);
+    assert_eq!(elems::<i16>(&run(&un(Ty::I16, UnaryOp::Abs), std::slice::from_ref(&x), 4)[0]), vec![5, 0, 7, i16::MIN]);
+    assert_eq!(
+        elems::<i16>(&run(&un(Ty::I16, UnaryOp::Neg), std::slice::from_ref(&x), 4)[0]),
+        vec![5, 0, -7, i16::MIN]
+    );
+    assert_eq!(elems::<i16>(&run(&un(Ty::I16, UnaryOp::Sign), std::slice::from_ref(&x), 4)[0]), vec![-1, 0, 1, -1]);
+    assert_eq!(
+        elems::<i16>(&run(&un(Ty::I16, UnaryOp::BitwiseNot), std::slice::from_ref(&x), 4)[0]),
+        vec![4, -1, -8, i16::MAX]
+    );
+    // popcount(−5 = 0xFFFB) = 15, clz(7) = 13, clz(0) = 16.
+    assert_eq!(elems::<i16>(&run(&un(Ty::I16, UnaryOp::BitCount), std::slice::from_ref(&x), 4)[0]), vec![15, 0, 3, 1]);
+    assert_eq!(elems::<i16>(&run(&un(Ty::I16, UnaryOp::Clz), &[x], 4)[0]), vec![0, 16, 13, 0]);
+    let u = bytes(&[0u32, 9, u32::MAX]);
+    assert_eq!(elems::<u32>(&run(&un(Ty::U32, UnaryOp::Sign), std::slice::from_ref(&u), 3)[0]), vec![0, 1, 1]);
+    assert_eq!(elems::<u32>(&run(&un(Ty::U32, UnaryOp::Abs), &[u], 3)[0]), vec![0, 9, u32::MAX]);
+}
+
+fn convert_kernel(from: Ty, to: Ty) -> LoopKernel {
+    kernel(vec![from], vec![Access::Full], vec![Inst::Load(0), Inst::Convert(0, to)], vec![1])
+}
+
+#[test]
+fn float_to_int_conversions_truncate_and_saturate() {
+    let x = bytes(&[300.0f32, -300.0, f32::NAN, -1.9, 127.5, 1e10, -0.5]);
+    assert_eq!(
+        elems::<i8>(&run(&convert_kernel(Ty::F32, Ty::I8), std::slice::from_ref(&x), 7)[0]),
+        vec![127, -128, 0, -1, 127, 127, 0]
+    );
+    assert_eq!(
+        elems::<u8>(&run(&convert_kernel(Ty::F32, Ty::U8), std::slice::from_ref(&x), 7)[0]),
+        vec![255, 0, 0, 0, 127, 255, 0]
+    );
+    assert_eq!(
+        elems::<i32>(&run(&convert_kernel(Ty::F32, Ty::I32), std::slice::from_ref(&x), 7)[0]),
+        vec![300, -300, 0, -1, 127, i32::MAX, 0]
+    );
+    assert_eq!(
+        elems::<u64>(&run(&convert_kernel(Ty::F32, Ty::U64), &[x], 7)[0]),
+        vec![300, 0, 0, 0, 127, 10_000_000_000, 0]
+    );
+    let y = bytes(&[-1e300f64, 4.75, 9.3e18]);
+    assert_eq!(elems::<i64>(&run(&convert_kernel(Ty::F64, Ty::I64), &[y], 3)[0]), vec![i64::MIN, 4, i64::MAX]);
+}
+
+#[test]
+fn int_bool_and_float_conversions() {
+    // u64::MAX → f64 is 2^64 (rounded), → f32 2^64; i64 −3 → f32 −3.
+    let u = bytes(&[u64::MAX, 1]);
+    assert_eq!(
+        elems::<f64>(&run(&convert_kernel(Ty::U64, Ty::F64), std::slice::from_ref(&u), 2)[0]),
+        vec![18_446_744_073_709_551_616.0, 1.0]
+    );
+    assert_eq!(
+        elems::<f32>(&run(&convert_kernel(Ty::U64, Ty::F32), &[u], 2)[0]),
+        vec![18_446_744_073_709_551_616.0, 1.0]
+    );
+    // Narrowing ints wrap, widening sign- or zero-extends.
+    assert_eq!(elems::<i8>(&run(&convert_kernel(Ty::I32, Ty::I8), &[bytes(&[300i32, -129])], 2)[0]), vec![44, 127]);
+    assert_eq!(elems::<i64>(&run(&convert_kernel(Ty::I8, Ty::I64), &[bytes(&[-2i8, 5])], 2)[0]), vec![-2, 5]);
+    assert_eq!(elems::<u32>(&run(&convert_kernel(Ty::U8, Ty::U32), &[bytes(&[0xffu8, 5])], 2)[0]), vec![255, 5]);
+    assert_eq!(elems::<u16>(&run(&convert_kernel(Ty::I8, Ty::U16), &[bytes(&[-1i8])], 1)[0]), vec![0xffff]);
+    // x ≠ 0 → true (NaN too); Bool → 0/1.
+    let f = bytes(&[0.0f32, -0.0, f32::NAN, 0.25]);
+    assert_eq!(run(&convert_kernel(Ty::F32, Ty::Bool), &[f], 4)[0], vec![0, 0, 1, 1]);
+    assert_eq!(run(&convert_kernel(Ty::I16, Ty::Bool), &[bytes(&[0i16, 256, -1])], 3)[0], vec![0, 1, 1]);
+    assert_eq!(elems::<f64>(&run(&convert_kernel(Ty::Bool, Ty::F64), &[vec![1u8, 0]], 2)[0]), vec![1.0, 0.0]);
+    assert_eq!(elems::<i32>(&run(&convert_kernel(Ty::Bool, Ty::I32), &[vec![1u8, 0]], 2)[0]), vec![1, 0]);
+    // f64 → f32 rounds to nearest; f32 → f64 exact.
+    let d = bytes(&[1.0f64 + 2f64.powi(-24), 1e300]);
+    assert_eq!(elems::<f32>(&run(&convert_kernel(Ty::F64, Ty::F32), &[d], 2)[0]), vec![1.0, f32::INFINITY]);
+}
+
+#[test]
+fn half_conversions_round_to_nearest_even() {
+    let t = 2f32.powi(-11);
+    let x = [1.0f32, 1.0 + t, 1.0 + 3.0 * t, 65519.0, 65520.0, 2f32.powi(-25), 3.0 * 2f32.powi(-25), -0.0, -2.5, 1e-10];
+    let h = elems::<u16>(&run(&convert_kernel(Ty::F32, Ty::F16), &[bytes(&x)], x.len())[0]);
+    // 1 → 0x3C00; 1+2⁻¹¹ ties to 1; 1+3·2⁻¹¹ ties up to 1+2⁻⁹ (0x3C02); 65519 → 65504 (0x7BFF);
+    // 65520 → Inf; 2⁻²⁵ ties to 0; 3·2⁻²⁵ → 2·2⁻²⁴ (0x0002); −0 → 0x8000; −2.5 → 0xC100; 1e−10 → 0.
+    assert_eq!(h, vec![0x3C00, 0x3C00, 0x3C02, 0x7BFF, 0x7C00, 0x0000, 0x0002, 0x8000, 0xC100, 0x0000]);
+    let nan = elems::<u16>(&run(&convert_kernel(Ty::F32, Ty::F16), &[bytes(&[f32::NAN])], 1)[0]);
+    assert!(nan[0] & 0x7C00 == 0x7C00 && nan[0] & 0x3FF != 0, "{:#x}", nan[0]);
+    // F64 → F16 rounds once: 1 + 2⁻¹¹ + 2⁻⁴⁰ is above the tie, so 1 + 2⁻¹⁰ (0x3C01).
+    let d = bytes(&[1.0f64 + 2f64.powi(-11) + 2f64.powi(-40), 1.0 + 2f64.powi(-11)]);
+    assert_eq!(elems::<u16>(&run(&convert_kernel(Ty::F64, Ty::F16), &[d], 2)[0]), vec![0x3C01, 0x3C00]);
+    // BF16: 1 + 2⁻⁸ ties to 1 (0x3F80); 1 + 3·2⁻⁸ → 1 + 2⁻⁶ (0x3F82); −Inf stays.
+    let b = [1.0f32, 1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8), f32::NEG_INFINITY];
+    assert_eq!(
+        elems::<u16>(&run(&convert_kernel(Ty::F32, Ty::BF16), &[bytes(&b)], 4)[0]),
+        vec![0x3F80, 0x3F80, 0x3F82, 0xFF80]
+    );
+    // F16 → F32 is exact: min subnormal 2⁻²⁴, Inf, −Inf, 0x3555 = 0.333251953125.
+    let hb = bytes(&[0x0001u16, 0x7C00, 0xFC00, 0x3555]);
+    assert_eq!(
+        elems::<f32>(&run(&convert_kernel(Ty::F16, Ty::F32), &[hb], 4)[0]),
+        vec![2f32.powi(-24), f32::INFINITY, f32::NEG_INFINITY, 0.333_251_95]
+    );
+    // F16 → I32 truncates the half value: 0x4170 = 2.71875 → 2; BF16 0xC040 = −3 → −3.
+    assert_eq!(elems::<i32>(&run(&convert_kernel(Ty::F16, Ty::I32), &[bytes(&[0x4170u16])], 1)[0]), vec![2]);
+    assert_eq!(elems::<i32>(&run(&convert_kernel(Ty::BF16, Ty::I32), &[bytes(&[0xC040u16])], 1)[0]), vec![-3]);
+}
+
+#[test]
+fn half_arithmetic_rounds_every_step() {
+    // F16: (1 + 2⁻¹¹) + 2⁻¹¹ rounds to 1 at each step (f32 would give 1 + 2⁻¹⁰ = 0x3C01).
+    let k = kernel(
+        vec![Ty::F16, Ty::F16],
+        vec![Access::Full, Access::Scalar],
+        vec![Inst::Load(0), Inst::Load(1), Inst::Binary(BinaryOp::Add, 0, 1), Inst::Binary(BinaryOp::Add, 2, 1)],
+        vec![3],
+    );
+    let out = run(&k, &[bytes(&[0x3C00u16, 0x4000]), bytes(&[0x1000u16])], 2);
+    // 0x1000 = 2⁻¹¹; 2 + 2⁻¹¹ + 2⁻¹¹ stays 2 (0x4000).
+    assert_eq!(elems::<u16>(&out[0]), vec![0x3C00, 0x4000]);
+    // BF16 multiply: 3 × 1.5 = 4.5 (0x4090) exact; 1.0078125 × 1.0078125 = 1.01568… → 1.015625 (0x3F82).
+    let k = binary_kernel(Ty::BF16, BinaryOp::Mul);
+    let out = run(&k, &[bytes(&[0x4040u16, 0x3F81]), bytes(&[0x3FC0u16, 0x3F81])], 2);
+    assert_eq!(elems::<u16>(&out[0]), vec![0x4090, 0x3F82]);
+}
+
+#[test]
+fn compare_gives_bool_and_where_selects() {
+    // b0 = x < y (NaN → false); out = b0 ? x : y  in f64; plus IsNaN.
+    let k = kernel(
+        vec![Ty::F64, Ty::F64],
+        vec![Access::Full, Access::Full],
+        vec![
+            Inst::Load(0),
+            Inst::Load(1),
+            Inst::Compare(CompareOp::LessThan, 0, 1),
+            Inst::Where(2, 0, 1),
+            Inst::Unary(UnaryOp::IsNaN, 0),
+            Inst::Compare(CompareOp::NotEqual, 0, 1),
+        ],
+        vec![2, 3, 4, 5],
+    );
+    let x = [1.0f64, 5.0, f64::NAN, -0.0];
+    let y = [2.0f64, 3.0, 1.0, 0.0];
+    let out = run(&k, &[bytes(&x), bytes(&y)], 4);
+    assert_eq!(out[0], vec![1, 0, 0, 0]);
+    assert_eq!(elems::<f64>(&out[1])[..2], [1.0, 3.0]);
+    assert_eq!(elems::<f64>(&out[1])[2], 1.0);
+    assert_eq!(out[2], vec![0, 0, 1, 0]);
+    assert_eq!(out[3], vec![1, 1, 1, 0]);
+}
+
+#[test]
+fn bool_kernels_vectorise_over_bytes() {
+    // out = !(a & b) | (a ^ c) over 0/1 bytes, 37 elements (two i8x16 vectors and a tail).
+    let k = kernel(
+        vec![Ty::Bool, Ty::Bool, Ty::Bool],
+        vec![Access::Full, Access::Full, Access::Full],
+        vec![
+            Inst::Load(0),
+            Inst::Load(1),
+            Inst::Load(2),
+            Inst::Binary(BinaryOp::LogicalAnd, 0, 1),
+            Inst::Unary(UnaryOp::LogicalNot, 3),
+            Inst::Binary(BinaryOp::LogicalXor, 0, 2),
+            Inst::Binary(BinaryOp::LogicalOr, 4, 5),
+            Inst::Compare(CompareOp::Equal, 0, 1),
+            Inst::Where(2, 1, 7),
+        ],
+        vec![6, 8],
+    );
+    assert!(jit::compile(&k).unwrap().clif.contains("i8x16"), "an all-Bool kernel is vectorised");
+    let n = 37;
+    let a: Vec<u8> = (0..n).map(|i| (i % 2) as u8).collect();
+    let b: Vec<u8> = (0..n).map(|i| (i % 3 == 0) as u8).collect();
+    let c: Vec<u8> = (0..n).map(|i| (i % 5 < 2) as u8).collect();
+    let out = run(&k, &[a.clone(), b.clone(), c.clone()], n);
+    for i in 0..n {
+        let (x, y, z) = (a[i] == 1, b[i] == 1, c[i] == 1);
+        assert_eq!(out[0][i], (!(x && y) || (x != z)) as u8, "i={i}");
+        assert_eq!(out[1][i], if z { y } else { x == y } as u8, "i={i}");
+    }
+}
+
+#[test]
+fn strided_inputs_transpose_and_broadcast() {
+    // out[i, j] = x[j, i] + r[j] over a [3, 2] iteration space, x: [2, 3] row-major, r: [2].
+    let k = kernel(
+        vec![Ty::F32, Ty::F32],
+        vec![
+            Access::Strided { dims: vec![3, 2], strides: vec![1, 3] },
+            Access::Strided { dims: vec![3, 2], strides: vec![0, 1] },
+        ],
+        vec![Inst::Load(0), Inst::Load(1), Inst::Binary(BinaryOp::Add, 0, 1)],
+        vec![2],
+    );
+    let x = [0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0];
+    let r = [10.0f32, 20.0];
+    let out = run_f32(&k, &[&x, &r], 6);
+    assert_eq!(out[0], vec![10.0, 23.0, 11.0, 24.0, 12.0, 25.0]);
+    // A sub-range (as a thread would run it) computes only its elements.
+    let out = run_range(&k, &[bytes(&x), bytes(&r)], 6, 3, 5);
+    assert_eq!(elems::<f32>(&out[0]), vec![0.0, 0.0, 0.0, 24.0, 12.0, 0.0]);
+}
+
+#[test]
+fn iota_along_a_middle_axis() {
+    // dims [2, 3, 2], axis 1: 0 0 1 1 2 2 0 0 1 1 2 2; converted to F32 and to U8 (+ 250 wraps).
+    let k = kernel(
+        vec![],
+        vec![],
+        vec![
+            Inst::Iota { dims: vec![2, 3, 2], axis: 1 },
+            Inst::Convert(0, Ty::F32),
+            Inst::Convert(0, Ty::U8),
+            Inst::Const(Ty::U8, Lit::Int(254)),
+            Inst::Binary(BinaryOp::Add, 2, 3),
+        ],
+        vec![1, 4],
+    );
+    let out = run(&k, &[], 12);
+    assert_eq!(elems::<f32>(&out[0]), vec![0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 0.0, 0.0, 1.0, 1.0, 2.0, 2.0]);
+    assert_eq!(out[1], vec![254, 254, 255, 255, 0, 0, 254, 254, 255, 255, 0, 0]);
+}
+
+#[test]
+fn ill_typed_kernels_are_rejected() {
+    let k = kernel(
+        vec![Ty::I32, Ty::F32],
+        vec![Access::Full, Access::Full],
+        vec![Inst::Load(0), Inst::Load(1), Inst::Binary(BinaryOp::Add, 0, 1)],
+        vec![2],
+    );
+    assert!(k.validate().is_err());
+    assert!(jit::compile(&k).is_err());
+    let k = kernel(vec![Ty::Bool], vec![Access::Full], vec![Inst::Load(0), Inst::Unary(UnaryOp::Sqrt, 0)], vec![1]);
+    assert!(jit::compile(&k).is_err(), "sqrt of Bool is not an op the JIT emits");
 }

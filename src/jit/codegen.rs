@@ -1,18 +1,40 @@
-//! Cranelift code generation for [`LoopKernel`]s: an unrolled vector loop plus a scalar tail.
+//! Cranelift code generation for [`LoopKernel`]s: an unrolled vector loop plus a scalar tail, or a
+//! scalar loop.
 //!
 //! The generated function has the C signature
 //! `fn(args: *const *mut u8, start: usize, end: usize)`: `args` holds the input pointers then
-//! the output pointers, and the function processes element indices `start..end`, so the caller
-//! can split the iteration space across threads.
+//! the output pointers, and the function processes flat element indices `start..end`, so the
+//! caller can split the iteration space across threads.
+//!
+//! # Vector or scalar
+//!
+//! A kernel is *vectorised* (16-byte vectors: f32x4, f64x2, i32x4, i64x2, i16x8, i8x16, unrolled
+//! up to [`UNROLL`] times, with a scalar tail) when every value it touches — each input and output
+//! in memory and each register — has one byte width, no input is `Strided`, it has no `Iota`, and
+//! every instruction has a vector form here (integer Div/Rem, shifts, BitCount/Clz, conversions
+//! other than same-width int ↔ int, 8-bit multiplies and 64-bit Max/Min/Abs do not). Everything
+//! else — kernels mixing widths (a Bool result of an F32 compare, an I32 → F64 convert), F16/BF16
+//! kernels (2 bytes in memory, computed in f32), remapped (strided) inputs — runs a scalar loop.
+//! When Cranelift rejects the vector form of a kernel the JIT retries it as a scalar loop
+//! ([`build`] with `vector = false`).
+//!
+//! # Semantics
+//!
+//! Every instruction matches the reference kernels bit for bit (NaN payloads aside): ints wrap;
+//! int ÷ 0 gives −1 (all ones), `MIN / −1` wraps to `MIN`, int rem 0 gives the dividend; shift
+//! amounts are read unsigned and amounts ≥ the width give 0 (arithmetic right: the sign fill);
+//! float Max/Min propagate NaN and order −0 < +0; conversions follow §9 (float → int truncates
+//! and saturates, NaN → 0; F64 → F16 rounds once through round-to-odd f32; to BF16 through f32);
+//! F16/BF16 results are rounded to nearest even after every instruction.
+//! Register representation: see [`crate::lower::loop_kernel`].
 
-use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlags, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
 use crate::jit::math::{self, Emit};
-use crate::lower::loop_kernel::{Access, ElemTy, Inst, LoopKernel};
+use crate::lower::loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Ty};
 
 /// Vectors processed per iteration of the main loop of a short body.
 pub(crate) const UNROLL: i64 = 4;
@@ -26,33 +48,76 @@ pub(crate) fn unroll_for(k: &LoopKernel) -> i64 {
     if k.insts.len() > UNROLL_MAX_INSTS { 1 } else { UNROLL }
 }
 
-fn lane_types(ty: ElemTy) -> (Type, Type, i64) {
-    match ty {
-        ElemTy::F32 => (types::F32, types::F32X4, 4),
-        ElemTy::F64 => (types::F64, types::F64X2, 2),
+/// Whether the JIT can emit `inst` in a kernel of float element type `ty` (operands of that
+/// type).
+pub fn supports(ty: ElemTy, inst: &Inst) -> bool {
+    supports_typed(inst, Ty::from_elem(ty))
+}
+
+/// Whether the JIT can emit `inst` when its (first) operand has type `ty`; loads, constants,
+/// selects, wheres, converts and iotas always can.
+pub fn supports_typed(inst: &Inst, ty: Ty) -> bool {
+    match inst {
+        Inst::Load(_) | Inst::Const(..) | Inst::Select { .. } | Inst::Where(..) | Inst::Iota { .. } => true,
+        Inst::Convert(..) | Inst::Compare(..) => true,
+        Inst::Binary(op, ..) => supports_binary(*op, ty),
+        Inst::Unary(op, _) => supports_unary(*op, ty),
     }
 }
 
-/// Whether the JIT can emit `inst` for element type `ty` (others fall back to reference kernels).
-pub fn supports(ty: ElemTy, inst: &Inst) -> bool {
-    match inst {
-        Inst::Load(_) | Inst::Const(_) | Inst::Select { .. } => true,
-        Inst::Binary(op, ..) => {
-            matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min)
-                || math::supports_binary(*op, ty)
+fn supports_binary(op: BinaryOp, ty: Ty) -> bool {
+    use BinaryOp::*;
+    match ty {
+        Ty::Bool => matches!(op, LogicalAnd | LogicalOr | LogicalXor),
+        t if t.is_int() => matches!(
+            op,
+            Add | Sub
+                | Mul
+                | Div
+                | Rem
+                | Max
+                | Min
+                | BitwiseAnd
+                | BitwiseOr
+                | BitwiseXor
+                | ShiftLeft
+                | ShiftRightArithmetic
+                | ShiftRightLogical
+        ),
+        t => {
+            matches!(op, Add | Sub | Mul | Div | Max | Min)
+                || t.float_elem().is_some_and(|e| math::supports_binary(op, e) && !t.is_half())
         }
-        Inst::Unary(op, _) => match op {
-            UnaryOp::Neg
-            | UnaryOp::Abs
-            | UnaryOp::Sqrt
-            | UnaryOp::Rsqrt
-            | UnaryOp::Ceil
-            | UnaryOp::Floor
-            | UnaryOp::Round
-            | UnaryOp::Identity => true,
-            other => math::supports_unary(*other, ty),
-        },
     }
+}
+
+fn supports_unary(op: UnaryOp, ty: Ty) -> bool {
+    use UnaryOp::*;
+    match ty {
+        Ty::Bool => matches!(op, LogicalNot | IsNaN | Identity),
+        t if t.is_int() => matches!(op, Abs | Neg | Sign | BitwiseNot | BitCount | Clz | IsNaN | Identity),
+        t => {
+            matches!(op, Neg | Abs | Sqrt | Rsqrt | Ceil | Floor | Round | Identity | Sign | IsFinite | IsNaN)
+                // XLA rounds each step of a half Logistic; the fused f32 form would round once.
+                || (t.float_elem().is_some_and(|e| math::supports_unary(op, e)) && !(t.is_half() && op == Logistic))
+        }
+    }
+}
+
+/// The register lane type of `ty`.
+fn lane_ty(ty: Ty) -> Type {
+    match ty {
+        Ty::Bool | Ty::I8 | Ty::U8 => types::I8,
+        Ty::I16 | Ty::U16 => types::I16,
+        Ty::I32 | Ty::U32 => types::I32,
+        Ty::I64 | Ty::U64 => types::I64,
+        Ty::F16 | Ty::BF16 | Ty::F32 => types::F32,
+        Ty::F64 => types::F64,
+    }
+}
+
+fn with_lanes(t: Type, lanes: i64) -> Type {
+    if lanes == 1 { t } else { t.by(lanes as u32).unwrap_or(t) }
 }
 
 fn float_cc(dir: CompareOp) -> FloatCC {
@@ -66,94 +131,649 @@ fn float_cc(dir: CompareOp) -> FloatCC {
     }
 }
 
-/// Emits the body for one element (scalar `ty`) or one vector (vector `ty`) at byte offset `off`.
-fn emit_body(
-    b: &mut FunctionBuilder,
-    k: &LoopKernel,
-    ty: Type,
-    in_ptrs: &[Value],
-    scalars: &[Option<Value>],
-    out_ptrs: &[Value],
-    off: Value,
-) -> Result<(), String> {
-    let flags = MemFlags::new().with_notrap();
+fn int_cc(dir: CompareOp, signed: bool) -> IntCC {
+    match (dir, signed) {
+        (CompareOp::Equal, _) => IntCC::Equal,
+        (CompareOp::NotEqual, _) => IntCC::NotEqual,
+        (CompareOp::GreaterOrEqual, true) => IntCC::SignedGreaterThanOrEqual,
+        (CompareOp::GreaterThan, true) => IntCC::SignedGreaterThan,
+        (CompareOp::LessOrEqual, true) => IntCC::SignedLessThanOrEqual,
+        (CompareOp::LessThan, true) => IntCC::SignedLessThan,
+        (CompareOp::GreaterOrEqual, false) => IntCC::UnsignedGreaterThanOrEqual,
+        (CompareOp::GreaterThan, false) => IntCC::UnsignedGreaterThan,
+        (CompareOp::LessOrEqual, false) => IntCC::UnsignedLessThanOrEqual,
+        (CompareOp::LessThan, false) => IntCC::UnsignedLessThan,
+    }
+}
+
+/// The number of vector lanes `k` runs with (1: scalar loop). See the module docs.
+pub(crate) fn vector_lanes(k: &LoopKernel, tys: &[Ty]) -> i64 {
+    if k.inputs.iter().any(|a| matches!(a, Access::Strided { .. })) {
+        return 1;
+    }
+    let mut widths = k.in_tys.iter().map(|t| t.bytes()).chain(tys.iter().map(|t| t.reg_bytes()));
+    let Some(w) = widths.next() else { return 1 };
+    if widths.any(|x| x != w) || tys.iter().chain(&k.in_tys).any(|t| t.is_half()) {
+        return 1;
+    }
+    for inst in &k.insts {
+        let ok = match inst {
+            Inst::Load(_) | Inst::Const(..) | Inst::Where(..) | Inst::Compare(..) | Inst::Select { .. } => true,
+            Inst::Iota { .. } => false,
+            Inst::Convert(a, to) => {
+                let from = tys[*a];
+                from == *to || (from.is_int() && to.is_int())
+            }
+            Inst::Unary(op, a) => {
+                let t = tys[*a];
+                match op {
+                    UnaryOp::BitCount | UnaryOp::Clz => false,
+                    UnaryOp::Abs if t.is_int() => w < 8,
+                    UnaryOp::IsFinite | UnaryOp::IsNaN => t.is_float(),
+                    _ => true,
+                }
+            }
+            Inst::Binary(op, a, _) => {
+                let t = tys[*a];
+                match op {
+                    BinaryOp::Div | BinaryOp::Rem | BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min if t.is_float() => {
+                        true
+                    }
+                    BinaryOp::Div
+                    | BinaryOp::Rem
+                    | BinaryOp::ShiftLeft
+                    | BinaryOp::ShiftRightArithmetic
+                    | BinaryOp::ShiftRightLogical => false,
+                    BinaryOp::Mul => w > 1,
+                    BinaryOp::Max | BinaryOp::Min => w < 8,
+                    _ => true,
+                }
+            }
+        };
+        if !ok {
+            return 1;
+        }
+    }
+    (16 / w) as i64
+}
+
+/// Emission state for one copy of the body.
+struct Cg<'a, 'b> {
+    b: &'a mut FunctionBuilder<'b>,
+    lanes: i64,
+    ptr: Type,
+}
+
+impl Cg<'_, '_> {
+    fn rty(&self, ty: Ty) -> Type {
+        with_lanes(lane_ty(ty), self.lanes)
+    }
+
+    fn splat(&mut self, ty: Type, s: Value) -> Value {
+        if self.lanes == 1 { s } else { self.b.ins().splat(with_lanes(ty, self.lanes), s) }
+    }
+
+    /// An integer constant of register type `ty` (low bits of `v`).
+    fn iconst(&mut self, ty: Ty, v: i128) -> Value {
+        let lt = lane_ty(ty);
+        let bits = lt.bits();
+        let masked = if bits >= 64 { v as i64 } else { ((v as u64) & ((1u64 << bits) - 1)) as i64 };
+        let s = self.b.ins().iconst(lt, masked);
+        self.splat(lt, s)
+    }
+
+    /// A float constant of register type `ty` (F16/BF16 values rounded to the half type).
+    fn fconst(&mut self, ty: Ty, v: f64) -> Value {
+        let s = match ty {
+            Ty::F64 => self.b.ins().f64const(v),
+            Ty::F16 => self.b.ins().f32const(half::f16::from_f64(v).to_f32()),
+            Ty::BF16 => self.b.ins().f32const(half::bf16::from_f64(v).to_f32()),
+            _ => self.b.ins().f32const(v as f32),
+        };
+        let lt = lane_ty(ty);
+        self.splat(lt, s)
+    }
+
+    fn emit_const(&mut self, ty: Ty, lit: Lit) -> Value {
+        match (ty.is_float(), lit) {
+            (true, Lit::Float(f)) => self.fconst(ty, f),
+            (true, Lit::Int(i)) => self.fconst(ty, i as f64),
+            (false, Lit::Int(i)) => self.iconst(ty, if ty == Ty::Bool { (i != 0) as i128 } else { i }),
+            (false, Lit::Float(f)) => {
+                let i = if ty == Ty::Bool { (f != 0.0) as i128 } else { f as i128 };
+                self.iconst(ty, i)
+            }
+        }
+    }
+
+    /// A Bool register (0/1 lanes) from a comparison mask or scalar flag.
+    fn bool_of_mask(&mut self, m: Value) -> Value {
+        if self.lanes == 1 {
+            return m; // scalar icmp/fcmp give an i8 0/1
+        }
+        let mt = self.b.func.dfg.value_type(m);
+        let one = self.b.ins().iconst(mt.lane_type(), 1);
+        let one = self.b.ins().splat(mt, one);
+        self.b.ins().band(m, one)
+    }
+
+    /// The comparison of `a`, `b` (type `ty`): a scalar i8 0/1 or a lane mask.
+    fn compare(&mut self, dir: CompareOp, ty: Ty, a: Value, b: Value) -> Value {
+        if ty.is_float() {
+            self.b.ins().fcmp(float_cc(dir), a, b)
+        } else {
+            self.b.ins().icmp(int_cc(dir, ty.is_signed()), a, b)
+        }
+    }
+
+    /// `m ? t : f` for a comparison result `m` (scalar flag or lane mask).
+    fn select(&mut self, m: Value, t: Value, f: Value) -> Value {
+        if self.lanes == 1 {
+            return self.b.ins().select(m, t, f);
+        }
+        let tt = self.b.func.dfg.value_type(t);
+        let m = if self.b.func.dfg.value_type(m) == tt {
+            m
+        } else {
+            let flags = MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+            self.b.ins().bitcast(tt, flags, m)
+        };
+        self.b.ins().bitselect(m, t, f)
+    }
+
+    /// Rounds an f32 register to the half type `ty` (identity for other types).
+    fn round(&mut self, ty: Ty, x: Value) -> Value {
+        match ty {
+            Ty::F16 => {
+                let h = self.f32_to_f16_bits(x);
+                self.f16_bits_to_f32(h)
+            }
+            Ty::BF16 => {
+                let h = self.f32_to_bf16_bits(x);
+                self.bf16_bits_to_f32(h)
+            }
+            _ => x,
+        }
+    }
+
+    fn bits_of(&mut self, x: Value) -> Value {
+        let flags = MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        self.b.ins().bitcast(types::I32, flags, x)
+    }
+
+    fn f32_of(&mut self, x: Value) -> Value {
+        let flags = MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        self.b.ins().bitcast(types::F32, flags, x)
+    }
+
+    /// f32 → bf16 bits (I16), round to nearest even; NaN → quiet NaN with the top payload bits.
+    fn f32_to_bf16_bits(&mut self, x: Value) -> Value {
+        let b = self.bits_of(x);
+        let ins = self.b.ins();
+        let hi = ins.ushr_imm(b, 16);
+        let odd = self.b.ins().band_imm(hi, 1);
+        let r = self.b.ins().iadd_imm(b, 0x7fff);
+        let r = self.b.ins().iadd(r, odd);
+        let r = self.b.ins().ushr_imm(r, 16);
+        let nan_q = self.b.ins().bor_imm(hi, 0x40);
+        let abs = self.b.ins().band_imm(b, 0x7fff_ffff);
+        let is_nan = self.b.ins().icmp_imm(IntCC::UnsignedGreaterThan, abs, 0x7f80_0000);
+        let r = self.b.ins().select(is_nan, nan_q, r);
+        self.b.ins().ireduce(types::I16, r)
+    }
+
+    fn bf16_bits_to_f32(&mut self, h: Value) -> Value {
+        let w = self.b.ins().uextend(types::I32, h);
+        let w = self.b.ins().ishl_imm(w, 16);
+        self.f32_of(w)
+    }
+
+    /// f32 → f16 bits (I16), round to nearest even (overflow → ±Inf, NaN → quiet NaN).
+    fn f32_to_f16_bits(&mut self, x: Value) -> Value {
+        let f = self.bits_of(x);
+        let sign = self.b.ins().band_imm(f, 0x8000_0000u32 as i64);
+        let a = self.b.ins().bxor(f, sign);
+        // Inf / NaN / overflow.
+        let mant = self.b.ins().ushr_imm(a, 13);
+        let mant = self.b.ins().band_imm(mant, 0x3ff);
+        let nan = self.b.ins().bor_imm(mant, 0x7e00);
+        let inf = self.b.ins().iconst(types::I32, 0x7c00);
+        let is_nan = self.b.ins().icmp_imm(IntCC::UnsignedGreaterThan, a, 0x7f80_0000);
+        let big = self.b.ins().select(is_nan, nan, inf);
+        // Subnormal results: add 0.5 as a float so the hardware rounds the low bits away.
+        let af = self.f32_of(a);
+        let magic = self.b.ins().f32const(0.5);
+        let s = self.b.ins().fadd(af, magic);
+        let s = self.bits_of(s);
+        let sub = self.b.ins().iadd_imm(s, -0x3f00_0000);
+        // Normal results: rebias the exponent and round the 13 dropped bits to nearest even.
+        let odd = self.b.ins().ushr_imm(a, 13);
+        let odd = self.b.ins().band_imm(odd, 1);
+        let n = self.b.ins().iadd_imm(a, 0xc800_0fffu32 as i32 as i64);
+        let n = self.b.ins().iadd(n, odd);
+        let n = self.b.ins().ushr_imm(n, 13);
+        let is_sub = self.b.ins().icmp_imm(IntCC::UnsignedLessThan, a, 0x3880_0000);
+        let r = self.b.ins().select(is_sub, sub, n);
+        let is_big = self.b.ins().icmp_imm(IntCC::UnsignedGreaterThanOrEqual, a, 0x4780_0000);
+        let r = self.b.ins().select(is_big, big, r);
+        let sh = self.b.ins().ushr_imm(sign, 16);
+        let r = self.b.ins().bor(r, sh);
+        self.b.ins().ireduce(types::I16, r)
+    }
+
+    /// f16 bits (I16) → f32 (exact).
+    fn f16_bits_to_f32(&mut self, h: Value) -> Value {
+        let w = self.b.ins().uextend(types::I32, h);
+        let sign = self.b.ins().band_imm(w, 0x8000);
+        let sign = self.b.ins().ishl_imm(sign, 16);
+        let em = self.b.ins().band_imm(w, 0x7fff);
+        let sh = self.b.ins().ishl_imm(em, 13);
+        // Normal and subnormal: the shifted bits read as f32, times 2^112, are the value.
+        let f = self.f32_of(sh);
+        let scale = self.b.ins().f32const(f32::from_bits((127 + 112) << 23));
+        let f = self.b.ins().fmul(f, scale);
+        let fb = self.bits_of(f);
+        let special = self.b.ins().bor_imm(sh, 0x7f80_0000);
+        let is_special = self.b.ins().icmp_imm(IntCC::UnsignedGreaterThanOrEqual, em, 0x7c00);
+        let r = self.b.ins().select(is_special, special, fb);
+        let r = self.b.ins().bor(r, sign);
+        self.f32_of(r)
+    }
+
+    /// f64 → f32 rounded to odd (so that a second rounding to F16 is a correct single rounding).
+    fn f64_to_f32_odd(&mut self, x: Value) -> Value {
+        let f = self.b.ins().fdemote(types::F32, x);
+        let back = self.b.ins().fpromote(types::F64, f);
+        let bits = self.bits_of(f);
+        let abs = self.b.ins().band_imm(bits, 0x7fff_ffff);
+        let finite = self.b.ins().icmp_imm(IntCC::UnsignedLessThan, abs, 0x7f80_0000);
+        let inexact = self.b.ins().fcmp(FloatCC::NotEqual, back, x);
+        let use_odd = self.b.ins().band(finite, inexact);
+        let ab = self.b.ins().fabs(back);
+        let ax = self.b.ins().fabs(x);
+        let away = self.b.ins().fcmp(FloatCC::GreaterThan, ab, ax);
+        let away = self.b.ins().uextend(types::I32, away);
+        let t = self.b.ins().isub(bits, away);
+        let t = self.b.ins().bor_imm(t, 1);
+        let r = self.b.ins().select(use_odd, t, bits);
+        self.f32_of(r)
+    }
+
+    /// Loads one element (or vector) of type `ty` at `addr`, as a register value.
+    fn load(&mut self, ty: Ty, addr: Value) -> Value {
+        let flags = MemFlags::new().with_notrap();
+        match ty {
+            Ty::F16 => {
+                let h = self.b.ins().load(types::I16, flags, addr, 0);
+                self.f16_bits_to_f32(h)
+            }
+            Ty::BF16 => {
+                let h = self.b.ins().load(types::I16, flags, addr, 0);
+                self.bf16_bits_to_f32(h)
+            }
+            t => {
+                let rt = self.rty(t);
+                self.b.ins().load(rt, flags, addr, 0)
+            }
+        }
+    }
+
+    fn store(&mut self, ty: Ty, v: Value, addr: Value) {
+        let flags = MemFlags::new().with_notrap();
+        let v = match ty {
+            Ty::F16 => self.f32_to_f16_bits(v),
+            Ty::BF16 => self.f32_to_bf16_bits(v),
+            _ => v,
+        };
+        self.b.ins().store(flags, v, addr, 0);
+    }
+
+    fn unary(&mut self, op: UnaryOp, ty: Ty, a: Value) -> Result<Value, String> {
+        if ty == Ty::Bool {
+            return Ok(match op {
+                UnaryOp::LogicalNot => {
+                    let one = self.iconst(Ty::Bool, 1);
+                    self.b.ins().bxor(a, one)
+                }
+                UnaryOp::IsNaN => self.iconst(Ty::Bool, 0),
+                UnaryOp::Identity => a,
+                other => return Err(format!("unary {other:?} on Bool")),
+            });
+        }
+        if ty.is_int() {
+            return Ok(match op {
+                UnaryOp::Abs if ty.is_signed() => self.b.ins().iabs(a),
+                UnaryOp::Abs | UnaryOp::Identity => a,
+                UnaryOp::Neg => self.b.ins().ineg(a),
+                UnaryOp::BitwiseNot => self.b.ins().bnot(a),
+                UnaryOp::BitCount => self.b.ins().popcnt(a),
+                UnaryOp::Clz => self.b.ins().clz(a),
+                UnaryOp::IsNaN => self.iconst(Ty::Bool, 0),
+                UnaryOp::Sign => {
+                    let zero = self.iconst(ty, 0);
+                    let one = self.iconst(ty, 1);
+                    let gt = self.compare(CompareOp::GreaterThan, ty, a, zero);
+                    let r = self.select(gt, one, zero);
+                    if ty.is_signed() {
+                        let m1 = self.iconst(ty, -1);
+                        let lt = self.compare(CompareOp::LessThan, ty, a, zero);
+                        self.select(lt, m1, r)
+                    } else {
+                        r
+                    }
+                }
+                other => return Err(format!("unary {other:?} on {ty:?}")),
+            });
+        }
+        let fty = self.rty(ty);
+        let mut e = Emit { b: self.b, ty: fty };
+        let v = match op {
+            UnaryOp::Neg => e.b.ins().fneg(a),
+            UnaryOp::Abs => e.b.ins().fabs(a),
+            UnaryOp::Sqrt => e.b.ins().sqrt(a),
+            UnaryOp::Rsqrt => {
+                let s = e.b.ins().sqrt(a);
+                let one = e.cf(1.0);
+                e.b.ins().fdiv(one, s)
+            }
+            UnaryOp::Ceil => e.b.ins().ceil(a),
+            UnaryOp::Floor => e.b.ins().floor(a),
+            UnaryOp::Round => e.b.ins().nearest(a),
+            UnaryOp::Identity => a,
+            UnaryOp::Sign => {
+                let zero = e.cf(0.0);
+                let one = e.cf(1.0);
+                let m1 = e.cf(-1.0);
+                let r = e.select_cmp(FloatCC::GreaterThan, a, zero, one, a);
+                e.select_cmp(FloatCC::LessThan, a, zero, m1, r)
+            }
+            UnaryOp::IsNaN => {
+                let m = e.b.ins().fcmp(FloatCC::Unordered, a, a);
+                return Ok(self.bool_of_mask(m));
+            }
+            UnaryOp::IsFinite => {
+                let inf = e.cf(f64::INFINITY);
+                let ab = e.b.ins().fabs(a);
+                let m = e.b.ins().fcmp(FloatCC::LessThan, ab, inf);
+                return Ok(self.bool_of_mask(m));
+            }
+            other => match e.unary(other, a) {
+                Some(v) => v,
+                None => return Err(format!("unary {other:?} is not supported by the JIT")),
+            },
+        };
+        Ok(self.round(ty, v))
+    }
+
+    fn binary(&mut self, op: BinaryOp, ty: Ty, x: Value, y: Value) -> Result<Value, String> {
+        if ty.is_float() {
+            let v = match op {
+                BinaryOp::Add => self.b.ins().fadd(x, y),
+                BinaryOp::Sub => self.b.ins().fsub(x, y),
+                BinaryOp::Mul => self.b.ins().fmul(x, y),
+                BinaryOp::Div => self.b.ins().fdiv(x, y),
+                BinaryOp::Max => self.b.ins().fmax(x, y),
+                BinaryOp::Min => self.b.ins().fmin(x, y),
+                other => {
+                    let fty = self.rty(ty);
+                    match (Emit { b: self.b, ty: fty }).binary(other, x, y) {
+                        Some(v) => v,
+                        None => return Err(format!("binary {other:?} is not supported by the JIT")),
+                    }
+                }
+            };
+            return Ok(self.round(ty, v));
+        }
+        let signed = ty.is_signed();
+        let bits = lane_ty(ty).bits() as i128;
+        Ok(match op {
+            BinaryOp::Add => self.b.ins().iadd(x, y),
+            BinaryOp::Sub => self.b.ins().isub(x, y),
+            BinaryOp::Mul => self.b.ins().imul(x, y),
+            BinaryOp::BitwiseAnd | BinaryOp::LogicalAnd => self.b.ins().band(x, y),
+            BinaryOp::BitwiseOr | BinaryOp::LogicalOr => self.b.ins().bor(x, y),
+            BinaryOp::BitwiseXor | BinaryOp::LogicalXor => self.b.ins().bxor(x, y),
+            BinaryOp::Max if signed => self.b.ins().smax(x, y),
+            BinaryOp::Max => self.b.ins().umax(x, y),
+            BinaryOp::Min if signed => self.b.ins().smin(x, y),
+            BinaryOp::Min => self.b.ins().umin(x, y),
+            BinaryOp::Div | BinaryOp::Rem => {
+                // Divisors 0 and −1 are replaced by 1 (so the hardware never traps) and their
+                // results patched: ÷0 → all ones, rem 0 → x, ÷−1 → −x (wraps), rem −1 → 0.
+                let zero = self.iconst(ty, 0);
+                let one = self.iconst(ty, 1);
+                let is0 = self.b.ins().icmp(IntCC::Equal, y, zero);
+                let safe = if signed {
+                    let m1 = self.iconst(ty, -1);
+                    let ism1 = self.b.ins().icmp(IntCC::Equal, y, m1);
+                    let bad = self.b.ins().bor(is0, ism1);
+                    let s = self.b.ins().select(bad, one, y);
+                    let q = if op == BinaryOp::Div { self.b.ins().sdiv(x, s) } else { self.b.ins().srem(x, s) };
+                    let alt = if op == BinaryOp::Div { self.b.ins().ineg(x) } else { zero };
+                    self.b.ins().select(ism1, alt, q)
+                } else {
+                    let s = self.b.ins().select(is0, one, y);
+                    if op == BinaryOp::Div { self.b.ins().udiv(x, s) } else { self.b.ins().urem(x, s) }
+                };
+                let on0 = if op == BinaryOp::Div { self.iconst(ty, -1) } else { x };
+                self.b.ins().select(is0, on0, safe)
+            }
+            BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical => {
+                let r = if op == BinaryOp::ShiftLeft { self.b.ins().ishl(x, y) } else { self.b.ins().ushr(x, y) };
+                let w = self.iconst(ty, bits);
+                let big = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, y, w);
+                let zero = self.iconst(ty, 0);
+                self.b.ins().select(big, zero, r)
+            }
+            BinaryOp::ShiftRightArithmetic => {
+                let w1 = self.iconst(ty, bits - 1);
+                let s = self.b.ins().umin(y, w1);
+                self.b.ins().sshr(x, s)
+            }
+            other => return Err(format!("binary {other:?} on {ty:?}")),
+        })
+    }
+
+    /// ConvertDType of register `x` from `from` to `to`.
+    fn convert(&mut self, x: Value, from: Ty, to: Ty) -> Value {
+        if from == to {
+            return x;
+        }
+        let lt = lane_ty(to);
+        let rt = self.rty(to);
+        if to == Ty::Bool {
+            return if from.is_float() {
+                let zero = self.fconst(from, 0.0);
+                let m = self.b.ins().fcmp(FloatCC::NotEqual, x, zero);
+                self.bool_of_mask(m)
+            } else {
+                let zero = self.iconst(from, 0);
+                let m = self.b.ins().icmp(IntCC::NotEqual, x, zero);
+                self.bool_of_mask(m)
+            };
+        }
+        let src_bits = lane_ty(from).bits();
+        if !from.is_float() {
+            // Bool / int source.
+            let signed = from.is_signed();
+            if to.is_int() {
+                let dst_bits = lt.bits();
+                return if dst_bits == src_bits {
+                    x
+                } else if dst_bits < src_bits {
+                    self.b.ins().ireduce(rt, x)
+                } else if signed {
+                    self.b.ins().sextend(rt, x)
+                } else {
+                    self.b.ins().uextend(rt, x)
+                };
+            }
+            let x = if src_bits < 32 {
+                if signed { self.b.ins().sextend(types::I32, x) } else { self.b.ins().uextend(types::I32, x) }
+            } else {
+                x
+            };
+            let fty = if to == Ty::F64 { types::F64 } else { types::F32 };
+            let f = if signed { self.b.ins().fcvt_from_sint(fty, x) } else { self.b.ins().fcvt_from_uint(fty, x) };
+            return self.round(to, f);
+        }
+        // Float source (halves are held as f32).
+        if to.is_int() {
+            let signed = to.is_signed();
+            let dst_bits = lt.bits();
+            if dst_bits >= 32 {
+                return if signed {
+                    self.b.ins().fcvt_to_sint_sat(rt, x)
+                } else {
+                    self.b.ins().fcvt_to_uint_sat(rt, x)
+                };
+            }
+            let w = if signed {
+                let w = self.b.ins().fcvt_to_sint_sat(types::I32, x);
+                let (lo, hi) =
+                    if dst_bits == 8 { (i8::MIN as i64, i8::MAX as i64) } else { (i16::MIN as i64, i16::MAX as i64) };
+                let lo = self.b.ins().iconst(types::I32, lo);
+                let hi = self.b.ins().iconst(types::I32, hi);
+                let w = self.b.ins().smax(w, lo);
+                self.b.ins().smin(w, hi)
+            } else {
+                let w = self.b.ins().fcvt_to_uint_sat(types::I32, x);
+                let hi = if dst_bits == 8 { u8::MAX as i64 } else { u16::MAX as i64 };
+                let hi = self.b.ins().iconst(types::I32, hi);
+                self.b.ins().umin(w, hi)
+            };
+            return self.b.ins().ireduce(rt, w);
+        }
+        match (from, to) {
+            (Ty::F64, Ty::F16) => {
+                let f = self.f64_to_f32_odd(x);
+                self.round(Ty::F16, f)
+            }
+            (Ty::F64, t) => {
+                let f = self.b.ins().fdemote(types::F32, x);
+                self.round(t, f)
+            }
+            (_, Ty::F64) => self.b.ins().fpromote(types::F64, x),
+            (_, t) => self.round(t, x),
+        }
+    }
+}
+
+/// Per-kernel values computed once in the entry block.
+struct Setup {
+    in_ptrs: Vec<Value>,
+    /// Hoisted register value of each `Scalar` input (scalar form).
+    scalars: Vec<Option<Value>>,
+    out_ptrs: Vec<Value>,
+}
+
+/// The element offset of a strided input at flat index `i`.
+fn strided_offset(b: &mut FunctionBuilder, ptr: Type, i: Value, dims: &[i64], strides: &[i64]) -> Value {
+    let mut off: Option<Value> = None;
+    let mut inner = 1i64;
+    let mut terms = vec![];
+    for k in (0..dims.len()).rev() {
+        terms.push((k, inner));
+        inner = inner.saturating_mul(dims[k].max(1));
+    }
+    for (k, inner) in terms {
+        if strides[k] == 0 || dims[k] <= 1 {
+            continue;
+        }
+        let q = if inner == 1 { i } else { b.ins().udiv_imm(i, inner) };
+        let idx = if k == 0 { q } else { b.ins().urem_imm(q, dims[k]) };
+        let t = if strides[k] == 1 { idx } else { b.ins().imul_imm(idx, strides[k]) };
+        off = Some(match off {
+            Some(o) => b.ins().iadd(o, t),
+            None => t,
+        });
+    }
+    off.unwrap_or_else(|| b.ins().iconst(ptr, 0))
+}
+
+/// Emits the body for one element (lanes = 1) or one vector at flat index `i`.
+fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Result<(), String> {
+    let ptr = cg.ptr;
     let mut regs: Vec<Value> = Vec::with_capacity(k.insts.len());
     for inst in &k.insts {
         let v = match inst {
-            Inst::Load(n) => match (k.inputs[*n], scalars[*n]) {
-                (Access::Scalar, Some(s)) => {
-                    if ty.is_vector() {
-                        b.ins().splat(ty, s)
-                    } else {
-                        s
+            Inst::Load(n) => {
+                let ty = k.in_tys[*n];
+                match (&k.inputs[*n], s.scalars[*n]) {
+                    (Access::Scalar, Some(sv)) => {
+                        let lt = lane_ty(ty);
+                        cg.splat(lt, sv)
+                    }
+                    (Access::Strided { dims, strides }, _) => {
+                        let off = strided_offset(cg.b, ptr, i, dims, strides);
+                        let off = cg.b.ins().imul_imm(off, ty.bytes() as i64);
+                        let addr = cg.b.ins().iadd(s.in_ptrs[*n], off);
+                        cg.load(ty, addr)
+                    }
+                    _ => {
+                        let off = cg.b.ins().imul_imm(i, ty.bytes() as i64);
+                        let addr = cg.b.ins().iadd(s.in_ptrs[*n], off);
+                        cg.load(ty, addr)
                     }
                 }
-                _ => {
-                    let addr = b.ins().iadd(in_ptrs[*n], off);
-                    b.ins().load(ty, flags, addr, 0)
-                }
-            },
-            Inst::Const(c) => Emit { b, ty }.cf(*c),
-            Inst::Unary(op, a) => {
-                let a = regs[*a];
-                let mut e = Emit { b, ty };
-                match op {
-                    UnaryOp::Neg => e.b.ins().fneg(a),
-                    UnaryOp::Abs => e.b.ins().fabs(a),
-                    UnaryOp::Sqrt => e.b.ins().sqrt(a),
-                    UnaryOp::Rsqrt => {
-                        let s = e.b.ins().sqrt(a);
-                        let one = e.cf(1.0);
-                        e.b.ins().fdiv(one, s)
-                    }
-                    UnaryOp::Ceil => e.b.ins().ceil(a),
-                    UnaryOp::Floor => e.b.ins().floor(a),
-                    UnaryOp::Round => e.b.ins().nearest(a),
-                    UnaryOp::Identity => a,
-                    other => match e.unary(*other, a) {
-                        Some(v) => v,
-                        None => return Err(format!("unary {other:?} is not supported by the JIT")),
-                    },
+            }
+            Inst::Const(ty, lit) => cg.emit_const(*ty, *lit),
+            Inst::Unary(op, a) => cg.unary(*op, tys[*a], regs[*a])?,
+            Inst::Binary(op, a, b) => cg.binary(*op, tys[*a], regs[*a], regs[*b])?,
+            Inst::Compare(dir, a, b) => {
+                let m = cg.compare(*dir, tys[*a], regs[*a], regs[*b]);
+                cg.bool_of_mask(m)
+            }
+            Inst::Select { dir, a, b, t, f } => {
+                let m = cg.compare(*dir, tys[*a], regs[*a], regs[*b]);
+                cg.select(m, regs[*t], regs[*f])
+            }
+            Inst::Where(c, t, f) => {
+                if cg.lanes == 1 {
+                    cg.b.ins().select(regs[*c], regs[*t], regs[*f])
+                } else {
+                    let zero = cg.iconst(Ty::Bool, 0);
+                    let m = cg.b.ins().icmp(IntCC::NotEqual, regs[*c], zero);
+                    cg.select(m, regs[*t], regs[*f])
                 }
             }
-            Inst::Binary(op, x, y) => {
-                let (x, y) = (regs[*x], regs[*y]);
-                match op {
-                    BinaryOp::Add => b.ins().fadd(x, y),
-                    BinaryOp::Sub => b.ins().fsub(x, y),
-                    BinaryOp::Mul => b.ins().fmul(x, y),
-                    BinaryOp::Div => b.ins().fdiv(x, y),
-                    BinaryOp::Max => b.ins().fmax(x, y),
-                    BinaryOp::Min => b.ins().fmin(x, y),
-                    other => match (Emit { b, ty }).binary(*other, x, y) {
-                        Some(v) => v,
-                        None => return Err(format!("binary {other:?} is not supported by the JIT")),
-                    },
+            Inst::Convert(a, to) => cg.convert(regs[*a], tys[*a], *to),
+            Inst::Iota { dims, axis } => {
+                let mut inner = 1i64;
+                for &d in &dims[axis + 1..] {
+                    inner = inner.saturating_mul(d.max(1));
                 }
-            }
-            Inst::Select { dir, a, b: bb, t, f } => {
-                let (a, bb, t, f) = (regs[*a], regs[*bb], regs[*t], regs[*f]);
-                Emit { b, ty }.select_cmp(float_cc(*dir), a, bb, t, f)
+                let q = if inner == 1 { i } else { cg.b.ins().udiv_imm(i, inner) };
+                let idx = if *axis == 0 { q } else { cg.b.ins().urem_imm(q, dims[*axis].max(1)) };
+                if ptr == types::I64 { idx } else { cg.b.ins().uextend(types::I64, idx) }
             }
         };
         regs.push(v);
     }
     for (o, &r) in k.outputs.iter().enumerate() {
-        let addr = b.ins().iadd(out_ptrs[o], off);
-        b.ins().store(flags, regs[r], addr, 0);
+        let ty = tys[r];
+        let off = cg.b.ins().imul_imm(i, ty.bytes() as i64);
+        let addr = cg.b.ins().iadd(s.out_ptrs[o], off);
+        cg.store(ty, regs[r], addr);
     }
     Ok(())
 }
 
 /// Builds the Cranelift function for `k` into `b` (whose signature must be empty; it is set here).
-pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type) -> Result<(), String> {
-    k.validate()?;
-    if let Some(inst) = k.insts.iter().find(|i| !supports(k.ty, i)) {
-        return Err(format!("instruction {inst:?} is not supported by the JIT for {:?}", k.ty));
+/// With `vector = false` the kernel is emitted as a scalar loop whatever its types.
+pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type, vector: bool) -> Result<(), String> {
+    let tys = k.types()?;
+    for inst in &k.insts {
+        let operand = match inst {
+            Inst::Unary(_, a) | Inst::Binary(_, a, _) => tys[*a],
+            _ => Ty::Bool,
+        };
+        if !supports_typed(inst, operand) {
+            return Err(format!("instruction {inst:?} is not supported by the JIT for {operand:?}"));
+        }
     }
     b.func.signature.params.extend([AbiParam::new(ptr), AbiParam::new(ptr), AbiParam::new(ptr)]);
-    let (sty, vty, lanes) = lane_types(k.ty);
-    let esize = sty.bytes() as i64;
+    let lanes = if vector { vector_lanes(k, &tys) } else { 1 };
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
@@ -168,46 +788,49 @@ pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type) -> Resul
         let p = b.ins().load(ptr, load_flags, args, (i as i32) * ptr.bytes() as i32);
         in_ptrs.push(p);
         scalars.push(match acc {
-            Access::Scalar => Some(b.ins().load(sty, MemFlags::new().with_notrap(), p, 0)),
-            Access::Full => None,
+            Access::Scalar => Some(Cg { b: &mut *b, lanes: 1, ptr }.load(k.in_tys[i], p)),
+            _ => None,
         });
     }
     let out_ptrs: Vec<Value> = (0..k.outputs.len())
         .map(|o| b.ins().load(ptr, load_flags, args, ((n_in + o) as i32) * ptr.bytes() as i32))
         .collect();
+    let setup = Setup { in_ptrs, scalars, out_ptrs };
 
     let i: Variable = b.declare_var(ptr);
     b.def_var(i, start);
-    let unroll = unroll_for(k);
-    let step = lanes * unroll;
-    // vec_end = start + ((end - start) / step) * step
-    let len = b.ins().isub(end, start);
-    let q = b.ins().udiv_imm(len, step);
-    let q = b.ins().imul_imm(q, step);
-    let vec_end = b.ins().iadd(start, q);
-
-    let vhead: Block = b.create_block();
-    let vbody = b.create_block();
     let thead = b.create_block();
     let tbody = b.create_block();
     let exit = b.create_block();
-    b.ins().jump(vhead, &[]);
+    if lanes > 1 {
+        let unroll = unroll_for(k);
+        let step = lanes * unroll;
+        // vec_end = start + ((end - start) / step) * step
+        let len = b.ins().isub(end, start);
+        let q = b.ins().udiv_imm(len, step);
+        let q = b.ins().imul_imm(q, step);
+        let vec_end = b.ins().iadd(start, q);
+        let vhead: Block = b.create_block();
+        let vbody = b.create_block();
+        b.ins().jump(vhead, &[]);
 
-    b.switch_to_block(vhead);
-    let iv = b.use_var(i);
-    let c = b.ins().icmp(IntCC::UnsignedLessThan, iv, vec_end);
-    b.ins().brif(c, vbody, &[], thead, &[]);
+        b.switch_to_block(vhead);
+        let iv = b.use_var(i);
+        let c = b.ins().icmp(IntCC::UnsignedLessThan, iv, vec_end);
+        b.ins().brif(c, vbody, &[], thead, &[]);
 
-    b.switch_to_block(vbody);
-    let iv = b.use_var(i);
-    let base = b.ins().imul_imm(iv, esize);
-    for u in 0..unroll {
-        let off = b.ins().iadd_imm(base, u * lanes * esize);
-        emit_body(b, k, vty, &in_ptrs, &scalars, &out_ptrs, off)?;
+        b.switch_to_block(vbody);
+        let iv = b.use_var(i);
+        for u in 0..unroll {
+            let iu = b.ins().iadd_imm(iv, u * lanes);
+            emit_body(&mut Cg { b: &mut *b, lanes, ptr }, k, &tys, &setup, iu)?;
+        }
+        let next = b.ins().iadd_imm(iv, step);
+        b.def_var(i, next);
+        b.ins().jump(vhead, &[]);
+    } else {
+        b.ins().jump(thead, &[]);
     }
-    let next = b.ins().iadd_imm(iv, step);
-    b.def_var(i, next);
-    b.ins().jump(vhead, &[]);
 
     b.switch_to_block(thead);
     let iv = b.use_var(i);
@@ -216,8 +839,7 @@ pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type) -> Resul
 
     b.switch_to_block(tbody);
     let iv = b.use_var(i);
-    let off = b.ins().imul_imm(iv, esize);
-    emit_body(b, k, sty, &in_ptrs, &scalars, &out_ptrs, off)?;
+    emit_body(&mut Cg { b: &mut *b, lanes: 1, ptr }, k, &tys, &setup, iv)?;
     let next = b.ins().iadd_imm(iv, 1);
     b.def_var(i, next);
     b.ins().jump(thead, &[]);

@@ -1,4 +1,5 @@
-//! The Cranelift JIT: compiles [`LoopKernel`]s to native code, once per distinct kernel per process.
+//! The Cranelift JIT: compiles [`LoopKernel`]s to native code, once per distinct kernel per process
+//! (the cache is keyed by the kernel's full structure: types, accesses, instructions, outputs).
 //!
 //! The ISA is built from host detection (`cranelift-native`), so FMA and AVX encodings are used.
 //! Compiled kernels live in one process-wide `JITModule` that is never freed, which is what makes
@@ -19,7 +20,7 @@ use cranelift_module::{Linkage, Module};
 use crate::error::{Error, Result};
 use crate::lower::loop_kernel::LoopKernel;
 
-pub use codegen::supports;
+pub use codegen::{supports, supports_typed};
 
 type KernelFn = unsafe extern "C" fn(args: *const *mut u8, start: usize, end: usize);
 
@@ -44,9 +45,10 @@ impl CompiledLoop {
     ///
     /// # Safety
     /// `args` must hold one pointer per kernel input followed by one per output; every `Full`
-    /// input and every output must be valid for `end` elements of the kernel's element type
-    /// (reads for inputs, writes for outputs), `Scalar` inputs for one element, and outputs must
-    /// not overlap inputs other than element-for-element (in-place) and not each other.
+    /// input and every output must be valid for `end` elements of its own element type
+    /// (reads for inputs, writes for outputs), `Scalar` inputs for one element, `Strided` inputs
+    /// for every offset `Σ idx[k]·strides[k]` of their view, and outputs must not overlap inputs
+    /// other than element-for-element (in-place, same element size) and not each other.
     pub unsafe fn run(&self, args: &[*mut u8], start: usize, end: usize) {
         // SAFETY: the caller guarantees the pointer contract documented above, which is the
         // contract the generated code relies on; the code itself stays alive in the global module.
@@ -131,22 +133,38 @@ fn compile_opts(k: &LoopKernel, want_disasm: bool) -> Result<CompiledLoop> {
     }
     let st = &mut *st;
     let ptr = st.module.target_config().pointer_type();
-    st.module.clear_context(&mut st.ctx);
-    st.ctx.func.signature.call_conv = st.module.isa().default_call_conv();
-    {
-        let mut b = FunctionBuilder::new(&mut st.ctx.func, &mut st.fctx);
-        codegen::build(&mut b, k, ptr).map_err(|e| Error::not_implemented("jit", e))?;
-        b.finalize();
+    // The vector form first; if Cranelift cannot lower it on this host, the scalar loop.
+    let mut last_err = String::new();
+    let mut compiled = None;
+    for vector in [true, false] {
+        st.module.clear_context(&mut st.ctx);
+        st.ctx.func.signature.call_conv = st.module.isa().default_call_conv();
+        {
+            let mut b = FunctionBuilder::new(&mut st.ctx.func, &mut st.fctx);
+            codegen::build(&mut b, k, ptr, vector).map_err(|e| Error::not_implemented("jit", e))?;
+            b.finalize();
+        }
+        let clif = st.ctx.func.display().to_string();
+        st.counter += 1;
+        let name = format!("tj_loop_{}", st.counter);
+        let id = st
+            .module
+            .declare_function(&name, Linkage::Local, &st.ctx.func.signature)
+            .map_err(|e| Error::Execution(format!("jit: declare {name}: {e}")))?;
+        st.ctx.set_disasm(want_disasm);
+        match st.module.define_function(id, &mut st.ctx) {
+            Ok(()) => {
+                compiled = Some((id, clif));
+                break;
+            }
+            Err(e) => last_err = format!("jit: compile {name}: {e:?}"),
+        }
     }
-    let clif = st.ctx.func.display().to_string();
-    st.counter += 1;
+    let Some((id, clif)) = compiled else {
+        st.module.clear_context(&mut st.ctx);
+        return Err(Error::Execution(last_err));
+    };
     let name = format!("tj_loop_{}", st.counter);
-    let id = st
-        .module
-        .declare_function(&name, Linkage::Local, &st.ctx.func.signature)
-        .map_err(|e| Error::Execution(format!("jit: declare {name}: {e}")))?;
-    st.ctx.set_disasm(want_disasm);
-    st.module.define_function(id, &mut st.ctx).map_err(|e| Error::Execution(format!("jit: compile {name}: {e:?}")))?;
     let disasm = st.ctx.compiled_code().and_then(|c| c.vcode.clone()).unwrap_or_default();
     st.module.clear_context(&mut st.ctx);
     st.module.finalize_definitions().map_err(|e| Error::Execution(format!("jit: finalize {name}: {e}")))?;

@@ -1,31 +1,50 @@
-//! Clustering: groups the elementwise F32/F64 nodes of a function into fused [`LoopKernel`]s and
-//! orders them with the remaining nodes into a schedule.
+//! Clustering: groups the elementwise nodes of a function (and the index remappings around them)
+//! into fused [`LoopKernel`]s and orders them with the remaining nodes into a schedule.
 //!
 //! # What may join a cluster
 //!
-//! A node is *fusable* when it has one output with a static F32 or F64 shape `S`, every operand
-//! it reads has the same dtype and either the dims of `S` (read element by element) or exactly
-//! one element (read as a broadcast scalar), and it is one of:
+//! A cluster iterates over a flat index space of `len` elements; every member's single output has
+//! a static shape of `len` elements and a kernel dtype (Bool, the native ints, F16, BF16, F32,
+//! F64 — not complex or packed types). Members may have different dtypes and different dims
+//! (after a reshape). A node is *fusable* when it is one of:
 //!
-//! - `Binary` Add, Sub, Mul, Div, Max, Min;
-//! - `Unary` ops the JIT supports for the dtype ([`crate::jit::supports`]);
+//! - `Binary` ops the JIT implements for the operand dtype ([`crate::jit::supports_typed`]):
+//!   float Add, Sub, Mul, Div, Max, Min (and what `jit::math` adds); integer Add, Sub, Mul, Div,
+//!   Rem, Max, Min, bitwise And/Or/Xor and the three shifts; Bool logical And/Or/Xor;
+//! - `Unary` ops the JIT implements: float Neg, Abs, Sqrt, Rsqrt, Ceil, Floor, Round, Sign,
+//!   IsFinite, IsNaN (and `jit::math`'s transcendentals); integer Abs, Neg, Sign, BitwiseNot,
+//!   BitCount, Clz; Bool LogicalNot; Identity;
+//! - `Compare` (IEEE order; total order only on ints and Bool, where it is the same), giving Bool;
+//! - `Where(cond, t, f)`; when `cond` is a `Compare` used only by this Where, of operands of the
+//!   Where's own dtype, the comparison is absorbed into one `Select` (keeps F32/F64 kernels free of
+//!   Bool values, so they stay vectorised);
 //! - `Clamp(lo, x, hi)` (emitted as `Min(Max(lo, x), hi)`, the catalogue's definition);
-//! - `Where(Compare(a, b), t, f)` when the comparison is not total-order, its result has the dims
-//!   of `S`, and this Where is its only user (the comparison is absorbed into a `Select`);
-//! - `ConvertDType` to the operand's own dtype (an alias);
-//! - `BroadcastInDim` of a one-element operand (a scalar input of the kernel).
+//! - `ConvertDType` between any two kernel dtypes;
+//! - `Iota` (the index along its axis, converted to its dtype; not Bool);
+//! - `Reshape` of a value computed in the same cluster (the flat order is unchanged, so the
+//!   result is the operand's register; a reshape of anything else stays a zero-copy alias step);
+//! - `Transpose` and `BroadcastInDim` of a value computed before the cluster: the operand becomes
+//!   a kernel input read through an index remapping (`Access::Strided`, stride 0 on broadcast
+//!   axes; a one-element operand is a broadcast scalar).
 //!
-//! One-element constants read by a fusable node become `Const` instructions.
+//! Operands of elementwise members are read element for element when they have the member's
+//! dims, as a broadcast scalar when they have one element, and through a broadcasting stride map
+//! when they are values computed before the cluster whose dims broadcast (size-1 axes) to the
+//! member's. One-element constants become `Const` instructions.
 //!
 //! # How clusters are formed
 //!
-//! The body is walked in order with at most one *open* cluster, keyed by (dtype, dims). A fusable
-//! node with the open cluster's key joins it; one with another key closes it and opens a new one.
-//! A non-fusable node that reads no value of the open cluster is scheduled before it (it only
-//! depends on values computed earlier), so it does not split the cluster; one that reads a value
-//! of the open cluster closes it first. A cluster therefore only reads values computed before it
-//! runs, and no outside node runs between its members. Constants are not scheduled (the executor
-//! preloads them). Values of a cluster read outside it, or returned, become kernel outputs.
+//! The body is walked in order with at most one *open* cluster, keyed by `len`. A fusable node
+//! with the open cluster's `len` joins it unless it would have to read a value of the open
+//! cluster through a remapping (a transpose or broadcast of a member, or an operand whose dims
+//! differ from its own): then, as for a fusable node with another `len`, the open cluster is
+//! closed and a new one opened. A cluster whose members only move data (transposes, broadcasts,
+//! reshapes, aliases) is dissolved again: its nodes run as single steps. A non-fusable node that reads no value of the open cluster is
+//! scheduled before it (it only depends on values computed earlier), so it does not split the
+//! cluster; one that reads a value of the open cluster closes it first. A cluster therefore only
+//! reads values computed before it runs, and no outside node runs between its members. Constants
+//! are not scheduled (the executor preloads them). Values of a cluster read outside it, or
+//! returned, become kernel outputs.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -33,18 +52,42 @@ use std::fmt::Write as _;
 use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{BinaryOp, CompareOp, Op, UnaryOp};
-use crate::lower::loop_kernel::{Access, ElemTy, Inst, LoopKernel, Reg};
+use crate::lower::loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reg, Ty};
 
 /// Largest number of member nodes in one cluster (bounds Cranelift compile time per kernel).
 pub const MAX_CLUSTER_NODES: usize = 512;
+
+/// How a member reads one operand.
+#[derive(Clone, Debug, PartialEq)]
+enum Read {
+    /// Element for element at the member's dims, as a broadcast scalar (one element), or — for a
+    /// value computed before the cluster — through a broadcasting stride map.
+    Elem,
+    /// The same flat element of a value of the same cluster (a reshape).
+    Flat,
+    /// Through an index remapping (transpose, broadcast): only values computed before the cluster.
+    Remap(Access),
+}
 
 /// How a fusable node is emitted.
 #[derive(Clone, Debug, PartialEq)]
 enum Fuse {
     Unary(UnaryOp, ValueId),
     Binary(BinaryOp, ValueId, ValueId),
+    Compare(CompareOp, ValueId, ValueId),
+    Where(ValueId, ValueId, ValueId),
+    Convert(ValueId, Ty),
     /// The output is the operand itself (same-dtype convert, broadcast of one element).
     Alias(ValueId),
+    /// A reshape of a member (same flat order).
+    Reshape(ValueId),
+    /// A transpose or broadcast of a value computed before the cluster.
+    Remap(ValueId, Access),
+    Iota {
+        dims: Vec<i64>,
+        axis: usize,
+        ty: Ty,
+    },
     Clamp(ValueId, ValueId, ValueId),
     Select {
         dir: CompareOp,
@@ -56,23 +99,32 @@ enum Fuse {
 }
 
 impl Fuse {
-    /// The values the emitted instructions read (for a Select: the comparison's operands).
-    fn reads(&self) -> Vec<ValueId> {
+    /// The values the emitted instructions read (for a Select: the comparison's operands too).
+    fn reads(&self) -> Vec<(ValueId, Read)> {
+        let e = |v: &ValueId| (*v, Read::Elem);
         match self {
-            Fuse::Unary(_, x) | Fuse::Alias(x) => vec![*x],
-            Fuse::Binary(_, a, b) => vec![*a, *b],
-            Fuse::Clamp(lo, x, hi) => vec![*lo, *x, *hi],
-            Fuse::Select { a, b, t, f, .. } => vec![*a, *b, *t, *f],
+            Fuse::Unary(_, x) | Fuse::Alias(x) | Fuse::Convert(x, _) => vec![e(x)],
+            Fuse::Binary(_, a, b) | Fuse::Compare(_, a, b) => vec![e(a), e(b)],
+            Fuse::Where(c, t, f) => vec![e(c), e(t), e(f)],
+            Fuse::Clamp(lo, x, hi) => vec![e(lo), e(x), e(hi)],
+            Fuse::Select { a, b, t, f, .. } => vec![e(a), e(b), e(t), e(f)],
+            Fuse::Reshape(x) => vec![(*x, Read::Flat)],
+            Fuse::Remap(x, acc) => vec![(*x, Read::Remap(acc.clone()))],
+            Fuse::Iota { .. } => vec![],
         }
+    }
+
+    fn values(&self) -> Vec<ValueId> {
+        self.reads().into_iter().map(|(v, _)| v).collect()
     }
 }
 
 /// One fused group of nodes and its compiled-to-be kernel.
 #[derive(Clone, Debug)]
 pub struct Cluster {
-    /// Element dtype (F32 or F64).
+    /// Dtype of the first member's output (members may have others).
     pub dtype: DType,
-    /// Iteration shape (the dims of every member's output).
+    /// Dims of the first member's output (members may have others with as many elements).
     pub dims: Vec<i64>,
     /// Number of elements iterated.
     pub len: usize,
@@ -106,7 +158,7 @@ pub struct Clustering {
     pub schedule: Vec<Item>,
 }
 
-/// The element type of a loop kernel over `d`, if any.
+/// The float element type of `d`, if it is F32 or F64.
 pub fn elem_ty(d: DType) -> Option<ElemTy> {
     match d {
         DType::Float32 => Some(ElemTy::F32),
@@ -115,20 +167,35 @@ pub fn elem_ty(d: DType) -> Option<ElemTy> {
     }
 }
 
-/// The value of a one-element Constant `v` of dtype `d` (F32/F64), as f64.
-fn const_scalar(m: &Module, v: ValueId, d: DType) -> Option<f64> {
+/// The value of a one-element Constant `v` (any kernel dtype), as a typed literal.
+fn const_scalar(m: &Module, v: ValueId) -> Option<(Ty, Lit)> {
     let ValueDef::Node { node, .. } = m.value(v).def else { return None };
     let Op::Constant(data) = &m.node(node).op else { return None };
     let s = m.shape(v);
-    if s.dtype != d || s.size() != Some(1) {
+    if s.size() != Some(1) {
         return None;
     }
+    let ty = Ty::of(s.dtype)?;
     let b = data.0.as_slice();
-    match d {
-        DType::Float32 => Some(f32::from_le_bytes(b.get(..4)?.try_into().ok()?) as f64),
-        DType::Float64 => Some(f64::from_le_bytes(b.get(..8)?.try_into().ok()?)),
-        _ => None,
-    }
+    let arr = |n: usize| -> Option<[u8; 8]> {
+        let mut a = [0u8; 8];
+        a[..n].copy_from_slice(b.get(..n)?);
+        Some(a)
+    };
+    let raw = u64::from_le_bytes(arr(ty.bytes())?);
+    let lit = match ty {
+        Ty::Bool => Lit::Int((raw & 0xff != 0) as i128),
+        Ty::I8 => Lit::Int(raw as u8 as i8 as i128),
+        Ty::I16 => Lit::Int(raw as u16 as i16 as i128),
+        Ty::I32 => Lit::Int(raw as u32 as i32 as i128),
+        Ty::I64 => Lit::Int(raw as i64 as i128),
+        Ty::U8 | Ty::U16 | Ty::U32 | Ty::U64 => Lit::Int(raw as i128),
+        Ty::F16 => Lit::Float(half::f16::from_bits(raw as u16).to_f64()),
+        Ty::BF16 => Lit::Float(half::bf16::from_bits(raw as u16).to_f64()),
+        Ty::F32 => Lit::Float(f32::from_bits(raw as u32) as f64),
+        Ty::F64 => Lit::Float(f64::from_bits(raw)),
+    };
+    Some((ty, lit))
 }
 
 /// The node defining `v`, if any.
@@ -137,6 +204,54 @@ fn def_node(m: &Module, v: ValueId) -> Option<NodeId> {
         ValueDef::Node { node, .. } => Some(node),
         ValueDef::Param(_) => None,
     }
+}
+
+/// Row-major element strides of `dims`.
+fn row_major(dims: &[i64]) -> Vec<i64> {
+    let mut s = vec![1i64; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        s[k] = s[k + 1].saturating_mul(dims[k + 1].max(1));
+    }
+    s
+}
+
+/// The simplest access equivalent to reading through (`dims`, `strides`): size-1 axes dropped,
+/// adjacent axes merged where they are contiguous, `Full` for the identity map and `Scalar`
+/// when every stride is 0.
+pub(crate) fn normalize_access(dims: &[i64], strides: &[i64]) -> Access {
+    let mut d: Vec<i64> = vec![];
+    let mut s: Vec<i64> = vec![];
+    for (&dk, &sk) in dims.iter().zip(strides) {
+        if dk == 1 {
+            continue;
+        }
+        if let (Some(ld), Some(&ls)) = (d.last_mut(), s.last())
+            && ls == sk.saturating_mul(dk)
+        {
+            *ld *= dk;
+            *s.last_mut().unwrap_or(&mut 0) = sk;
+            continue;
+        }
+        d.push(dk);
+        s.push(sk);
+    }
+    if s.iter().all(|&x| x == 0) {
+        return Access::Scalar;
+    }
+    if d.len() == 1 && s[0] == 1 {
+        return Access::Full;
+    }
+    Access::Strided { dims: d, strides: s }
+}
+
+/// The access reading `v` (dims `vd`) broadcast to `dims` (same rank; size-1 axes of `vd` repeat).
+fn broadcast_access(vd: &[i64], dims: &[i64]) -> Option<Access> {
+    if vd.len() != dims.len() || vd.iter().zip(dims).any(|(&a, &b)| a != b && a != 1) {
+        return None;
+    }
+    let rs = row_major(vd);
+    let strides: Vec<i64> = vd.iter().zip(&rs).map(|(&a, &s)| if a == 1 { 0 } else { s }).collect();
+    Some(normalize_access(dims, &strides))
 }
 
 struct Analysis<'m> {
@@ -148,10 +263,13 @@ struct Analysis<'m> {
 }
 
 impl Analysis<'_> {
-    /// Whether operand `v` may be read by a kernel over (`d`, `dims`).
-    fn operand_ok(&self, v: ValueId, d: DType, dims: &[i64]) -> bool {
+    /// Whether `v` can be read element for element by a member with output dims `dims`: same
+    /// dims, one element, or dims that broadcast to `dims`.
+    fn elem_ok(&self, v: ValueId, dims: &[i64]) -> bool {
         let s = self.m.shape(v);
-        s.dtype == d && !s.is_dynamic() && (s.dims == dims || s.size() == Some(1))
+        !s.is_dynamic()
+            && Ty::of(s.dtype).is_some()
+            && (s.dims == dims || s.size() == Some(1) || broadcast_access(&s.dims, dims).is_some())
     }
 
     /// How node `n` would be emitted in a cluster, or `None` if it is not fusable.
@@ -162,58 +280,126 @@ impl Analysis<'_> {
             return None;
         }
         let out = m.shape(node.outputs[0]);
-        let ty = elem_ty(out.dtype)?;
+        let ty = Ty::of(out.dtype)?;
         if out.is_dynamic() {
             return None;
         }
-        let (d, dims) = (out.dtype, out.dims.as_slice());
+        let dims = out.dims.as_slice();
         let ins = &node.inputs;
+        let dt = |v: ValueId| Ty::of(m.shape(v).dtype);
         let fuse = match (&node.op, ins.as_slice()) {
             (Op::Binary(op), &[a, b]) => {
-                let ok = matches!(
-                    op,
-                    BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min
-                );
-                if !ok {
+                let t = dt(a)?;
+                if dt(b)? != t || t != ty || !crate::jit::supports_typed(&Inst::Binary(*op, 0, 0), t) {
                     return None;
                 }
                 Fuse::Binary(*op, a, b)
             }
             (Op::Unary(op), &[x]) => {
-                if !crate::jit::supports(ty, &Inst::Unary(*op, 0)) {
+                if !crate::jit::supports_typed(&Inst::Unary(*op, 0), dt(x)?) {
                     return None;
                 }
                 Fuse::Unary(*op, x)
             }
-            (Op::Clamp, &[lo, x, hi]) => Fuse::Clamp(lo, x, hi),
-            (Op::ConvertDType { dtype }, &[x]) if *dtype == m.shape(x).dtype => Fuse::Alias(x),
-            (Op::BroadcastInDim { .. }, &[x]) if m.shape(x).size() == Some(1) => Fuse::Alias(x),
-            (Op::Where, &[cond, t, f]) => {
-                let c = def_node(m, cond)?;
-                let cn = m.node(c);
-                let Op::Compare { dir, total_order: false } = cn.op else { return None };
-                if cn.func != node.func
-                    || self.uses[cond.index()] != 1
-                    || self.returned.contains(&cond)
-                    || m.shape(cond).dims != dims
-                    || cn.inputs.len() != 2
-                {
+            (Op::Compare { dir, total_order }, &[a, b]) => {
+                let t = dt(a)?;
+                if dt(b)? != t || (*total_order && t.is_float()) || ty != Ty::Bool {
                     return None;
                 }
-                Fuse::Select { dir, a: cn.inputs[0], b: cn.inputs[1], t, f }
+                Fuse::Compare(*dir, a, b)
+            }
+            (Op::Clamp, &[lo, x, hi]) => {
+                if dt(lo)? != ty || dt(x)? != ty || dt(hi)? != ty || ty == Ty::Bool {
+                    return None;
+                }
+                Fuse::Clamp(lo, x, hi)
+            }
+            (Op::ConvertDType { dtype }, &[x]) if *dtype == m.shape(x).dtype => Fuse::Alias(x),
+            (Op::ConvertDType { .. }, &[x]) => Fuse::Convert(x, dt(x).map(|_| ty)?),
+            (Op::BroadcastInDim { .. }, &[x]) if m.shape(x).size() == Some(1) => Fuse::Alias(x),
+            (Op::BroadcastInDim { axes, .. }, &[x]) => {
+                let xs = m.shape(x);
+                if xs.is_dynamic() || axes.len() != xs.rank() || axes.iter().any(|&a| a >= dims.len()) {
+                    return None;
+                }
+                let rs = row_major(&xs.dims);
+                let mut strides = vec![0i64; dims.len()];
+                for (a, &o) in axes.iter().enumerate() {
+                    if xs.dims[a] != 1 {
+                        strides[o] = rs[a];
+                    }
+                }
+                Fuse::Remap(x, normalize_access(dims, &strides))
+            }
+            (Op::Transpose { perm }, &[x]) => {
+                let xs = m.shape(x);
+                if xs.is_dynamic() || perm.len() != xs.rank() || perm.len() != dims.len() {
+                    return None;
+                }
+                let rs = row_major(&xs.dims);
+                let strides: Option<Vec<i64>> = perm.iter().map(|&p| rs.get(p).copied()).collect();
+                Fuse::Remap(x, normalize_access(dims, &strides?))
+            }
+            (Op::Reshape { .. }, &[x]) if m.shape(x).size() == out.size() && dt(x)? == ty => Fuse::Reshape(x),
+            (Op::Iota { axis, .. }, &[]) if ty != Ty::Bool && *axis < dims.len() => {
+                Fuse::Iota { dims: dims.to_vec(), axis: *axis, ty }
+            }
+            (Op::Where, &[cond, t, f]) => {
+                if dt(cond)? != Ty::Bool || dt(t)? != ty || dt(f)? != ty {
+                    return None;
+                }
+                match self.absorbable(cond, node.func, dims, ty) {
+                    Some((dir, a, b)) => Fuse::Select { dir, a, b, t, f },
+                    None => Fuse::Where(cond, t, f),
+                }
             }
             _ => return None,
         };
-        fuse.reads().iter().all(|&v| self.operand_ok(v, d, dims)).then_some(fuse)
+        let elem_ok = fuse.reads().iter().all(|(v, r)| *r != Read::Elem || self.elem_ok(*v, dims));
+        elem_ok.then_some(fuse)
+    }
+
+    /// The comparison `(dir, a, b)` defining `cond` when a Where over (`dims`, `ty`) may absorb
+    /// it: a non-total-order (or integer) Compare of operands of type `ty`, of the Where's dims,
+    /// in the same function, read only by this Where and not returned.
+    fn absorbable(&self, cond: ValueId, func: FuncId, dims: &[i64], ty: Ty) -> Option<(CompareOp, ValueId, ValueId)> {
+        let m = self.m;
+        let c = def_node(m, cond)?;
+        let cn = m.node(c);
+        let Op::Compare { dir, total_order } = cn.op else { return None };
+        let ok = cn.func == func
+            && self.uses[cond.index()] == 1
+            && !self.returned.contains(&cond)
+            && m.shape(cond).dims == dims
+            && cn.inputs.len() == 2
+            && cn.inputs.iter().all(|&v| Ty::of(m.shape(v).dtype) == Some(ty))
+            && (!total_order || !ty.is_float())
+            && cn.inputs.iter().all(|&v| self.elem_ok(v, dims));
+        ok.then_some((dir, cn.inputs[0], cn.inputs[1]))
     }
 }
 
 /// An open cluster while walking the body.
 struct Open {
-    dtype: DType,
-    dims: Vec<i64>,
+    len: usize,
     nodes: Vec<(NodeId, Fuse)>,
     produced: HashSet<ValueId>,
+}
+
+impl Open {
+    /// Whether `n` (fusable as `fz`, output dims `dims`) can join: every remapped read is of a
+    /// value computed before the cluster, every flat read of a member, and every member read
+    /// element for element has the node's dims.
+    fn admits(&self, m: &Module, fz: &Fuse, dims: &[i64]) -> bool {
+        fz.reads().iter().all(|(v, r)| {
+            let member = self.produced.contains(v);
+            match r {
+                Read::Elem => !member || m.shape(*v).dims == dims || self.len == 1,
+                Read::Flat => member,
+                Read::Remap(_) => !member,
+            }
+        })
+    }
 }
 
 /// Clusters the body of function `f` of `m` (see the module docs for the rule).
@@ -233,7 +419,9 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
     let mut absorbed_by: HashMap<NodeId, NodeId> = HashMap::new();
     for &n in &fd.body {
         if let Some(fz) = an.fuse(n) {
-            if let (Op::Where, Some(c)) = (&m.node(n).op, def_node(m, m.node(n).inputs[0])) {
+            if let Fuse::Select { .. } = fz
+                && let Some(c) = m.node(n).inputs.first().and_then(|&cond| def_node(m, cond))
+            {
                 absorbed_by.insert(c, n);
             }
             fusable.insert(n, fz);
@@ -254,20 +442,21 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
         if absorbed_by.contains_key(&n) || matches!(node.op, Op::Constant(_)) {
             continue;
         }
-        match fusable.get(&n) {
+        // A reshape of anything but a member of the open cluster stays a zero-copy alias step.
+        let fz = fusable.get(&n).filter(|fz| match fz {
+            Fuse::Reshape(x) => open.as_ref().is_some_and(|o| o.produced.contains(x)),
+            _ => true,
+        });
+        match fz {
             Some(fz) => {
                 let out = m.shape(node.outputs[0]);
+                let len = out.num_elements();
                 let joins = open
                     .as_ref()
-                    .is_some_and(|o| o.dtype == out.dtype && o.dims == out.dims && o.nodes.len() < MAX_CLUSTER_NODES);
+                    .is_some_and(|o| o.len == len && o.nodes.len() < MAX_CLUSTER_NODES && o.admits(m, fz, &out.dims));
                 if !joins {
                     close(&mut open, &mut groups, &mut schedule);
-                    open = Some(Open {
-                        dtype: out.dtype,
-                        dims: out.dims.clone(),
-                        nodes: vec![],
-                        produced: HashSet::new(),
-                    });
+                    open = Some(Open { len, nodes: vec![], produced: HashSet::new() });
                 }
                 if let Some(o) = open.as_mut() {
                     o.nodes.push((n, fz.clone()));
@@ -283,6 +472,34 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
         }
     }
     close(&mut open, &mut groups, &mut schedule);
+
+    // A group that only moves data (transposes, broadcasts, reshapes, aliases) gains nothing
+    // from a compiled loop: its nodes run as single steps (reference kernels, zero-copy aliases).
+    let moves_only = |g: &Vec<(NodeId, Fuse)>| {
+        g.iter().all(|(_, fz)| matches!(fz, Fuse::Alias(_) | Fuse::Reshape(_) | Fuse::Remap(..)))
+    };
+    let mut kept = vec![];
+    let mut renumber_groups = vec![None; groups.len()];
+    let mut demoted: Vec<Vec<NodeId>> = vec![vec![]; groups.len()];
+    for (ci, g) in groups.into_iter().enumerate() {
+        if moves_only(&g) {
+            demoted[ci] = g.into_iter().map(|(n, _)| n).collect();
+        } else {
+            renumber_groups[ci] = Some(kept.len());
+            kept.push(g);
+        }
+    }
+    let groups = kept;
+    let schedule: Vec<Item> = schedule
+        .into_iter()
+        .flat_map(|it| match it {
+            Item::Cluster(ci) => match renumber_groups[ci] {
+                Some(k) => vec![Item::Cluster(k)],
+                None => demoted[ci].iter().map(|&n| Item::Node(n)).collect(),
+            },
+            other => vec![other],
+        })
+        .collect();
 
     // Values read outside the cluster that defines them: by single nodes, by other clusters, or
     // returned.
@@ -300,7 +517,7 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
     }
     for (ci, g) in groups.iter().enumerate() {
         for (_, fz) in g {
-            external.extend(fz.reads().into_iter().filter(|v| owner.get(v) != Some(&ci)));
+            external.extend(fz.values().into_iter().filter(|v| owner.get(v) != Some(&ci)));
         }
     }
 
@@ -325,44 +542,49 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
     Clustering { clusters, schedule }
 }
 
-/// Builds a kernel body: registers for values, inputs deduplicated by value.
+/// Builds a kernel body: registers for members, inputs deduplicated by (value, access).
 struct Emitter<'m> {
     m: &'m Module,
-    dtype: DType,
-    dims: Vec<i64>,
     insts: Vec<Inst>,
+    tys: Vec<Ty>,
     inputs: Vec<ValueId>,
+    in_tys: Vec<Ty>,
     access: Vec<Access>,
+    /// Registers of member results.
     regs: HashMap<ValueId, Reg>,
+    /// Registers of inputs and constants already read.
+    loaded: HashMap<(ValueId, Access), Reg>,
 }
 
 impl Emitter<'_> {
-    fn push(&mut self, inst: Inst) -> Reg {
+    fn push(&mut self, inst: Inst, ty: Ty) -> Reg {
         self.insts.push(inst);
+        self.tys.push(ty);
         self.insts.len() - 1
     }
 
-    /// The constant held by register `r`, if it is a `Const`.
+    /// The float constant held by register `r`, if it is one.
     fn const_of(&self, r: Reg) -> Option<f64> {
         match self.insts.get(r) {
-            Some(Inst::Const(c)) => Some(*c),
+            Some(Inst::Const(t, Lit::Float(c))) if t.is_float() => Some(*c),
             _ => None,
         }
     }
 
-    /// Emits `op(a, b)`. Max/Min against a non-NaN constant `c` become one compare and select,
-    /// exact for every `x` (the general Max/Min sequence also handles a NaN or signed-zero
-    /// second operand, which a known constant rules out):
+    /// Emits `op(a, b)`. Float Max/Min against a non-NaN constant `c` become one compare and
+    /// select, exact for every `x` (the general Max/Min sequence also handles a NaN or
+    /// signed-zero second operand, which a known constant rules out):
     /// - `max(x, c)` = `x <= c ? c : x` when `c` is +0, else `x < c ? c : x`;
     /// - `min(x, c)` = `x >= c ? c : x` when `c` is −0, else `x > c ? c : x`.
     ///
     /// (Ordered comparisons: a NaN `x` selects `x`; ties pick `c`, identical to `x` except for
     /// the zero whose sign the rule fixes: max(−0, +0) = +0, min(+0, −0) = −0.)
     fn binary(&mut self, op: BinaryOp, a: Reg, b: Reg) -> Reg {
+        let ty = self.tys[a];
         let (x, c) = match (self.const_of(a), self.const_of(b)) {
             (_, Some(c)) if !c.is_nan() => (a, (b, c)),
             (Some(c), _) if !c.is_nan() => (b, (a, c)),
-            _ => return self.push(Inst::Binary(op, a, b)),
+            _ => return self.push(Inst::Binary(op, a, b), ty),
         };
         let (creg, cval) = c;
         let pos_zero = cval == 0.0 && cval.is_sign_positive();
@@ -372,28 +594,44 @@ impl Emitter<'_> {
             BinaryOp::Max => CompareOp::LessThan,
             BinaryOp::Min if neg_zero => CompareOp::GreaterOrEqual,
             BinaryOp::Min => CompareOp::GreaterThan,
-            _ => return self.push(Inst::Binary(op, a, b)),
+            _ => return self.push(Inst::Binary(op, a, b), ty),
         };
-        self.push(Inst::Select { dir, a: x, b: creg, t: creg, f: x })
+        self.push(Inst::Select { dir, a: x, b: creg, t: creg, f: x }, ty)
     }
 
-    /// The register holding `v`: a member's result, a constant, or a load of a new input.
-    fn reg_of(&mut self, v: ValueId) -> Reg {
-        if let Some(&r) = self.regs.get(&v) {
+    /// A kernel input reading `v` through `acc` (deduplicated).
+    fn input(&mut self, v: ValueId, acc: Access) -> Reg {
+        if let Some(&r) = self.loaded.get(&(v, acc.clone())) {
             return r;
         }
-        let inst = match const_scalar(self.m, v, self.dtype) {
-            Some(c) => Inst::Const(c),
-            None => {
+        let ty = Ty::of(self.m.shape(v).dtype).unwrap_or(Ty::F32);
+        let r = match (&acc, const_scalar(self.m, v)) {
+            (Access::Scalar, Some((t, lit))) => self.push(Inst::Const(t, lit), t),
+            _ => {
                 self.inputs.push(v);
-                let full = self.m.shape(v).dims == self.dims;
-                self.access.push(if full { Access::Full } else { Access::Scalar });
-                Inst::Load(self.inputs.len() - 1)
+                self.in_tys.push(ty);
+                self.access.push(acc.clone());
+                self.push(Inst::Load(self.inputs.len() - 1), ty)
             }
         };
-        let r = self.push(inst);
-        self.regs.insert(v, r);
+        self.loaded.insert((v, acc), r);
         r
+    }
+
+    /// The register holding `v` read as `how` by a member with output dims `dims`.
+    fn read(&mut self, v: ValueId, how: &Read, dims: &[i64]) -> Reg {
+        if let Some(&r) = self.regs.get(&v) {
+            return r; // a member (admitted only for element-for-element or flat reads)
+        }
+        let s = self.m.shape(v);
+        let acc = match how {
+            Read::Remap(a) => a.clone(),
+            _ if s.size() == Some(1) => Access::Scalar,
+            _ if s.dims == dims => Access::Full,
+            Read::Flat => Access::Full,
+            Read::Elem => broadcast_access(&s.dims, dims).unwrap_or(Access::Full),
+        };
+        self.input(v, acc)
     }
 }
 
@@ -407,42 +645,75 @@ fn build_cluster(
     let first = m.shape(m.node(group[0].0).outputs[0]);
     let (dtype, dims) = (first.dtype, first.dims.clone());
     let len = first.num_elements();
-    let ty = elem_ty(dtype).unwrap_or(ElemTy::F32);
-    let mut e =
-        Emitter { m, dtype, dims: dims.clone(), insts: vec![], inputs: vec![], access: vec![], regs: HashMap::new() };
+    let mut e = Emitter {
+        m,
+        insts: vec![],
+        tys: vec![],
+        inputs: vec![],
+        in_tys: vec![],
+        access: vec![],
+        regs: HashMap::new(),
+        loaded: HashMap::new(),
+    };
     let absorbed_of: HashMap<NodeId, NodeId> = absorbed_by.iter().map(|(&c, &w)| (w, c)).collect();
     let mut nodes = vec![];
     let mut absorbed = vec![];
     for (n, fz) in group {
         nodes.push(n);
+        let out = m.node(n).outputs[0];
+        let od = m.shape(out).dims.clone();
+        let ty = Ty::of(m.shape(out).dtype).unwrap_or(Ty::F32);
+        let el = Read::Elem;
         let r = match fz {
-            Fuse::Alias(x) => e.reg_of(x),
+            Fuse::Alias(x) => e.read(x, &el, &od),
+            Fuse::Reshape(x) => e.read(x, &Read::Flat, &od),
+            Fuse::Remap(x, acc) => e.read(x, &Read::Remap(acc), &od),
             Fuse::Unary(op, x) => {
-                let a = e.reg_of(x);
-                e.push(Inst::Unary(op, a))
+                let a = e.read(x, &el, &od);
+                e.push(Inst::Unary(op, a), ty)
             }
             Fuse::Binary(op, x, y) => {
-                let a = e.reg_of(x);
-                let b = e.reg_of(y);
+                let a = e.read(x, &el, &od);
+                let b = e.read(y, &el, &od);
                 e.binary(op, a, b)
             }
+            Fuse::Compare(dir, x, y) => {
+                let a = e.read(x, &el, &od);
+                let b = e.read(y, &el, &od);
+                e.push(Inst::Compare(dir, a, b), Ty::Bool)
+            }
+            Fuse::Where(c, t, f) => {
+                let (c, t, f) = (e.read(c, &el, &od), e.read(t, &el, &od), e.read(f, &el, &od));
+                e.push(Inst::Where(c, t, f), ty)
+            }
+            Fuse::Convert(x, to) => {
+                let a = e.read(x, &el, &od);
+                e.push(Inst::Convert(a, to), to)
+            }
+            Fuse::Iota { dims, axis, ty } => {
+                // Only the axis's own extent matters: the axes before and after it merge.
+                let inner: i64 = dims[axis + 1..].iter().product();
+                let outer: i64 = dims[..axis].iter().product();
+                let i = e.push(Inst::Iota { dims: vec![outer, dims[axis], inner], axis: 1 }, Ty::I64);
+                if ty == Ty::I64 { i } else { e.push(Inst::Convert(i, ty), ty) }
+            }
             Fuse::Clamp(lo, x, hi) => {
-                let (lo, x, hi) = (e.reg_of(lo), e.reg_of(x), e.reg_of(hi));
+                let (lo, x, hi) = (e.read(lo, &el, &od), e.read(x, &el, &od), e.read(hi, &el, &od));
                 let t = e.binary(BinaryOp::Max, lo, x);
                 e.binary(BinaryOp::Min, t, hi)
             }
             Fuse::Select { dir, a, b, t, f } => {
-                let (a, b, t, f) = (e.reg_of(a), e.reg_of(b), e.reg_of(t), e.reg_of(f));
+                let (a, b, t, f) = (e.read(a, &el, &od), e.read(b, &el, &od), e.read(t, &el, &od), e.read(f, &el, &od));
                 if let Some(&c) = absorbed_of.get(&n) {
                     absorbed.push(c);
                 }
-                e.push(Inst::Select { dir, a, b, t, f })
+                e.push(Inst::Select { dir, a, b, t, f }, ty)
             }
         };
-        e.regs.insert(m.node(n).outputs[0], r);
+        e.regs.insert(out, r);
     }
     let out: Vec<Reg> = outputs.iter().map(|v| e.regs[v]).collect();
-    let kernel = LoopKernel { ty, inputs: e.access, insts: e.insts, outputs: out };
+    let kernel = LoopKernel { in_tys: e.in_tys, inputs: e.access, insts: e.insts, outputs: out };
     Cluster { dtype, dims, len, nodes, absorbed, inputs: e.inputs, outputs, kernel }
 }
 
@@ -463,7 +734,13 @@ pub fn describe(m: &Module, c: &Clustering) -> String {
         let _ = writeln!(
             s,
             "  inputs: {}",
-            join(cl.inputs.iter().zip(&cl.kernel.inputs).map(|(v, a)| format!("{v} {a:?}")))
+            join(
+                cl.inputs
+                    .iter()
+                    .zip(&cl.kernel.inputs)
+                    .zip(&cl.kernel.in_tys)
+                    .map(|((v, a), t)| format!("{v} {t:?} {a:?}"))
+            )
         );
         let _ = writeln!(s, "  outputs: {}", join(cl.outputs.iter().map(|v| v.to_string())));
         for (r, inst) in cl.kernel.insts.iter().enumerate() {
@@ -544,23 +821,91 @@ mod tests {
         assert_eq!(c.clusters.len(), 1);
         let cl = &c.clusters[0];
         assert_eq!(cl.absorbed.len(), 1);
-        assert_eq!(cl.kernel.ty, ElemTy::F64);
-        assert!(cl.kernel.insts.contains(&Inst::Const(0.0)));
+        assert_eq!(cl.kernel.in_tys, vec![Ty::F64]);
+        assert!(cl.kernel.insts.contains(&Inst::Const(Ty::F64, Lit::Float(0.0))));
         assert!(matches!(cl.kernel.insts.last(), Some(Inst::Select { dir: CompareOp::LessThan, .. })));
         assert_eq!(c.schedule.len(), 1, "the compare is not a separate step");
     }
 
     #[test]
-    fn shared_compare_broadcasting_operands_and_other_dtypes_stay_out() {
-        // The compare has two users (where and the return), so it is not absorbed; the where is
-        // then not fusable. %5 broadcasts a [1,3] operand per axis: not fusable either. i32 adds
-        // are not fused.
+    fn mixed_dtypes_share_a_cluster_and_a_shared_compare_gives_bool() {
+        // The compare has two users (where and the return), so it is a Bool member rather than
+        // absorbed; %5 broadcasts a [1,3] operand along axis 0 (a strided input); the i32 add
+        // over 2 elements forms its own cluster; the convert joins %5's cluster.
         let (_, c) = clusters(
             "module @t\n\nfunc @main(%0 \"x\": f32[2,3], %1 \"r\": f32[1,3], %2 \"i\": i32[2]) {\n  \
              %3 = less_than %0, %0 : bool[2,3]\n  %4 = where %3, %0, %0 : f32[2,3]\n  \
-             %5 = add %0, %1 : f32[2,3]\n  %6 = add %2, %2 : i32[2]\n  return %3, %4, %5, %6\n}\n",
+             %5 = add %0, %1 : f32[2,3]\n  %6 = convert_dtype %5, dtype=i32 : i32[2,3]\n  \
+             %7 = add %2, %2 : i32[2]\n  return %3, %4, %6, %7\n}\n",
         );
-        assert!(c.clusters.is_empty(), "{:?}", c.clusters);
-        assert_eq!(c.schedule.len(), 4);
+        assert_eq!(c.clusters.len(), 2, "{:?}", c.clusters);
+        let a = &c.clusters[0];
+        assert_eq!(a.nodes.len(), 4);
+        assert!(a.absorbed.is_empty());
+        assert!(a.kernel.insts.iter().any(|i| matches!(i, Inst::Compare(CompareOp::LessThan, ..))));
+        assert!(a.kernel.insts.iter().any(|i| matches!(i, Inst::Where(..))));
+        assert!(a.kernel.insts.iter().any(|i| matches!(i, Inst::Convert(_, Ty::I32))));
+        assert_eq!(a.kernel.in_tys, vec![Ty::F32, Ty::F32]);
+        assert_eq!(a.kernel.inputs, vec![Access::Full, Access::Strided { dims: vec![2, 3], strides: vec![0, 1] }]);
+        assert_eq!(a.outputs.len(), 3, "%3, %4 and %6 are returned; %5 is internal");
+        assert_eq!(c.clusters[1].kernel.in_tys, vec![Ty::I32]);
+        assert_eq!(c.schedule, vec![Item::Cluster(0), Item::Cluster(1)]);
+    }
+
+    #[test]
+    fn transpose_of_a_parameter_joins_but_transpose_of_a_member_starts_a_new_cluster() {
+        // %2 = transpose(x) is read through strides [1,3] over [3,2]; %3 adds y. %4 transposes
+        // the member %3: it cannot be read in %3's loop, so a new cluster starts, which %5 joins.
+        let (_, c) = clusters(
+            "module @t\n\nfunc @main(%0 \"x\": f32[2,3], %1 \"y\": f32[3,2]) {\n  \
+             %2 = transpose %0, perm=[1,0] : f32[3,2]\n  %3 = add %2, %1 : f32[3,2]\n  \
+             %4 = transpose %3, perm=[1,0] : f32[2,3]\n  %5 = mul %4, %0 : f32[2,3]\n  return %5\n}\n",
+        );
+        assert_eq!(c.clusters.len(), 2);
+        let a = &c.clusters[0];
+        assert_eq!(a.kernel.inputs, vec![Access::Strided { dims: vec![3, 2], strides: vec![1, 3] }, Access::Full]);
+        assert_eq!(a.outputs.len(), 1);
+        let b = &c.clusters[1];
+        assert_eq!(b.kernel.inputs[0], Access::Strided { dims: vec![2, 3], strides: vec![1, 2] });
+        assert_eq!(b.kernel.inputs[1], Access::Full);
+    }
+
+    #[test]
+    fn reshape_of_a_member_is_free_and_a_transpose_of_a_parameter_joins_as_an_output() {
+        // %2 reshapes the member %1 (same flat order: no instruction); %3 and %6 join at the new
+        // dims. %4 (a transpose of a parameter, 6 elements too) joins as a gathered output;
+        // the reshape of a parameter %5 stays a single (zero-copy alias) step.
+        let (m, c) = clusters(
+            "module @t\n\nfunc @main(%0 \"x\": f32[2,3]) {\n  %1 = neg %0 : f32[2,3]\n  \
+             %2 = reshape %1, dims=[6] : f32[6]\n  %3 = iota shape=f32[6], axis=0 : f32[6]\n  \
+             %4 = transpose %0, perm=[1,0] : f32[3,2]\n  %5 = reshape %0, dims=[3,2] : f32[3,2]\n  \
+             %6 = add %2, %3 : f32[6]\n  return %6, %4, %5\n}\n",
+        );
+        assert_eq!(c.clusters.len(), 1);
+        let a = &c.clusters[0];
+        assert_eq!(a.nodes.len(), 5, "neg, reshape, iota, transpose, add");
+        assert_eq!(a.kernel.inputs, vec![Access::Full, Access::Strided { dims: vec![3, 2], strides: vec![1, 3] }]);
+        assert_eq!(a.outputs.len(), 2);
+        assert!(a.kernel.insts.iter().any(|i| matches!(i, Inst::Iota { axis: 1, .. })));
+        let singles: Vec<_> = c
+            .schedule
+            .iter()
+            .filter_map(|it| match it {
+                Item::Node(n) => Some(m.node(*n).op.op_type()),
+                Item::Cluster(_) => None,
+            })
+            .collect();
+        assert_eq!(singles, vec![crate::ir::optype::OpType::Reshape]);
+    }
+
+    #[test]
+    fn normalized_accesses_merge_contiguous_axes() {
+        assert_eq!(normalize_access(&[2, 3], &[3, 1]), Access::Full);
+        assert_eq!(normalize_access(&[2, 3], &[0, 0]), Access::Scalar);
+        assert_eq!(normalize_access(&[4, 1, 5], &[0, 7, 1]), Access::Strided { dims: vec![4, 5], strides: vec![0, 1] });
+        // A broadcast of [2,3] to [5,2,3]: the last two axes merge into one contiguous run.
+        assert_eq!(normalize_access(&[5, 2, 3], &[0, 3, 1]), Access::Strided { dims: vec![5, 6], strides: vec![0, 1] });
+        assert_eq!(broadcast_access(&[1, 3], &[2, 3]), Some(Access::Strided { dims: vec![2, 3], strides: vec![0, 1] }));
+        assert_eq!(broadcast_access(&[2, 3], &[3, 3]), None);
     }
 }

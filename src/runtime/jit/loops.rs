@@ -22,7 +22,7 @@ pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
 /// Chunk boundaries are multiples of this many elements (whole unrolled vector iterations).
 const CHUNK_ALIGN: usize = 64;
 
-/// A fused elementwise loop compiled by Cranelift.
+/// A fused loop compiled by Cranelift.
 pub(crate) struct LoopStep {
     /// Index into `Plan::clustering.clusters`.
     pub cluster: usize,
@@ -30,7 +30,7 @@ pub(crate) struct LoopStep {
     pub code: CompiledLoop,
     /// Elements iterated.
     pub len: usize,
-    /// Bytes per element.
+    /// Bytes per element of the cluster's main dtype (outputs may differ: see `out_shapes`).
     pub esize: usize,
     /// Value read by each kernel input.
     pub inputs: Vec<ValueId>,
@@ -65,7 +65,9 @@ impl LoopStep {
     /// dying `Full` input of the same size.
     pub(crate) fn plan_memory(&mut self, m: &Module, kernel: &LoopKernel, dies: impl Fn(ValueId) -> bool) {
         for (k, &v) in self.inputs.iter().enumerate() {
-            self.input_dies[k] = dies(v);
+            // A value read through two accesses (e.g. transposed and element for element) dies
+            // at its last occurrence only: the earlier ones share its storage.
+            self.input_dies[k] = dies(v) && !self.inputs[k + 1..].contains(&v);
         }
         let mut taken = vec![false; self.inputs.len()];
         for j in 0..self.outputs.len() {
@@ -106,7 +108,6 @@ pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&r
         };
         ins.push(t.ok_or_else(|| internal(format!("loop input {v} is not available")))?);
     }
-    let bytes = s.len * s.esize;
     let mut in_ptrs: Vec<Option<*mut u8>> = vec![None; ins.len()];
     let mut fresh: Vec<Option<AlignedBytes>> = Vec::with_capacity(s.outputs.len());
     let mut out_ptrs: Vec<*mut u8> = Vec::with_capacity(s.outputs.len());
@@ -119,7 +120,11 @@ pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&r
                 fresh.push(None);
             }
             None => {
-                let mut b = AlignedBytes::zeroed(bytes);
+                let bytes = s.out_shapes[j]
+                    .byte_size()
+                    .ok_or_else(|| internal(format!("loop output {} has no static size", s.outputs[j])))?;
+                // The kernel writes every element of every output, so stale pooled bytes are fine.
+                let mut b = AlignedBytes::recycled(bytes);
                 out_ptrs.push(b.as_mut_ptr());
                 fresh.push(Some(b));
             }
@@ -139,9 +144,11 @@ pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&r
                 (0..n).into_par_iter().for_each(|c| {
                     let (a, b) = (c * chunk, ((c + 1) * chunk).min(s.len));
                     // SAFETY: `args` holds one pointer per kernel input then per output; Full inputs
-                    // and outputs have `len` elements of the kernel's type (checked shapes), Scalar
-                    // inputs one; outputs are fresh buffers or a dying input of this call's own
-                    // (uniquely held) storage, written element for element; chunks are disjoint.
+                    // and outputs have `len` elements of their own types (checked shapes), Scalar
+                    // inputs one, Strided inputs are the operands whose shapes their stride maps
+                    // were derived from (every offset in bounds); outputs are fresh buffers or a
+                    // dying Full input of this call's own (uniquely held) storage of the same byte
+                    // size, written element for element; chunks are disjoint.
                     unsafe { code.run(args.ptrs(), a, b) }
                 })
             });
