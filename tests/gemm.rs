@@ -242,6 +242,7 @@ fn f32_fused_epilogue() {
         Activation::Silu,
         Activation::Sigmoid,
         Activation::Tanh,
+        Activation::HardSwish,
     ];
     for isa in isas() {
         for path in forced_paths() {

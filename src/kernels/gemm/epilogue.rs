@@ -31,6 +31,8 @@ pub enum Activation {
     Sigmoid,
     /// `tanh(x)`.
     Tanh,
+    /// `x · clamp(x/6 + 1/2, 0, 1)` (NaN stays NaN).
+    HardSwish,
 }
 
 /// An optional bias added before the activation.
@@ -194,6 +196,7 @@ pub fn act_f64(act: Activation, x: f64) -> f64 {
         Activation::Silu => x / (1.0 + (-x).exp()),
         Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         Activation::Tanh => x.tanh(),
+        Activation::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
     }
 }
 
@@ -291,6 +294,7 @@ pub fn act_f32(act: Activation, x: f32) -> f32 {
         Activation::Silu => x * sigmoid_f32(x),
         Activation::Sigmoid => sigmoid_f32(x),
         Activation::Tanh => tanh_f32(x),
+        Activation::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
     }
 }
 
@@ -304,6 +308,7 @@ macro_rules! act_loop {
             Activation::Silu => $xs.iter_mut().for_each(|x| *x = act_f32(Activation::Silu, *x)),
             Activation::Sigmoid => $xs.iter_mut().for_each(|x| *x = act_f32(Activation::Sigmoid, *x)),
             Activation::Tanh => $xs.iter_mut().for_each(|x| *x = act_f32(Activation::Tanh, *x)),
+            Activation::HardSwish => $xs.iter_mut().for_each(|x| *x = act_f32(Activation::HardSwish, *x)),
         }
     };
 }
@@ -346,6 +351,7 @@ mod tests {
             Activation::Silu,
             Activation::Sigmoid,
             Activation::Tanh,
+            Activation::HardSwish,
         ];
         for act in acts {
             let mut worst = 0.0f64;
@@ -375,5 +381,17 @@ mod tests {
     fn relu_keeps_nan() {
         assert!(act_f32(Activation::Relu, f32::NAN).is_nan());
         assert_eq!(act_f32(Activation::Relu, -2.0), 0.0);
+    }
+
+    #[test]
+    fn hard_swish_by_hand() {
+        // x·clamp(x/6 + 1/2, 0, 1): 0 below -3, x above 3, 1·(1/6 + 1/2) = 2/3 at 1, -1/3 at -1.
+        for (x, want) in
+            [(-4.0, 0.0), (-3.0, 0.0), (-1.0, -1.0 / 3.0), (0.0, 0.0), (1.0, 2.0 / 3.0), (3.0, 3.0), (5.0, 5.0)]
+        {
+            assert!((act_f64(Activation::HardSwish, x) - want).abs() < 1e-15, "{x}");
+            assert!((act_f32(Activation::HardSwish, x as f32) as f64 - want).abs() < 1e-7, "{x}");
+        }
+        assert!(act_f32(Activation::HardSwish, f32::NAN).is_nan());
     }
 }

@@ -1,12 +1,635 @@
-//! Fast kernels for dot nodes of the "jit" plan (see [`super::fast`]).
+//! Fast kernels for DotGeneral and FusedDense nodes of the "jit" plan (see [`super::fast`]): both run
+//! on [`crate::kernels::gemm`].
+//!
+//! Mapping (per batch index): the lhs free axes form the rows M and its contracting axes the depth K
+//! of A; the rhs contracting axes form the rows K and its free axes the columns N of B; the output
+//! is row-major `[batch…, M…, N…]`. When an operand's row axes and column axes are each a run of
+//! axes whose strides nest (row-major order within the group, size-1 axes ignored), the operand is
+//! passed as a strided matrix view per batch offset, with no copy (packing absorbs transposes);
+//! otherwise it is gathered once per execution into a `[batch, rows, cols]` scratch buffer.
+//! Batches run one after another with all threads of the pool per GEMM, or in parallel (one thread
+//! per GEMM) when each product is small.
+//!
+//! FusedDense is the same product (x's last axis against w's input axis) with the bias and the
+//! activation in the GEMM epilogue, so there is no extra pass over the output.
+//!
+//! A constant f32 right-hand side (DotGeneral without batch axes, or FusedDense's w) is packed once
+//! at compile time ([`PackedB`]) and listed in [`FastKernel::prepacked_operands`], so the plan does
+//! not keep its bytes.
+//!
+//! Dtypes: F32 and F64 (accumulating in their own type), BF16 and F16 (f32 accumulation, one rounding
+//! to the output dtype: BF16, F16 or F32), Int8 with an Int8/Int16/Int32 output (i32 accumulation,
+//! wrapping, which equals the reference's wrap modulo 2⁶⁴ reduced to the output width). Other
+//! combinations (f32 inputs asking for f64 accumulation, other integer dtypes, mixed dtypes) keep
+//! the reference kernel.
 
-use crate::error::Result;
-use crate::ir::module::{Module, NodeId};
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::ir::dtype::{DType, Element};
+use crate::ir::module::{Module, NodeId, ValueDef};
+use crate::ir::op::{Activation as OpActivation, DenseLayout, Op};
+use crate::ir::shape::Shape;
+use crate::kernels::gemm::{
+    Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scalar, gemm_bf16, gemm_f16, gemm_f32,
+    gemm_f64, gemm_i8,
+};
+use crate::kernels::tensor::Tensor;
 
 use super::fast::FastKernel;
 
+/// Products below this many flops run on one thread each (batches in parallel instead).
+const SMALL_FLOPS: usize = 4_000_000;
+
 /// The fast kernel for node `n`, if this module has one for it.
 pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel>>> {
-    let _ = (m, n);
-    Ok(None)
+    let node = m.node(n);
+    let spec = match &node.op {
+        Op::DotGeneral { lhs_contracting, lhs_batch, rhs_contracting, rhs_batch, accumulator_dtype, output_dtype } => {
+            if node.inputs.len() != 2 || node.outputs.len() != 1 {
+                return Ok(None);
+            }
+            let (l, r) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]));
+            let out = m.shape(node.outputs[0]).dtype;
+            if output_dtype.is_some_and(|d| d != out)
+                || !dot_dtypes_supported(l.dtype, r.dtype, *accumulator_dtype, out)
+            {
+                return Ok(None);
+            }
+            Spec {
+                op: "DotGeneral",
+                lc: lhs_contracting.clone(),
+                lb: lhs_batch.clone(),
+                rc: rhs_contracting.clone(),
+                rb: rhs_batch.clone(),
+                in_dtype: l.dtype,
+                out_dtype: out,
+                activation: Activation::None,
+                has_bias: false,
+            }
+        }
+        Op::FusedDense { activation, layout, has_bias } => {
+            if node.inputs.len() != 2 + *has_bias as usize || node.outputs.len() != 1 {
+                return Ok(None);
+            }
+            let (x, w) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]));
+            let out = m.shape(node.outputs[0]).dtype;
+            let dt = x.dtype;
+            if !matches!(dt, DType::Float32 | DType::Float64) || w.dtype != dt || out != dt || x.rank() < 1 {
+                return Ok(None);
+            }
+            if *has_bias && m.shape(node.inputs[2]).dtype != dt {
+                return Ok(None);
+            }
+            let w_k = match layout {
+                DenseLayout::InputOutputs => 0,
+                DenseLayout::OutputsInput => w.rank().saturating_sub(1),
+            };
+            Spec {
+                op: "FusedDense",
+                lc: vec![x.rank() - 1],
+                lb: vec![],
+                rc: vec![w_k],
+                rb: vec![],
+                in_dtype: dt,
+                out_dtype: dt,
+                activation: gemm_activation(*activation),
+                has_bias: *has_bias,
+            }
+        }
+        _ => return Ok(None),
+    };
+    let (ls, rs) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]));
+    // Static geometry (for the description, and to leave invalid nodes to the reference kernel's errors).
+    let geom = if ls.is_dynamic() || rs.is_dynamic() {
+        None
+    } else {
+        match spec.geometry(&ls.udims(), &rs.udims()) {
+            Ok(g) => Some(g),
+            Err(_) => return Ok(None),
+        }
+    };
+    let packed = match (&geom, constant_bytes(m, node.inputs[1])) {
+        (Some(g), Some(bytes)) if spec.in_dtype == DType::Float32 && g.nb == 1 && g.k > 0 && g.n > 0 => {
+            Some(pack_constant(&spec, g, bytes)?)
+        }
+        _ => None,
+    };
+    let desc = describe(&spec, geom.as_ref(), packed.as_ref());
+    let prepacked = if packed.is_some() { vec![1] } else { vec![] };
+    Ok(Some(Box::new(GemmKernel { spec, packed, prepacked, desc })))
+}
+
+/// Whether the GEMM kernels implement DotGeneral for these dtypes (module doc).
+fn dot_dtypes_supported(l: DType, r: DType, acc: Option<DType>, out: DType) -> bool {
+    if l != r {
+        return false;
+    }
+    match l {
+        DType::Float32 => out == DType::Float32 && acc.is_none_or(|a| a == DType::Float32),
+        DType::Float64 => out == DType::Float64,
+        DType::BFloat16 | DType::Float16 => {
+            acc != Some(DType::Float64) && matches!(out, DType::Float32 | DType::BFloat16 | DType::Float16)
+        }
+        DType::Int8 => matches!(out, DType::Int8 | DType::Int16 | DType::Int32),
+        _ => false,
+    }
+}
+
+/// The GEMM epilogue activation for a fused-op activation (§5: Gelu is the exact erf form).
+fn gemm_activation(a: OpActivation) -> Activation {
+    match a {
+        OpActivation::None => Activation::None,
+        OpActivation::Gelu => Activation::GeluErf,
+        OpActivation::Relu => Activation::Relu,
+        OpActivation::Silu => Activation::Silu,
+        OpActivation::HardSwish => Activation::HardSwish,
+        OpActivation::Tanh => Activation::Tanh,
+    }
+}
+
+/// The bytes of `v` when it is the output of a Constant node.
+fn constant_bytes(m: &Module, v: crate::ir::module::ValueId) -> Option<&[u8]> {
+    match m.value(v).def {
+        ValueDef::Node { node, output: 0 } => match &m.node(node).op {
+            Op::Constant(c) => Some(c.0.as_slice()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Packs the constant right-hand side (f32 little-endian `bytes` of shape `rhs`) as its K x N matrix.
+fn pack_constant(spec: &Spec, g: &Geom, bytes: &[u8]) -> Result<PackedB> {
+    let want = g.rhs_len * 4;
+    if bytes.len() != want {
+        return Err(Error::invalid(
+            spec.op,
+            format!("constant operand 1 has {} bytes, its shape needs {want}", bytes.len()),
+        ));
+    }
+    // SAFETY: every bit pattern is a valid f32; `align_to` only yields the aligned middle part.
+    let (pre, mid, post) = unsafe { bytes.align_to::<f32>() };
+    let copied: Vec<f32>;
+    let data: &[f32] = if pre.is_empty() && post.is_empty() {
+        mid
+    } else {
+        copied = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        &copied
+    };
+    let side = &g.rhs;
+    match &side.gather {
+        None => PackedB::new(g.k, g.n, MatRef::new(tail(data, side.boff[0]), side.rs, side.cs)),
+        Some(gt) => {
+            let dense = gather(data, gt);
+            PackedB::new(g.k, g.n, MatRef::row_major(&dense, g.n))
+        }
+    }
+}
+
+fn describe(spec: &Spec, g: Option<&Geom>, packed: Option<&PackedB>) -> String {
+    let dt = spec.in_dtype.to_string().to_lowercase();
+    let mut s = format!("gemm {dt}");
+    if let Some(g) = g {
+        if g.nb != 1 {
+            s += &format!(" {}x", g.nb);
+        }
+        s += &format!(" [{}x{}]·[{}x{}]", g.m, g.k, g.k, g.n);
+        if g.lhs.gather.is_some() {
+            s += " lhs-gathered";
+        }
+        if packed.is_none() && g.rhs.gather.is_some() {
+            s += " rhs-gathered";
+        }
+    }
+    if spec.has_bias {
+        s += " +bias";
+    }
+    if spec.activation != Activation::None {
+        s += &format!(" {:?}", spec.activation).to_lowercase();
+    }
+    if spec.out_dtype != spec.in_dtype {
+        s += &format!(" -> {}", spec.out_dtype.to_string().to_lowercase());
+    }
+    if let Some(p) = packed {
+        s += &format!(" packed ({}, {} bytes)", p.kernel_name(), p.size_bytes());
+    }
+    s
+}
+
+/// What the node computes, independent of shapes.
+struct Spec {
+    op: &'static str,
+    lc: Vec<usize>,
+    lb: Vec<usize>,
+    rc: Vec<usize>,
+    rb: Vec<usize>,
+    in_dtype: DType,
+    out_dtype: DType,
+    activation: Activation,
+    has_bias: bool,
+}
+
+/// How one operand is read as a matrix per batch index.
+struct Side {
+    /// Element offset of each batch's matrix (in the operand, or in the gathered copy).
+    boff: Vec<usize>,
+    /// Row and column strides (in the operand, or in the gathered copy).
+    rs: usize,
+    cs: usize,
+    /// When the axes do not nest: how to gather the operand into `[batch, rows, cols]`.
+    gather: Option<Gather>,
+}
+
+/// Offsets in the operand of every batch, row and column index.
+struct Gather {
+    boff: Vec<usize>,
+    roff: Vec<usize>,
+    coff: Vec<usize>,
+}
+
+/// The problem for concrete operand dims.
+struct Geom {
+    nb: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    out_dims: Vec<usize>,
+    lhs: Side,
+    rhs: Side,
+    rhs_len: usize,
+}
+
+impl Spec {
+    /// Validates the axes against the operand dims and maps the product onto GEMMs.
+    fn geometry(&self, ld: &[usize], rd: &[usize]) -> Result<Geom> {
+        let op = self.op;
+        if self.lc.len() != self.rc.len() || self.lb.len() != self.rb.len() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "contracting {:?}/{:?} or batch {:?}/{:?} axis lists differ in length",
+                    self.lc, self.rc, self.lb, self.rb
+                ),
+            ));
+        }
+        let lfree = free_axes(op, "lhs", ld.len(), &self.lc, &self.lb)?;
+        let rfree = free_axes(op, "rhs", rd.len(), &self.rc, &self.rb)?;
+        for (&l, &r) in self.lc.iter().zip(&self.rc).chain(self.lb.iter().zip(&self.rb)) {
+            if ld[l] != rd[r] {
+                return Err(Error::invalid(
+                    op,
+                    format!("lhs axis {l} (size {}) is paired with rhs axis {r} (size {})", ld[l], rd[r]),
+                ));
+            }
+        }
+        let size = |d: &[usize], axes: &[usize]| axes.iter().map(|&a| d[a]).product::<usize>();
+        let nb = size(ld, &self.lb);
+        let m = size(ld, &lfree);
+        let k = size(ld, &self.lc);
+        let n = size(rd, &rfree);
+        let out_dims: Vec<usize> = self
+            .lb
+            .iter()
+            .map(|&a| ld[a])
+            .chain(lfree.iter().map(|&a| ld[a]))
+            .chain(rfree.iter().map(|&a| rd[a]))
+            .collect();
+        Ok(Geom {
+            nb,
+            m,
+            n,
+            k,
+            out_dims,
+            lhs: side(ld, &self.lb, &lfree, &self.lc),
+            rhs: side(rd, &self.rb, &self.rc, &rfree),
+            rhs_len: rd.iter().product(),
+        })
+    }
+}
+
+/// The axes of a rank-`rank` operand that are neither contracting nor batch, ascending; errors on
+/// out-of-range or repeated axes.
+fn free_axes(op: &str, what: &str, rank: usize, c: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let mut seen = vec![false; rank];
+    for &a in c.iter().chain(b) {
+        if a >= rank || std::mem::replace(&mut seen[a], true) {
+            return Err(Error::invalid(op, format!("{what} axis {a} is out of range or repeated (rank {rank})")));
+        }
+    }
+    Ok((0..rank).filter(|&a| !seen[a]).collect())
+}
+
+fn row_major_strides(d: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; d.len()];
+    for i in (0..d.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * d[i + 1];
+    }
+    s
+}
+
+/// Offsets of every index combination of `axes` (row-major over `axes` in the given order).
+fn axis_offsets(d: &[usize], s: &[usize], axes: &[usize]) -> Vec<usize> {
+    let mut offs = vec![0usize];
+    for &a in axes {
+        offs = offs.iter().flat_map(|&o| (0..d[a]).map(move |i| o + i * s[a])).collect();
+    }
+    offs
+}
+
+/// The single stride that walks the flattened index of `axes` (row-major in the given order), if
+/// their strides nest; size-1 axes do not matter. An empty (or all size-1) group gets stride 1.
+fn group_stride(d: &[usize], s: &[usize], axes: &[usize]) -> Option<usize> {
+    let live: Vec<usize> = axes.iter().copied().filter(|&a| d[a] != 1).collect();
+    for w in live.windows(2) {
+        if s[w[0]] != s[w[1]] * d[w[1]] {
+            return None;
+        }
+    }
+    Some(live.last().map_or(1, |&a| s[a]))
+}
+
+fn side(d: &[usize], batch: &[usize], rows: &[usize], cols: &[usize]) -> Side {
+    let s = row_major_strides(d);
+    let boff = axis_offsets(d, &s, batch);
+    match (group_stride(d, &s, rows), group_stride(d, &s, cols)) {
+        (Some(rs), Some(cs)) => Side { boff, rs, cs, gather: None },
+        _ => {
+            let r: usize = rows.iter().map(|&a| d[a]).product();
+            let c: usize = cols.iter().map(|&a| d[a]).product();
+            let dense = (0..boff.len()).map(|b| b * r * c).collect();
+            let g = Gather { boff, roff: axis_offsets(d, &s, rows), coff: axis_offsets(d, &s, cols) };
+            Side { boff: dense, rs: c, cs: 1, gather: Some(g) }
+        }
+    }
+}
+
+/// Copies an operand into `[batch, rows, cols]` row-major order.
+fn gather<T: Copy>(src: &[T], g: &Gather) -> Vec<T> {
+    let mut out = Vec::with_capacity(g.boff.len() * g.roff.len() * g.coff.len());
+    for &b in &g.boff {
+        for &r in &g.roff {
+            let base = b + r;
+            out.extend(g.coff.iter().map(|&c| src[base + c]));
+        }
+    }
+    out
+}
+
+/// `data[off..]`, or empty when `off` is past the end (operands with no elements).
+fn tail<T>(data: &[T], off: usize) -> &[T] {
+    data.get(off..).unwrap_or(&[])
+}
+
+/// Input element types with their GEMM entry point and accumulator/output type.
+trait DotElem: Element {
+    type Acc: Scalar + Element;
+    fn gemm(args: GemmArgs<'_, Self, Self::Acc>) -> Result<()>;
+}
+
+impl DotElem for f32 {
+    type Acc = f32;
+    fn gemm(args: GemmArgs<'_, f32, f32>) -> Result<()> {
+        gemm_f32(args)
+    }
+}
+impl DotElem for f64 {
+    type Acc = f64;
+    fn gemm(args: GemmArgs<'_, f64, f64>) -> Result<()> {
+        gemm_f64(args)
+    }
+}
+impl DotElem for bf16 {
+    type Acc = f32;
+    fn gemm(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
+        gemm_bf16(args)
+    }
+}
+impl DotElem for f16 {
+    type Acc = f32;
+    fn gemm(args: GemmArgs<'_, f16, f32>) -> Result<()> {
+        gemm_f16(args)
+    }
+}
+impl DotElem for i8 {
+    type Acc = i32;
+    fn gemm(args: GemmArgs<'_, i8, i32>) -> Result<()> {
+        gemm_i8(args)
+    }
+}
+
+/// DotGeneral or FusedDense on GEMM.
+struct GemmKernel {
+    spec: Spec,
+    /// The constant right-hand side, packed at compile time.
+    packed: Option<PackedB>,
+    /// `[1]` when `packed` is set.
+    prepacked: Vec<usize>,
+    desc: String,
+}
+
+impl GemmKernel {
+    /// Runs the batched product for one input type; `c` is the `[batch, m, n]` output.
+    fn run_typed<T: DotElem>(
+        &self,
+        g: &Geom,
+        a: &[T],
+        b: Option<&[T]>,
+        c: &mut [T::Acc],
+        bias: Option<&[T::Acc]>,
+        threads: usize,
+    ) -> Result<()> {
+        let (m, n, k) = (g.m, g.n, g.k);
+        if m == 0 || n == 0 || g.nb == 0 {
+            return Ok(());
+        }
+        let a_copy = g.lhs.gather.as_ref().map(|gt| gather(a, gt));
+        let a = a_copy.as_deref().unwrap_or(a);
+        let b_copy = match (b, &g.rhs.gather) {
+            (Some(b), Some(gt)) if self.packed.is_none() => Some(gather(b, gt)),
+            _ => None,
+        };
+        let b = b_copy.as_deref().or(b);
+        let epilogue = Epilogue {
+            bias: bias.map_or(Bias::None, Bias::PerColumn),
+            activation: self.spec.activation,
+            ..Epilogue::default()
+        };
+        let one = |bi: usize, cc: &mut [T::Acc], t: usize| -> Result<()> {
+            let av = MatRef::new(tail(a, g.lhs.boff[bi]), g.lhs.rs, g.lhs.cs);
+            let bv: Rhs<'_, T> = match (&self.packed, b) {
+                (Some(p), _) => Rhs::Packed(p),
+                (None, Some(b)) => Rhs::Mat(MatRef::new(tail(b, g.rhs.boff[bi]), g.rhs.rs, g.rhs.cs)),
+                (None, None) => {
+                    return Err(Error::invalid(self.spec.op, "operand 1 has no data and no packed copy"));
+                }
+            };
+            T::gemm(GemmArgs::new(m, n, k, av, bv, MatMut::row_major(cc, n)).epilogue(epilogue).threads(t))
+        };
+        let flops = 2usize.saturating_mul(m).saturating_mul(n).saturating_mul(k);
+        if g.nb > 1 && threads > 1 && flops < SMALL_FLOPS {
+            c.par_chunks_mut(m * n).enumerate().try_for_each(|(bi, cc)| one(bi, cc, 1))
+        } else {
+            c.chunks_mut(m * n).enumerate().try_for_each(|(bi, cc)| one(bi, cc, threads))
+        }
+    }
+
+    /// The operands' data for input type `T` (rhs `None` when it was prepacked).
+    fn operands<'t, T: DotElem>(&self, inputs: &'t [Tensor]) -> (&'t [T], Option<&'t [T]>) {
+        let b = if self.packed.is_some() { None } else { Some(inputs[1].typed::<T>()) };
+        (inputs[0].typed::<T>(), b)
+    }
+
+    fn compute(&self, g: &Geom, inputs: &[Tensor], out: &mut Tensor, threads: usize) -> Result<()> {
+        let bias = |i: usize| inputs.get(i).filter(|_| self.spec.has_bias);
+        match self.spec.in_dtype {
+            DType::Float32 => {
+                let (a, b) = self.operands::<f32>(inputs);
+                let bias = bias(2).map(|t| t.typed::<f32>());
+                self.run_typed(g, a, b, out.typed_mut::<f32>(), bias, threads)
+            }
+            DType::Float64 => {
+                let (a, b) = self.operands::<f64>(inputs);
+                let bias = bias(2).map(|t| t.typed::<f64>());
+                self.run_typed(g, a, b, out.typed_mut::<f64>(), bias, threads)
+            }
+            DType::BFloat16 => {
+                let (a, b) = self.operands::<bf16>(inputs);
+                self.half_out(out, |c| self.run_typed(g, a, b, c, None, threads))
+            }
+            DType::Float16 => {
+                let (a, b) = self.operands::<f16>(inputs);
+                self.half_out(out, |c| self.run_typed(g, a, b, c, None, threads))
+            }
+            DType::Int8 => {
+                let (a, b) = self.operands::<i8>(inputs);
+                match self.spec.out_dtype {
+                    DType::Int32 => self.run_typed(g, a, b, out.typed_mut::<i32>(), None, threads),
+                    d => {
+                        let mut c = vec![0i32; out.len()];
+                        self.run_typed(g, a, b, &mut c, None, threads)?;
+                        match d {
+                            DType::Int8 => narrow(&c, out.typed_mut::<i8>(), |x| x as i8),
+                            DType::Int16 => narrow(&c, out.typed_mut::<i16>(), |x| x as i16),
+                            _ => return Err(Error::invalid(self.spec.op, format!("output dtype {d} for int8 inputs"))),
+                        }
+                        Ok(())
+                    }
+                }
+            }
+            d => Err(Error::invalid(self.spec.op, format!("dtype {d} reached the GEMM kernel"))),
+        }
+    }
+
+    /// Runs `f` on an f32 output, directly into `out` when it is F32, else into a scratch buffer
+    /// rounded once to `out`'s half dtype.
+    fn half_out(&self, out: &mut Tensor, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
+        match out.shape.dtype {
+            DType::Float32 => f(out.typed_mut::<f32>()),
+            d => {
+                let mut c = vec![0f32; out.len()];
+                f(&mut c)?;
+                match d {
+                    DType::BFloat16 => narrow(&c, out.typed_mut::<bf16>(), bf16::from_f32),
+                    DType::Float16 => narrow(&c, out.typed_mut::<f16>(), f16::from_f32),
+                    _ => return Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn narrow<A: Copy, B>(src: &[A], dst: &mut [B], f: impl Fn(A) -> B) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = f(s);
+    }
+}
+
+impl FastKernel for GemmKernel {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+
+    fn prepacked_operands(&self) -> &[usize] {
+        &self.prepacked
+    }
+
+    fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        let op = self.spec.op;
+        let want_inputs = 2 + self.spec.has_bias as usize;
+        if inputs.len() != want_inputs || out_shapes.len() != 1 {
+            return Err(Error::invalid(
+                op,
+                format!("expected {want_inputs} operands and 1 result, got {} and {}", inputs.len(), out_shapes.len()),
+            ));
+        }
+        for (i, t) in inputs.iter().enumerate() {
+            if t.shape.dtype != self.spec.in_dtype {
+                return Err(Error::invalid(op, format!("operand {i} is {}, expected {}", t.shape, self.spec.in_dtype)));
+            }
+            let prepacked = self.prepacked.contains(&i);
+            if !prepacked && Some(t.data.len()) != t.shape.byte_size() {
+                return Err(Error::invalid(op, format!("operand {i} ({}) has {} bytes", t.shape, t.data.len())));
+            }
+        }
+        let (ld, rd) = (inputs[0].shape.udims(), inputs[1].shape.udims());
+        let g = self.spec.geometry(&ld, &rd)?;
+        if let Some(bias) = inputs.get(2)
+            && bias.len() != g.n
+        {
+            return Err(Error::invalid(
+                op,
+                format!("bias {} has {} values for {} outputs", bias.shape, bias.len(), g.n),
+            ));
+        }
+        if let Some(p) = &self.packed
+            && (p.k() != g.k || p.n() != g.n || g.nb != 1)
+        {
+            return Err(Error::invalid(
+                op,
+                format!("operand 1 was packed as {}x{}, the product needs {}x{}", p.k(), p.n(), g.k, g.n),
+            ));
+        }
+        let mut shape = out_shapes[0].clone();
+        let dims: Vec<i64> = g.out_dims.iter().map(|&d| d as i64).collect();
+        if shape.dtype != self.spec.out_dtype
+            || (!shape.is_dynamic() && shape.dims != dims)
+            || shape.rank() != dims.len()
+        {
+            return Err(Error::invalid(op, format!("result shape {shape} does not match the product's dims {dims:?}")));
+        }
+        shape.dims = dims;
+        let mut out = Tensor::zeros(shape);
+        let threads = pool.map_or(1, |p| p.current_num_threads());
+        match pool {
+            Some(p) => p.install(|| self.compute(&g, inputs, &mut out, threads))?,
+            None => self.compute(&g, inputs, &mut out, 1)?,
+        }
+        Ok(vec![out])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_strides_nest_or_not() {
+        // [2, 3, 4] row-major: strides [12, 4, 1].
+        let d = [2, 3, 4];
+        let s = row_major_strides(&d);
+        assert_eq!(s, vec![12, 4, 1]);
+        assert_eq!(group_stride(&d, &s, &[1, 2]), Some(1));
+        assert_eq!(group_stride(&d, &s, &[0, 1]), Some(4));
+        assert_eq!(group_stride(&d, &s, &[2, 1]), None);
+        assert_eq!(group_stride(&d, &s, &[0, 2]), None);
+        assert_eq!(group_stride(&d, &s, &[]), Some(1));
+        // Size-1 axes are ignored: [3, 1, 4] axes (0, 2) nest.
+        let d = [3, 1, 4];
+        let s = row_major_strides(&d);
+        assert_eq!(group_stride(&d, &s, &[0, 2]), Some(1));
+        assert_eq!(axis_offsets(&d, &s, &[2, 0]), vec![0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]);
+    }
 }
