@@ -1,2 +1,92 @@
 //! Hand-written fused kernels (Softmax, LayerNorm, GELU, flash attention) used by the "jit"
 //! backend in place of the reference kernels.
+//!
+//! Every kernel works on f32 slices (callers convert half types through f32), has an AVX2+FMA
+//! path and a portable one, selected by [`FusedIsa`], and splits its rows over a rayon pool when
+//! the work is large enough. There is no AVX-512 path yet: CPUs with AVX-512 run the AVX2 code.
+//! See `docs/fused.md`.
+
+pub mod attention;
+pub mod gelu;
+pub mod layer_norm;
+pub mod softmax;
+pub mod vmath;
+
+pub use attention::{AttentionLayout, AttentionMask, AttentionParams, attention_f32};
+pub use gelu::gelu_f32;
+pub use layer_norm::layer_norm_f32;
+pub use softmax::softmax_f32;
+
+use rayon::prelude::*;
+
+use crate::kernels::gemm::{Isa, selected_isa};
+
+/// The code path a fused kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedIsa {
+    /// Portable Rust (whatever the compiler vectorises for the baseline target).
+    Generic,
+    /// x86-64 AVX2 + FMA, 8 f32 lanes. Only selected on CPUs that have both.
+    Avx2,
+}
+
+impl FusedIsa {
+    /// The path used by default: AVX2 when the GEMM dispatch selected AVX2 or AVX-512 (so the
+    /// same environment overrides apply: `TENSORJIT_DISABLE_AVX2=1` forces the portable path),
+    /// else generic.
+    pub fn selected() -> FusedIsa {
+        match selected_isa() {
+            Isa::Avx2 | Isa::Avx512 if Self::avx2_available() => FusedIsa::Avx2,
+            _ => FusedIsa::Generic,
+        }
+    }
+
+    /// Whether this CPU can run the AVX2 path.
+    pub fn avx2_available() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// `self`, lowered to generic if the CPU cannot run it.
+    pub(crate) fn checked(self) -> FusedIsa {
+        if self == FusedIsa::Avx2 && !Self::avx2_available() { FusedIsa::Generic } else { self }
+    }
+
+    /// A short lower-case name (`generic`, `avx2`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FusedIsa::Generic => "generic",
+            FusedIsa::Avx2 => "avx2",
+        }
+    }
+}
+
+/// Work (in rough element-operations) below which a kernel stays on the calling thread.
+const PAR_MIN_WORK: usize = 1 << 15;
+
+/// Splits `y` into chunks of whole `unit`-sized pieces and runs `f(first_unit, chunk)` on each,
+/// over `pool` when the total work (`cost_per_unit` per unit) is large enough, else in one call.
+pub(crate) fn for_units<F>(pool: Option<&rayon::ThreadPool>, y: &mut [f32], unit: usize, cost_per_unit: usize, f: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync + Send,
+{
+    let units = y.len().checked_div(unit).unwrap_or(0);
+    let threads = pool.map_or(1, |p| p.current_num_threads());
+    let work = units.saturating_mul(cost_per_unit.max(1));
+    match pool {
+        Some(p) if threads > 1 && units > 1 && work >= PAR_MIN_WORK => {
+            // About 4 tasks per thread, each with at least PAR_MIN_WORK / 4 work.
+            let by_threads = units.div_ceil(threads * 4);
+            let by_work = (PAR_MIN_WORK / 4).div_ceil(cost_per_unit.max(1));
+            let per = by_threads.max(by_work).max(1);
+            p.install(|| y.par_chunks_mut(per * unit).enumerate().for_each(|(i, c)| f(i * per, c)));
+        }
+        _ => f(0, y),
+    }
+}

@@ -1,12 +1,397 @@
-//! Fast kernels for fused nodes of the "jit" plan (see [`super::fast`]).
+//! Fast kernels for fused nodes of the "jit" plan (see [`super::fast`]): FusedSoftmax,
+//! FusedLayerNorm (trailing axes), FusedGelu and FusedScaledDotProductAttention on F32, BF16 and
+//! F16 (half types computed in f32 and rounded once), using [`crate::kernels::fused`]. Other
+//! dtypes (F64) and unusual forms (LayerNorm over non-trailing axes, dynamic shapes, shapes the
+//! reference kernel would reject) keep the reference kernel.
 
-use crate::error::Result;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+use crate::error::{Error, Result};
+use crate::ir::dtype::DType;
 use crate::ir::module::{Module, NodeId};
+use crate::ir::op::{AttentionLayout, Op};
+use crate::ir::shape::Shape;
+use crate::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast_strides};
+use crate::kernels::fused::{FusedIsa, attention_f32, gelu_f32, layer_norm_f32, softmax_f32};
+use crate::kernels::tensor::Tensor;
+use crate::runtime::aligned::AlignedBytes;
 
 use super::fast::FastKernel;
 
 /// The fast kernel for node `n`, if this module has one for it.
 pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel>>> {
-    let _ = (m, n);
-    Ok(None)
+    let node = m.node(n);
+    let shapes: Vec<&Shape> = node.inputs.iter().map(|&v| m.shape(v)).collect();
+    let outs: Vec<&Shape> = node.outputs.iter().map(|&v| m.shape(v)).collect();
+    if shapes.iter().chain(&outs).any(|s| s.is_dynamic()) || outs.len() != 1 || shapes.is_empty() {
+        return Ok(None);
+    }
+    let x = shapes[0];
+    if !is_f32_like(x.dtype) || outs[0].dtype != x.dtype {
+        return Ok(None);
+    }
+    let isa = FusedIsa::selected();
+    let kind = match &node.op {
+        Op::FusedSoftmax { axis } if *axis < x.rank() && shapes.len() == 1 => Kind::Softmax { axis: *axis },
+        Op::FusedGelu { exact } if shapes.len() == 1 => Kind::Gelu { exact: *exact },
+        Op::FusedLayerNorm { axes, epsilon, has_gamma, has_beta } => {
+            let rank = x.rank();
+            let k = axes.len();
+            let trailing = k > 0 && k <= rank && axes.iter().enumerate().all(|(i, &a)| a == rank - k + i);
+            let n_in = 1 + *has_gamma as usize + *has_beta as usize;
+            if !trailing || shapes.len() != n_in {
+                return Ok(None);
+            }
+            let n: usize = x.udims()[rank - k..].iter().product();
+            if shapes[1..].iter().any(|s| !is_f32_like(s.dtype) || s.num_elements() != n) {
+                return Ok(None);
+            }
+            Kind::LayerNorm { axes: k, epsilon: *epsilon, has_gamma: *has_gamma, has_beta: *has_beta }
+        }
+        Op::FusedScaledDotProductAttention { layout, scale, causal, has_mask, has_bias, has_seq_lens, .. } => {
+            let a = AttentionKind {
+                layout: *layout,
+                scale: *scale,
+                causal: *causal,
+                has_mask: *has_mask,
+                has_bias: *has_bias,
+                has_seq_lens: *has_seq_lens,
+            };
+            if !a.supported(&shapes, outs[0]) {
+                return Ok(None);
+            }
+            Kind::Attention(a)
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(Box::new(FusedKernel { kind, isa, dtype: x.dtype })))
+}
+
+fn is_f32_like(d: DType) -> bool {
+    matches!(d, DType::Float32 | DType::BFloat16 | DType::Float16)
+}
+
+#[derive(Clone, Copy, Debug)]
+struct AttentionKind {
+    layout: AttentionLayout,
+    scale: f64,
+    causal: bool,
+    has_mask: bool,
+    has_bias: bool,
+    has_seq_lens: bool,
+}
+
+/// `[B, H, S, D]` of a q/k/v shape.
+fn bhsd(layout: AttentionLayout, s: &Shape) -> Option<[usize; 4]> {
+    let d = s.udims();
+    (d.len() == 4).then(|| match layout {
+        AttentionLayout::Bhsd => [d[0], d[1], d[2], d[3]],
+        AttentionLayout::Bshd => [d[0], d[2], d[1], d[3]],
+    })
+}
+
+/// Places a rank 2–4 mask/bias on `[B, H, Sq, Skv]` (rank-3 masks are `[B, Sq, Skv]`, rank-3
+/// biases `[H, Sq, Skv]`), as the reference kernel does.
+fn place(s: &Shape, is_mask: bool) -> Option<[usize; 4]> {
+    let d = s.udims();
+    Some(match d.len() {
+        2 => [1, 1, d[0], d[1]],
+        3 if is_mask => [d[0], 1, d[1], d[2]],
+        3 => [1, d[0], d[1], d[2]],
+        4 => [d[0], d[1], d[2], d[3]],
+        _ => return None,
+    })
+}
+
+impl AttentionKind {
+    fn n_inputs(&self) -> usize {
+        3 + self.has_mask as usize + self.has_bias as usize + 2 * self.has_seq_lens as usize
+    }
+
+    /// Whether the fast kernel handles these operand shapes (else the reference kernel runs and
+    /// reports any error).
+    fn supported(&self, s: &[&Shape], out: &Shape) -> bool {
+        if s.len() != self.n_inputs() || s[1..3].iter().any(|x| x.dtype != s[0].dtype) {
+            return false;
+        }
+        let (Some(q), Some(k), Some(v)) = (bhsd(self.layout, s[0]), bhsd(self.layout, s[1]), bhsd(self.layout, s[2]))
+        else {
+            return false;
+        };
+        if k[0] != q[0] || v[0] != q[0] || k[3] != q[3] || v[1] != k[1] || v[2] != k[2] || k[1] == 0 || q[1] % k[1] != 0
+        {
+            return false;
+        }
+        if out.num_elements() != q[0] * q[1] * q[2] * v[3] {
+            return false;
+        }
+        let full = [q[0], q[1], q[2], k[2]];
+        let mut next = 3;
+        if self.has_mask {
+            let m = s[next];
+            next += 1;
+            if !(m.dtype == DType::Bool || is_f32_like(m.dtype)) {
+                return false;
+            }
+            if place(m, true).and_then(|d| broadcast_strides(d, full)).is_none() {
+                return false;
+            }
+        }
+        if self.has_bias {
+            let b = s[next];
+            next += 1;
+            if !is_f32_like(b.dtype) || place(b, false).and_then(|d| broadcast_strides(d, full)).is_none() {
+                return false;
+            }
+        }
+        if self.has_seq_lens {
+            for l in &s[next..next + 2] {
+                if !matches!(l.dtype, DType::Int32 | DType::Int64) || l.num_elements() != q[0] {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Softmax { axis: usize },
+    Gelu { exact: bool },
+    LayerNorm { axes: usize, epsilon: f64, has_gamma: bool, has_beta: bool },
+    Attention(AttentionKind),
+}
+
+struct FusedKernel {
+    kind: Kind,
+    isa: FusedIsa,
+    dtype: DType,
+}
+
+/// The values of a float tensor as f32 (borrowed for F32, converted for the half types).
+fn as_f32<'a>(name: &str, t: &'a Tensor) -> Result<Cow<'a, [f32]>> {
+    match t.shape.dtype {
+        DType::Float32 => Ok(Cow::Borrowed(t.typed::<f32>())),
+        DType::BFloat16 => {
+            let mut v = vec![0f32; t.len()];
+            t.typed::<bf16>().convert_to_f32_slice(&mut v);
+            Ok(Cow::Owned(v))
+        }
+        DType::Float16 => {
+            let mut v = vec![0f32; t.len()];
+            t.typed::<f16>().convert_to_f32_slice(&mut v);
+            Ok(Cow::Owned(v))
+        }
+        d => Err(Error::invalid(name, format!("operand {} has dtype {d}, expected F32, BF16 or F16", t.shape))),
+    }
+}
+
+/// Runs `f` on an f32 output buffer (zero-filled if `zero`, else of unspecified content that `f`
+/// must overwrite) and returns it as a tensor of `shape` (rounded once for the half types).
+fn with_output(name: &str, shape: &Shape, zero: bool, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<Tensor> {
+    let mut out = if zero || shape.dtype != DType::Float32 {
+        Tensor::zeros(shape.clone())
+    } else {
+        let bytes = shape.byte_size().unwrap_or(0);
+        Tensor { shape: shape.clone(), data: Arc::new(AlignedBytes::recycled(bytes)) }
+    };
+    match shape.dtype {
+        DType::Float32 => {
+            f(out.typed_mut::<f32>())?;
+        }
+        DType::BFloat16 => {
+            let mut v = vec![0f32; shape.num_elements()];
+            f(&mut v)?;
+            out.typed_mut::<bf16>().convert_from_f32_slice(&v);
+        }
+        DType::Float16 => {
+            let mut v = vec![0f32; shape.num_elements()];
+            f(&mut v)?;
+            out.typed_mut::<f16>().convert_from_f32_slice(&v);
+        }
+        d => return Err(Error::invalid(name, format!("output {shape} has dtype {d}, expected F32, BF16 or F16"))),
+    }
+    Ok(out)
+}
+
+fn seq_lens(name: &str, t: &Tensor, b: usize) -> Result<Vec<usize>> {
+    let v: Vec<i64> = match t.shape.dtype {
+        DType::Int32 => t.typed::<i32>().iter().map(|&x| x as i64).collect(),
+        DType::Int64 => t.typed::<i64>().to_vec(),
+        d => return Err(Error::invalid(name, format!("sequence length {} has dtype {d}, expected Int32", t.shape))),
+    };
+    if v.len() != b {
+        return Err(Error::invalid(name, format!("sequence length {} must hold one value per batch ({b})", t.shape)));
+    }
+    Ok(v.into_iter().map(|x| x.max(0) as usize).collect())
+}
+
+impl FusedKernel {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            Kind::Softmax { .. } => "FusedSoftmax",
+            Kind::Gelu { .. } => "FusedGelu",
+            Kind::LayerNorm { .. } => "FusedLayerNorm",
+            Kind::Attention(_) => "FusedScaledDotProductAttention",
+        }
+    }
+
+    fn attention(
+        &self,
+        a: &AttentionKind,
+        inputs: &[Tensor],
+        out: &Shape,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<Tensor> {
+        let name = self.name();
+        let s: Vec<&Shape> = inputs.iter().map(|t| &t.shape).collect();
+        if !a.supported(&s, out) {
+            return Err(Error::invalid(
+                name,
+                format!("operands {} / {} / {} do not match the compiled shapes", s[0], s[1], s[2]),
+            ));
+        }
+        let (qd, kd, vd) = (
+            bhsd(a.layout, s[0]).unwrap_or_default(),
+            bhsd(a.layout, s[1]).unwrap_or_default(),
+            bhsd(a.layout, s[2]).unwrap_or_default(),
+        );
+        let full = [qd[0], qd[1], qd[2], kd[2]];
+        let (q, k, v) = (as_f32(name, &inputs[0])?, as_f32(name, &inputs[1])?, as_f32(name, &inputs[2])?);
+        let mut next = 3;
+        let mut add_mask = None;
+        let mut bool_mask = None;
+        let mut mask_strides = [0; 4];
+        if a.has_mask {
+            let m = &inputs[next];
+            next += 1;
+            mask_strides = place(&m.shape, true).and_then(|d| broadcast_strides(d, full)).unwrap_or_default();
+            if m.shape.dtype == DType::Bool {
+                bool_mask = Some(m.typed::<bool>());
+            } else {
+                add_mask = Some(as_f32(name, m)?);
+            }
+        }
+        let mut bias = None;
+        let mut bias_strides = [0; 4];
+        if a.has_bias {
+            let b = &inputs[next];
+            next += 1;
+            bias_strides = place(&b.shape, false).and_then(|d| broadcast_strides(d, full)).unwrap_or_default();
+            bias = Some(as_f32(name, b)?);
+        }
+        let lens = if a.has_seq_lens {
+            let ql = seq_lens(name, &inputs[next], qd[0])?;
+            let kl = seq_lens(name, &inputs[next + 1], qd[0])?;
+            Some(ql.into_iter().zip(kl).collect::<Vec<_>>())
+        } else {
+            None
+        };
+        let mask = match (&bool_mask, &add_mask) {
+            (Some(m), _) => AttentionMask::Bool(m, mask_strides),
+            (None, Some(m)) => AttentionMask::Additive(m, mask_strides),
+            _ => AttentionMask::None,
+        };
+        let scale = if a.scale == 0.0 { 1.0 / (qd[3] as f64).sqrt() } else { a.scale };
+        let p = AttentionParams {
+            layout: a.layout,
+            batch: qd[0],
+            heads: qd[1],
+            kv_heads: kd[1],
+            seq_q: qd[2],
+            seq_kv: kd[2],
+            head_dim: qd[3],
+            v_dim: vd[3],
+            scale: scale as f32,
+            causal: a.causal,
+            mask,
+            bias: bias.as_deref().map(|b| (b, bias_strides)),
+            seq_lens: lens.as_deref(),
+        };
+        with_output(name, out, true, |y| {
+            if attention_f32(self.isa, &p, &q, &k, &v, y, pool) {
+                Ok(())
+            } else {
+                Err(Error::invalid(name, format!("operands {} / {} / {} are inconsistent", s[0], s[1], s[2])))
+            }
+        })
+    }
+}
+
+impl FastKernel for FusedKernel {
+    fn describe(&self) -> String {
+        let what = match self.kind {
+            Kind::Softmax { axis } => format!("softmax axis {axis}"),
+            Kind::Gelu { exact } => format!("gelu {}", if exact { "erf" } else { "tanh" }),
+            Kind::LayerNorm { axes, .. } => format!("layer norm over {axes} trailing axes"),
+            Kind::Attention(a) => format!("flash attention {:?}{}", a.layout, if a.causal { " causal" } else { "" }),
+        };
+        format!("fused {what} {} {}", self.dtype, self.isa.name())
+    }
+
+    fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        let name = self.name();
+        let (Some(out), Some(x)) = (out_shapes.first(), inputs.first()) else {
+            return Err(Error::invalid(name, "expected an operand and an output shape"));
+        };
+        if x.shape.dtype != self.dtype || out.dtype != self.dtype {
+            return Err(Error::invalid(
+                name,
+                format!("operand {} / output {out} differ from the compiled dtype", x.shape),
+            ));
+        }
+        let y = match self.kind {
+            Kind::Softmax { axis } => {
+                let dims = x.shape.udims();
+                if axis >= dims.len() || out.num_elements() != x.len() {
+                    return Err(Error::invalid(name, format!("axis {axis} out of range for {}", x.shape)));
+                }
+                let (outer, n, inner) = (dims[..axis].iter().product(), dims[axis], dims[axis + 1..].iter().product());
+                let xv = as_f32(name, x)?;
+                with_output(name, out, false, |y| {
+                    softmax_f32(self.isa, &xv, y, outer, n, inner, pool);
+                    Ok(())
+                })?
+            }
+            Kind::Gelu { exact } => {
+                if out.num_elements() != x.len() {
+                    return Err(Error::invalid(name, format!("output {out} does not match x {}", x.shape)));
+                }
+                let xv = as_f32(name, x)?;
+                with_output(name, out, false, |y| {
+                    gelu_f32(self.isa, &xv, y, exact, pool);
+                    Ok(())
+                })?
+            }
+            Kind::LayerNorm { axes, epsilon, has_gamma, has_beta } => {
+                let dims = x.shape.udims();
+                if axes > dims.len() || out.num_elements() != x.len() {
+                    return Err(Error::invalid(name, format!("axes do not fit x {}", x.shape)));
+                }
+                let n: usize = dims[dims.len() - axes..].iter().product();
+                let rows = x.len().checked_div(n).unwrap_or(0);
+                let param = |i: usize, what: &str| -> Result<Cow<'_, [f32]>> {
+                    let t = inputs.get(i).ok_or_else(|| Error::invalid(name, format!("missing {what} operand")))?;
+                    if t.len() != n {
+                        return Err(Error::invalid(name, format!("{what} {} must hold {n} values", t.shape)));
+                    }
+                    as_f32(name, t)
+                };
+                let g = if has_gamma { Some(param(1, "gamma")?) } else { None };
+                let b = if has_beta { Some(param(1 + has_gamma as usize, "beta")?) } else { None };
+                let xv = as_f32(name, x)?;
+                with_output(name, out, false, |y| {
+                    layer_norm_f32(self.isa, &xv, y, rows, n, epsilon, g.as_deref(), b.as_deref(), pool);
+                    Ok(())
+                })?
+            }
+            Kind::Attention(a) => self.attention(&a, inputs, out, pool)?,
+        };
+        Ok(vec![y])
+    }
 }

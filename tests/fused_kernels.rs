@@ -1,0 +1,779 @@
+//! Tests of the hand-written fused kernels (`tensorjit::kernels::fused`) and of their use by the
+//! "jit" backend: hand-computed values, special cases, and random shapes against the reference
+//! kernels (the project's oracle), on both the AVX2 and the portable path, plus end-to-end graphs
+//! compared with the "interp" backend (also in a child process with `TENSORJIT_DISABLE_AVX2=1`).
+//!
+//! Run with `cargo test --test fused_kernels` (add `--release` for speed).
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use tensorjit::api::AttentionConfig;
+use tensorjit::ir::op::{AttentionLayout, Op};
+use tensorjit::kernels::Tensor;
+use tensorjit::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast_strides};
+use tensorjit::kernels::fused::vmath::exp_f32;
+use tensorjit::kernels::fused::{FusedIsa, attention_f32, gelu_f32, layer_norm_f32, softmax_f32};
+use tensorjit::kernels::reference;
+use tensorjit::{Backend, Buffer, DType, Element, Shape};
+
+// ------------------------------------------------------------------------------------------------
+// Helpers.
+
+/// Deterministic pseudo-random numbers (64-bit LCG, top bits).
+struct Rng(u64);
+
+impl Rng {
+    fn next_u32(&mut self) -> u32 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) as u32
+    }
+    /// Uniform in [lo, hi).
+    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * (self.next_u32() as f32 / (1u64 << 31) as f32)
+    }
+    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+    fn below(&mut self, n: usize) -> usize {
+        self.next_u32() as usize % n
+    }
+}
+
+/// The ISA paths this machine can run.
+fn isas() -> Vec<FusedIsa> {
+    let mut v = vec![FusedIsa::Generic];
+    if FusedIsa::avx2_available() {
+        v.push(FusedIsa::Avx2);
+    }
+    v
+}
+
+fn tensor<T: Element>(dims: &[usize], v: &[T]) -> Tensor {
+    let d: Vec<i64> = dims.iter().map(|&x| x as i64).collect();
+    Tensor::from_vec(Shape::new(T::DTYPE, &d), v).expect("tensor")
+}
+
+/// The reference kernel's f32 result for `op` on `inputs`.
+fn reference_f32(op: &Op, inputs: &[Tensor], out_dims: &[usize]) -> Vec<f32> {
+    let d: Vec<i64> = out_dims.iter().map(|&x| x as i64).collect();
+    let out = Shape::new(inputs[0].shape.dtype, &d);
+    reference::eval(op, inputs, &[out]).expect("reference")[0].typed::<f32>().to_vec()
+}
+
+/// Asserts `|got − want| ≤ abs + rel·|want|` element-wise (NaN matches NaN, ∞ matches itself).
+#[track_caller]
+fn assert_close(what: &str, got: &[f32], want: &[f32], rel: f32, abs: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = if w.is_nan() || g.is_nan() {
+            w.is_nan() && g.is_nan()
+        } else if w.is_infinite() || g.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= abs + rel * w.abs()
+        };
+        assert!(ok, "{what}: element {i}: got {g:e}, want {w:e}");
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// exp.
+
+/// Maximum relative error of the vectorised exp against f64 `exp`, over every 64th f32 in
+/// [−87.3, 88.7] (normal results), on each path. Documented in docs/fused.md.
+#[test]
+fn exp_max_error() {
+    let mut xs = Vec::new();
+    for lo in [-87.3f32, 0.0] {
+        let hi = if lo < 0.0 { -0.0f32 } else { 88.7f32 };
+        // Walk the bit patterns of [0, |bound|] and add the sign.
+        let end = if lo < 0.0 { lo.abs().to_bits() } else { hi.to_bits() };
+        let mut b = 0u32;
+        while b <= end {
+            let v = f32::from_bits(b);
+            xs.push(if lo < 0.0 { -v } else { v });
+            b += 64;
+        }
+    }
+    for isa in isas() {
+        let mut y = vec![0f32; xs.len()];
+        exp_f32(isa, &xs, &mut y);
+        let mut worst = 0f64;
+        let mut worst_ulp = 0f64;
+        for (&x, &e) in xs.iter().zip(&y) {
+            let t = (x as f64).exp();
+            let rel = ((e as f64) - t).abs() / t;
+            worst = worst.max(rel);
+            let ulp = f32::from_bits((t as f32).to_bits() + 1) as f64 - (t as f32) as f64;
+            worst_ulp = worst_ulp.max(((e as f64) - t).abs() / ulp);
+        }
+        eprintln!("exp {}: {} points, max rel error {worst:.3e}, {worst_ulp:.2} ulp", isa.name(), xs.len());
+        assert!(worst < 2.5e-7, "{}: max relative error {worst:e}", isa.name());
+        // Special values.
+        let sp = [0.0f32, 1.0, f32::NEG_INFINITY, f32::INFINITY, f32::NAN, -200.0, 100.0, 88.8, -0.0];
+        let mut out = [0f32; 9];
+        exp_f32(isa, &sp, &mut out);
+        assert_eq!(out[0], 1.0);
+        assert!((out[1] - std::f32::consts::E).abs() <= 2.0 * f32::EPSILON * std::f32::consts::E);
+        assert_eq!(out[2], 0.0);
+        assert_eq!(out[3], f32::INFINITY);
+        assert!(out[4].is_nan());
+        assert_eq!(out[5], 0.0);
+        assert_eq!(out[6], f32::INFINITY);
+        assert_eq!(out[7], f32::INFINITY);
+        assert_eq!(out[8], 1.0);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Softmax.
+
+fn softmax_via(isa: FusedIsa, x: &[f32], dims: &[usize], axis: usize) -> Vec<f32> {
+    let outer = dims[..axis].iter().product();
+    let inner = dims[axis + 1..].iter().product();
+    let mut y = vec![0f32; x.len()];
+    softmax_f32(isa, x, &mut y, outer, dims[axis], inner, None);
+    y
+}
+
+#[test]
+fn softmax_hand_values_and_specials() {
+    // softmax(1, 2, 3) = e^k/(e + e² + e³) = 0.09003057317, 0.24472847105, 0.66524095577; shifting by
+    // 1000 changes nothing (stability).
+    let e = [0.090_030_57f32, 0.244_728_47, 0.665_240_96];
+    for isa in isas() {
+        let x = [1.0f32, 2.0, 3.0, 1000.0, 1001.0, 1002.0];
+        let y = softmax_via(isa, &x, &[2, 3], 1);
+        assert_close("softmax rows", &y, &[e, e].concat(), 3e-7, 0.0);
+        // Axis 0 of [[0, 0], [1, 1]]: each column is softmax(0, 1) = (1/(1+e), e/(1+e)).
+        let s = 1.0 / (1.0 + std::f32::consts::E);
+        let y = softmax_via(isa, &[0.0, 0.0, 1.0, 1.0], &[2, 2], 0);
+        assert_close("softmax axis 0", &y, &[s, s, 1.0 - s, 1.0 - s], 3e-7, 0.0);
+        // −∞ entries get 0; a lone finite value gets 1.
+        let y = softmax_via(isa, &[f32::NEG_INFINITY, 5.0, f32::NEG_INFINITY], &[3], 0);
+        assert_eq!(y, vec![0.0, 1.0, 0.0]);
+        // A row of only −∞, a row with NaN and a row with +∞ are NaN (as the reference: exp(NaN)).
+        for row in [[f32::NEG_INFINITY; 3], [1.0, f32::NAN, 2.0], [1.0, f32::INFINITY, 2.0]] {
+            let y = softmax_via(isa, &row, &[1, 3], 1);
+            assert!(y.iter().all(|v| v.is_nan()), "{row:?} → {y:?}");
+            let y = softmax_via(isa, &row, &[3, 1], 0);
+            assert!(y.iter().all(|v| v.is_nan()), "column {row:?} → {y:?}");
+        }
+        // Large equal values: uniform 1/n for a 17-long row (crosses the 8/16-lane loops).
+        let y = softmax_via(isa, &[3.0e38f32; 17], &[17], 0);
+        assert_close("uniform", &y, &[1.0 / 17.0; 17], 3e-7, 0.0);
+    }
+}
+
+#[test]
+fn softmax_random_vs_reference() {
+    let mut rng = Rng(1);
+    let shapes: &[(&[usize], usize)] = &[
+        (&[1], 0),
+        (&[7], 0),
+        (&[3, 8], 1),
+        (&[5, 13], 1),
+        (&[4, 33], 1),
+        (&[2, 1537], 1),
+        (&[6, 5], 0),
+        (&[3, 17, 9], 1),
+        (&[2, 3, 4, 5], 2),
+        (&[4, 8, 31], 0),
+        (&[1, 1, 1], 1),
+    ];
+    for (dims, axis) in shapes {
+        let n: usize = dims.iter().product();
+        let x = rng.vec(n, -30.0, 30.0);
+        let want = reference_f32(&Op::FusedSoftmax { axis: *axis }, &[tensor(dims, &x)], dims);
+        for isa in isas() {
+            let got = softmax_via(isa, &x, dims, *axis);
+            // exp ≤ 2 ulp, the sum of ≤ 1537 terms in f32 (8–16 lanes) and one division, plus the
+            // f32 rounding of x − max (half an ulp of |x − max| ≈ |ln y|, relative in exp).
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let tol = w * (2e-6 + 6e-8 * w.ln().abs());
+                assert!((g - w).abs() <= tol, "softmax {dims:?} axis {axis} {} [{i}]: {g:e} vs {w:e}", isa.name());
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// LayerNorm.
+
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_via(
+    isa: FusedIsa,
+    x: &[f32],
+    rows: usize,
+    n: usize,
+    eps: f64,
+    g: Option<&[f32]>,
+    b: Option<&[f32]>,
+) -> Vec<f32> {
+    let mut y = vec![0f32; x.len()];
+    layer_norm_f32(isa, x, &mut y, rows, n, eps, g, b, None);
+    y
+}
+
+#[test]
+fn layer_norm_hand_values() {
+    // Row [1, 2, 3, 4]: mean 2.5, var 1.25; y = (x − 2.5)/√(1.25 + 1e-5)·2 + 1. A constant row
+    // gives beta.
+    let s = (1.25f64 + 1e-5).sqrt();
+    let row: Vec<f32> = [-1.5f64, -0.5, 0.5, 1.5].iter().map(|d| (1.0 + 2.0 * d / s) as f32).collect();
+    for isa in isas() {
+        let y = layer_norm_via(
+            isa,
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 5.0, 5.0, 5.0],
+            2,
+            4,
+            1e-5,
+            Some(&[2.0; 4]),
+            Some(&[1.0; 4]),
+        );
+        assert_close("ln", &y[..4], &row, 2e-7, 0.0);
+        assert_eq!(&y[4..], &[1.0; 4]);
+        // Large mean: 1e4 + [−1, 1] has mean 1e4, var 1 → (−1, 1) with eps 0.
+        let y = layer_norm_via(isa, &[9999.0, 10001.0], 1, 2, 0.0, None, None);
+        assert_eq!(y, vec![-1.0, 1.0]);
+        // NaN in a row makes that row NaN.
+        let y = layer_norm_via(isa, &[1.0, f32::NAN, 3.0], 1, 3, 1e-5, None, None);
+        assert!(y.iter().all(|v| v.is_nan()));
+    }
+}
+
+#[test]
+fn layer_norm_random_vs_reference() {
+    let mut rng = Rng(2);
+    // (dims, number of trailing normalised axes, gamma, beta, offset of the data)
+    let cases: &[(&[usize], usize, bool, bool, f32)] = &[
+        (&[1, 1], 1, true, true, 0.0),
+        (&[3, 7], 1, true, true, 0.0),
+        (&[5, 768], 1, true, true, 0.0),
+        (&[2, 13], 1, false, true, 3.0),
+        (&[4, 31], 1, true, false, -50.0),
+        (&[2, 3, 5], 2, true, true, 0.0),
+        (&[3, 2, 9, 2], 3, false, false, 1000.0),
+        (&[9], 1, true, true, 0.0),
+    ];
+    for &(dims, k, hg, hb, off) in cases {
+        let n: usize = dims[dims.len() - k..].iter().product();
+        let len: usize = dims.iter().product();
+        let x: Vec<f32> = rng.vec(len, -2.0, 2.0).iter().map(|v| v + off).collect();
+        let g = rng.vec(n, -2.0, 2.0);
+        let b = rng.vec(n, -1.0, 1.0);
+        let pd: Vec<usize> = dims[dims.len() - k..].to_vec();
+        let mut inputs = vec![tensor(dims, &x)];
+        if hg {
+            inputs.push(tensor(&pd, &g));
+        }
+        if hb {
+            inputs.push(tensor(&pd, &b));
+        }
+        let axes: Vec<usize> = (dims.len() - k..dims.len()).collect();
+        let op = Op::FusedLayerNorm { axes, epsilon: 1e-5, has_gamma: hg, has_beta: hb };
+        let want = reference_f32(&op, &inputs, dims);
+        for isa in isas() {
+            let got = layer_norm_via(isa, &x, len / n, n, 1e-5, hg.then_some(&g[..]), hb.then_some(&b[..]));
+            // |y| ≲ 2·√n; a few f32 roundings of values of that size.
+            assert_close(&format!("ln {dims:?} {}", isa.name()), &got, &want, 1e-6, 2e-6);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// GELU.
+
+fn gelu_via(isa: FusedIsa, x: &[f32], exact: bool) -> Vec<f32> {
+    let mut y = vec![0f32; x.len()];
+    gelu_f32(isa, x, &mut y, exact, None);
+    y
+}
+
+#[test]
+fn gelu_hand_values_and_specials() {
+    for isa in isas() {
+        // Φ(1) = 0.8413447460685429, Φ(−1) = 0.15865525393145707; Φ(−3) = 0.0013498980316301;
+        // tanh form at 1: ½(1 + tanh(√(2/π)·1.044715)) = 0.8411919906082768.
+        let y = gelu_via(isa, &[1.0, 0.0, -1.0, -3.0, 2.0, 3.0, -2.0, -0.5, 0.5], true);
+        let want = [
+            0.841_344_7f32,
+            0.0,
+            -0.158_655_25,
+            -3.0 * 0.001_349_898,
+            2.0 * 0.977_249_87,
+            3.0 * 0.998_650_1,
+            -2.0 * 0.022_750_132,
+            -0.5 * 0.308_537_54,
+            0.5 * 0.691_462_46,
+        ];
+        assert_close("gelu erf", &y, &want, 4e-7, 0.0);
+        let y = gelu_via(isa, &[1.0, 0.0], false);
+        assert_close("gelu tanh", &y, &[0.841_192, 0.0], 3e-7, 0.0);
+        for exact in [true, false] {
+            let y = gelu_via(isa, &[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -100.0, 100.0, 1e30], exact);
+            assert_eq!(y[0], f32::INFINITY);
+            assert!(y[1].is_nan() && y[2].is_nan(), "−∞·0 and NaN give NaN: {y:?}");
+            assert_eq!(y[3], 0.0);
+            assert_eq!(y[4], 100.0);
+            assert_eq!(y[5], 1e30);
+        }
+    }
+}
+
+#[test]
+fn gelu_random_vs_reference() {
+    let mut rng = Rng(3);
+    for n in [1usize, 7, 8, 13, 1000, 4099] {
+        let mut x = rng.vec(n, -12.0, 12.0);
+        if n > 3 {
+            x[0] = 0.0;
+            x[1] = -5.5;
+            x[2] = 7.0;
+        }
+        for exact in [true, false] {
+            let want = reference_f32(&Op::FusedGelu { exact }, &[tensor(&[n], &x)], &[n]);
+            for isa in isas() {
+                let got = gelu_via(isa, &x, exact);
+                // Relative accuracy ≲ 2e-6 where the reference is representable (below 1e-17 the
+                // reference's 1 + erf(x/√2) rounds to 0 in f64, so allow that absolutely). The
+                // tanh form rounds its exp argument 2u ≈ 0.07·x³ in f32: relative ≈ 6e-8·|2u|.
+                for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    let xi = x[i];
+                    let two_u = 1.6 * (xi + 0.044715 * xi * xi * xi);
+                    let rel = if exact { 2e-6 } else { 2e-6 + 1.2e-7 * two_u.abs() };
+                    let ok = (g - w).abs() <= 1e-15 + rel * w.abs();
+                    assert!(ok, "gelu x={xi} exact={exact} {}: {g:e} vs {w:e}", isa.name());
+                }
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Attention.
+
+#[derive(Clone, Debug)]
+struct AttCase {
+    layout: AttentionLayout,
+    b: usize,
+    h: usize,
+    hkv: usize,
+    sq: usize,
+    skv: usize,
+    d: usize,
+    dv: usize,
+    scale: f64,
+    causal: bool,
+    /// 0: none, 1: bool [Sq, Skv], 2: bool [B, H, Sq, Skv], 3: additive [B, Sq, Skv], 4: additive
+    /// [Sq, Skv] with −∞ holes.
+    mask: u8,
+    /// 0: none, 1: [H, Sq, Skv], 2: [Sq, Skv]
+    bias: u8,
+    lens: Option<Vec<(usize, usize)>>,
+}
+
+impl AttCase {
+    fn dims(&self, heads: usize, seq: usize, dim: usize) -> Vec<usize> {
+        match self.layout {
+            AttentionLayout::Bhsd => vec![self.b, heads, seq, dim],
+            AttentionLayout::Bshd => vec![self.b, seq, heads, dim],
+        }
+    }
+}
+
+/// Runs the case through the fused kernel (on `isa`) and the reference kernel; returns both.
+fn attention_pair(c: &AttCase, isa: FusedIsa, rng: &mut Rng, amp: f32) -> (Vec<f32>, Vec<f32>) {
+    let (qd, kd, vd) = (c.dims(c.h, c.sq, c.d), c.dims(c.hkv, c.skv, c.d), c.dims(c.hkv, c.skv, c.dv));
+    let q = rng.vec(qd.iter().product(), -amp, amp);
+    let k = rng.vec(kd.iter().product(), -amp, amp);
+    let v = rng.vec(vd.iter().product(), -1.0, 1.0);
+    let mut inputs = vec![tensor(&qd, &q), tensor(&kd, &k), tensor(&vd, &v)];
+    let full = [c.b, c.h, c.sq, c.skv];
+    let (mut bool_m, mut add_m, mut mdims4) = (Vec::new(), Vec::new(), [1usize; 4]);
+    match c.mask {
+        0 => {}
+        1 | 2 => {
+            let md: Vec<usize> = if c.mask == 1 { vec![c.sq, c.skv] } else { vec![c.b, c.h, c.sq, c.skv] };
+            mdims4 = if c.mask == 1 { [1, 1, c.sq, c.skv] } else { full };
+            bool_m = (0..md.iter().product()).map(|_| rng.below(4) != 0).collect();
+            inputs.push(tensor(&md, &bool_m));
+        }
+        3 => {
+            mdims4 = [c.b, 1, c.sq, c.skv];
+            add_m = rng.vec(c.b * c.sq * c.skv, -3.0, 3.0);
+            inputs.push(tensor(&[c.b, c.sq, c.skv], &add_m));
+        }
+        _ => {
+            mdims4 = [1, 1, c.sq, c.skv];
+            add_m = (0..c.sq * c.skv).map(|_| if rng.below(3) == 0 { f32::NEG_INFINITY } else { 0.0 }).collect();
+            // Row 0 fully masked.
+            add_m[..c.skv].fill(f32::NEG_INFINITY);
+            inputs.push(tensor(&[c.sq, c.skv], &add_m));
+        }
+    }
+    let (mut bias, mut bdims4) = (Vec::new(), [1usize; 4]);
+    if c.bias != 0 {
+        let bd: Vec<usize> = if c.bias == 1 { vec![c.h, c.sq, c.skv] } else { vec![c.sq, c.skv] };
+        bdims4 = if c.bias == 1 { [1, c.h, c.sq, c.skv] } else { [1, 1, c.sq, c.skv] };
+        bias = rng.vec(bd.iter().product(), -2.0, 2.0);
+        inputs.push(tensor(&bd, &bias));
+    }
+    if let Some(l) = &c.lens {
+        let ql: Vec<i32> = l.iter().map(|p| p.0 as i32).collect();
+        let kl: Vec<i32> = l.iter().map(|p| p.1 as i32).collect();
+        inputs.push(tensor(&[c.b], &ql));
+        inputs.push(tensor(&[c.b], &kl));
+    }
+    let op = Op::FusedScaledDotProductAttention {
+        layout: c.layout,
+        scale: c.scale,
+        causal: c.causal,
+        has_mask: c.mask != 0,
+        has_bias: c.bias != 0,
+        has_seq_lens: c.lens.is_some(),
+        quantized_matmuls: false,
+    };
+    let od = c.dims(c.h, c.sq, c.dv);
+    let want = reference_f32(&op, &inputs, &od);
+    let ms = broadcast_strides(mdims4, full).expect("mask strides");
+    let mask = match c.mask {
+        0 => AttentionMask::None,
+        1 | 2 => AttentionMask::Bool(&bool_m, ms),
+        _ => AttentionMask::Additive(&add_m, ms),
+    };
+    let p = AttentionParams {
+        layout: c.layout,
+        batch: c.b,
+        heads: c.h,
+        kv_heads: c.hkv,
+        seq_q: c.sq,
+        seq_kv: c.skv,
+        head_dim: c.d,
+        v_dim: c.dv,
+        scale: if c.scale == 0.0 { 1.0 / (c.d as f32).sqrt() } else { c.scale as f32 },
+        causal: c.causal,
+        mask,
+        bias: (c.bias != 0).then(|| (&bias[..], broadcast_strides(bdims4, full).expect("bias strides"))),
+        seq_lens: c.lens.as_deref(),
+    };
+    let mut got = vec![0f32; od.iter().product()];
+    assert!(attention_f32(isa, &p, &q, &k, &v, &mut got, None), "attention_f32 rejected {c:?}");
+    (got, want)
+}
+
+fn base_case() -> AttCase {
+    AttCase {
+        layout: AttentionLayout::Bhsd,
+        b: 1,
+        h: 1,
+        hkv: 1,
+        sq: 1,
+        skv: 1,
+        d: 1,
+        dv: 1,
+        scale: 1.0,
+        causal: false,
+        mask: 0,
+        bias: 0,
+        lens: None,
+    }
+}
+
+#[test]
+fn attention_hand_values() {
+    for isa in isas() {
+        let run = |c: &AttCase, q: &[f32], k: &[f32], v: &[f32], mask: AttentionMask<'_>| -> Vec<f32> {
+            let p = AttentionParams {
+                layout: c.layout,
+                batch: c.b,
+                heads: c.h,
+                kv_heads: c.hkv,
+                seq_q: c.sq,
+                seq_kv: c.skv,
+                head_dim: c.d,
+                v_dim: c.dv,
+                scale: c.scale as f32,
+                causal: c.causal,
+                mask,
+                bias: None,
+                seq_lens: c.lens.as_deref(),
+            };
+            let mut out = vec![0f32; c.b * c.h * c.sq * c.dv];
+            assert!(attention_f32(isa, &p, q, k, v, &mut out, None));
+            out
+        };
+        // q = k = 1, v = (10, 20), scale 1, causal → (10, 15) in both layouts (spec §7).
+        for layout in [AttentionLayout::Bhsd, AttentionLayout::Bshd] {
+            let c = AttCase { layout, sq: 2, skv: 2, causal: true, ..base_case() };
+            assert_eq!(run(&c, &[1.0, 1.0], &[1.0, 1.0], &[10.0, 20.0], AttentionMask::None), vec![10.0, 15.0]);
+        }
+        // Bool mask [T, F] → 10; all-false → 0 (fully masked row).
+        let c = AttCase { skv: 2, ..base_case() };
+        let st = broadcast_strides([1, 1, 1, 2], [1, 1, 1, 2]).unwrap();
+        assert_eq!(run(&c, &[1.0], &[1.0, 1.0], &[10.0, 20.0], AttentionMask::Bool(&[true, false], st)), vec![10.0]);
+        assert_eq!(run(&c, &[1.0], &[1.0, 1.0], &[10.0, 20.0], AttentionMask::Bool(&[false, false], st)), vec![0.0]);
+        let ninf = [f32::NEG_INFINITY; 2];
+        assert_eq!(run(&c, &[1.0], &[1.0, 1.0], &[10.0, 20.0], AttentionMask::Additive(&ninf, st)), vec![0.0]);
+        // Sequence lengths: batch 0 (q_len 1, kv_len 1), batch 1 (2, 2) → [10, 0, 40, 40].
+        let c = AttCase { b: 2, sq: 2, skv: 2, lens: Some(vec![(1, 1), (2, 2)]), ..base_case() };
+        assert_eq!(
+            run(&c, &[1.0; 4], &[1.0; 4], &[10.0, 20.0, 30.0, 50.0], AttentionMask::None),
+            vec![10.0, 0.0, 40.0, 40.0]
+        );
+        // GQA: 2 query heads share 1 kv head, scale 1/√2: head 0 scores (1/√2, 0), p0 = 1/(1+e^(−1/√2)).
+        let c = AttCase { h: 2, hkv: 1, skv: 2, d: 2, dv: 2, scale: std::f64::consts::FRAC_1_SQRT_2, ..base_case() };
+        let out = run(&c, &[1.0, 0.0, 0.0, 1.0], &[1.0, 0.0, 0.0, 1.0], &[1.0, 0.0, 0.0, 1.0], AttentionMask::None);
+        let p = (1.0 / (1.0 + (-std::f64::consts::FRAC_1_SQRT_2).exp())) as f32;
+        assert_close("gqa", &out, &[p, 1.0 - p, 1.0 - p, p], 3e-7, 0.0);
+        // Causal with Sq = 3 > Skv = 2 (top-left): rows see keys {0}, {0, 1}, {0, 1}.
+        let c = AttCase { sq: 3, skv: 2, causal: true, ..base_case() };
+        assert_eq!(run(&c, &[0.0; 3], &[0.0; 2], &[2.0, 4.0], AttentionMask::None), vec![2.0, 3.0, 3.0]);
+    }
+}
+
+#[test]
+fn attention_random_vs_reference() {
+    let mut rng = Rng(4);
+    let l = |layout| AttCase { layout, ..base_case() };
+    let mut cases = Vec::new();
+    for layout in [AttentionLayout::Bhsd, AttentionLayout::Bshd] {
+        cases.extend([
+            AttCase { b: 2, h: 3, hkv: 3, sq: 5, skv: 7, d: 8, dv: 8, ..l(layout) },
+            AttCase { b: 1, h: 4, hkv: 2, sq: 13, skv: 13, d: 16, dv: 5, scale: 0.0, causal: true, ..l(layout) },
+            AttCase { b: 2, h: 6, hkv: 2, sq: 37, skv: 70, d: 12, dv: 12, causal: true, mask: 1, ..l(layout) },
+            AttCase { b: 2, h: 2, hkv: 1, sq: 70, skv: 37, d: 9, dv: 11, causal: true, bias: 1, ..l(layout) },
+            AttCase { b: 3, h: 2, hkv: 2, sq: 33, skv: 130, d: 64, dv: 64, mask: 3, bias: 2, scale: 0.0, ..l(layout) },
+            AttCase { b: 2, h: 3, hkv: 1, sq: 40, skv: 150, d: 7, dv: 3, mask: 2, ..l(layout) },
+            AttCase { b: 1, h: 2, hkv: 2, sq: 67, skv: 67, d: 31, dv: 17, mask: 4, causal: true, ..l(layout) },
+            AttCase {
+                b: 3,
+                h: 2,
+                hkv: 1,
+                sq: 45,
+                skv: 90,
+                d: 20,
+                dv: 20,
+                lens: Some(vec![(45, 90), (10, 3), (0, 50)]),
+                mask: 1,
+                ..l(layout)
+            },
+            AttCase { b: 1, h: 1, hkv: 1, sq: 1, skv: 1, d: 1, dv: 1, ..l(layout) },
+        ]);
+    }
+    for c in &cases {
+        for isa in isas() {
+            for amp in [1.0f32, 4.0] {
+                let (got, want) = attention_pair(c, isa, &mut rng, amp);
+                // Outputs are weighted means of v ∈ [−1, 1]: their error follows the f32 error of
+                // the scores (d products of size amp², summed in f32).
+                let abs = 2e-6 + 5e-8 * amp * amp * c.d as f32;
+                assert_close(&format!("attention {c:?} {} amp {amp}", isa.name()), &got, &want, 2e-5, abs);
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_long_sequence_online_softmax() {
+    // 513 keys (9 key tiles), large scores (amp 6, d 64, scale 1: |s| up to ~2000) so the running
+    // max moves between tiles, plus causal.
+    let mut rng = Rng(5);
+    for isa in isas() {
+        for causal in [false, true] {
+            let c = AttCase { b: 1, h: 2, hkv: 1, sq: 65, skv: 513, d: 64, dv: 64, causal, ..base_case() };
+            let (got, want) = attention_pair(&c, isa, &mut rng, 6.0);
+            assert_close(&format!("long {causal} {}", isa.name()), &got, &want, 1e-4, 1e-4);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// End to end on "jit" vs "interp".
+
+fn backends() -> &'static (Arc<dyn Backend>, Arc<dyn Backend>) {
+    static B: std::sync::OnceLock<(Arc<dyn Backend>, Arc<dyn Backend>)> = std::sync::OnceLock::new();
+    B.get_or_init(|| {
+        let jit = tensorjit::runtime::jit::JitBackend::constructor("parallelism=2").expect("jit");
+        let interp = tensorjit::new_with_config("interp").expect("interp");
+        (jit, interp)
+    })
+}
+
+type Graph = dyn Fn(&tensorjit::Function, &[tensorjit::Value]) -> tensorjit::Result<Vec<tensorjit::Value>>;
+
+/// Builds `graph` over parameters of `shapes` on both backends, runs it on `inputs`, returns the
+/// (jit, interp) outputs as f32.
+fn both(shapes: &[Shape], inputs: &[Buffer], graph: &Graph) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let (jit, interp) = backends();
+    let run = |b: &Arc<dyn Backend>| -> Vec<Vec<f32>> {
+        let builder = b.builder("fused");
+        let f = builder.main();
+        let params: Vec<tensorjit::Value> =
+            shapes.iter().enumerate().map(|(i, s)| f.parameter(&format!("p{i}"), s.clone()).expect("param")).collect();
+        let outs = graph(&f, &params).expect("graph");
+        f.return_(&outs).expect("return");
+        let e = builder.compile().expect("compile");
+        let refs: Vec<&Buffer> = inputs.iter().collect();
+        e.execute(&refs, &[])
+            .expect("execute")
+            .iter()
+            .map(|o| match o.shape().dtype {
+                DType::Float32 => o.to_vec::<f32>().expect("f32"),
+                DType::BFloat16 => o.to_vec::<bf16>().expect("bf16").iter().map(|v| v.to_f32()).collect(),
+                DType::Float16 => o.to_vec::<f16>().expect("f16").iter().map(|v| v.to_f32()).collect(),
+                d => panic!("unexpected dtype {d}"),
+            })
+            .collect()
+    };
+    (run(jit), run(interp))
+}
+
+fn buf_f32(v: &[f32], dims: &[usize], dt: DType) -> Buffer {
+    match dt {
+        DType::Float32 => Buffer::from_slice(v, dims).expect("buffer"),
+        DType::BFloat16 => {
+            Buffer::from_slice(&v.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>(), dims).expect("buffer")
+        }
+        _ => Buffer::from_slice(&v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>(), dims).expect("buffer"),
+    }
+}
+
+fn shape(dt: DType, dims: &[usize]) -> Shape {
+    Shape::new(dt, &dims.iter().map(|&d| d as i64).collect::<Vec<_>>())
+}
+
+/// Tolerance of one result: f32 as the kernel tests, half types one rounding step apart.
+fn tol(dt: DType) -> (f32, f32) {
+    match dt {
+        DType::Float32 => (2e-5, 2e-6),
+        DType::BFloat16 => (1.0 / 128.0, 1e-6),
+        _ => (1.0 / 1024.0, 1e-6),
+    }
+}
+
+#[test]
+fn jit_end_to_end_matches_interp() {
+    let mut rng = Rng(6);
+    for dt in [DType::Float32, DType::BFloat16, DType::Float16] {
+        let (rel, abs) = tol(dt);
+        // Softmax (last axis and axis 0), GELU both forms, LayerNorm with gamma/beta.
+        let dims = [37usize, 129];
+        let x = rng.vec(37 * 129, -8.0, 8.0);
+        let g = rng.vec(129, 0.5, 1.5);
+        let bt = rng.vec(129, -0.5, 0.5);
+        let inputs = [buf_f32(&x, &dims, dt), buf_f32(&g, &[129], dt), buf_f32(&bt, &[129], dt)];
+        let shapes = [shape(dt, &dims), shape(dt, &[129]), shape(dt, &[129])];
+        // Softmax and LayerNorm are F32/F64 ops (§5); GELU takes the half types too.
+        let (a, b) = both(&shapes, &inputs, &|f, p| {
+            let mut outs = vec![f.fused_gelu(p[0], true)?, f.fused_gelu(p[0], false)?];
+            if f.shape(p[0])?.dtype == DType::Float32 {
+                outs.extend([
+                    f.fused_softmax(p[0], 1)?,
+                    f.fused_softmax(p[0], 0)?,
+                    f.fused_layer_norm(p[0], &[-1], 1e-5, Some(p[1]), Some(p[2]))?,
+                    f.fused_layer_norm(p[0], &[1], 1e-3, None, None)?,
+                ]);
+            }
+            Ok(outs)
+        });
+        assert_eq!(a.len(), if dt == DType::Float32 { 6 } else { 2 });
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_close(&format!("{dt} output {i}"), x, y, rel, abs);
+        }
+        // Attention: BSHD, GQA, causal, bool mask, per-batch lengths.
+        let (bb, s, h, hkv, d) = (2usize, 40usize, 4usize, 2usize, 16usize);
+        let q = rng.vec(bb * s * h * d, -1.0, 1.0);
+        let k = rng.vec(bb * s * hkv * d, -1.0, 1.0);
+        let v = rng.vec(bb * s * hkv * d, -1.0, 1.0);
+        let mask: Vec<bool> = (0..s * s).map(|_| rng.below(5) != 0).collect();
+        let inputs = [
+            buf_f32(&q, &[bb, s, h, d], dt),
+            buf_f32(&k, &[bb, s, hkv, d], dt),
+            buf_f32(&v, &[bb, s, hkv, d], dt),
+            Buffer::from_slice(&mask, &[s, s]).expect("mask"),
+            Buffer::from_slice(&[40i32, 17], &[2]).expect("ql"),
+            Buffer::from_slice(&[40i32, 23], &[2]).expect("kl"),
+        ];
+        let shapes = [
+            shape(dt, &[bb, s, h, d]),
+            shape(dt, &[bb, s, hkv, d]),
+            shape(dt, &[bb, s, hkv, d]),
+            shape(DType::Bool, &[s, s]),
+            shape(DType::Int32, &[2]),
+            shape(DType::Int32, &[2]),
+        ];
+        let (a, b) = both(&shapes, &inputs, &|f, p| {
+            let cfg = AttentionConfig {
+                scale: 0.0,
+                causal: true,
+                mask: Some(p[3]),
+                bias: None,
+                seq_lens: Some((p[4], p[5])),
+                quantized_matmuls: false,
+            };
+            Ok(vec![f.fused_scaled_dot_product_attention(p[0], p[1], p[2], AttentionLayout::Bshd, &cfg)?.0])
+        });
+        assert_close(&format!("{dt} attention"), &a[0], &b[0], rel, abs);
+    }
+}
+
+/// The plan of a compiled fused graph names the fast kernels (and the path from the environment).
+#[test]
+fn jit_plan_uses_fused_kernels() {
+    let dir = std::env::temp_dir().join(format!("tensorjit-fused-plan-{}", std::process::id()));
+    let jit = tensorjit::runtime::jit::JitBackend::constructor(&format!("dump={}", dir.display())).expect("jit");
+    let builder = jit.builder("plan");
+    let f = builder.main();
+    let x = f.parameter("x", Shape::new(DType::Float32, &[4, 16])).expect("x");
+    let q = f.parameter("q", Shape::new(DType::Float32, &[1, 2, 8, 4])).expect("q");
+    let outs = vec![
+        f.fused_softmax(x, 1).expect("softmax"),
+        f.fused_gelu(x, true).expect("gelu"),
+        f.fused_layer_norm(x, &[1], 1e-5, None, None).expect("ln"),
+        f.fused_scaled_dot_product_attention(q, q, q, AttentionLayout::Bhsd, &AttentionConfig::default())
+            .expect("att")
+            .0,
+    ];
+    f.return_(&outs).expect("return");
+    builder.compile().expect("compile");
+    let mut plan = String::new();
+    for e in std::fs::read_dir(&dir).expect("dump dir").flatten() {
+        let p = e.path().join("plan.txt");
+        if let Ok(s) = std::fs::read_to_string(if e.path().is_dir() { p } else { e.path() }) {
+            plan.push_str(&s);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let want_isa = if std::env::var("TENSORJIT_DISABLE_AVX2").is_ok_and(|v| !v.is_empty() && v != "0")
+        || !FusedIsa::avx2_available()
+    {
+        "generic"
+    } else {
+        "avx2"
+    };
+    for what in ["fused softmax", "fused gelu erf", "fused layer norm", "fused flash attention"] {
+        assert!(plan.contains(what), "plan lacks {what:?}:\n{plan}");
+    }
+    assert!(plan.contains(&format!("Float32 {want_isa}")), "plan does not use the {want_isa} path:\n{plan}");
+}
+
+/// Reruns the end-to-end tests in a child process with `TENSORJIT_DISABLE_AVX2=1` (portable path).
+#[test]
+fn jit_generic_path_in_child_process() {
+    if std::env::var_os("TENSORJIT_DISABLE_AVX2").is_some() {
+        return; // already the child
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    for test in ["jit_end_to_end_matches_interp", "jit_plan_uses_fused_kernels"] {
+        let out = std::process::Command::new(&exe)
+            .args(["--exact", test, "--test-threads=1"])
+            .env("TENSORJIT_DISABLE_AVX2", "1")
+            .output()
+            .expect("run child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "child {test} failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("1 passed"), "child did not run {test}:\n{text}");
+    }
+}
