@@ -6,25 +6,35 @@
 //! times or not at all, so hoisting across functions is not done here).
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use crate::error::Result;
-use crate::ir::module::{Module, ValueId};
+use crate::ir::module::{Module, NodeId, ValueId};
 use crate::ir::op::Op;
 use crate::passes::rewrite::{remove_from_body, replace_all_uses};
+
+/// What makes two nodes equal: op with attributes, operands, output shapes.
+type Key = (String, Vec<ValueId>, String);
 
 /// Runs CSE; returns whether anything was merged.
 pub fn run(m: &mut Module) -> Result<bool> {
     let mut changed = false;
     for f in 0..m.functions.len() {
-        let mut seen: HashMap<(String, Vec<ValueId>, String), Vec<ValueId>> = HashMap::new();
+        let mut seen: HashMap<Key, (NodeId, Vec<ValueId>)> = HashMap::new();
         let body = m.functions[f].body.clone();
         for n in body {
             let node = &m.nodes[n.index()];
-            // The op's Debug form holds every attribute (and, for constants, the data); the
-            // output shapes tell constants of equal bytes but different dims apart.
+            // The op's Debug form holds every attribute; constants are keyed by the length and a
+            // hash of their bytes (never a text form of the payload: weights can be hundreds of
+            // megabytes) and compared byte for byte on a match. The output shapes tell constants
+            // of equal bytes but different dims apart.
             let shapes = node.outputs.iter().map(|&o| format!("{}", m.shape(o))).collect::<Vec<_>>().join(";");
             let key_op = match &node.op {
-                Op::Constant(c) => format!("const{:?}", c.0),
+                Op::Constant(c) => {
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    c.0.as_slice().hash(&mut h);
+                    format!("const#{}#{:016x}", c.0.len(), h.finish())
+                }
                 op => format!("{op:?}"),
             };
             // Canonicalise operand order of commutative ops so `a+b` and `b+a` merge.
@@ -39,8 +49,12 @@ pub fn run(m: &mut Module) -> Result<bool> {
                 }
             }
             let key = (key_op, inputs, shapes);
-            match seen.get(&key) {
-                Some(prev) => {
+            let same_payload = |prev: NodeId| match (&m.nodes[prev.index()].op, &node.op) {
+                (Op::Constant(a), Op::Constant(b)) => a.0 == b.0,
+                _ => true,
+            };
+            match seen.get(&key).filter(|(pn, _)| same_payload(*pn)) {
+                Some((_, prev)) => {
                     let outs = node.outputs.clone();
                     for (o, p) in outs.into_iter().zip(prev.clone()) {
                         replace_all_uses(m, o, p);
@@ -49,7 +63,7 @@ pub fn run(m: &mut Module) -> Result<bool> {
                     changed = true;
                 }
                 None => {
-                    seen.insert(key, node.outputs.clone());
+                    seen.entry(key).or_insert((n, node.outputs.clone()));
                 }
             }
         }

@@ -2,7 +2,9 @@
 //! that recycles large allocations.
 //!
 //! # The pool
-//! Dropping an [`AlignedBytes`] of at least [`POOL_MIN_BYTES`] hands its allocation to a
+//! Dropping an [`AlignedBytes`] made by [`AlignedBytes::zeroed`] or [`AlignedBytes::recycled`]
+//! (the runtime's allocations; copies made by `from_bytes`/`from_slice`, such as a caller's input
+//! or a builder's constant, are freed normally) of at least [`POOL_MIN_BYTES`] hands its allocation to a
 //! process-wide pool (up to `TENSORJIT_POOL_MB` megabytes in all, default 1024; `0` disables it)
 //! instead of freeing it. [`AlignedBytes::zeroed`] and [`AlignedBytes::recycled`] of the same
 //! size take it back, so an executable run in a loop reuses warm, already-mapped pages rather
@@ -69,12 +71,14 @@ pub fn release_pool() {
 pub struct AlignedBytes {
     lines: Vec<Line>,
     len: usize,
+    /// Whether dropping hands the allocation to the pool.
+    pooled: bool,
 }
 
 impl Drop for AlignedBytes {
     fn drop(&mut self) {
         let n = self.lines.len();
-        if n * ALIGN < POOL_MIN_BYTES || self.lines.capacity() != n {
+        if !self.pooled || n * ALIGN < POOL_MIN_BYTES || self.lines.capacity() != n {
             return;
         }
         let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
@@ -99,10 +103,15 @@ impl AlignedBytes {
         match take_pooled(n) {
             Some(mut lines) => {
                 lines.fill(Line([0; ALIGN]));
-                AlignedBytes { lines, len }
+                AlignedBytes { lines, len, pooled: true }
             }
-            None => AlignedBytes { lines: vec![Line([0; ALIGN]); n], len },
+            None => AlignedBytes { lines: vec![Line([0; ALIGN]); n], len, pooled: true },
         }
+    }
+
+    /// `len` zero bytes that are freed normally when dropped (never pooled).
+    fn unpooled(len: usize) -> AlignedBytes {
+        AlignedBytes { lines: vec![Line([0; ALIGN]); len.div_ceil(ALIGN)], len, pooled: false }
     }
 
     /// `len` bytes of unspecified (but initialised) content: a pooled allocation as its last
@@ -110,21 +119,21 @@ impl AlignedBytes {
     pub fn recycled(len: usize) -> AlignedBytes {
         let n = len.div_ceil(ALIGN);
         match take_pooled(n) {
-            Some(lines) => AlignedBytes { lines, len },
-            None => AlignedBytes { lines: vec![Line([0; ALIGN]); n], len },
+            Some(lines) => AlignedBytes { lines, len, pooled: true },
+            None => AlignedBytes { lines: vec![Line([0; ALIGN]); n], len, pooled: true },
         }
     }
 
     /// A copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> AlignedBytes {
-        let mut a = AlignedBytes::zeroed(bytes.len());
+        let mut a = AlignedBytes::unpooled(bytes.len());
         a.as_bytes_mut().copy_from_slice(bytes);
         a
     }
 
     /// A copy of a typed slice.
     pub fn from_slice<T: Element>(data: &[T]) -> AlignedBytes {
-        let mut a = AlignedBytes::zeroed(std::mem::size_of_val(data));
+        let mut a = AlignedBytes::unpooled(std::mem::size_of_val(data));
         a.typed_mut::<T>().copy_from_slice(data);
         a
     }
