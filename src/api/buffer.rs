@@ -49,6 +49,13 @@ impl Buffer {
 
     /// A buffer from raw little-endian bytes (packed layout for sub-byte dtypes).
     pub fn from_bytes(shape: Shape, bytes: &[u8]) -> Result<Buffer> {
+        Buffer::check_bytes(&shape, bytes)?;
+        Ok(Buffer::from_storage(shape, Arc::new(AlignedBytes::from_bytes(bytes))))
+    }
+
+    /// Checks that `bytes` can be the data of a buffer of `shape` (static, supported dtype,
+    /// exact size, Bool bytes 0 or 1) without copying them.
+    pub fn check_bytes(shape: &Shape, bytes: &[u8]) -> Result<()> {
         shape.validate()?;
         if !shape.dtype.is_supported() {
             return Err(Error::invalid("Buffer::from_bytes", format!("dtype {} cannot hold data", shape.dtype)));
@@ -67,7 +74,7 @@ impl Buffer {
         {
             return Err(Error::invalid("Buffer::from_bytes", format!("Bool element {i} is byte {}", bytes[i])));
         }
-        Ok(Buffer::from_storage(shape, Arc::new(AlignedBytes::from_bytes(bytes))))
+        Ok(())
     }
 
     /// Wraps existing storage (length must match the shape; used by backends).

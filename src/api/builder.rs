@@ -209,8 +209,7 @@ impl Function {
                 format!("{} elements given for dims {dims:?} ({n} elements)", data.len()),
             ));
         }
-        let bytes = crate::runtime::aligned::AlignedBytes::from_slice(data);
-        self.constant_bytes(Shape::from_usize(T::DTYPE, dims), bytes.as_bytes())
+        self.constant_bytes(Shape::from_usize(T::DTYPE, dims), crate::runtime::aligned::element_bytes(data))
     }
 
     /// A scalar constant.
@@ -223,8 +222,8 @@ impl Function {
         if shape.is_dynamic() {
             return Err(Error::invalid("constant", format!("shape {shape} is dynamic")));
         }
-        // Reuse the buffer checks (size, Bool bytes, supported dtype).
-        crate::api::buffer::Buffer::from_bytes(shape.clone(), bytes)
+        // The buffer checks (size, Bool bytes, supported dtype), without a copy.
+        crate::api::buffer::Buffer::check_bytes(&shape, bytes)
             .map_err(|e| Error::invalid("constant", e.to_string()))?;
         self.push(Op::Constant(ConstData(Arc::new(bytes.to_vec()))), &[], Some(vec![shape])).map(|v| v[0])
     }

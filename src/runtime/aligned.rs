@@ -66,6 +66,15 @@ pub fn release_pool() {
     p.held = 0;
 }
 
+/// The little-endian bytes of a slice of elements, without copying (every target this crate
+/// supports is little-endian).
+pub fn element_bytes<T: Element>(data: &[T]) -> &[u8] {
+    // SAFETY: every `Element` type is plain old data without padding (bool is one byte 0/1,
+    // complex types are two packed floats), so its memory is `size_of_val(data)` initialised
+    // bytes; the returned slice borrows `data` immutably for the same lifetime.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
 /// A 64-byte aligned byte buffer of a fixed length.
 #[derive(Clone)]
 pub struct AlignedBytes {
