@@ -6,30 +6,16 @@
 
 use std::sync::Arc;
 
+#[path = "common/jit.rs"]
+mod jit_support;
+
+use jit_support::{backend, compile, run};
 use tensorjit::ir::op::CompareOp;
-use tensorjit::runtime::jit::{JitBackend, JitExecutable};
-use tensorjit::{Backend, Buffer, Builder, DType, Executable, Function, Shape, Value};
-
-fn backend(config: &str) -> Arc<JitBackend> {
-    JitBackend::new(config).expect("jit backend")
-}
-
-/// Builds `main` with `f`, returns it, and compiles it with `b` into the concrete executable.
-fn compile(b: &Arc<JitBackend>, f: impl FnOnce(&Function) -> tensorjit::Result<Vec<Value>>) -> JitExecutable {
-    let builder: Builder = b.builder("test");
-    let main = builder.main();
-    let outs = f(&main).expect("build");
-    main.return_(&outs).expect("return");
-    b.compile_jit(builder.module()).expect("compile")
-}
+use tensorjit::runtime::jit::JitBackend;
+use tensorjit::{Buffer, DType, Executable, Function, Shape, Value};
 
 fn param(f: &Function, name: &str, d: DType, dims: &[i64]) -> Value {
     f.parameter(name, Shape::new(d, dims)).expect("parameter")
-}
-
-fn run(e: &JitExecutable, inputs: &[Buffer]) -> Vec<Buffer> {
-    let refs: Vec<&Buffer> = inputs.iter().collect();
-    e.execute(&refs, &[]).expect("execute")
 }
 
 #[test]

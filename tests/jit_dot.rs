@@ -9,28 +9,15 @@
 
 use std::sync::Arc;
 
+#[path = "common/jit.rs"]
+mod jit_support;
+
 use half::{bf16, f16};
+use jit_support::{backend, compile, run};
 use tensorjit::api::DotConfig;
 use tensorjit::ir::op::{Activation, DenseLayout};
 use tensorjit::runtime::jit::{JitBackend, JitExecutable};
-use tensorjit::{Backend, Buffer, Builder, DType, Executable, Function, Shape, Value};
-
-fn backend(config: &str) -> Arc<JitBackend> {
-    JitBackend::new(config).expect("jit backend")
-}
-
-fn compile(b: &Arc<JitBackend>, f: impl FnOnce(&Function) -> tensorjit::Result<Vec<Value>>) -> JitExecutable {
-    let builder: Builder = b.builder("test");
-    let main = builder.main();
-    let outs = f(&main).expect("build");
-    main.return_(&outs).expect("return");
-    b.compile_jit(builder.module()).expect("compile")
-}
-
-fn run(e: &JitExecutable, inputs: &[Buffer]) -> Vec<Buffer> {
-    let refs: Vec<&Buffer> = inputs.iter().collect();
-    e.execute(&refs, &[]).expect("execute")
-}
+use tensorjit::{Buffer, DType, Function, Shape, Value};
 
 /// Deterministic values, multiples of 1/4 in [-2, 2]: exact in bf16 and f16, and every product and
 /// every sum here is exact in f32, so f32/f64 results must match the f64 loop exactly.
