@@ -101,15 +101,7 @@ pub fn optimize_with_fusion(
     let Some(cfg) = egg else { return Ok(None) };
     let report = run_egg(m, ctx, cfg)?;
     if report.changed() {
-        for _ in 0..MAX_ROUNDS {
-            let mut changed = false;
-            for (name, pass) in PIPELINE {
-                changed |= run_pass(m, ctx, name, pass)?;
-            }
-            if !changed {
-                break;
-            }
-        }
+        rounds(m, ctx)?;
     }
     Ok(Some(report))
 }
@@ -117,6 +109,11 @@ pub fn optimize_with_fusion(
 /// Runs [`PIPELINE`] in rounds until a round changes nothing (at most [`MAX_ROUNDS`]).
 pub fn optimize(m: &mut Module, ctx: &mut PassCtx) -> Result<()> {
     snapshot(ctx, "00-input".to_string(), m);
+    rounds(m, ctx)
+}
+
+/// Rounds of [`PIPELINE`] until one changes nothing (at most [`MAX_ROUNDS`]).
+fn rounds(m: &mut Module, ctx: &mut PassCtx) -> Result<()> {
     for _ in 0..MAX_ROUNDS {
         let mut changed = false;
         for (name, pass) in PIPELINE {
