@@ -666,13 +666,9 @@ impl Emit<'_, '_> {
 
     // ---- f64 lanes ------------------------------------------------------------------------
 
-    /// e^(x + xl), `xl` an optional low part (|xl| ≤ 2^−40·|x|, from pow). `x = n·ln2 + r`
-    /// (Cody–Waite), e^r − 1 by its Taylor polynomial to r^13, scale 2^n in two halves (so
-    /// subnormal results are produced, not flushed). Above ln(MAX) +Inf, below −745.13 zero, NaN
-    /// propagates.
-    fn exp_d(&mut self, x: Value, xl: Option<Value>) -> Value {
-        let lo = self.cf(EXP_LO);
-        let hi = self.cf(EXP_HI);
+    /// Cody–Waite reduction of `x` clamped to `[lo, hi]`: `x = n·ln2 + r` with `n` integral
+    /// (as a float) and |r| ≤ ln2/2, `ln2` split in two parts so `r` is exact.
+    fn reduce_ln2_d(&mut self, x: Value, lo: Value, hi: Value) -> (Value, Value) {
         let xc = self.b.ins().fmax(x, lo);
         let xc = self.b.ins().fmin(xc, hi);
         let log2e = self.cf(std::f64::consts::LOG2_E);
@@ -682,7 +678,17 @@ impl Emit<'_, '_> {
         let l1 = self.cf(LN2_HI);
         let l2 = self.cf(LN2_LO);
         let r = self.fma(nn, l1, xc);
-        let mut r = self.fma(nn, l2, r);
+        (n, self.fma(nn, l2, r))
+    }
+
+    /// e^(x + xl), `xl` an optional low part (|xl| ≤ 2^−40·|x|, from pow). `x = n·ln2 + r`
+    /// (Cody–Waite), e^r − 1 by its Taylor polynomial to r^13, scale 2^n in two halves (so
+    /// subnormal results are produced, not flushed). Above ln(MAX) +Inf, below −745.13 zero, NaN
+    /// propagates.
+    fn exp_d(&mut self, x: Value, xl: Option<Value>) -> Value {
+        let lo = self.cf(EXP_LO);
+        let hi = self.cf(EXP_HI);
+        let (n, mut r) = self.reduce_ln2_d(x, lo, hi);
         if let Some(xl) = xl {
             r = self.b.ins().fadd(r, xl);
         }
@@ -703,16 +709,7 @@ impl Emit<'_, '_> {
     fn expm1_d(&mut self, x: Value) -> Value {
         let lo = self.cf(-40.0);
         let hi = self.cf(EXP_HI);
-        let xc = self.b.ins().fmax(x, lo);
-        let xc = self.b.ins().fmin(xc, hi);
-        let log2e = self.cf(std::f64::consts::LOG2_E);
-        let t = self.b.ins().fmul(xc, log2e);
-        let n = self.b.ins().nearest(t);
-        let nn = self.b.ins().fneg(n);
-        let l1 = self.cf(LN2_HI);
-        let l2 = self.cf(LN2_LO);
-        let r = self.fma(nn, l1, xc);
-        let r = self.fma(nn, l2, r);
+        let (n, r) = self.reduce_ln2_d(x, lo, hi);
         let q = self.polyd(r, &EXP_Q);
         let r2 = self.b.ins().fmul(r, r);
         let em = self.fma(r2, q, r);
