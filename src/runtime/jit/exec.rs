@@ -7,11 +7,12 @@ use std::sync::Arc;
 use crate::runtime::slot::FinalizeSlot;
 
 use super::loops::run_loop;
-use super::plan::{AliasStep, CallKind, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed};
+use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed};
 use crate::api::backend::{Executable, check_inputs};
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId};
+use crate::ir::op::Op;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 use crate::runtime::aligned::AlignedBytes;
@@ -215,9 +216,9 @@ impl<'p> Exec<'p> {
         let name = m.node(s.node).op.op_type();
         let inputs = s.inputs.iter().map(|&v| slot(&self.env, v)).collect::<Result<Vec<_>>>()?;
         let at = |e: Error| annotate(e, m, s.node);
-        let outs = match s.kind {
-            CallKind::Call(f) => self.run_function(f, inputs),
-            CallKind::While { cond, body } => (|| {
+        let outs = match m.node(s.node).op {
+            Op::Call { func } => self.run_function(func, inputs),
+            Op::While { cond, body } => (|| {
                 let mut state = inputs;
                 loop {
                     let c = self.run_function(cond, state.clone())?;
@@ -229,18 +230,17 @@ impl<'p> Exec<'p> {
                 }
                 Ok(state)
             })(),
-            CallKind::If { then_branch, else_branch } => (|| {
+            Op::If { then_branch, else_branch } => (|| {
                 let pred = inputs.first().ok_or_else(|| Error::invalid(name.to_string(), "missing operand pred"))?;
                 let branch = if scalar_bool(name, "pred", pred)? { then_branch } else { else_branch };
                 self.run_function(branch, vec![])
             })(),
-            CallKind::Sort { comparator, axis } => {
-                crate::runtime::interp::sort(comparator, axis, &inputs, |c, args| {
-                    let r = self.run_function(c, args)?;
-                    let r = r.first().ok_or_else(|| Error::invalid(name.to_string(), "comparator returned nothing"))?;
-                    scalar_bool(name, "the comparator's result", r)
-                })
-            }
+            Op::Sort { comparator, axis, .. } => crate::runtime::interp::sort(comparator, axis, &inputs, |c, args| {
+                let r = self.run_function(c, args)?;
+                let r = r.first().ok_or_else(|| Error::invalid(name.to_string(), "comparator returned nothing"))?;
+                scalar_bool(name, "the comparator's result", r)
+            }),
+            _ => Err(internal(format!("node {} ({name}) is not control flow", s.node))),
         }
         .map_err(at)?;
         if outs.len() != s.outputs.len() {

@@ -84,39 +84,11 @@ impl Step {
     }
 }
 
-/// Control flow run by nested plans: the callee functions' own [`FuncPlan`]s.
-pub(crate) enum CallKind {
-    /// `Call`: run the function once.
-    Call(FuncId),
-    /// `While`: run `cond` on the state, then `body`, until `cond` is false.
-    While {
-        /// Condition closure.
-        cond: FuncId,
-        /// Body closure.
-        body: FuncId,
-    },
-    /// `If`: run one branch (closures without parameters).
-    If {
-        /// Run when the predicate is true.
-        then_branch: FuncId,
-        /// Run when it is false.
-        else_branch: FuncId,
-    },
-    /// `Sort` with a comparator closure run per comparison.
-    Sort {
-        /// Comparator closure.
-        comparator: FuncId,
-        /// Sorted axis.
-        axis: usize,
-    },
-}
-
-/// A node whose semantics run other functions of the module.
+/// A node whose semantics run other functions of the module (Call, While, If, Sort: what it
+/// runs is its op in the plan's module); the callees run their own [`FuncPlan`]s.
 pub(crate) struct CallStep {
     /// The node.
     pub node: NodeId,
-    /// What it runs.
-    pub kind: CallKind,
     /// Operands.
     pub inputs: Vec<ValueId>,
     /// Values of enclosing functions the callees read (they must live until the step is done).
@@ -279,14 +251,13 @@ fn build_function(
                 let alias = |pairs: Vec<(ValueId, ValueId)>| {
                     Step::Alias(AliasStep { node: n, pairs, out_shapes: out_shapes.clone() })
                 };
-                let call = |kind: CallKind, memo: &mut Vec<Option<BTreeSet<ValueId>>>, busy: &mut Vec<bool>| {
+                let call = |memo: &mut Vec<Option<BTreeSet<ValueId>>>, busy: &mut Vec<bool>| {
                     let mut caps = BTreeSet::new();
                     for c in node.op.callees() {
                         caps.extend(captures(m, c, memo, busy));
                     }
                     Step::Call(CallStep {
                         node: n,
-                        kind,
                         inputs: node.inputs.clone(),
                         captures: caps.into_iter().collect(),
                         outputs: node.outputs.clone(),
@@ -301,14 +272,7 @@ fn build_function(
                         let x = *node.inputs.first().ok_or_else(|| internal(format!("node {n}: no operand")))?;
                         alias(node.outputs.iter().map(|&o| (x, o)).collect())
                     }
-                    Op::Call { func } => call(CallKind::Call(*func), memo, busy),
-                    Op::While { cond, body } => call(CallKind::While { cond: *cond, body: *body }, memo, busy),
-                    Op::If { then_branch, else_branch } => {
-                        call(CallKind::If { then_branch: *then_branch, else_branch: *else_branch }, memo, busy)
-                    }
-                    Op::Sort { comparator, axis, .. } => {
-                        call(CallKind::Sort { comparator: *comparator, axis: *axis }, memo, busy)
-                    }
+                    Op::Call { .. } | Op::While { .. } | Op::If { .. } | Op::Sort { .. } => call(memo, busy),
                     Op::Constant(_) => return Err(internal(format!("constant {n} scheduled as a step"))),
                     op => Step::Kernel(KernelStep {
                         node: n,
@@ -437,11 +401,12 @@ fn describe_step(m: &Module, st: &Step) -> String {
             list(a.pairs.iter().map(|(x, o)| format!("{o} = {x} (shared buffer)")))
         ),
         Step::Call(c) => {
-            let what = match c.kind {
-                CallKind::Call(f) => format!("call {}", m.func_label(f)),
-                CallKind::While { cond, body } => format!("while cond {cond} body {body}"),
-                CallKind::If { then_branch, else_branch } => format!("if then {then_branch} else {else_branch}"),
-                CallKind::Sort { comparator, axis } => format!("sort axis {axis} comparator {comparator}"),
+            let what = match &m.node(c.node).op {
+                Op::Call { func } => format!("call {}", m.func_label(*func)),
+                Op::While { cond, body } => format!("while cond {cond} body {body}"),
+                Op::If { then_branch, else_branch } => format!("if then {then_branch} else {else_branch}"),
+                Op::Sort { comparator, axis, .. } => format!("sort axis {axis} comparator {comparator}"),
+                other => other.op_type().to_string(),
             };
             format!(
                 "{what} (node {}) reads [{}]{} writes [{}]",
