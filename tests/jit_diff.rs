@@ -4,7 +4,8 @@
 //! (including 0, 1 and primes) and dtypes (F32, F64, F16, BF16, the eight native ints, Bool),
 //! built twice and run on "jit" and on the reference interpreter "interp".
 //!
-//! Tolerances: every op other than the JIT's polynomial `exp`, `logistic` and `tanh` (F32) must
+//! The jit backend runs with `reductions=ordered` (fused float Sum/Product reductions accumulate
+//! in element order, as the reference does). Tolerances: every op other than the JIT's polynomial `exp`, `logistic` and `tanh` (F32) must
 //! give bit-identical results (NaNs compare equal to any NaN, whatever the payload; F16/BF16 are
 //! compared by value). Those three are only applied as the last op of an F32 graph, to values
 //! both backends computed identically, and are compared within 4 ULP (docs/jit-math.md measures
@@ -377,7 +378,12 @@ fn backends() -> &'static (Arc<JitBackend>, Arc<dyn Backend>) {
     static B: std::sync::OnceLock<(Arc<JitBackend>, Arc<dyn Backend>)> = std::sync::OnceLock::new();
     B.get_or_init(|| {
         // TJ_DIFF_JIT: options for the jit backend (e.g. `dump=DIR` to inspect the clusters).
-        let jit = JitBackend::new(&std::env::var("TJ_DIFF_JIT").unwrap_or_default()).expect("jit");
+        // Float sums are compared bit for bit, so fused reductions accumulate in element order
+        // (tests/jit_reduce.rs checks the default vectorised order within a tolerance).
+        let opts = std::env::var("TJ_DIFF_JIT").unwrap_or_default();
+        let opts =
+            if opts.is_empty() { "reductions=ordered".to_string() } else { format!("reductions=ordered,{opts}") };
+        let jit = JitBackend::new(&opts).expect("jit");
         let interp = tensorjit::new_with_config("interp").expect("interp");
         (jit, interp)
     })

@@ -48,7 +48,7 @@ fn run(k: &LoopKernel, inputs: &[Vec<u8>], n: usize) -> Vec<Vec<u8>> {
 }
 
 fn kernel(in_tys: Vec<Ty>, inputs: Vec<Access>, insts: Vec<Inst>, outputs: Vec<usize>) -> LoopKernel {
-    LoopKernel { in_tys, inputs, insts, outputs }
+    LoopKernel { in_tys, inputs, insts, outputs, reduce: None }
 }
 
 fn run_f32(k: &LoopKernel, inputs: &[&[f32]], n: usize) -> Vec<Vec<f32>> {

@@ -18,6 +18,15 @@
 //! When Cranelift rejects the vector form of a kernel the JIT retries it as a scalar loop
 //! ([`build`] with `vector = false`).
 //!
+//! # Reductions
+//!
+//! A kernel with a [`Reduction`] runs `start..end` over output elements: for each one a loop
+//! over the reduced extent evaluates the body and combines into accumulators (initialised to
+//! the reduction's identity, combined in f32 for halves, stored once). When the reduced
+//! elements of an output are contiguous (`inner == 1`) and the kernel vectorises, that loop is
+//! vectorised with one vector accumulator per unrolled copy, folded lane by lane at the end;
+//! float Sum/Product do so only when not `ordered` (vector partial sums reassociate).
+//!
 //! # Semantics
 //!
 //! Every instruction matches the reference kernels bit for bit (NaN payloads aside): ints wrap;
@@ -34,7 +43,9 @@ use cranelift_frontend::{FunctionBuilder, Variable};
 
 use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
 use crate::jit::math::{self, Emit};
-use crate::lower::loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Ty};
+use crate::lower::loop_kernel::{
+    Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Ty, reduce_combine, reduce_identity,
+};
 
 /// Vectors processed per iteration of the main loop of a short body.
 pub(crate) const UNROLL: i64 = 4;
@@ -691,8 +702,9 @@ fn strided_offset(b: &mut FunctionBuilder, ptr: Type, i: Value, dims: &[i64], st
     off.unwrap_or_else(|| b.ins().iconst(ptr, 0))
 }
 
-/// Emits the body for one element (lanes = 1) or one vector at flat index `i`.
-fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Result<(), String> {
+/// Emits the body for one element (lanes = 1) or one vector at flat index `i`, stores the plain
+/// outputs there and returns every register's value.
+fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Result<Vec<Value>, String> {
     let ptr = cg.ptr;
     let mut regs: Vec<Value> = Vec::with_capacity(k.insts.len());
     for inst in &k.insts {
@@ -756,6 +768,200 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
         let addr = cg.b.ins().iadd(s.out_ptrs[o], off);
         cg.store(ty, regs[r], addr);
     }
+    Ok(regs)
+}
+
+/// The type partial results of a reduction of `ty` are combined in: halves accumulate in f32 and
+/// are rounded once, when stored.
+fn acc_ty(ty: Ty) -> Ty {
+    if ty.is_half() { Ty::F32 } else { ty }
+}
+
+/// Whether every combine of `red` has a vector form at byte width `w`.
+fn reduce_vectorizes(red: &Reduction, tys: &[Ty]) -> bool {
+    red.inner == 1
+        && red.outputs.iter().all(|&(kind, r)| {
+            let t = tys[r];
+            let w = t.bytes();
+            match reduce_combine(kind, t) {
+                Some(BinaryOp::Add | BinaryOp::Mul) if t.is_float() => !red.ordered,
+                Some(BinaryOp::Mul) if t.is_int() => w > 1,
+                Some(BinaryOp::Max | BinaryOp::Min) if t.is_int() => w < 8,
+                Some(_) => true,
+                None => false,
+            }
+        })
+}
+
+/// Evaluates the body at `i` and combines each reduced register into its accumulator `accs[n]`
+/// with `ops[n]` (op and element type).
+fn accumulate(
+    cg: &mut Cg,
+    k: &LoopKernel,
+    tys: &[Ty],
+    setup: &Setup,
+    i: Value,
+    ops: &[(BinaryOp, Ty)],
+    accs: &[Variable],
+) -> Result<(), String> {
+    let regs = emit_body(cg, k, tys, setup, i)?;
+    let reduced = k.reduce.as_ref().map(|r| r.outputs.as_slice()).unwrap_or_default();
+    for (n, &(op, t)) in ops.iter().enumerate() {
+        let acc = cg.b.use_var(accs[n]);
+        let v = cg.binary(op, acc_ty(t), acc, regs[reduced[n].1])?;
+        cg.b.def_var(accs[n], v);
+    }
+    Ok(())
+}
+
+/// Emits the loops of a kernel with a [`Reduction`] after the entry block's setup: `j` runs over
+/// `start..end` output elements, `r` over the reduced extent (vectorised when `lanes > 1`, which
+/// requires `inner == 1`: the reduced elements of one output are then contiguous).
+#[allow(clippy::too_many_arguments)]
+fn build_reduce(
+    b: &mut FunctionBuilder,
+    k: &LoopKernel,
+    red: &Reduction,
+    tys: &[Ty],
+    setup: &Setup,
+    ptr: Type,
+    lanes: i64,
+    (start, end): (Value, Value),
+) -> Result<(), String> {
+    let n_plain = k.outputs.len();
+    let (red_n, inner) = (red.red as i64, red.inner as i64);
+    let ops: Vec<(BinaryOp, Ty)> = red
+        .outputs
+        .iter()
+        .map(|&(kind, r)| {
+            let t = tys[r];
+            reduce_combine(kind, t).map(|op| (op, t)).ok_or_else(|| format!("reduction {kind:?} of {t:?}"))
+        })
+        .collect::<Result<_, String>>()?;
+    let identity = |cg: &mut Cg, n: usize| {
+        let (kind, r) = red.outputs[n];
+        cg.emit_const(acc_ty(tys[r]), reduce_identity(kind, tys[r]))
+    };
+
+    let j = b.declare_var(ptr);
+    b.def_var(j, start);
+    let jhead = b.create_block();
+    let jbody = b.create_block();
+    let exit = b.create_block();
+    b.ins().jump(jhead, &[]);
+    b.switch_to_block(jhead);
+    let jv = b.use_var(j);
+    let c = b.ins().icmp(IntCC::UnsignedLessThan, jv, end);
+    b.ins().brif(c, jbody, &[], exit, &[]);
+
+    b.switch_to_block(jbody);
+    let jv = b.use_var(j);
+    // Flat index of the first reduced element of output j: (o·red)·inner + n.
+    let base = if inner == 1 {
+        b.ins().imul_imm(jv, red_n)
+    } else {
+        let o = b.ins().udiv_imm(jv, inner);
+        let n = b.ins().urem_imm(jv, inner);
+        let ob = b.ins().imul_imm(o, red_n.saturating_mul(inner));
+        b.ins().iadd(ob, n)
+    };
+    let accs: Vec<Variable> = (0..ops.len())
+        .map(|n| {
+            let v = b.declare_var(lane_ty(acc_ty(ops[n].1)));
+            let init = identity(&mut Cg { b: &mut *b, lanes: 1, ptr }, n);
+            b.def_var(v, init);
+            v
+        })
+        .collect();
+    let r = b.declare_var(ptr);
+    let zero = b.ins().iconst(ptr, 0);
+    b.def_var(r, zero);
+
+    let unroll = unroll_for(k);
+    let step = lanes * unroll;
+    let vec_end = if lanes > 1 { (red_n / step) * step } else { 0 };
+    if vec_end > 0 {
+        // One vector accumulator per unrolled copy and reduction (independent dependency chains).
+        let mut vaccs: Vec<Vec<Variable>> = vec![];
+        for _ in 0..unroll {
+            let mut row = vec![];
+            for (n, &(_, t)) in ops.iter().enumerate() {
+                let v = b.declare_var(with_lanes(lane_ty(acc_ty(t)), lanes));
+                let init = identity(&mut Cg { b: &mut *b, lanes, ptr }, n);
+                b.def_var(v, init);
+                row.push(v);
+            }
+            vaccs.push(row);
+        }
+        let vhead = b.create_block();
+        let vbody = b.create_block();
+        let vdone = b.create_block();
+        b.ins().jump(vhead, &[]);
+        b.switch_to_block(vhead);
+        let rv = b.use_var(r);
+        let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, vec_end);
+        b.ins().brif(c, vbody, &[], vdone, &[]);
+
+        b.switch_to_block(vbody);
+        let rv = b.use_var(r);
+        let i0 = b.ins().iadd(base, rv);
+        for (u, row) in vaccs.iter().enumerate() {
+            let iu = b.ins().iadd_imm(i0, u as i64 * lanes);
+            accumulate(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, iu, &ops, row)?;
+        }
+        let next = b.ins().iadd_imm(rv, step);
+        b.def_var(r, next);
+        b.ins().jump(vhead, &[]);
+
+        b.switch_to_block(vdone);
+        for (n, &(op, t)) in ops.iter().enumerate() {
+            let mut v = b.use_var(vaccs[0][n]);
+            for row in &vaccs[1..] {
+                let w = b.use_var(row[n]);
+                v = Cg { b: &mut *b, lanes, ptr }.binary(op, acc_ty(t), v, w)?;
+            }
+            let mut acc = b.use_var(accs[n]);
+            for l in 0..lanes {
+                let x = b.ins().extractlane(v, l as u8);
+                acc = Cg { b: &mut *b, lanes: 1, ptr }.binary(op, acc_ty(t), acc, x)?;
+            }
+            b.def_var(accs[n], acc);
+        }
+    }
+
+    let thead = b.create_block();
+    let tbody = b.create_block();
+    let store = b.create_block();
+    b.ins().jump(thead, &[]);
+    b.switch_to_block(thead);
+    let rv = b.use_var(r);
+    let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, red_n);
+    b.ins().brif(c, tbody, &[], store, &[]);
+
+    b.switch_to_block(tbody);
+    let rv = b.use_var(r);
+    let off = if inner == 1 { rv } else { b.ins().imul_imm(rv, inner) };
+    let i = b.ins().iadd(base, off);
+    accumulate(&mut Cg { b: &mut *b, lanes: 1, ptr }, k, tys, setup, i, &ops, &accs)?;
+    let next = b.ins().iadd_imm(rv, 1);
+    b.def_var(r, next);
+    b.ins().jump(thead, &[]);
+
+    b.switch_to_block(store);
+    let jv = b.use_var(j);
+    for (n, &(_, t)) in ops.iter().enumerate() {
+        let acc = b.use_var(accs[n]);
+        let off = b.ins().imul_imm(jv, t.bytes() as i64);
+        let addr = b.ins().iadd(setup.out_ptrs[n_plain + n], off);
+        Cg { b: &mut *b, lanes: 1, ptr }.store(t, acc, addr);
+    }
+    let next = b.ins().iadd_imm(jv, 1);
+    b.def_var(j, next);
+    b.ins().jump(jhead, &[]);
+
+    b.switch_to_block(exit);
+    b.ins().return_(&[]);
+    b.seal_all_blocks();
     Ok(())
 }
 
@@ -792,10 +998,14 @@ pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type, vector: 
             _ => None,
         });
     }
-    let out_ptrs: Vec<Value> = (0..k.outputs.len())
-        .map(|o| b.ins().load(ptr, load_flags, args, ((n_in + o) as i32) * ptr.bytes() as i32))
-        .collect();
+    let n_out = k.outputs.len() + k.reduce.as_ref().map_or(0, |r| r.outputs.len());
+    let out_ptrs: Vec<Value> =
+        (0..n_out).map(|o| b.ins().load(ptr, load_flags, args, ((n_in + o) as i32) * ptr.bytes() as i32)).collect();
     let setup = Setup { in_ptrs, scalars, out_ptrs };
+    if let Some(red) = &k.reduce {
+        let lanes = if reduce_vectorizes(red, &tys) { lanes } else { 1 };
+        return build_reduce(b, k, red, &tys, &setup, ptr, lanes, (start, end));
+    }
 
     let i: Variable = b.declare_var(ptr);
     b.def_var(i, start);

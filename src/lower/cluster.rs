@@ -25,7 +25,13 @@
 //!   result is the operand's register; a reshape of anything else stays a zero-copy alias step);
 //! - `Transpose` and `BroadcastInDim` of a value computed before the cluster: the operand becomes
 //!   a kernel input read through an index remapping (`Access::Strided`, stride 0 on broadcast
-//!   axes; a one-element operand is a broadcast scalar).
+//!   axes; a one-element operand is a broadcast scalar);
+//! - `Reduce` (every kind the JIT can combine for the dtype) over axes whose members of more than
+//!   one element are adjacent, iterating over its *operand's* elements: the kernel gets a
+//!   [`Reduction`] (see [`crate::lower::loop_kernel`]). All reductions of a cluster share one
+//!   `(outer, red, inner)` geometry, and their results cannot be read inside the cluster (a
+//!   reader closes it). A reduction that reads nothing of the open cluster runs first as a loop
+//!   of its own instead of closing it. Other axis sets run the reference kernel.
 //!
 //! Operands of elementwise members are read element for element when they have the member's
 //! dims, as a broadcast scalar when they have one element, and through a broadcasting stride map
@@ -51,8 +57,9 @@ use std::fmt::Write as _;
 
 use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
-use crate::ir::op::{BinaryOp, CompareOp, Op, UnaryOp};
-use crate::lower::loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reg, Ty};
+use crate::ir::op::{BinaryOp, CompareOp, Op, ReduceKind, UnaryOp};
+use crate::ir::shape::Shape;
+use crate::lower::loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Reg, Ty, reduce_combine};
 
 /// Largest number of member nodes in one cluster (bounds Cranelift compile time per kernel).
 pub const MAX_CLUSTER_NODES: usize = 512;
@@ -96,6 +103,13 @@ enum Fuse {
         t: ValueId,
         f: ValueId,
     },
+    /// A reduction of `x` over a contiguous block of axes, iterated as `geom` = (outer, red,
+    /// inner) over `x`'s elements.
+    Reduce {
+        kind: ReduceKind,
+        x: ValueId,
+        geom: (usize, usize, usize),
+    },
 }
 
 impl Fuse {
@@ -103,7 +117,7 @@ impl Fuse {
     fn reads(&self) -> Vec<(ValueId, Read)> {
         let e = |v: &ValueId| (*v, Read::Elem);
         match self {
-            Fuse::Unary(_, x) | Fuse::Alias(x) | Fuse::Convert(x, _) => vec![e(x)],
+            Fuse::Unary(_, x) | Fuse::Alias(x) | Fuse::Convert(x, _) | Fuse::Reduce { x, .. } => vec![e(x)],
             Fuse::Binary(_, a, b) | Fuse::Compare(_, a, b) => vec![e(a), e(b)],
             Fuse::Where(c, t, f) => vec![e(c), e(t), e(f)],
             Fuse::Clamp(lo, x, hi) => vec![e(lo), e(x), e(hi)],
@@ -206,6 +220,33 @@ fn def_node(m: &Module, v: ValueId) -> Option<NodeId> {
     }
 }
 
+/// The `(outer, red, inner)` view of a reduction of an operand of `dims` over `axes`, when the
+/// reduced axes of more than one element are adjacent (the rest need a general index map).
+fn reduce_geometry(dims: &[i64], axes: &[usize]) -> Option<(usize, usize, usize)> {
+    if axes.iter().any(|&a| a >= dims.len()) || dims.iter().any(|&d| d < 0) {
+        return None;
+    }
+    let reduced = |k: usize| axes.contains(&k);
+    let big: Vec<usize> = (0..dims.len()).filter(|&k| reduced(k) && dims[k] != 1).collect();
+    let total: usize = dims.iter().map(|&d| d as usize).product();
+    let (Some(&first), Some(&last)) = (big.first(), big.last()) else {
+        return Some((total, 1, 1));
+    };
+    if (first..=last).any(|k| !reduced(k) && dims[k] != 1) {
+        return None;
+    }
+    let prod = |r: std::ops::Range<usize>| -> usize { dims[r].iter().map(|&d| d as usize).product() };
+    Some((prod(0..first), prod(first..last + 1), prod(last + 1..dims.len())))
+}
+
+/// The shape a member iterates over: its operand's for a reduction, else its output's.
+fn iter_shape<'a>(m: &'a Module, n: NodeId, fz: &Fuse) -> &'a Shape {
+    match fz {
+        Fuse::Reduce { x, .. } => m.shape(*x),
+        _ => m.shape(m.node(n).outputs[0]),
+    }
+}
+
 /// Row-major element strides of `dims`.
 fn row_major(dims: &[i64]) -> Vec<i64> {
     let mut s = vec![1i64; dims.len()];
@@ -287,6 +328,15 @@ impl Analysis<'_> {
         let dims = out.dims.as_slice();
         let ins = &node.inputs;
         let dt = |v: ValueId| Ty::of(m.shape(v).dtype);
+        if let (Op::Reduce { kind, axes }, &[x]) = (&node.op, ins.as_slice()) {
+            let xs = m.shape(x);
+            let acc = if ty.is_half() { Ty::F32 } else { ty };
+            let combine = reduce_combine(*kind, ty)?;
+            if xs.is_dynamic() || dt(x)? != ty || !crate::jit::supports_typed(&Inst::Binary(combine, 0, 0), acc) {
+                return None;
+            }
+            return reduce_geometry(&xs.dims, axes).map(|geom| Fuse::Reduce { kind: *kind, x, geom });
+        }
         let fuse = match (&node.op, ins.as_slice()) {
             (Op::Binary(op), &[a, b]) => {
                 let t = dt(a)?;
@@ -384,6 +434,10 @@ struct Open {
     len: usize,
     nodes: Vec<(NodeId, Fuse)>,
     produced: HashSet<ValueId>,
+    /// Results of the cluster's reductions (not readable inside it).
+    reduced: HashSet<ValueId>,
+    /// The reduction geometry all of the cluster's reductions share.
+    geom: Option<(usize, usize, usize)>,
 }
 
 impl Open {
@@ -391,7 +445,15 @@ impl Open {
     /// value computed before the cluster, every flat read of a member, and every member read
     /// element for element has the node's dims.
     fn admits(&self, m: &Module, fz: &Fuse, dims: &[i64]) -> bool {
+        if let Fuse::Reduce { geom, .. } = fz
+            && self.geom.is_some_and(|g| g != *geom)
+        {
+            return false;
+        }
         fz.reads().iter().all(|(v, r)| {
+            if self.reduced.contains(v) {
+                return false;
+            }
             let member = self.produced.contains(v);
             match r {
                 Read::Elem => !member || m.shape(*v).dims == dims || self.len == 1,
@@ -447,24 +509,43 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
             Fuse::Reshape(x) => open.as_ref().is_some_and(|o| o.produced.contains(x)),
             _ => true,
         });
+        let reads_open = |o: &Open| node.inputs.iter().any(|v| o.produced.contains(v) || o.reduced.contains(v));
         match fz {
             Some(fz) => {
-                let out = m.shape(node.outputs[0]);
-                let len = out.num_elements();
+                let shape = iter_shape(m, n, fz);
+                let len = shape.num_elements();
                 let joins = open
                     .as_ref()
-                    .is_some_and(|o| o.len == len && o.nodes.len() < MAX_CLUSTER_NODES && o.admits(m, fz, &out.dims));
+                    .is_some_and(|o| o.len == len && o.nodes.len() < MAX_CLUSTER_NODES && o.admits(m, fz, &shape.dims));
+                if matches!(fz, Fuse::Reduce { .. }) && open.as_ref().is_some_and(|o| !reads_open(o)) {
+                    // A reduction independent of the open cluster runs as its own loop first
+                    // (like any independent node), so it does not split the open cluster.
+                    schedule.push(Item::Cluster(groups.len()));
+                    groups.push(vec![(n, fz.clone())]);
+                    continue;
+                }
                 if !joins {
                     close(&mut open, &mut groups, &mut schedule);
-                    open = Some(Open { len, nodes: vec![], produced: HashSet::new() });
+                    open = Some(Open {
+                        len,
+                        nodes: vec![],
+                        produced: HashSet::new(),
+                        reduced: HashSet::new(),
+                        geom: None,
+                    });
                 }
                 if let Some(o) = open.as_mut() {
                     o.nodes.push((n, fz.clone()));
-                    o.produced.insert(node.outputs[0]);
+                    if let Fuse::Reduce { geom, .. } = fz {
+                        o.geom = Some(*geom);
+                        o.reduced.insert(node.outputs[0]);
+                    } else {
+                        o.produced.insert(node.outputs[0]);
+                    }
                 }
             }
             None => {
-                if open.as_ref().is_some_and(|o| node.inputs.iter().any(|v| o.produced.contains(v))) {
+                if open.as_ref().is_some_and(reads_open) {
                     close(&mut open, &mut groups, &mut schedule);
                 }
                 schedule.push(Item::Node(n));
@@ -642,7 +723,7 @@ fn build_cluster(
     group: Vec<(NodeId, Fuse)>,
     outputs: Vec<ValueId>,
 ) -> Cluster {
-    let first = m.shape(m.node(group[0].0).outputs[0]);
+    let first = iter_shape(m, group[0].0, &group[0].1);
     let (dtype, dims) = (first.dtype, first.dims.clone());
     let len = first.num_elements();
     let mut e = Emitter {
@@ -658,6 +739,8 @@ fn build_cluster(
     let absorbed_of: HashMap<NodeId, NodeId> = absorbed_by.iter().map(|(&c, &w)| (w, c)).collect();
     let mut nodes = vec![];
     let mut absorbed = vec![];
+    let mut reductions: HashMap<ValueId, (ReduceKind, Reg)> = HashMap::new();
+    let mut geometry = None;
     for (n, fz) in group {
         nodes.push(n);
         let out = m.node(n).outputs[0];
@@ -665,6 +748,13 @@ fn build_cluster(
         let ty = Ty::of(m.shape(out).dtype).unwrap_or(Ty::F32);
         let el = Read::Elem;
         let r = match fz {
+            Fuse::Reduce { kind, x, geom } => {
+                let xd = m.shape(x).dims.clone();
+                let a = e.read(x, &el, &xd);
+                reductions.insert(out, (kind, a));
+                geometry = Some(geom);
+                continue;
+            }
             Fuse::Alias(x) => e.read(x, &el, &od),
             Fuse::Reshape(x) => e.read(x, &Read::Flat, &od),
             Fuse::Remap(x, acc) => e.read(x, &Read::Remap(acc), &od),
@@ -712,8 +802,18 @@ fn build_cluster(
         };
         e.regs.insert(out, r);
     }
-    let out: Vec<Reg> = outputs.iter().map(|v| e.regs[v]).collect();
-    let kernel = LoopKernel { in_tys: e.in_tys, inputs: e.access, insts: e.insts, outputs: out };
+    // Plain outputs first, then the reductions' (the kernel's output order).
+    let (reduced, plain): (Vec<ValueId>, Vec<ValueId>) = outputs.into_iter().partition(|v| reductions.contains_key(v));
+    let out: Vec<Reg> = plain.iter().map(|v| e.regs[v]).collect();
+    let reduce = match geometry {
+        Some((outer, red, inner)) if !reduced.is_empty() => {
+            let outputs = reduced.iter().map(|v| reductions[v]).collect();
+            Some(Reduction { outer, red, inner, outputs, ordered: false })
+        }
+        _ => None,
+    };
+    let outputs: Vec<ValueId> = plain.into_iter().chain(reduced).collect();
+    let kernel = LoopKernel { in_tys: e.in_tys, inputs: e.access, insts: e.insts, outputs: out, reduce };
     Cluster { dtype, dims, len, nodes, absorbed, inputs: e.inputs, outputs, kernel }
 }
 
@@ -747,6 +847,9 @@ pub fn describe(m: &Module, c: &Clustering) -> String {
             let _ = writeln!(s, "    r{r} = {inst:?}");
         }
         let _ = writeln!(s, "    store {:?}", cl.kernel.outputs);
+        if let Some(r) = &cl.kernel.reduce {
+            let _ = writeln!(s, "    reduce [outer {}, red {}, inner {}] {:?}", r.outer, r.red, r.inner, r.outputs);
+        }
     }
     let _ = writeln!(
         s,
@@ -775,40 +878,55 @@ mod tests {
     }
 
     #[test]
-    fn independent_node_is_hoisted_and_does_not_split_a_cluster() {
-        // %3 (reduce of y) does not read the open cluster {%2}, so %4 joins %2's cluster and
-        // reads %3 as a broadcast scalar; the reduce runs first.
+    fn independent_reduction_is_hoisted_and_does_not_split_a_cluster() {
+        // %3 (reduce of y) does not read the open cluster {%2}: it runs first as its own loop,
+        // and %4 joins %2's cluster, reading %3 as a broadcast scalar.
         let (m, c) = clusters(
             "module @t\n\nfunc @main(%0 \"x\": f32[4], %1 \"y\": f32[4]) {\n  %2 = exp %0 : f32[4]\n  \
              %3 = reduce_sum %1, axes=[0] : f32[]\n  %4 = mul %2, %3 : f32[4]\n  return %4\n}\n",
         );
-        assert_eq!(c.clusters.len(), 1);
-        let cl = &c.clusters[0];
+        assert_eq!(c.clusters.len(), 2);
+        assert!(matches!(c.schedule[..], [Item::Cluster(0), Item::Cluster(1)]));
+        let red = &c.clusters[0];
+        assert_eq!(m.node(red.nodes[0]).op.op_type(), crate::ir::optype::OpType::ReduceSum);
+        let r = red.kernel.reduce.as_ref().expect("a reduction kernel");
+        assert_eq!((r.outer, r.red, r.inner), (1, 4, 1));
+        assert_eq!(red.len, 4);
+        let cl = &c.clusters[1];
         assert_eq!(cl.nodes.len(), 2);
         assert_eq!(cl.kernel.inputs, vec![Access::Full, Access::Scalar]);
         assert_eq!(cl.outputs.len(), 1, "%2 is internal");
-        assert!(matches!(c.schedule[..], [Item::Node(_), Item::Cluster(0)]));
-        assert_eq!(
-            m.node(match c.schedule[0] {
-                Item::Node(n) => n,
-                Item::Cluster(_) => unreachable!(),
-            })
-            .op
-            .op_type(),
-            crate::ir::optype::OpType::ReduceSum
-        );
     }
 
     #[test]
-    fn a_reader_of_the_open_cluster_closes_it_and_its_value_becomes_an_output() {
-        let (_, c) = clusters(
+    fn a_reduction_joins_its_operands_cluster_and_only_its_readers_close_it() {
+        // %2 reduces a member; %3 reads the member (not the reduction) and joins; %4 reads the
+        // reduction, so it starts a new cluster. Plain outputs come before reduced ones.
+        let (m, c) = clusters(
             "module @t\n\nfunc @main(%0 \"x\": f32[2,3]) {\n  %1 = neg %0 : f32[2,3]\n  \
-             %2 = reduce_sum %1, axes=[1] : f32[2]\n  %3 = abs %1 : f32[2,3]\n  return %2, %3\n}\n",
+             %2 = reduce_sum %1, axes=[1] : f32[2]\n  %3 = abs %1 : f32[2,3]\n  %4 = exp %2 : f32[2]\n  \
+             return %4, %3\n}\n",
         );
         assert_eq!(c.clusters.len(), 2);
-        assert!(matches!(c.schedule[..], [Item::Cluster(0), Item::Node(_), Item::Cluster(1)]));
-        assert_eq!(c.clusters[0].outputs.len(), 1);
+        assert!(matches!(c.schedule[..], [Item::Cluster(0), Item::Cluster(1)]));
+        let cl = &c.clusters[0];
+        assert_eq!(cl.nodes.len(), 3);
+        let dims: Vec<Vec<i64>> = cl.outputs.iter().map(|&v| m.shape(v).dims.clone()).collect();
+        assert_eq!(dims, vec![vec![2, 3], vec![2]]);
+        let r = cl.kernel.reduce.as_ref().expect("a reduction kernel");
+        assert_eq!((r.outer, r.red, r.inner), (2, 3, 1));
         assert_eq!(c.clusters[1].kernel.inputs, vec![Access::Full]);
+    }
+
+    #[test]
+    fn reduction_geometry_needs_adjacent_reduced_axes() {
+        assert_eq!(reduce_geometry(&[2, 3, 4], &[1]), Some((2, 3, 4)));
+        assert_eq!(reduce_geometry(&[2, 3, 4], &[0, 1]), Some((1, 6, 4)));
+        assert_eq!(reduce_geometry(&[2, 1, 4], &[0, 2]), Some((1, 8, 1)), "a size-1 axis between");
+        assert_eq!(reduce_geometry(&[2, 3, 4], &[0, 2]), None);
+        assert_eq!(reduce_geometry(&[2, 1, 4], &[1]), Some((8, 1, 1)));
+        assert_eq!(reduce_geometry(&[5, 0], &[1]), Some((5, 0, 1)));
+        assert_eq!(reduce_geometry(&[], &[]), Some((1, 1, 1)));
     }
 
     #[test]

@@ -19,9 +19,19 @@
 //! to every `i` (`Scalar`), or through an index remapping (`Strided`): `i` is split row-major into
 //! a multi-index of the view `dims` and the element read is `Σ idx[k]·strides[k]` (in elements),
 //! which expresses transposes and broadcasts along any axes (stride 0).
+//!
+//! # Reductions
+//!
+//! A kernel with a [`Reduction`] ends in one or more reductions over the same axes. Its flat
+//! index space is viewed as `[outer, red, inner]` (the reduced axes form the middle block) and it
+//! iterates over the `outer·inner` *output* elements `j = o·inner + n` instead: for each `j` it
+//! evaluates the body at every `i = (o·red + r)·inner + n`, `r in 0..red`, stores the plain
+//! `outputs` at `i` as usual, and combines each reduced register into an accumulator that starts
+//! at the reduction's identity and is stored at `j`. The caller's `start..end` range is then a
+//! range of `j`. Half types accumulate in f32 and round once (as the reference kernels do).
 
 use crate::ir::dtype::DType;
-use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
+use crate::ir::op::{BinaryOp, CompareOp, ReduceKind, UnaryOp};
 
 /// The float compute type the math emitters work in (F16/BF16 compute in F32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -210,13 +220,89 @@ pub struct LoopKernel {
     pub insts: Vec<Inst>,
     /// The registers stored to output 0, 1, … (each in its register's type).
     pub outputs: Vec<Reg>,
+    /// Reductions at the end of the loop (their outputs follow `outputs`), if any.
+    pub reduce: Option<Reduction>,
+}
+
+/// The reductions ending a kernel: the iteration geometry and the reduced registers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reduction {
+    /// Product of the kept axes before the reduced block.
+    pub outer: usize,
+    /// Product of the reduced axes (0: every output is the identity).
+    pub red: usize,
+    /// Product of the kept axes after the reduced block.
+    pub inner: usize,
+    /// Each reduction and the register it reduces; stored to outputs `outputs.len()`, … in turn.
+    pub outputs: Vec<(ReduceKind, Reg)>,
+    /// Float Sum/Product accumulate in element order (bit-identical to the reference kernels)
+    /// rather than in vector partial sums.
+    pub ordered: bool,
+}
+
+impl Reduction {
+    /// Number of output elements (`outer·inner`), the kernel's iteration count.
+    pub fn out_len(&self) -> usize {
+        self.outer * self.inner
+    }
+}
+
+/// The binary op combining two partial results of `kind` on type `ty`, if the JIT reduces it.
+pub fn reduce_combine(kind: ReduceKind, ty: Ty) -> Option<BinaryOp> {
+    let op = match kind {
+        ReduceKind::Sum if ty != Ty::Bool => BinaryOp::Add,
+        ReduceKind::Product if ty != Ty::Bool => BinaryOp::Mul,
+        ReduceKind::Max if ty != Ty::Bool => BinaryOp::Max,
+        ReduceKind::Min if ty != Ty::Bool => BinaryOp::Min,
+        ReduceKind::BitwiseAnd if ty.is_int() => BinaryOp::BitwiseAnd,
+        ReduceKind::BitwiseOr if ty.is_int() => BinaryOp::BitwiseOr,
+        ReduceKind::BitwiseXor if ty.is_int() => BinaryOp::BitwiseXor,
+        ReduceKind::LogicalAnd if ty == Ty::Bool => BinaryOp::LogicalAnd,
+        ReduceKind::LogicalOr if ty == Ty::Bool => BinaryOp::LogicalOr,
+        ReduceKind::LogicalXor if ty == Ty::Bool => BinaryOp::LogicalXor,
+        _ => return None,
+    };
+    Some(op)
+}
+
+/// The identity of `kind` on type `ty` (the value of an empty reduction).
+pub fn reduce_identity(kind: ReduceKind, ty: Ty) -> Lit {
+    let (min, max): (i128, i128) = match ty {
+        Ty::I8 => (i8::MIN as i128, i8::MAX as i128),
+        Ty::I16 => (i16::MIN as i128, i16::MAX as i128),
+        Ty::I32 => (i32::MIN as i128, i32::MAX as i128),
+        Ty::I64 => (i64::MIN as i128, i64::MAX as i128),
+        Ty::U8 => (0, u8::MAX as i128),
+        Ty::U16 => (0, u16::MAX as i128),
+        Ty::U32 => (0, u32::MAX as i128),
+        Ty::U64 => (0, u64::MAX as i128),
+        _ => (0, 1),
+    };
+    match (kind, ty.is_float()) {
+        (ReduceKind::Sum, true) => Lit::Float(0.0),
+        (ReduceKind::Product, true) => Lit::Float(1.0),
+        (ReduceKind::Max, true) => Lit::Float(f64::NEG_INFINITY),
+        (ReduceKind::Min, true) => Lit::Float(f64::INFINITY),
+        (ReduceKind::Product, false) => Lit::Int(1),
+        (ReduceKind::Max, false) => Lit::Int(min),
+        (ReduceKind::Min, false) => Lit::Int(max),
+        (ReduceKind::BitwiseAnd, _) => Lit::Int(-1),
+        (ReduceKind::LogicalAnd, _) => Lit::Int(1),
+        _ => Lit::Int(0),
+    }
 }
 
 impl LoopKernel {
     /// A kernel of one float element type over a flat iteration space: input `n` is read as
     /// `inputs[n]` says, `outputs[o]` is the register stored to output `o`.
     pub fn elementwise(ty: ElemTy, inputs: Vec<Access>, insts: Vec<Inst>, outputs: Vec<Reg>) -> LoopKernel {
-        LoopKernel { in_tys: vec![Ty::from_elem(ty); inputs.len()], inputs, insts, outputs }
+        LoopKernel { in_tys: vec![Ty::from_elem(ty); inputs.len()], inputs, insts, outputs, reduce: None }
+    }
+
+    /// Number of iterations the caller's `start..end` range covers: the elements for a plain
+    /// kernel of `len` elements, the output elements for one with a [`Reduction`].
+    pub fn iterations(&self, len: usize) -> usize {
+        self.reduce.as_ref().map_or(len, Reduction::out_len)
     }
 
     /// The type of every register, or why the program is ill-typed (registers used before they
@@ -279,6 +365,14 @@ impl LoopKernel {
         }
         if let Some(r) = self.outputs.iter().find(|&&r| r >= self.insts.len()) {
             return Err(format!("output register {r} out of range"));
+        }
+        if let Some(red) = &self.reduce {
+            for &(kind, r) in &red.outputs {
+                let t = *tys.get(r).ok_or_else(|| format!("reduced register {r} out of range"))?;
+                if reduce_combine(kind, t).is_none() {
+                    return Err(format!("reduction {kind:?} of a {t:?} register"));
+                }
+            }
         }
         for (n, a) in self.inputs.iter().enumerate() {
             if let Access::Strided { dims, strides } = a

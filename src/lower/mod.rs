@@ -5,4 +5,4 @@ pub mod cluster;
 pub mod loop_kernel;
 
 pub use cluster::{Cluster, Clustering, Item, cluster_function};
-pub use loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Ty};
+pub use loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Ty};

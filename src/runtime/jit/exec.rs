@@ -62,6 +62,22 @@ impl JitExecutable {
         }
     }
 
+    /// Number of reductions computed inside compiled loops (fused at the end of a cluster).
+    pub fn num_fused_reductions(&self) -> usize {
+        match self.runner().as_deref() {
+            Ok(Runner::Plan { plan, .. }) => plan
+                .funcs
+                .iter()
+                .flat_map(|f| &f.steps)
+                .map(|s| match s {
+                    Step::Loop(l) => l.outputs.len() - l.n_plain,
+                    _ => 0,
+                })
+                .sum(),
+            _ => 0,
+        }
+    }
+
     fn runner(&self) -> Result<Arc<Runner>> {
         self.runner.get()
     }

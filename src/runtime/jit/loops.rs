@@ -28,8 +28,13 @@ pub(crate) struct LoopStep {
     pub cluster: usize,
     /// The machine code.
     pub code: CompiledLoop,
-    /// Elements iterated.
+    /// Elements of the iteration space.
     pub len: usize,
+    /// Units of the kernel's `start..end` range: `len`, or the output elements of a kernel with
+    /// reductions (each unit then covers a whole reduced row).
+    pub iters: usize,
+    /// Outputs written element for element (the reductions' outputs follow them).
+    pub n_plain: usize,
     /// Bytes per element of the cluster's main dtype (outputs may differ: see `out_shapes`).
     pub esize: usize,
     /// Value read by each kernel input.
@@ -52,6 +57,8 @@ impl LoopStep {
             cluster: ci,
             code,
             len: c.len,
+            iters: c.kernel.iterations(c.len),
+            n_plain: c.kernel.outputs.len(),
             esize: c.dtype.size(),
             inputs: c.inputs.clone(),
             input_dies: vec![false; c.inputs.len()],
@@ -70,7 +77,7 @@ impl LoopStep {
             self.input_dies[k] = dies(v) && !self.inputs[k + 1..].contains(&v);
         }
         let mut taken = vec![false; self.inputs.len()];
-        for j in 0..self.outputs.len() {
+        for j in 0..self.n_plain {
             let cand = (0..self.inputs.len()).find(|&k| {
                 !taken[k]
                     && self.input_dies[k]
@@ -136,26 +143,30 @@ pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&r
     let args = Args(args);
     let code = &s.code;
     let threads = pool.map_or(1, |p| p.current_num_threads());
+    // A reduction's units are whole rows: any split is as good as another.
+    let align = if s.iters == s.len { CHUNK_ALIGN } else { 1 };
     match pool {
-        Some(pool) if threads > 1 && s.len >= PARALLEL_MIN_ELEMENTS => {
-            let chunk = s.len.div_ceil(threads).next_multiple_of(CHUNK_ALIGN);
-            let n = s.len.div_ceil(chunk);
+        Some(pool) if threads > 1 && s.len >= PARALLEL_MIN_ELEMENTS && s.iters > 1 => {
+            let chunk = s.iters.div_ceil(threads).next_multiple_of(align);
+            let n = s.iters.div_ceil(chunk);
             pool.install(|| {
                 (0..n).into_par_iter().for_each(|c| {
-                    let (a, b) = (c * chunk, ((c + 1) * chunk).min(s.len));
+                    let (a, b) = (c * chunk, ((c + 1) * chunk).min(s.iters));
                     // SAFETY: `args` holds one pointer per kernel input then per output; Full inputs
                     // and outputs have `len` elements of their own types (checked shapes), Scalar
                     // inputs one, Strided inputs are the operands whose shapes their stride maps
                     // were derived from (every offset in bounds); outputs are fresh buffers or a
                     // dying Full input of this call's own (uniquely held) storage of the same byte
-                    // size, written element for element; chunks are disjoint.
+                    // size, written element for element; reduction outputs have `iters` elements
+                    // and unit j writes only element j (and the plain elements of its rows);
+                    // chunks are disjoint.
                     unsafe { code.run(args.ptrs(), a, b) }
                 })
             });
         }
-        _ if s.len > 0 => {
+        _ if s.iters > 0 => {
             // SAFETY: as above, on the whole range from one thread.
-            unsafe { code.run(args.ptrs(), 0, s.len) }
+            unsafe { code.run(args.ptrs(), 0, s.iters) }
         }
         _ => {}
     }

@@ -8,6 +8,9 @@
 //! - `ops_sequential`: accepted; steps always run one after another in this version.
 //! - `fusion=on|off`: run the egg fusion pass ([`crate::passes::egraph`]) that rewrites decomposed
 //!   Dense, LayerNorm, Softmax, GELU and attention into fused ops (default on).
+//! - `reductions=fast|ordered`: `fast` (default) lets fused float Sum/Product reductions keep
+//!   vector partial sums (reassociated, like every vectorising compiler); `ordered` accumulates
+//!   each output in element order, bit-identical to the reference interpreter.
 //! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
 //!   [`dump`] and docs/debugging.md).
 //!
@@ -44,7 +47,7 @@ pub use loops::PARALLEL_MIN_ELEMENTS;
 pub const NAME: &str = "jit";
 
 /// The options accepted in the config string.
-pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "dump", "fusion"];
+pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "dump", "fusion", "reductions"];
 
 /// The Cranelift JIT backend.
 pub struct JitBackend {
@@ -53,6 +56,8 @@ pub struct JitBackend {
     parallelism: usize,
     dump: Option<PathBuf>,
     fusion: bool,
+    /// Float Sum/Product reductions accumulate in element order (`reductions=ordered`).
+    ordered_reductions: bool,
     config: String,
     pool: OnceLock<std::result::Result<Arc<rayon::ThreadPool>, String>>,
     finalized: AtomicBool,
@@ -69,6 +74,7 @@ impl JitBackend {
         let mut parallelism = None;
         let mut dump = None;
         let mut fusion = true;
+        let mut ordered_reductions = false;
         for opt in parse_config(NAME, config, OPTIONS)? {
             match (opt.key.as_str(), opt.value.as_deref()) {
                 ("parallelism", Some(v)) => match v.parse::<usize>() {
@@ -82,6 +88,11 @@ impl JitBackend {
                 ("fusion", Some("on" | "true" | "1")) | ("fusion", None) => fusion = true,
                 ("fusion", Some("off" | "false" | "0")) => fusion = false,
                 ("fusion", Some(v)) => return Err(config_error(format!("fusion must be on or off, got {v:?}"))),
+                ("reductions", Some("fast")) => ordered_reductions = false,
+                ("reductions", Some("ordered")) => ordered_reductions = true,
+                ("reductions", v) => {
+                    return Err(config_error(format!("reductions must be fast or ordered, got {:?}", v.unwrap_or(""))));
+                }
                 (key, Some(v)) => return Err(config_error(format!("option {key:?} takes no value, got {v:?}"))),
                 _ => {}
             }
@@ -94,6 +105,7 @@ impl JitBackend {
             parallelism,
             dump,
             fusion,
+            ordered_reductions,
             config: config.to_string(),
             pool: OnceLock::new(),
             finalized: AtomicBool::new(false),
@@ -164,7 +176,7 @@ impl JitBackend {
                 exec::Runner::Interp(InterpExecutable::new(module)?)
             }
             None => {
-                let plan = plan::build(module, dumper.is_some())?;
+                let plan = plan::build(module, dumper.is_some(), self.ordered_reductions)?;
                 if let Some(d) = &dumper {
                     let m = &plan.module;
                     let mut clusters = String::new();

@@ -170,8 +170,9 @@ pub(crate) fn needs_interpreter(m: &Module) -> Option<String> {
 
 /// Lowers `module` (verified, optimised, accepted by [`needs_interpreter`]): clusters every
 /// function, compiles every cluster (recording the disassembly when `disasm`), prepares fast
-/// kernels and computes liveness.
-pub(crate) fn build(mut module: Module, disasm: bool) -> Result<Plan> {
+/// kernels and computes liveness. With `ordered`, fused float Sum/Product reductions accumulate
+/// in element order (bit-identical to the reference kernels) instead of in vector partial sums.
+pub(crate) fn build(mut module: Module, disasm: bool, ordered: bool) -> Result<Plan> {
     let m = &module;
     if m.func(m.main).outputs.is_none() {
         return Err(Error::invalid("compile", "main has not returned"));
@@ -184,7 +185,7 @@ pub(crate) fn build(mut module: Module, disasm: bool) -> Result<Plan> {
     let mut needed = vec![false; m.values.len()];
     for fi in 0..nf {
         let f = FuncId(fi as u32);
-        let fp = build_function(m, f, disasm, &mut memo, &mut busy)?;
+        let fp = build_function(m, f, (disasm, ordered), &mut memo, &mut busy)?;
         for s in &fp.steps {
             for v in s.reads() {
                 needed[v.index()] = true;
@@ -229,13 +230,18 @@ pub(crate) fn build(mut module: Module, disasm: bool) -> Result<Plan> {
 fn build_function(
     m: &Module,
     f: FuncId,
-    disasm: bool,
+    (disasm, ordered): (bool, bool),
     memo: &mut Vec<Option<BTreeSet<ValueId>>>,
     busy: &mut Vec<bool>,
 ) -> Result<FuncPlan> {
     let fd = m.func(f);
     let outputs: Vec<ValueId> = fd.outputs.clone().unwrap_or_default();
-    let clustering = cluster_function(m, f);
+    let mut clustering = cluster_function(m, f);
+    for c in &mut clustering.clusters {
+        if let Some(r) = &mut c.kernel.reduce {
+            r.ordered = ordered;
+        }
+    }
     let mut steps = Vec::with_capacity(clustering.schedule.len());
     for item in &clustering.schedule {
         let step = match *item {
@@ -382,8 +388,9 @@ fn describe_step(m: &Module, st: &Step) -> String {
             l.len,
             l.esize,
             list(l.inputs.iter().zip(&l.input_dies).map(|(v, d)| format!("{v}{}", if *d { " (dies)" } else { "" }))),
-            list(l.outputs.iter().zip(&l.in_place).map(|(v, ip)| match ip {
+            list(l.outputs.iter().zip(&l.in_place).enumerate().map(|(j, (v, ip))| match ip {
                 Some(k) => format!("{v}: {} (may reuse {})", shape(*v), l.inputs[*k]),
+                None if j >= l.n_plain => format!("{v}: {} (reduced, new buffer)", shape(*v)),
                 None => format!("{v}: {} (new buffer)", shape(*v)),
             }))
         ),

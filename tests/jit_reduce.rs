@@ -1,0 +1,275 @@
+//! Tests of reductions fused at the end of "jit" loop clusters: row, column and middle-axis
+//! reductions of fused chains, every reduce kind with its identity on empty axes, NaN and signed
+//! zeros, half types accumulating in f32, wrapping integer sums on the vectorised path, threads,
+//! several reductions in one loop, the `reductions=fast|ordered` option, and the shapes that stay
+//! on the reference kernel. Expected values are worked by hand or from the math.
+//!
+//! Run with `cargo test --test jit_reduce`.
+
+#[path = "common/jit.rs"]
+mod jit_support;
+
+use half::{bf16, f16};
+use jit_support::{backend, compile, run};
+use tensorjit::ir::op::{CompareOp, ReduceKind};
+use tensorjit::{Buffer, DType, Function, Shape, Value};
+
+fn param(f: &Function, name: &str, d: DType, dims: &[i64]) -> Value {
+    f.parameter(name, Shape::new(d, dims)).expect("parameter")
+}
+
+#[test]
+fn row_sum_of_a_fused_chain_with_its_elementwise_output() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[2, 3]);
+        let two = f.scalar(2f32)?;
+        let y = f.mul(x, two)?;
+        Ok(vec![f.reduce(ReduceKind::Sum, y, &[1])?, y])
+    });
+    assert_eq!(e.num_loop_steps(), 1);
+    assert_eq!(e.num_fused_reductions(), 1);
+    let x = Buffer::from_slice(&[1f32, 2., 3., 4., 5., 6.], &[2, 3]).unwrap();
+    let out = run(&e, &[x]);
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![12., 30.]);
+    assert_eq!(out[0].shape().dims, vec![2]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![2., 4., 6., 8., 10., 12.]);
+}
+
+#[test]
+fn leading_middle_and_trailing_blocks_of_axes() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Int32, &[2, 3, 4]);
+        let one = f.scalar(1i32)?;
+        let y = f.mul(x, one)?; // keeps the reductions' operand inside a cluster
+        let z = f.add(y, f.scalar(0i32)?)?;
+        Ok(vec![
+            f.reduce(ReduceKind::Sum, z, &[1])?,
+            f.reduce(ReduceKind::Sum, z, &[0])?,
+            f.reduce(ReduceKind::Max, z, &[1, 2])?,
+            f.reduce(ReduceKind::Min, z, &[0, 1, 2])?,
+        ])
+    });
+    assert_eq!(e.num_fused_reductions(), 4);
+    let x = Buffer::from_slice(&(0..24).collect::<Vec<i32>>(), &[2, 3, 4]).unwrap();
+    let out = run(&e, &[x]);
+    // Axis 1: out[o][n] = Σ_r (12·o + 4·r + n) = 3·(12·o + n) + 12.
+    assert_eq!(out[0].to_vec::<i32>().unwrap(), vec![12, 15, 18, 21, 48, 51, 54, 57]);
+    assert_eq!(out[0].shape().dims, vec![2, 4]);
+    // Axis 0: k + (k + 12).
+    assert_eq!(out[1].to_vec::<i32>().unwrap(), (0..12).map(|k| 2 * k + 12).collect::<Vec<i32>>());
+    assert_eq!(out[2].to_vec::<i32>().unwrap(), vec![11, 23]);
+    assert_eq!(out[3].to_vec::<i32>().unwrap(), vec![0]);
+}
+
+#[test]
+fn non_adjacent_axes_stay_on_the_reference_kernel() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[2, 3, 2]);
+        let y = f.add(x, f.scalar(1f32)?)?;
+        Ok(vec![f.reduce(ReduceKind::Sum, y, &[0, 2])?])
+    });
+    assert_eq!(e.num_fused_reductions(), 0);
+    let x = Buffer::from_slice(&(0..12).map(|v| v as f32).collect::<Vec<_>>(), &[2, 3, 2]).unwrap();
+    // Σ_{a,c} (6a + 2b + c + 1) = 8b + 14 + 4.
+    assert_eq!(run(&e, &[x])[0].to_vec::<f32>().unwrap(), vec![18., 26., 34.]);
+}
+
+#[test]
+fn max_and_min_propagate_nan_and_order_signed_zeros() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[3, 4]);
+        let y = f.mul(x, f.scalar(1f32)?)?;
+        Ok(vec![f.reduce(ReduceKind::Max, y, &[1])?, f.reduce(ReduceKind::Min, y, &[1])?])
+    });
+    assert_eq!(e.num_fused_reductions(), 2);
+    let x =
+        Buffer::from_slice(&[1f32, f32::NAN, 3., -2., -0.0, 0.0, -0.0, -7., -0.0, -0.0, -0.0, -0.0], &[3, 4]).unwrap();
+    let out = run(&e, &[x]);
+    let (mx, mn) = (out[0].to_vec::<f32>().unwrap(), out[1].to_vec::<f32>().unwrap());
+    assert!(mx[0].is_nan() && mn[0].is_nan());
+    assert_eq!(mx[1].to_bits(), 0f32.to_bits(), "max(-0, +0) is +0");
+    assert_eq!(mn[1], -7.);
+    assert_eq!(mx[2].to_bits(), (-0f32).to_bits());
+    assert_eq!(mn[2].to_bits(), (-0f32).to_bits());
+}
+
+#[test]
+fn empty_reduced_axes_give_each_kinds_identity() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[3, 0]);
+        let i = param(f, "i", DType::Int16, &[2, 0]);
+        let y = f.add(x, f.scalar(1f32)?)?;
+        let j = f.add(i, f.scalar(1i16)?)?;
+        Ok(vec![
+            f.reduce(ReduceKind::Sum, y, &[1])?,
+            f.reduce(ReduceKind::Product, y, &[1])?,
+            f.reduce(ReduceKind::Max, y, &[1])?,
+            f.reduce(ReduceKind::Min, y, &[1])?,
+            f.reduce(ReduceKind::Max, j, &[1])?,
+            f.reduce(ReduceKind::Min, j, &[1])?,
+            f.reduce(ReduceKind::BitwiseAnd, j, &[1])?,
+        ])
+    });
+    assert_eq!(e.num_fused_reductions(), 7);
+    let x = Buffer::from_slice::<f32>(&[], &[3, 0]).unwrap();
+    let i = Buffer::from_slice::<i16>(&[], &[2, 0]).unwrap();
+    let out = run(&e, &[x, i]);
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![0.; 3]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![1.; 3]);
+    assert_eq!(out[2].to_vec::<f32>().unwrap(), vec![f32::NEG_INFINITY; 3]);
+    assert_eq!(out[3].to_vec::<f32>().unwrap(), vec![f32::INFINITY; 3]);
+    assert_eq!(out[4].to_vec::<i16>().unwrap(), vec![i16::MIN; 2]);
+    assert_eq!(out[5].to_vec::<i16>().unwrap(), vec![i16::MAX; 2]);
+    assert_eq!(out[6].to_vec::<i16>().unwrap(), vec![-1; 2]);
+}
+
+#[test]
+fn half_types_accumulate_in_f32_and_round_once() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let h = param(f, "h", DType::Float16, &[1, 3]);
+        let g = param(f, "g", DType::BFloat16, &[1, 3]);
+        let h1 = f.mul(h, f.scalar(f16::from_f32(1.0))?)?;
+        let g1 = f.mul(g, f.scalar(bf16::from_f32(1.0))?)?;
+        Ok(vec![f.reduce(ReduceKind::Sum, h1, &[1])?, f.reduce(ReduceKind::Sum, g1, &[1])?])
+    });
+    assert_eq!(e.num_fused_reductions(), 2);
+    let h = Buffer::from_slice(&[2048f32, 1., 1.].map(f16::from_f32), &[1, 3]).unwrap();
+    let g = Buffer::from_slice(&[256f32, 1., 1.].map(bf16::from_f32), &[1, 3]).unwrap();
+    let out = run(&e, &[h, g]);
+    // Rounding after every step would give 2048 (2049 ties to even) and 256; once: 2050, 258.
+    assert_eq!(out[0].to_vec::<f16>().unwrap(), vec![f16::from_f32(2050.)]);
+    assert_eq!(out[1].to_vec::<bf16>().unwrap(), vec![bf16::from_f32(258.)]);
+}
+
+#[test]
+fn integer_and_bool_reductions_wrap_and_vectorise_over_long_rows() {
+    let b = backend("");
+    let n = 1003usize; // not a multiple of the vector step: exercises the tail
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Int32, &[2, n as i64]);
+        let u = param(f, "u", DType::Uint8, &[2, n as i64]);
+        let y = f.add(x, f.scalar(0i32)?)?;
+        let v = f.add(u, f.scalar(0u8)?)?;
+        let pos = f.compare(CompareOp::GreaterThan, false, y, f.scalar(0i32)?)?;
+        Ok(vec![
+            f.reduce(ReduceKind::Sum, y, &[1])?,
+            f.reduce(ReduceKind::BitwiseXor, y, &[1])?,
+            f.reduce(ReduceKind::Max, v, &[1])?,
+            f.reduce(ReduceKind::BitwiseOr, v, &[1])?,
+            f.reduce(ReduceKind::LogicalAnd, pos, &[1])?,
+            f.reduce(ReduceKind::LogicalOr, pos, &[1])?,
+            f.reduce(ReduceKind::LogicalXor, pos, &[1])?,
+        ])
+    });
+    assert!(e.num_fused_reductions() >= 4, "{}", e.num_fused_reductions());
+    // Row 0: i32::MAX then 1002 ones; row 1: 0, 1, …, 1002.
+    let mut xs = vec![1i32; n];
+    xs[0] = i32::MAX;
+    xs.extend(0..n as i32);
+    let mut us = vec![0u8; 2 * n];
+    us[5] = 0x10;
+    us[700] = 0x81;
+    us[n + 17] = 0x02;
+    let out = run(&e, &[Buffer::from_slice(&xs, &[2, n]).unwrap(), Buffer::from_slice(&us, &[2, n]).unwrap()]);
+    // MAX + 1002 wraps to MIN + 1001; Σ 0..1002 = 1002·1003/2 = 502503.
+    assert_eq!(out[0].to_vec::<i32>().unwrap(), vec![i32::MIN + 1001, 502_503]);
+    // Row 0: MAX ^ (1002 ones, an even count) = MAX. Row 1: xor of 0..=1002; 0..=n xor is n when
+    // n % 4 == 0, so 0..=1000 gives 1000, then ^1001 ^1002 = 1000 ^ 1001 ^ 1002.
+    assert_eq!(out[1].to_vec::<i32>().unwrap(), vec![i32::MAX, 1000 ^ 1001 ^ 1002]);
+    assert_eq!(out[2].to_vec::<u8>().unwrap(), vec![0x81, 0x02]);
+    assert_eq!(out[3].to_vec::<u8>().unwrap(), vec![0x91, 0x02]);
+    // Row 0 all positive; row 1 has one 0 (the first) and 1002 positives.
+    assert_eq!(out[4].to_vec::<bool>().unwrap(), vec![true, false]);
+    assert_eq!(out[5].to_vec::<bool>().unwrap(), vec![true, true]);
+    assert_eq!(out[6].to_vec::<bool>().unwrap(), vec![true, false]); // 1003 odd, 1002 even
+}
+
+/// `reductions=ordered` accumulates in element order: the sum equals a sequential f32 fold
+/// bit for bit. The default may reassociate: it must lie within the classic bound
+/// `(n − 1)·ε·Σ|xᵢ|` of the exact sum (computed here in f64 from the same f32 terms).
+#[test]
+fn fast_and_ordered_float_sums() {
+    let (rows, n) = (37usize, 1013usize);
+    let xs: Vec<f32> = (0..rows * n).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * 1.37).collect();
+    let build = |f: &Function| -> tensorjit::Result<Vec<Value>> {
+        let x = param(f, "x", DType::Float32, &[rows as i64, n as i64]);
+        let sq = f.mul(x, x)?;
+        let t = f.add(sq, x)?;
+        Ok(vec![f.reduce(ReduceKind::Sum, t, &[1])?])
+    };
+    let input = || Buffer::from_slice(&xs, &[rows, n]).unwrap();
+    let ordered = compile(&backend("reductions=ordered"), build);
+    let fast = compile(&backend(""), build);
+    assert_eq!((ordered.num_fused_reductions(), fast.num_fused_reductions()), (1, 1));
+    let o = run(&ordered, &[input()])[0].to_vec::<f32>().unwrap();
+    let q = run(&fast, &[input()])[0].to_vec::<f32>().unwrap();
+    for r in 0..rows {
+        let terms: Vec<f32> = xs[r * n..(r + 1) * n].iter().map(|&v| v * v + v).collect();
+        let seq = terms.iter().fold(0f32, |a, &t| a + t);
+        assert_eq!(o[r].to_bits(), seq.to_bits(), "row {r}: ordered {} vs sequential {seq}", o[r]);
+        let exact: f64 = terms.iter().map(|&t| t as f64).sum();
+        let bound = (n as f64 - 1.0) * f32::EPSILON as f64 * terms.iter().map(|&t| (t as f64).abs()).sum::<f64>();
+        assert!(((q[r] as f64) - exact).abs() <= bound, "row {r}: fast {} vs exact {exact} (bound {bound})", q[r]);
+    }
+}
+
+#[test]
+fn two_reductions_share_one_loop() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float64, &[2, 3]);
+        let d = f.mul(x, f.scalar(2f64)?)?;
+        let sq = f.mul(x, x)?;
+        Ok(vec![f.reduce(ReduceKind::Sum, d, &[1])?, f.reduce(ReduceKind::Sum, sq, &[1])?])
+    });
+    assert_eq!((e.num_loop_steps(), e.num_fused_reductions()), (1, 2));
+    let x = Buffer::from_slice(&[1f64, 2., 3., -1., 0., 4.], &[2, 3]).unwrap();
+    let out = run(&e, &[x]);
+    assert_eq!(out[0].to_vec::<f64>().unwrap(), vec![12., 6.]);
+    assert_eq!(out[1].to_vec::<f64>().unwrap(), vec![14., 17.]);
+}
+
+#[test]
+fn large_reductions_split_across_threads() {
+    let b = backend("parallelism=2");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[600, 500]);
+        let h = f.mul(x, f.scalar(0.5f32)?)?;
+        Ok(vec![f.reduce(ReduceKind::Sum, h, &[1])?, f.reduce(ReduceKind::Sum, h, &[0])?])
+    });
+    assert_eq!(e.num_fused_reductions(), 2);
+    let x = Buffer::from_slice(&vec![1f32; 300_000], &[600, 500]).unwrap();
+    let out = run(&e, &[x]);
+    // Every partial sum is a multiple of 0.5 below 2^24: exact in any order.
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![250.; 600]);
+    assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![300.; 500]);
+}
+
+/// Softmax from standard ops with the egg pass off: max and sum are fused into loops, and the
+/// result is exp(x − max) / Σ exp(x − max).
+#[test]
+fn decomposed_softmax_runs_its_reductions_in_loops() {
+    let b = backend("fusion=off");
+    let e = compile(&b, |f| {
+        let x = param(f, "x", DType::Float32, &[2, 2]);
+        let m = f.reduce(ReduceKind::Max, x, &[1])?;
+        let mb = f.broadcast_in_dim(m, &Shape::new(DType::Float32, &[2, 2]), &[0])?;
+        let ex = f.exp(f.sub(x, mb)?)?;
+        let s = f.reduce(ReduceKind::Sum, ex, &[1])?;
+        let sb = f.broadcast_in_dim(s, &Shape::new(DType::Float32, &[2, 2]), &[0])?;
+        Ok(vec![f.div(ex, sb)?])
+    });
+    assert_eq!(e.num_fused_reductions(), 2);
+    let l3 = 3f32.ln();
+    let x = Buffer::from_slice(&[0f32, l3, 5., 5.], &[2, 2]).unwrap();
+    let y = run(&e, &[x])[0].to_vec::<f32>().unwrap();
+    for (a, want) in y.iter().zip([0.25f32, 0.75, 0.5, 0.5]) {
+        assert!((a - want).abs() <= 1e-6, "{y:?}");
+    }
+}
