@@ -477,3 +477,39 @@ fn ill_typed_kernels_are_rejected() {
     let k = kernel(vec![Ty::Bool], vec![Access::Full], vec![Inst::Load(0), Inst::Unary(UnaryOp::Sqrt, 0)], vec![1]);
     assert!(jit::compile(&k).is_err(), "sqrt of Bool is not an op the JIT emits");
 }
+
+/// Bias add (`[r, c]` + `b[c]`: innermost stride 1) and row broadcast (`x[r, c] − m[r]`:
+/// innermost stride 0) read through stride maps vectorise when `c` is a multiple of the lanes,
+/// and give the same values as the scalar loop used otherwise (and for unaligned tails).
+#[test]
+fn strided_inputs_with_unit_or_zero_inner_stride_vectorise() {
+    for (rows, cols) in [(3usize, 8usize), (5, 4), (3, 5), (2, 12)] {
+        let k = LoopKernel::elementwise(
+            ElemTy::F32,
+            vec![
+                Access::Full,
+                Access::Strided { dims: vec![rows as i64, cols as i64], strides: vec![0, 1] },
+                Access::Strided { dims: vec![rows as i64, cols as i64], strides: vec![1, 0] },
+            ],
+            vec![
+                Inst::Load(0),
+                Inst::Load(1),
+                Inst::Load(2),
+                Inst::Binary(BinaryOp::Add, 0, 1),
+                Inst::Binary(BinaryOp::Sub, 3, 2),
+            ],
+            vec![4],
+        );
+        let vector = cols % 4 == 0;
+        assert_eq!(jit::compile(&k).unwrap().clif.contains("f32x4"), vector, "{rows}x{cols}");
+        let n = rows * cols;
+        let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let bias: Vec<f32> = (0..cols).map(|c| 100.0 * (c + 1) as f32).collect();
+        let m: Vec<f32> = (0..rows).map(|r| 1000.0 * (r + 1) as f32).collect();
+        let out = run_f32(&k, &[&x, &bias, &m], n);
+        for i in 0..n {
+            let (r, c) = (i / cols, i % cols);
+            assert_eq!(out[0][i], x[i] + bias[c] - m[r], "{rows}x{cols} i={i}");
+        }
+    }
+}

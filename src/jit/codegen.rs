@@ -10,11 +10,15 @@
 //!
 //! A kernel is *vectorised* (16-byte vectors: f32x4, f64x2, i32x4, i64x2, i16x8, i8x16, unrolled
 //! up to [`UNROLL`] times, with a scalar tail) when every value it touches — each input and output
-//! in memory and each register — has one byte width, no input is `Strided`, it has no `Iota`, and
+//! in memory and each register — has one byte width, every `Strided` input's innermost view axis
+//! has stride 1 or 0 and an extent that is a multiple of the lanes (a vector never straddles two
+//! runs; vector iterations start at multiples of the lanes, so the caller's `start` must be one,
+//! as the executor's chunk boundaries are), it has no `Iota`, and
 //! every instruction has a vector form here (integer Div/Rem, shifts, BitCount/Clz, conversions
 //! other than same-width int ↔ int, 8-bit multiplies and 64-bit Max/Min/Abs do not). Everything
 //! else — kernels mixing widths (a Bool result of an F32 compare, an I32 → F64 convert), F16/BF16
-//! kernels (2 bytes in memory, computed in f32), remapped (strided) inputs — runs a scalar loop.
+//! kernels (2 bytes in memory, computed in f32), other remapped (strided) inputs — runs a scalar
+//! loop.
 //! When Cranelift rejects the vector form of a kernel the JIT retries it as a scalar loop
 //! ([`build`] with `vector = false`).
 //!
@@ -159,9 +163,6 @@ fn int_cc(dir: CompareOp, signed: bool) -> IntCC {
 
 /// The number of vector lanes `k` runs with (1: scalar loop). See the module docs.
 pub(crate) fn vector_lanes(k: &LoopKernel, tys: &[Ty]) -> i64 {
-    if k.inputs.iter().any(|a| matches!(a, Access::Strided { .. })) {
-        return 1;
-    }
     let mut widths = k.in_tys.iter().map(|t| t.bytes()).chain(tys.iter().map(|t| t.reg_bytes()));
     let Some(w) = widths.next() else { return 1 };
     if widths.any(|x| x != w) || tys.iter().chain(&k.in_tys).any(|t| t.is_half()) {
@@ -205,7 +206,27 @@ pub(crate) fn vector_lanes(k: &LoopKernel, tys: &[Ty]) -> i64 {
             return 1;
         }
     }
-    (16 / w) as i64
+    let lanes = (16 / w) as i64;
+    // A strided input vectorises when every aligned vector of flat indices stays inside one run
+    // of its innermost view axis and that axis is read contiguously (stride 1) or broadcast
+    // (stride 0). In a row reduction the vector loop starts each row at j·red: it must also be
+    // a multiple of the lanes.
+    let strided = k.inputs.iter().filter_map(|a| match a {
+        Access::Strided { dims, strides } => Some((dims, strides)),
+        _ => None,
+    });
+    let mut any_strided = false;
+    for (dims, strides) in strided {
+        any_strided = true;
+        let (Some(&d), Some(&st)) = (dims.last(), strides.last()) else { return 1 };
+        if !(st == 0 || st == 1) || d % lanes != 0 {
+            return 1;
+        }
+    }
+    if any_strided && k.reduce.as_ref().is_some_and(|r| r.red as i64 % lanes != 0) {
+        return 1;
+    }
+    lanes
 }
 
 /// Emission state for one copy of the body.
@@ -717,10 +738,20 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
                         cg.splat(lt, sv)
                     }
                     (Access::Strided { dims, strides }, _) => {
+                        // Vector form (see `vector_lanes`): the lanes share one run of the
+                        // innermost axis, read contiguously or as one broadcast element.
                         let off = strided_offset(cg.b, ptr, i, dims, strides);
                         let off = cg.b.ins().imul_imm(off, ty.bytes() as i64);
                         let addr = cg.b.ins().iadd(s.in_ptrs[*n], off);
-                        cg.load(ty, addr)
+                        if cg.lanes > 1 && strides.last() == Some(&0) {
+                            let lanes = cg.lanes;
+                            cg.lanes = 1;
+                            let v = cg.load(ty, addr);
+                            cg.lanes = lanes;
+                            cg.splat(lane_ty(ty), v)
+                        } else {
+                            cg.load(ty, addr)
+                        }
                     }
                     _ => {
                         let off = cg.b.ins().imul_imm(i, ty.bytes() as i64);
