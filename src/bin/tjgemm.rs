@@ -2,7 +2,8 @@
 //! for f32 squares, transformer shapes on 1 and 2 threads, and bf16 vs f32.
 //!
 //! Usage: `cargo build --release --bin tjgemm && target/release/tjgemm [--quick] [--cpu-time]
-//! [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]`.
+//! [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]
+//! [--shapes MxKxN,... [--threads T] [--reps R]]`.
 //! Numbers are the best of several timed repetitions (the machine may be shared); with
 //! `--cpu-time` single-thread runs are timed in the thread's CPU time, which excludes time the
 //! thread was preempted by other processes (caches may still be disturbed).
@@ -265,6 +266,26 @@ fn main() {
     let mut peak = (0..4).map(|_| fma_peak(peak_isa)).fold(0.0, f64::max);
     println!("# FMA peak (1 thread, register-only {} loop, best of 4): {peak:.1} GFLOP/s", peak_isa.name());
 
+    // `--shapes MxKxN,MxKxN,...` (`--threads T`, `--reps R`): just those shapes, R times each.
+    if let Some(list) = args.iter().position(|a| a == "--shapes").and_then(|i| args.get(i + 1)) {
+        let threads: usize =
+            args.iter().position(|a| a == "--threads").and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(1);
+        let reps: usize =
+            args.iter().position(|a| a == "--reps").and_then(|i| args.get(i + 1)?.parse().ok()).unwrap_or(1);
+        for shape in list.split(',') {
+            let d: Vec<usize> = shape.split('x').filter_map(|x| x.parse().ok()).collect();
+            let [m, k, n] = d[..] else {
+                eprintln!("tjgemm: bad shape {shape} (want MxKxN)");
+                std::process::exit(2);
+            };
+            let name = if m == 1 { "gemv" } else { f32_kernel_name(isa, m, n, geometry) };
+            let runs: Vec<String> = (0..reps).map(|_| format!("{:.1}", bench.f32(m, n, k, threads))).collect();
+            let best = runs.iter().filter_map(|r| r.parse::<f64>().ok()).fold(0.0, f64::max);
+            let pct = 100.0 * best / peak / threads as f64;
+            println!("{m:>5} {k:>5} {n:>5} {name:>22} t{threads} best {best:>6.1} ({pct:.1}%) runs {}", runs.join(" "));
+        }
+        return;
+    }
     if let Some(m) = only_m {
         for &k in &[384usize, 1536] {
             for &n in &[384usize, 1536] {

@@ -137,7 +137,7 @@ impl<PB: Copy> PackedPanels<PB> {
         PB: PackFrom<TI>,
     {
         let (nr, g) = (fam.nr, fam.g);
-        let kc = round_up(kc, g);
+        let kc = balanced(k, kc, g);
         let n_pad = round_up(n, nr);
         let nblocks = k.div_ceil(kc);
         let mut buf = AlignedBuf::<PB>::zeroed((nblocks * kc * n_pad).max(1));
@@ -214,6 +214,35 @@ pub(crate) fn run<TI, PA, PB, T>(
     });
 }
 
+/// The block size for `len` elements with blocks of at most `blk` (rounded up to `unit`): the
+/// blocks are balanced, so a length just above `blk` gives two half blocks instead of a full
+/// block and a sliver (a short last K block would halve the work per C update).
+pub(crate) fn balanced(len: usize, blk: usize, unit: usize) -> usize {
+    let blk = round_up(blk.max(1), unit);
+    let len = round_up(len, unit);
+    if len <= blk {
+        return len;
+    }
+    round_up(len.div_ceil(len.div_ceil(blk)), unit).min(blk)
+}
+
+/// Prefetches the `rows` x `cols` tile at `c` (row stride `rs`) into L1.
+#[inline(always)]
+fn prefetch_tile<T>(c: *mut T, rs: usize, rows: usize, cols: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for i in 0..rows {
+        let row = c.wrapping_add(i * rs);
+        // SAFETY: prefetch is a hint that never faults; the addresses are those of the tile.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast::<i8>());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (c, rs, rows, cols);
+}
+
 /// The single-threaded blocked loop. `b_col0` is the job's first column inside pre-packed B
 /// (a multiple of `nr`).
 ///
@@ -239,10 +268,10 @@ unsafe fn run_serial<TI, PA, PB, T>(
     }
     let kc_blk = match bsrc {
         BSource::Prepacked(p) => p.kc,
-        _ => round_up(blocking.kc.max(1), g).min(round_up(k, g)),
+        _ => balanced(k, blocking.kc, g),
     };
-    let mc_blk = round_up(blocking.mc.max(1), mr).min(round_up(m, mr));
-    let nc_blk = round_up(blocking.nc.max(1), nr).min(round_up(n, nr));
+    let mc_blk = balanced(m, blocking.mc, mr);
+    let nc_blk = balanced(n, blocking.nc, nr);
     let bias_col: Option<Vec<T>> = job.bias_col.map(|b| {
         let mut v = b[..n].to_vec();
         v.resize(round_up(n, nr), T::ZERO);
@@ -358,6 +387,9 @@ unsafe fn run_serial<TI, PA, PB, T>(
                         if nr_eff == nr && job.c.cs == 1 {
                             t.c = cblk.ptr;
                             t.rsc = job.c.rs;
+                            // The tile reads or writes C only after its k loop: fetching the
+                            // rows now hides the cache misses behind the FMAs.
+                            prefetch_tile(cblk.ptr, job.c.rs, mr_eff, nr);
                             // SAFETY: the full mr_eff x nr tile of C is in bounds; the CPU has
                             // the family's features (checked when the family was chosen).
                             unsafe {

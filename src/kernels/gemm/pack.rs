@@ -34,7 +34,9 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
             let pd = dst.add(p * kgroups * w * g);
             let s0 = src.add(r0 * rs);
             if g == 1 {
-                if rs == 1 {
+                if rs == 1 && rw == w && pack_cols_fixed::<TI, PA>(s0, cs, kc, w, pd) {
+                    // Full panel of a common width: done with the unrolled copy.
+                } else if rs == 1 {
                     for k in 0..kc {
                         let s = s0.add(k * cs);
                         let d = pd.add(k * w);
@@ -45,6 +47,8 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
                             *d.add(i) = PA::PAD;
                         }
                     }
+                } else if rw == w && pack_rows_fixed::<TI, PA>(s0, rs, cs, kc, w, pd) {
+                    // Full panel of a common width: done with the unrolled copy.
                 } else {
                     for i in 0..w {
                         if i < rw {
@@ -72,6 +76,100 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
             }
         }
     }
+}
+
+/// A full panel of `w` strided rows, k-major, with `w` a compile-time constant (the row loop
+/// unrolls into `w` loads from `w` streams and one contiguous run of stores per k). Returns
+/// false (nothing written) for widths without a specialisation.
+///
+/// # Safety
+/// As [`pack_panels`] for one full panel.
+#[inline(always)]
+unsafe fn pack_rows_fixed<TI: Copy, PA: PackFrom<TI>>(
+    s0: *const TI,
+    rs: usize,
+    cs: usize,
+    kc: usize,
+    w: usize,
+    pd: *mut PA,
+) -> bool {
+    /// # Safety: as `pack_rows_fixed` with `w == W`.
+    #[inline(always)]
+    unsafe fn go<TI: Copy, PA: PackFrom<TI>, const W: usize>(
+        s0: *const TI,
+        rs: usize,
+        cs: usize,
+        kc: usize,
+        pd: *mut PA,
+    ) {
+        // SAFETY: rows < W and k < kc lie in the source block; the panel holds kc * W elements.
+        unsafe {
+            for k in 0..kc {
+                let s = s0.add(k * cs);
+                let v: [PA; W] = std::array::from_fn(|i| PA::cvt(*s.add(i * rs)));
+                std::ptr::write_unaligned(pd.add(k * W).cast::<[PA; W]>(), v);
+            }
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe {
+        match w {
+            4 => go::<TI, PA, 4>(s0, rs, cs, kc, pd),
+            6 => go::<TI, PA, 6>(s0, rs, cs, kc, pd),
+            8 => go::<TI, PA, 8>(s0, rs, cs, kc, pd),
+            14 => go::<TI, PA, 14>(s0, rs, cs, kc, pd),
+            16 => go::<TI, PA, 16>(s0, rs, cs, kc, pd),
+            24 => go::<TI, PA, 24>(s0, rs, cs, kc, pd),
+            32 => go::<TI, PA, 32>(s0, rs, cs, kc, pd),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// A full panel of `w` contiguous elements per k (B's rows), with `w` a compile-time constant
+/// (the copy of each k becomes a few vector moves); the source rows, `cs` apart, are
+/// prefetched a few k ahead (a strided stream the hardware prefetcher may miss). Returns false
+/// (nothing written) for widths without a specialisation.
+///
+/// # Safety
+/// As [`pack_panels`] for one full panel with `rs == 1`.
+#[inline(always)]
+unsafe fn pack_cols_fixed<TI: Copy, PA: PackFrom<TI>>(
+    s0: *const TI,
+    cs: usize,
+    kc: usize,
+    w: usize,
+    pd: *mut PA,
+) -> bool {
+    /// # Safety: as `pack_cols_fixed` with `w == W`.
+    #[inline(always)]
+    unsafe fn go<TI: Copy, PA: PackFrom<TI>, const W: usize>(s0: *const TI, cs: usize, kc: usize, pd: *mut PA) {
+        const AHEAD: usize = 8;
+        // SAFETY: k < kc and i < W lie in the source panel; the panel holds kc * W elements.
+        unsafe {
+            for k in 0..kc {
+                let s = s0.add(k * cs);
+                super::tile::prefetch_read(s.wrapping_add(AHEAD * cs));
+                // Whole-row values: one block read and one block write (no aliasing question
+                // between source and panel, so the copy becomes vector moves).
+                let v: [TI; W] = std::ptr::read_unaligned(s.cast());
+                std::ptr::write_unaligned(pd.add(k * W).cast::<[PA; W]>(), v.map(PA::cvt));
+            }
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe {
+        match w {
+            8 => go::<TI, PA, 8>(s0, cs, kc, pd),
+            16 => go::<TI, PA, 16>(s0, cs, kc, pd),
+            24 => go::<TI, PA, 24>(s0, cs, kc, pd),
+            32 => go::<TI, PA, 32>(s0, cs, kc, pd),
+            48 => go::<TI, PA, 48>(s0, cs, kc, pd),
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// `-128 ×` the column sums of packed i8 B panels (`cols` columns padded to panels of `w`, each

@@ -1,17 +1,27 @@
 //! The register-tile template shared by every SIMD ISA: `simd_tile!` stamps an `MR x NV·W`
-//! microkernel (k loop, then scale, VNNI correction, accumulate into C, bias, store) from a
+//! microkernel (k loop, then VNNI correction, scale, accumulate into C, bias, store) from a
 //! per-ISA vocabulary macro (`W`, `G`, `zero`, `load_b`, `bcast_a`, `madd`, `splat`, `mul`,
 //! `add`, `fma`, `load_c`, `store_c`, `load_colsum`).
 
 /// The tile template: `MR` rows x `NV` vectors of `W` lanes; `$v` is the vocabulary macro.
+///
+/// `simd_tile!(name, "features", vocab, PA, PB, T)` compiles the tile with those target
+/// features; `simd_tile!(@soft name, vocab, PA, PB, T)` without any (for the software
+/// vocabularies of the tests, which model instructions this CPU may lack).
 macro_rules! simd_tile {
+    (@soft $fname:ident, $v:ident, $PA:ty, $PB:ty, $T:ty) => {
+        simd_tile!(@emit [] $fname, $v, $PA, $PB, $T);
+    };
     ($fname:ident, $feat:literal, $v:ident, $PA:ty, $PB:ty, $T:ty) => {
+        simd_tile!(@emit [#[target_feature(enable = $feat)]] $fname, $v, $PA, $PB, $T);
+    };
+    (@emit [$(#[$attr:meta])*] $fname:ident, $v:ident, $PA:ty, $PB:ty, $T:ty) => {
         /// One register tile (see [`TileArgs`]).
         ///
         /// # Safety
         /// The CPU supports the enabled target features and the pointers in `t` cover the
         /// panels and the tile.
-        #[target_feature(enable = $feat)]
+        $(#[$attr])*
         pub(crate) unsafe fn $fname<const MR: usize, const NV: usize>(t: &TileArgs<$PA, $PB, $T>) {
             const W: usize = $v!(W);
             const G: usize = $v!(G);
@@ -22,6 +32,11 @@ macro_rules! simd_tile {
                 let mut acc = [[$v!(zero); NV]; MR];
                 let (mut a, mut b) = (t.a, t.b);
                 for _ in 0..t.kgroups {
+                    // B rows read in place (the direct path) come from L2/L3 at a large
+                    // stride: fetch a few k steps ahead (free for packed panels, in L1).
+                    $crate::kernels::gemm::tile::prefetch_read(
+                        b.wrapping_add($crate::kernels::gemm::tile::B_PREFETCH * t.b_kstride),
+                    );
                     let mut bv = [$v!(zero_b); NV];
                     for (j, x) in bv.iter_mut().enumerate() {
                         *x = $v!(load_b, b.add(j * W * G));
@@ -35,19 +50,20 @@ macro_rules! simd_tile {
                     a = a.add(t.a_kstride);
                     b = b.add(t.b_kstride);
                 }
-                if t.alpha != <$T as Scalar>::ONE {
-                    let s = $v!(splat, t.alpha);
-                    for row in acc.iter_mut() {
-                        for x in row.iter_mut() {
-                            *x = $v!(mul, *x, s);
-                        }
-                    }
-                }
+                // The VNNI correction completes the product, so it comes before alpha.
                 if !t.colsum.is_null() {
                     for j in 0..NV {
                         let cs = $v!(load_colsum, t.colsum.add(j * W));
                         for row in acc.iter_mut() {
                             row[j] = $v!(add, row[j], cs);
+                        }
+                    }
+                }
+                if t.alpha != <$T as Scalar>::ONE {
+                    let s = $v!(splat, t.alpha);
+                    for row in acc.iter_mut() {
+                        for x in row.iter_mut() {
+                            *x = $v!(mul, *x, s);
                         }
                     }
                 }
@@ -85,6 +101,21 @@ macro_rules! simd_tile {
             }
         }
     };
+}
+
+/// How many k groups ahead the tiles prefetch B.
+pub(crate) const B_PREFETCH: usize = 12;
+
+/// A read prefetch into L1 (a hint: never faults, any address); a no-op off x86-64.
+#[inline(always)]
+pub(crate) fn prefetch_read<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch instructions do not access memory architecturally and never fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// `&[f::<1, NV>, f::<2, NV>, …]`: one tile per row count.
