@@ -10,7 +10,9 @@
 //! global allocator), beside the `[B, H, S, S]` f32 score matrix the decomposed form materialises.
 //!
 //! `cargo bench --bench fused` (default run < 1 min); `FUSED_BENCH_FULL=1` adds B = 2, 4 and more
-//! repetitions; `FUSED_BENCH_THREADS=N` sets the jit parallelism (default: all cores).
+//! repetitions; `FUSED_BENCH_THREADS=N` sets the jit parallelism (default: all cores);
+//! `cargo bench --bench fused -- attention` (or `softmax`, `layer`, `gelu`, a full case name)
+//! runs only the matching cases. Attention rows also print GFLOP/s (`4·B·H·S²·d`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -169,12 +171,19 @@ struct Row {
     fused_s: f64,
     std_s: f64,
     bytes: usize,
+    /// Floating-point operations of the computation (0: not reported).
+    flops: f64,
 }
 
 fn print_row(r: &Row) {
     let gbs = |s: f64| r.bytes as f64 / s / 1e9;
+    let gflops = if r.flops > 0.0 {
+        format!("  GFLOP/s fused {:.1}, std {:.1}", r.flops / r.fused_s / 1e9, r.flops / r.std_s / 1e9)
+    } else {
+        String::new()
+    };
     println!(
-        "{:<34} {:>9.3} {:>7.2} {:>9.3} {:>7.2} {:>7.2}x",
+        "{:<34} {:>9.3} {:>7.2} {:>9.3} {:>7.2} {:>7.2}x{gflops}",
         r.name,
         r.fused_s * 1e3,
         gbs(r.fused_s),
@@ -238,6 +247,10 @@ fn main() {
         return;
     }
     let reps = if full { 10 } else { 3 };
+    // `cargo bench --bench fused -- NAME` runs only the cases whose name contains NAME
+    // (`softmax`, `layer`, `gelu`, `attention`); cargo itself passes `--bench`.
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let want = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
     println!(
         "fused vs decomposed on jit, {threads} thread(s), fused path {}, best of {reps}",
         tensorjit::kernels::fused::FusedIsa::selected().name()
@@ -245,17 +258,26 @@ fn main() {
     println!("{:<34} {:>9} {:>7} {:>9} {:>7} {:>8}", "case", "fused ms", "GB/s", "std ms", "GB/s", "speedup");
     const R4: i64 = 4096;
     // Softmax [4096, 1536].
-    {
+    if want("softmax [4096,1536]") {
         let dims = [R4, 1536];
         let x = buf(&[4096, 1536], 1);
         let fe = compile(&b, |f| Ok(vec![f.fused_softmax(f.parameter("x", f32s(&dims))?, 1)?]));
         let se = compile(&sb, |f| Ok(vec![softmax_std(f, f.parameter("x", f32s(&dims))?, &dims)?]));
         let (ft, _) = time(&fe, &[&x], reps);
         let (st, _) = time(&se, &[&x], reps);
-        print_row(&Row { name: "softmax [4096,1536]".into(), fused_s: ft, std_s: st, bytes: 8 * 4096 * 1536 });
+        print_row(&Row {
+            name: "softmax [4096,1536]".into(),
+            fused_s: ft,
+            std_s: st,
+            bytes: 8 * 4096 * 1536,
+            flops: 0.0,
+        });
     }
     // LayerNorm [4096, 768] and [4096, 1536] with gamma and beta.
     for h in [768i64, 1536] {
+        if !want(&format!("layer norm [4096,{h}]")) {
+            continue;
+        }
         let dims = [R4, h];
         let x = buf(&[4096, h as usize], 2);
         let g = buf(&[h as usize], 3);
@@ -274,10 +296,13 @@ fn main() {
         let (ft, _) = time(&fe, &[&x, &g, &bb], reps);
         let (st, _) = time(&se, &[&x, &g, &bb], reps);
         let bytes = 8 * 4096 * h as usize;
-        print_row(&Row { name: format!("layer norm [4096,{h}]"), fused_s: ft, std_s: st, bytes });
+        print_row(&Row { name: format!("layer norm [4096,{h}]"), fused_s: ft, std_s: st, bytes, flops: 0.0 });
     }
     // GELU [4096, 1536], erf and tanh.
     for exact in [true, false] {
+        if !want(&format!("gelu {} [4096,1536]", if exact { "erf" } else { "tanh" })) {
+            continue;
+        }
         let dims = [R4, 1536];
         let x = buf(&[4096, 1536], 5);
         let fe = compile(&b, |f| Ok(vec![f.fused_gelu(f.parameter("x", f32s(&dims))?, exact)?]));
@@ -288,7 +313,7 @@ fn main() {
         let (ft, _) = time(&fe, &[&x], reps);
         let (st, _) = time(&se, &[&x], reps);
         let name = format!("gelu {} [4096,1536]", if exact { "erf" } else { "tanh" });
-        print_row(&Row { name, fused_s: ft, std_s: st, bytes: 8 * 4096 * 1536 });
+        print_row(&Row { name, fused_s: ft, std_s: st, bytes: 8 * 4096 * 1536, flops: 0.0 });
     }
     // Attention, BHSD, H 12, d 64.
     let batches: &[(i64, i64)] = if full {
@@ -297,6 +322,9 @@ fn main() {
         &[(1, 128), (8, 128), (1, 512), (8, 512)]
     };
     for &(bn, s) in batches {
+        if !want(&format!("attention B{bn} H12 S{s} d64")) {
+            continue;
+        }
         let ud = [bn as usize, 12, s as usize, 64];
         let (q, k, v) = (buf(&ud, 6), buf(&ud, 7), buf(&ud, 8));
         let (fe, se) = attention_pair(&b, &sb, bn, s);
@@ -304,9 +332,14 @@ fn main() {
         let (st, _) = time(&se, &[&q, &k, &v], reps);
         let n = ud.iter().product::<usize>();
         let name = format!("attention B{bn} H12 S{s} d64");
-        print_row(&Row { name, fused_s: ft, std_s: st, bytes: 4 * 4 * n });
+        // Q·Kᵀ and P·V: 2 · (2·S·S·d) per (batch, head).
+        let flops = 4.0 * (bn * 12) as f64 * (s * s) as f64 * 64.0;
+        print_row(&Row { name, fused_s: ft, std_s: st, bytes: 4 * 4 * n, flops });
     }
     // Peak memory, in a child process without the buffer pool.
+    if !want("attention") {
+        return;
+    }
     match std::env::current_exe() {
         Ok(exe) => {
             let out = std::process::Command::new(exe)

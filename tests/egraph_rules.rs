@@ -106,6 +106,14 @@ filetests! {
     attention_causal_const => ["sdpa"];
     attention_near_miss_softmax_axis => ["softmax-max-subtracted"];
     attention_near_miss_v_axis => ["softmax-plain"];
+    attention_gqa_broadcast => ["sdpa"];
+    attention_gqa_bshd_repeat => ["sdpa"];
+    attention_gqa_near_miss_tile => ["sdpa"];
+    attention_causal_bottom_right => ["sdpa"];
+    attention_causal_decode => ["sdpa"];
+    attention_causal_near_miss_offset => ["sdpa"];
+    attention_seq_lens => ["sdpa"];
+    attention_seq_lens_near_miss => ["sdpa"];
 }
 
 /// Near misses must not fire the rule they nearly match.
@@ -220,7 +228,8 @@ fn interp() -> Arc<dyn Backend> {
 }
 
 /// Deterministic pseudo-random inputs for the given shapes (floats in [-2, 2); Bool masks true
-/// on the diagonal of the last two axes so that no attention row is fully masked).
+/// on the diagonal of the last two axes so that no attention row is fully masked; Int32
+/// lengths in 1..=4).
 fn inputs(shapes: &[Shape], seed: u64) -> Vec<Buffer> {
     let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     let mut next = move || {
@@ -241,6 +250,12 @@ fn inputs(shapes: &[Shape], seed: u64) -> Vec<Buffer> {
                     let r = dims.len();
                     let (rows, cols) = (dims[r - 2], dims[r - 1]);
                     let v: Vec<bool> = (0..n).map(|i| ((i / cols) % rows == i % cols) || next() < 0.6).collect();
+                    Buffer::from_slice(&v, &dims).expect("buffer")
+                }
+                DType::Int32 => {
+                    // Sequence lengths: 1..=4 (the key length of the filetests using them), so
+                    // no attention row is fully masked.
+                    let v: Vec<i32> = (0..n).map(|_| 1 + (next() * 4.0) as i32).collect();
                     Buffer::from_slice(&v, &dims).expect("buffer")
                 }
                 d => panic!("no generator for {d}"),
@@ -301,6 +316,50 @@ fn differential_attention() {
     differential("attention_bool_mask_kt");
     differential("attention_causal_iota");
     differential("attention_causal_const");
+}
+
+/// GQA (broadcast and concatenate repeats; the tile-order near miss), offset causal masks and
+/// key lengths (and their near misses): fused and unfused agree on "interp".
+#[test]
+fn differential_attention_exporter_forms() {
+    for name in [
+        "attention_gqa_broadcast",
+        "attention_gqa_bshd_repeat",
+        "attention_gqa_near_miss_tile",
+        "attention_causal_bottom_right",
+        "attention_causal_decode",
+        "attention_causal_near_miss_offset",
+        "attention_seq_lens",
+        "attention_seq_lens_near_miss",
+    ] {
+        differential(name);
+    }
+}
+
+/// Each lengths input of `attention_seq_lens` (1..=4, some below the key length 4) really
+/// masks keys: with lengths [1, 4] batch 0 attends to key 0 only, so its output is v's key-0
+/// row; checked on the fused module.
+#[test]
+fn seq_lens_fused_output_by_hand() {
+    let (_, after, _) = filetest("attention_seq_lens");
+    let b = interp();
+    let shapes = after.param_shapes(after.main);
+    let mut ins = inputs(&shapes[..3], 11);
+    ins.push(Buffer::from_slice(&[1i32, 4], &[2]).expect("lens"));
+    let refs: Vec<&Buffer> = ins.iter().collect();
+    let out = b.compile(after).expect("compile").execute(&refs, &[]).expect("run");
+    let y = out[0].to_vec::<f32>().expect("f32");
+    let v = ins[2].to_vec::<f32>().expect("f32");
+    // Batch 0, both heads, all 3 queries: v[0, h, 0, :] (v is [2,2,4,8]).
+    for h in 0..2 {
+        for i in 0..3 {
+            for c in 0..8 {
+                let got = y[((h * 3) + i) * 8 + c];
+                let want = v[(h * 4) * 8 + c];
+                assert!((got - want).abs() <= 1e-6, "head {h} query {i} col {c}: {got} vs {want}");
+            }
+        }
+    }
 }
 
 // ---- 12-layer BERT-like encoder ---------------------------------------------------------

@@ -13,7 +13,9 @@ use tensorjit::ir::op::{AttentionLayout, Op};
 use tensorjit::kernels::Tensor;
 use tensorjit::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast_strides};
 use tensorjit::kernels::fused::vmath::exp_f32;
-use tensorjit::kernels::fused::{FusedIsa, attention_f32, gelu_f32, layer_norm_f32, softmax_f32};
+use tensorjit::kernels::fused::{
+    FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_strided_f32, softmax_f32,
+};
 use tensorjit::kernels::reference;
 use tensorjit::{Backend, Buffer, DType, Element, Shape};
 
@@ -282,6 +284,56 @@ fn layer_norm_random_vs_reference() {
     }
 }
 
+/// LayerNorm over a block of axes that is not trailing (x viewed as `[outer, n, inner]`, rows
+/// strided by `inner`), against the reference; also through "jit" vs "interp" below.
+#[test]
+fn layer_norm_strided_vs_reference() {
+    let mut rng = Rng(12);
+    /// (dims, first normalised axis, number of axes, gamma, beta, offset)
+    type Case = (&'static [usize], usize, usize, bool, bool, f32);
+    let cases: &[Case] = &[
+        (&[2, 3], 0, 1, true, true, 0.0),
+        (&[4, 5, 3], 1, 1, true, true, 0.0),
+        (&[2, 7, 300], 1, 1, true, false, 100.0),
+        (&[3, 4, 5, 6], 1, 2, false, true, -20.0),
+        (&[5, 2, 17], 0, 2, true, true, 0.0),
+        (&[2, 64, 9], 1, 1, true, true, 1000.0),
+        (&[1, 1, 1], 1, 1, true, true, 0.0),
+    ];
+    for &(dims, first, k, hg, hb, off) in cases {
+        let n: usize = dims[first..first + k].iter().product();
+        let inner: usize = dims[first + k..].iter().product();
+        let len: usize = dims.iter().product();
+        let x: Vec<f32> = rng.vec(len, -2.0, 2.0).iter().map(|v| v + off).collect();
+        let g = rng.vec(n, -2.0, 2.0);
+        let b = rng.vec(n, -1.0, 1.0);
+        let pd: Vec<usize> = dims[first..first + k].to_vec();
+        let mut inputs = vec![tensor(dims, &x)];
+        if hg {
+            inputs.push(tensor(&pd, &g));
+        }
+        if hb {
+            inputs.push(tensor(&pd, &b));
+        }
+        let axes: Vec<usize> = (first..first + k).collect();
+        let op = Op::FusedLayerNorm { axes, epsilon: 1e-5, has_gamma: hg, has_beta: hb };
+        let want = reference_f32(&op, &inputs, dims);
+        for isa in isas() {
+            let mut got = vec![0f32; len];
+            let (gg, bb) = (hg.then_some(&g[..]), hb.then_some(&b[..]));
+            layer_norm_strided_f32(isa, &x, &mut got, len / (n * inner), n, inner, 1e-5, gg, bb, None);
+            assert_close(&format!("strided ln {dims:?} from {first} {}", isa.name()), &got, &want, 1e-6, 2e-6);
+        }
+    }
+    // By hand: x [2, 2] over axis 0 (columns (1, 3) and (2, 6)): means 2, 4; variances 1, 4;
+    // y = (x − mean)/√(var + ε) → (−1, 1) and (−1, 1) up to ε.
+    for isa in isas() {
+        let mut y = [0f32; 4];
+        layer_norm_strided_f32(isa, &[1.0, 2.0, 3.0, 6.0], &mut y, 1, 2, 2, 0.0, None, None, None);
+        assert_eq!(y, [-1.0, -1.0, 1.0, 1.0]);
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // GELU.
 
@@ -530,6 +582,22 @@ fn attention_hand_values() {
         // Causal with Sq = 3 > Skv = 2 (top-left): rows see keys {0}, {0, 1}, {0, 1}.
         let c = AttCase { sq: 3, skv: 2, causal: true, ..base_case() };
         assert_eq!(run(&c, &[0.0; 3], &[0.0; 2], &[2.0, 4.0], AttentionMask::None), vec![2.0, 3.0, 3.0]);
+        // An infinite value on an excluded key (Bool mask, causal) does not reach the output:
+        // row 0 sees key 0 only → 10; row 1 sees keys 0, 1 with equal scores → 15.
+        let c = AttCase { skv: 3, ..base_case() };
+        let st = broadcast_strides([1, 1, 1, 3], [1, 1, 1, 3]).unwrap();
+        let v = [10.0, 20.0, f32::INFINITY];
+        assert_eq!(run(&c, &[1.0], &[1.0; 3], &v, AttentionMask::Bool(&[true, true, false], st)), vec![15.0]);
+        let c = AttCase { sq: 2, skv: 3, causal: true, ..base_case() };
+        assert_eq!(run(&c, &[0.0; 2], &[0.0; 3], &v, AttentionMask::None), vec![10.0, 15.0]);
+        // 40 query rows × 80 keys, d = 16, q = k = 0: every visible key weighs the same, so
+        // causal row i averages v_0..v_i, v_j = (j, −j): row i outputs (i/2, −i/2).
+        let (sq, skv) = (40, 80);
+        let c = AttCase { sq, skv, d: 16, dv: 2, causal: true, ..base_case() };
+        let v: Vec<f32> = (0..skv).flat_map(|j| [j as f32, -(j as f32)]).collect();
+        let out = run(&c, &vec![0.0; sq * 16], &vec![0.0; skv * 16], &v, AttentionMask::None);
+        let want: Vec<f32> = (0..sq).flat_map(|i| [i as f32 / 2.0, -(i as f32) / 2.0]).collect();
+        assert_close("causal averages", &out, &want, 1e-6, 1e-6);
     }
 }
 
@@ -674,11 +742,13 @@ fn jit_end_to_end_matches_interp() {
                     f.fused_softmax(p[0], 0)?,
                     f.fused_layer_norm(p[0], &[-1], 1e-5, Some(p[1]), Some(p[2]))?,
                     f.fused_layer_norm(p[0], &[1], 1e-3, None, None)?,
+                    // Over axis 0: the strided kernel (37 rows of 129 columns, stride 129).
+                    f.fused_layer_norm(p[0], &[0], 1e-5, None, None)?,
                 ]);
             }
             Ok(outs)
         });
-        assert_eq!(a.len(), if dt == DType::Float32 { 6 } else { 2 });
+        assert_eq!(a.len(), if dt == DType::Float32 { 7 } else { 2 });
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
             assert_close(&format!("{dt} output {i}"), x, y, rel, abs);
         }
@@ -732,6 +802,7 @@ fn jit_plan_uses_fused_kernels() {
         f.fused_softmax(x, 1).expect("softmax"),
         f.fused_gelu(x, true).expect("gelu"),
         f.fused_layer_norm(x, &[1], 1e-5, None, None).expect("ln"),
+        f.fused_layer_norm(x, &[0], 1e-5, None, None).expect("ln axis 0"),
         f.fused_scaled_dot_product_attention(q, q, q, AttentionLayout::Bhsd, &AttentionConfig::default())
             .expect("att")
             .0,
@@ -753,7 +824,13 @@ fn jit_plan_uses_fused_kernels() {
     } else {
         "avx2"
     };
-    for what in ["fused softmax", "fused gelu erf", "fused layer norm", "fused flash attention"] {
+    for what in [
+        "fused softmax",
+        "fused gelu erf",
+        "fused layer norm over axes 1..2",
+        "fused layer norm over axes 0..1",
+        "fused flash attention",
+    ] {
         assert!(plan.contains(what), "plan lacks {what:?}:\n{plan}");
     }
     assert!(plan.contains(&format!("Float32 {want_isa}")), "plan does not use the {want_isa} path:\n{plan}");

@@ -105,10 +105,18 @@ unsafe impl Sync for OutPtr {}
 
 /// Per-thread scratch.
 struct Scratch {
+    /// Running max per query row.
     m: Vec<f32>,
+    /// Running sum per query row.
     l: Vec<f32>,
+    /// Unnormalised output rows, `Q_BLOCK × v_dim`.
     acc: Vec<f32>,
-    sc: Vec<f32>,
+    /// The query block packed row-major, `Q_BLOCK × head_dim`.
+    qp: Vec<f32>,
+    /// The key tile transposed, `head_dim × K_BLOCK` (columns past the tile zero).
+    kt: Vec<f32>,
+    /// Scores, then probabilities, of the tile: `Q_BLOCK × K_BLOCK`.
+    s: Vec<f32>,
 }
 
 /// Computes attention into `out` (the query's layout with head dim `v_dim`, `B·H·Sq·v_dim`
@@ -153,7 +161,9 @@ pub fn attention_f32(
         m: vec![0.0; Q_BLOCK],
         l: vec![0.0; Q_BLOCK],
         acc: vec![0.0; Q_BLOCK * vd],
-        sc: vec![0.0; K_BLOCK],
+        qp: vec![0.0; Q_BLOCK * d],
+        kt: vec![0.0; d * K_BLOCK],
+        s: vec![0.0; Q_BLOCK * K_BLOCK],
     };
     let run = |s: &mut Scratch, it: usize| {
         let (bh, qb) = (it / qblocks, it % qblocks);
@@ -182,7 +192,11 @@ fn nan_max(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }
 }
 
-/// One (batch, head, query block) item.
+/// One (batch, head, query block) item: the query block is packed once; per key tile, the
+/// tile is packed transposed, the `rows × nk` scores come from a register-tiled `Q·Kᵀ`
+/// micro-kernel, each row is masked and goes through the online-softmax update (its scores
+/// become probabilities in place), and `P·V` is added to the output rows by a register-tiled
+/// micro-kernel.
 #[allow(clippy::too_many_arguments)]
 fn item(
     isa: FusedIsa,
@@ -209,6 +223,10 @@ fn item(
     s.m[..rows].fill(f32::NEG_INFINITY);
     s.l[..rows].fill(0.0);
     s.acc[..rows * vd].fill(0.0);
+    for r in 0..rows {
+        let qo = p.off(nh, sq, d, b, h, i0 + r);
+        s.qp[r * d..(r + 1) * d].copy_from_slice(&q[qo..qo + d]);
+    }
     let kstride = match p.layout {
         AttentionLayout::Bhsd => d,
         AttentionLayout::Bshd => nkv * d,
@@ -223,33 +241,35 @@ fn item(
     while j0 < kend {
         let j1 = (j0 + K_BLOCK).min(kend);
         let nk = j1 - j0;
+        let nk16 = nk.div_ceil(16) * 16;
+        pack_kt(&k[kbase + j0 * kstride..], kstride, d, nk, nk16, &mut s.kt);
+        // Keys visible to the last row of each row group (causal) bound the tiles computed.
+        let visible = |r_end: usize| if p.causal { (i0 + r_end).saturating_sub(j0).min(nk) } else { nk };
+        scores_tile(isa, &s.qp, d, &s.kt, rows, nk16, p.scale, &mut s.s, visible);
         for r in 0..rows {
             let i = i0 + r;
+            let row = &mut s.s[r * K_BLOCK..r * K_BLOCK + nk];
             let jv = if p.causal { j1.min(i + 1) } else { j1 };
             if jv <= j0 {
+                row.fill(0.0);
                 continue;
             }
-            let qo = p.off(nh, sq, d, b, h, i);
-            let qr = &q[qo..qo + d];
-            let sc = &mut s.sc[..nk];
-            scores(isa, qr, &k[kbase + j0 * kstride..], kstride, d, &mut sc[..jv - j0], p.scale);
-            sc[jv - j0..].fill(f32::NEG_INFINITY);
-            apply_mask(p, b, h, i, j0, sc);
-            let bmax = sc.iter().fold(f32::NEG_INFINITY, |m, &x| nan_max(m, x));
-            let m_new = nan_max(s.m[r], bmax);
+            row[jv - j0..].fill(f32::NEG_INFINITY);
+            apply_mask(p, b, h, i, j0, row);
+            let m_new = nan_max(s.m[r], row_max(isa, row));
             if m_new == f32::NEG_INFINITY {
+                row.fill(0.0);
                 continue;
             }
             let alpha = exp_scalar(s.m[r] - m_new);
-            let sum = exp_shift_sum(isa, sc, m_new);
+            let sum = exp_shift_sum(isa, row, m_new);
             s.l[r] = s.l[r] * alpha + sum;
             s.m[r] = m_new;
-            let acc = &mut s.acc[r * vd..(r + 1) * vd];
             if alpha != 1.0 {
-                acc.iter_mut().for_each(|a| *a *= alpha);
+                s.acc[r * vd..(r + 1) * vd].iter_mut().for_each(|a| *a *= alpha);
             }
-            accumulate(isa, sc, &v[vbase + j0 * vstride..], vstride, vd, acc);
         }
+        pv_tile(isa, &s.s, nk, &v[vbase + j0 * vstride..], vstride, vd, rows, &mut s.acc);
         j0 = j1;
     }
     for r in 0..rows {
@@ -265,6 +285,119 @@ fn item(
             unsafe { *out.0.add(oo + c) = a * inv };
         }
     }
+}
+
+/// Packs `nk` key rows (`ks` apart, `d` values each) transposed into `kt` (`d × K_BLOCK`),
+/// zeroing columns `nk..nk16`.
+fn pack_kt(k: &[f32], ks: usize, d: usize, nk: usize, nk16: usize, kt: &mut [f32]) {
+    for j in 0..nk {
+        let kr = &k[j * ks..j * ks + d];
+        for (c, &x) in kr.iter().enumerate() {
+            kt[c * K_BLOCK + j] = x;
+        }
+    }
+    if nk16 > nk {
+        for c in 0..d {
+            kt[c * K_BLOCK + nk..c * K_BLOCK + nk16].fill(0.0);
+        }
+    }
+}
+
+/// `s[r][j] = scale · Σ_c qp[r][c]·kt[c][j]` for `r < rows`, `j < nk16` (a multiple of 16),
+/// skipping 16-key groups that `visible(r_end)` (keys visible to rows `< r_end`) excludes for a
+/// whole row group; those entries are left as they are (the caller masks them).
+#[allow(clippy::too_many_arguments)]
+fn scores_tile(
+    isa: FusedIsa,
+    qp: &[f32],
+    d: usize,
+    kt: &[f32],
+    rows: usize,
+    nk16: usize,
+    scale: f32,
+    s: &mut [f32],
+    visible: impl Fn(usize) -> usize,
+) {
+    debug_assert!(qp.len() >= rows * d && kt.len() >= d * K_BLOCK && s.len() >= rows * K_BLOCK);
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx2 {
+        let mut r0 = 0;
+        while r0 < rows {
+            let nr = (rows - r0).min(avx2::QK_ROWS);
+            let cols = visible(r0 + nr).min(nk16);
+            let mut j = 0;
+            while j < cols {
+                // SAFETY: AVX2+FMA confirmed by `checked()`; rows r0..r0+nr < rows of qp (d
+                // values each) and s (K_BLOCK each), columns j..j+16 ≤ nk16 ≤ K_BLOCK of kt's d
+                // rows (asserted above).
+                unsafe {
+                    avx2::qk(
+                        nr,
+                        qp.as_ptr().add(r0 * d),
+                        d,
+                        kt.as_ptr().add(j),
+                        s.as_mut_ptr().add(r0 * K_BLOCK + j),
+                        scale,
+                    )
+                };
+                j += 16;
+            }
+            r0 += nr;
+        }
+        return;
+    }
+    let _ = isa;
+    for r in 0..rows {
+        let cols = visible(r + 1).min(nk16);
+        let row = &mut s[r * K_BLOCK..r * K_BLOCK + cols];
+        row.fill(0.0);
+        for (c, &x) in qp[r * d..(r + 1) * d].iter().enumerate() {
+            for (o, &kv) in row.iter_mut().zip(&kt[c * K_BLOCK..c * K_BLOCK + cols]) {
+                *o += x * kv;
+            }
+        }
+        row.iter_mut().for_each(|o| *o *= scale);
+    }
+}
+
+/// `acc[r] += Σ_j s[r][j]·v_j` for `r < rows`, `j < nk` (v rows `vs` apart). The AVX2 path
+/// multiplies every weight, so it is used only when the `nk` value rows are finite; otherwise
+/// (and on the generic path) keys with weight 0 are skipped, so an infinite value on an
+/// excluded key does not make the row NaN.
+#[allow(clippy::too_many_arguments)]
+fn pv_tile(isa: FusedIsa, s: &[f32], nk: usize, v: &[f32], vs: usize, vd: usize, rows: usize, acc: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx2 {
+        let vr = &v[..(nk - 1) * vs + vd];
+        // SAFETY: AVX2+FMA confirmed by `checked()`.
+        if unsafe { avx2::all_finite(vr, nk, vs, vd) } {
+            let mut r0 = 0;
+            while r0 < rows {
+                let nr = (rows - r0).min(avx2::PV_ROWS);
+                // SAFETY: rows r0..r0+nr of s (K_BLOCK apart, nk ≤ K_BLOCK used) and of acc (vd
+                // apart) exist; vr holds nk rows of vd values vs apart.
+                unsafe {
+                    avx2::pv(nr, s.as_ptr().add(r0 * K_BLOCK), nk, vr.as_ptr(), vs, vd, acc.as_mut_ptr().add(r0 * vd))
+                };
+                r0 += nr;
+            }
+            return;
+        }
+    }
+    for r in 0..rows {
+        accumulate(isa, &s[r * K_BLOCK..r * K_BLOCK + nk], v, vs, vd, &mut acc[r * vd..(r + 1) * vd]);
+    }
+}
+
+/// NaN-propagating maximum of a row (−∞ for an empty row).
+fn row_max(isa: FusedIsa, x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx2 {
+        // SAFETY: AVX2+FMA confirmed by `checked()`.
+        return unsafe { avx2::row_max(x) };
+    }
+    let _ = isa;
+    x.iter().fold(f32::NEG_INFINITY, |m, &v| nan_max(m, v))
 }
 
 /// Excludes (−∞) keys masked by the Bool mask or kv length, adds bias and additive mask.
@@ -314,26 +447,11 @@ fn exp_shift_sum(isa: FusedIsa, x: &mut [f32], m: f32) -> f32 {
     s
 }
 
-/// `sc[j] = scale · q·k_j` for the `sc.len()` keys starting at `k` (rows `ks` apart).
-fn scores(isa: FusedIsa, q: &[f32], k: &[f32], ks: usize, d: usize, sc: &mut [f32], scale: f32) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
-        unsafe { avx2::scores(q, k, ks, d, sc, scale) };
-        return;
-    }
-    let _ = isa;
-    for (j, o) in sc.iter_mut().enumerate() {
-        let kr = &k[j * ks..j * ks + d];
-        *o = scale * q.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>();
-    }
-}
-
 /// `acc += Σ_j p[j]·v_j` over the keys with a non-zero weight.
 fn accumulate(isa: FusedIsa, p: &[f32], v: &[f32], vs: usize, vd: usize, acc: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if isa == FusedIsa::Avx2 {
-        // SAFETY: as in `scores`.
+        // SAFETY: AVX2+FMA confirmed by `checked()`.
         unsafe { avx2::accumulate(p, v, vs, vd, acc) };
         return;
     }
@@ -351,68 +469,196 @@ fn accumulate(isa: FusedIsa, p: &[f32], v: &[f32], vs: usize, vd: usize, acc: &m
 mod avx2 {
     use std::arch::x86_64::*;
 
-    /// Dot products of `q` with 4 key rows at `k`, `k + ks`, … (d values each), times `scale`.
+    use super::K_BLOCK;
+
+    /// Query rows per `Q·Kᵀ` micro-kernel call (6 rows × 16 keys = 12 accumulators).
+    pub(super) const QK_ROWS: usize = 6;
+    /// Query rows per `P·V` micro-kernel call (6 rows × 16 columns = 12 accumulators).
+    pub(super) const PV_ROWS: usize = 6;
+
+    /// Scores of `nr` (1..=6) packed query rows (`d` apart) against 16 packed key columns.
+    ///
+    /// # Safety
+    /// AVX2+FMA; `qp` holds `nr` rows of `d` values; `kt` points at column j of a `d × K_BLOCK`
+    /// packed tile with j + 16 ≤ K_BLOCK; `s` points at column j of `nr` rows `K_BLOCK` apart.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn qk(nr: usize, qp: *const f32, d: usize, kt: *const f32, s: *mut f32, scale: f32) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match nr {
+                1 => qk_r::<1>(qp, d, kt, s, scale),
+                2 => qk_r::<2>(qp, d, kt, s, scale),
+                3 => qk_r::<3>(qp, d, kt, s, scale),
+                4 => qk_r::<4>(qp, d, kt, s, scale),
+                5 => qk_r::<5>(qp, d, kt, s, scale),
+                6 => qk_r::<6>(qp, d, kt, s, scale),
+                _ => {}
+            }
+        }
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn dot4(q: &[f32], k: &[f32], ks: usize, d: usize, scale: f32) -> [f32; 4] {
-        let (qp, kp) = (q.as_ptr(), k.as_ptr());
-        let mut a = [_mm256_setzero_ps(); 4];
-        let mut c = 0;
-        // SAFETY: the caller guarantees q.len() ≥ d and k.len() ≥ 3·ks + d; c + 8 ≤ d.
-        unsafe {
-            while c + 8 <= d {
-                let qv = _mm256_loadu_ps(qp.add(c));
-                for (r, acc) in a.iter_mut().enumerate() {
-                    *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kp.add(r * ks + c)), *acc);
+    unsafe fn qk_r<const R: usize>(qp: *const f32, d: usize, kt: *const f32, s: *mut f32, scale: f32) {
+        let mut a = [[_mm256_setzero_ps(); 2]; R];
+        for c in 0..d {
+            // SAFETY: c < d rows of kt, 16 columns from kt; q row r < R has d values.
+            unsafe {
+                let k0 = _mm256_loadu_ps(kt.add(c * K_BLOCK));
+                let k1 = _mm256_loadu_ps(kt.add(c * K_BLOCK + 8));
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let x = _mm256_set1_ps(*qp.add(r * d + c));
+                    ar[0] = _mm256_fmadd_ps(x, k0, ar[0]);
+                    ar[1] = _mm256_fmadd_ps(x, k1, ar[1]);
                 }
-                c += 8;
             }
         }
-        let t0 = _mm256_hadd_ps(a[0], a[1]);
-        let t1 = _mm256_hadd_ps(a[2], a[3]);
-        let t2 = _mm256_hadd_ps(t0, t1);
-        let r = _mm_add_ps(_mm256_castps256_ps128(t2), _mm256_extractf128_ps::<1>(t2));
-        let mut out = [0f32; 4];
-        // SAFETY: `out` holds 4 floats.
-        unsafe { _mm_storeu_ps(out.as_mut_ptr(), r) };
-        for (r, o) in out.iter_mut().enumerate() {
-            for cc in c..d {
-                *o += q[cc] * k[r * ks + cc];
+        let sc = _mm256_set1_ps(scale);
+        for (r, ar) in a.iter().enumerate() {
+            // SAFETY: row r < R of s has 16 writable columns from s.
+            unsafe {
+                _mm256_storeu_ps(s.add(r * K_BLOCK), _mm256_mul_ps(ar[0], sc));
+                _mm256_storeu_ps(s.add(r * K_BLOCK + 8), _mm256_mul_ps(ar[1], sc));
             }
-            *o *= scale;
         }
-        out
     }
 
+    /// `acc[r] += Σ_{j<nk} p[r][j]·v_j` for `nr` (1..=6) rows.
+    ///
+    /// # Safety
+    /// AVX2+FMA; `p` holds `nr` rows `K_BLOCK` apart with `nk` values each; `v` holds `nk` rows
+    /// `vs` apart of `vd` values; `acc` holds `nr` rows of `vd` values, `vd` apart.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn scores(q: &[f32], k: &[f32], ks: usize, d: usize, sc: &mut [f32], scale: f32) {
-        let n = sc.len();
-        let mut j = 0;
-        while j + 4 <= n {
-            let r = dot4(q, &k[j * ks..j * ks + 3 * ks + d], ks, d, scale);
-            sc[j..j + 4].copy_from_slice(&r);
-            j += 4;
-        }
-        while j < n {
-            let kr = &k[j * ks..j * ks + d];
-            let mut acc = _mm256_setzero_ps();
-            let mut c = 0;
-            while c + 8 <= d {
-                // SAFETY: c + 8 ≤ d ≤ both lengths.
-                unsafe {
-                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(c)), _mm256_loadu_ps(kr.as_ptr().add(c)), acc);
-                }
-                c += 8;
+    pub(super) unsafe fn pv(nr: usize, p: *const f32, nk: usize, v: *const f32, vs: usize, vd: usize, acc: *mut f32) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match nr {
+                1 => pv_r::<1>(p, nk, v, vs, vd, acc),
+                2 => pv_r::<2>(p, nk, v, vs, vd, acc),
+                3 => pv_r::<3>(p, nk, v, vs, vd, acc),
+                4 => pv_r::<4>(p, nk, v, vs, vd, acc),
+                5 => pv_r::<5>(p, nk, v, vs, vd, acc),
+                6 => pv_r::<6>(p, nk, v, vs, vd, acc),
+                _ => {}
             }
-            let mut s = super::super::vmath::avx2::hsum(acc);
-            for cc in c..d {
-                s += q[cc] * kr[cc];
-            }
-            sc[j] = s * scale;
-            j += 1;
         }
     }
 
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn pv_r<const R: usize>(p: *const f32, nk: usize, v: *const f32, vs: usize, vd: usize, acc: *mut f32) {
+        let mut c = 0;
+        while c + 16 <= vd {
+            // SAFETY: columns c..c+16 ≤ vd of acc's and v's rows; rows r < R of p and acc and
+            // j < nk of v exist (the caller's contract).
+            unsafe { pv_cols::<R, 2>(p, nk, v.add(c), vs, vd, acc.add(c)) };
+            c += 16;
+        }
+        if c + 8 <= vd {
+            // SAFETY: as above with columns c..c+8 ≤ vd.
+            unsafe { pv_cols::<R, 1>(p, nk, v.add(c), vs, vd, acc.add(c)) };
+            c += 8;
+        }
+        while c < vd {
+            for r in 0..R {
+                let mut t = 0.0;
+                for j in 0..nk {
+                    // SAFETY: c < vd; row r < R of p, row j < nk of v (the caller's contract).
+                    unsafe { t += *p.add(r * K_BLOCK + j) * *v.add(j * vs + c) };
+                }
+                // SAFETY: c < vd, row r < R of acc.
+                unsafe { *acc.add(r * vd + c) += t };
+            }
+            c += 1;
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn pv_cols<const R: usize, const W: usize>(
+        p: *const f32,
+        nk: usize,
+        v: *const f32,
+        vs: usize,
+        vd: usize,
+        acc: *mut f32,
+    ) {
+        let mut a = [[_mm256_setzero_ps(); W]; R];
+        for (r, ar) in a.iter_mut().enumerate() {
+            for (x, ax) in ar.iter_mut().enumerate() {
+                // SAFETY: 8·W columns from acc's rows r < R exist (the caller's contract).
+                *ax = unsafe { _mm256_loadu_ps(acc.add(r * vd + 8 * x)) };
+            }
+        }
+        for j in 0..nk {
+            let mut vv = [_mm256_setzero_ps(); W];
+            for (x, vx) in vv.iter_mut().enumerate() {
+                // SAFETY: 8·W columns of v's row j < nk exist (the caller's contract).
+                *vx = unsafe { _mm256_loadu_ps(v.add(j * vs + 8 * x)) };
+            }
+            for (r, ar) in a.iter_mut().enumerate() {
+                // SAFETY: row r < R of p has nk > j weights.
+                let w = _mm256_set1_ps(unsafe { *p.add(r * K_BLOCK + j) });
+                for (ax, &vx) in ar.iter_mut().zip(&vv) {
+                    *ax = _mm256_fmadd_ps(w, vx, *ax);
+                }
+            }
+        }
+        for (r, ar) in a.iter().enumerate() {
+            for (x, &ax) in ar.iter().enumerate() {
+                // SAFETY: as for the loads of acc.
+                unsafe { _mm256_storeu_ps(acc.add(r * vd + 8 * x), ax) };
+            }
+        }
+    }
+
+    /// Whether the `nk` rows of `vd` values (`vs` apart) of `v` are all finite.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn all_finite(v: &[f32], nk: usize, vs: usize, vd: usize) -> bool {
+        let zero = _mm256_setzero_ps();
+        let mut acc = zero;
+        let v8 = vd / 8 * 8;
+        for j in 0..nk {
+            let row = &v[j * vs..j * vs + vd];
+            let mut c = 0;
+            while c < v8 {
+                // SAFETY: c + 8 ≤ vd = row.len(); x·0 is 0 for finite x, NaN otherwise.
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(unsafe { _mm256_loadu_ps(row.as_ptr().add(c)) }, zero));
+                c += 8;
+            }
+            if !row[v8..].iter().all(|x| x.is_finite()) {
+                return false;
+            }
+        }
+        _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(acc, acc)) == 0
+    }
+
+    /// NaN-propagating maximum of `x` (−∞ when empty).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn row_max(x: &[f32]) -> f32 {
+        let n = x.len();
+        let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut nan = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: i + 8 ≤ n.
+            let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) };
+            mx = _mm256_max_ps(mx, v);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+            i += 8;
+        }
+        if _mm256_movemask_ps(nan) != 0 {
+            return f32::NAN;
+        }
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), mx) };
+        let m = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        x[i..].iter().fold(m, |a, &b| super::nan_max(a, b))
+    }
+
+    /// `acc += Σ_j p[j]·v_j` (rows `vs` apart) over the keys with a non-zero weight.
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn accumulate(p: &[f32], v: &[f32], vs: usize, vd: usize, acc: &mut [f32]) {
         let n = p.len();

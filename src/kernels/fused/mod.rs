@@ -14,7 +14,7 @@ pub mod vmath;
 
 pub use attention::{AttentionLayout, AttentionMask, AttentionParams, attention_f32};
 pub use gelu::gelu_f32;
-pub use layer_norm::layer_norm_f32;
+pub use layer_norm::{layer_norm_f32, layer_norm_strided_f32};
 pub use softmax::softmax_f32;
 
 use rayon::prelude::*;

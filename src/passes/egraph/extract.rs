@@ -1,5 +1,6 @@
 //! Greedy extraction for the fusion e-graph: the cheapest e-node of every class under
-//! [`FusionCost`], computed in the function's topological order.
+//! [`FusionCost`], computed in the function's topological order (classes that rules created
+//! outside the function's values first).
 //!
 //! egg's own `Extractor` iterates over all classes until the costs settle, one level of depth
 //! per sweep — quadratic on a deep model graph (a 12-layer encoder). Here every class is first
@@ -29,7 +30,11 @@ impl Extraction {
     /// Computes the best node of every class, visiting `order` (class ids in definition order).
     pub fn new(eg: &EG, order: &[Id]) -> Extraction {
         let mut best: HashMap<Id, ((bool, f64), TNode)> = HashMap::new();
-        let mut canonical: Vec<Id> = order.iter().map(|&c| eg.find(c)).collect();
+        // Classes that are not a value of the function (operands a rule created, such as an
+        // attention's constant query length) come first: they are small and leaf-like.
+        let in_order: std::collections::HashSet<Id> = order.iter().map(|&c| eg.find(c)).collect();
+        let mut canonical: Vec<Id> = eg.classes().map(|c| c.id).filter(|c| !in_order.contains(c)).collect();
+        canonical.extend(order.iter().map(|&c| eg.find(c)));
         let mut seen = std::collections::HashSet::new();
         canonical.retain(|c| seen.insert(*c));
         for _ in 0..MAX_SWEEPS {

@@ -1,7 +1,7 @@
 //! Fast kernels for fused nodes of the "jit" plan (see [`super::fast`]): FusedSoftmax,
-//! FusedLayerNorm (trailing axes), FusedGelu and FusedScaledDotProductAttention on F32, BF16 and
+//! FusedLayerNorm (a block of consecutive axes), FusedGelu and FusedScaledDotProductAttention on F32, BF16 and
 //! F16 (half types computed in f32 and rounded once), using [`crate::kernels::fused`]. Other
-//! dtypes (F64) and unusual forms (LayerNorm over non-trailing axes, dynamic shapes, shapes the
+//! dtypes (F64) and unusual forms (LayerNorm over axes that are not one increasing block, dynamic shapes, shapes the
 //! reference kernel would reject) keep the reference kernel.
 
 use std::borrow::Cow;
@@ -16,7 +16,7 @@ use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{AttentionLayout, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast_strides};
-use crate::kernels::fused::{FusedIsa, attention_f32, gelu_f32, layer_norm_f32, softmax_f32};
+use crate::kernels::fused::{FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_strided_f32, softmax_f32};
 use crate::kernels::tensor::Tensor;
 use crate::runtime::aligned::AlignedBytes;
 
@@ -41,16 +41,18 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
         Op::FusedLayerNorm { axes, epsilon, has_gamma, has_beta } => {
             let rank = x.rank();
             let k = axes.len();
-            let trailing = k > 0 && k <= rank && axes.iter().enumerate().all(|(i, &a)| a == rank - k + i);
+            // A block of consecutive axes, in increasing order (trailing or not).
+            let first = axes.first().copied().unwrap_or(0);
+            let block = k > 0 && first + k <= rank && axes.iter().enumerate().all(|(i, &a)| a == first + i);
             let n_in = 1 + *has_gamma as usize + *has_beta as usize;
-            if !trailing || shapes.len() != n_in {
+            if !block || shapes.len() != n_in {
                 return Ok(None);
             }
-            let n: usize = x.udims()[rank - k..].iter().product();
+            let n: usize = x.udims()[first..first + k].iter().product();
             if shapes[1..].iter().any(|s| !is_f32_like(s.dtype) || s.num_elements() != n) {
                 return Ok(None);
             }
-            Kind::LayerNorm { axes: k, epsilon: *epsilon, has_gamma: *has_gamma, has_beta: *has_beta }
+            Kind::LayerNorm { first, axes: k, epsilon: *epsilon, has_gamma: *has_gamma, has_beta: *has_beta }
         }
         Op::FusedScaledDotProductAttention { layout, scale, causal, has_mask, has_bias, has_seq_lens, .. } => {
             let a = AttentionKind {
@@ -163,7 +165,7 @@ impl AttentionKind {
 enum Kind {
     Softmax { axis: usize },
     Gelu { exact: bool },
-    LayerNorm { axes: usize, epsilon: f64, has_gamma: bool, has_beta: bool },
+    LayerNorm { first: usize, axes: usize, epsilon: f64, has_gamma: bool, has_beta: bool },
     Attention(AttentionKind),
 }
 
@@ -328,7 +330,7 @@ impl FastKernel for FusedKernel {
         let what = match self.kind {
             Kind::Softmax { axis } => format!("softmax axis {axis}"),
             Kind::Gelu { exact } => format!("gelu {}", if exact { "erf" } else { "tanh" }),
-            Kind::LayerNorm { axes, .. } => format!("layer norm over {axes} trailing axes"),
+            Kind::LayerNorm { first, axes, .. } => format!("layer norm over axes {first}..{}", first + axes),
             Kind::Attention(a) => format!("flash attention {:?}{}", a.layout, if a.causal { " causal" } else { "" }),
         };
         format!("fused {what} {} {}", self.dtype, self.isa.name())
@@ -368,12 +370,13 @@ impl FastKernel for FusedKernel {
                     Ok(())
                 })?
             }
-            Kind::LayerNorm { axes, epsilon, has_gamma, has_beta } => {
+            Kind::LayerNorm { first, axes, epsilon, has_gamma, has_beta } => {
                 let dims = x.shape.udims();
-                if axes > dims.len() || out.num_elements() != x.len() {
+                if first + axes > dims.len() || out.num_elements() != x.len() {
                     return Err(Error::invalid(name, format!("axes do not fit x {}", x.shape)));
                 }
-                let n: usize = dims[dims.len() - axes..].iter().product();
+                let n: usize = dims[first..first + axes].iter().product();
+                let inner: usize = dims[first + axes..].iter().product();
                 let rows = x.len().checked_div(n).unwrap_or(0);
                 let param = |i: usize, what: &str| -> Result<Cow<'_, [f32]>> {
                     let t = inputs.get(i).ok_or_else(|| Error::invalid(name, format!("missing {what} operand")))?;
@@ -386,7 +389,13 @@ impl FastKernel for FusedKernel {
                 let b = if has_beta { Some(param(1 + has_gamma as usize, "beta")?) } else { None };
                 let xv = as_f32(name, x)?;
                 with_output(name, out, false, |y| {
-                    layer_norm_f32(self.isa, &xv, y, rows, n, epsilon, g.as_deref(), b.as_deref(), pool);
+                    if inner == 1 {
+                        layer_norm_f32(self.isa, &xv, y, rows, n, epsilon, g.as_deref(), b.as_deref(), pool);
+                    } else {
+                        let outer = rows.checked_div(inner).unwrap_or(0);
+                        let (g, b) = (g.as_deref(), b.as_deref());
+                        layer_norm_strided_f32(self.isa, &xv, y, outer, n, inner, epsilon, g, b, pool);
+                    }
                     Ok(())
                 })?
             }

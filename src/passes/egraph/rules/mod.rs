@@ -24,7 +24,7 @@ pub mod softmax;
 
 use std::sync::OnceLock;
 
-use egg::{Applier, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
+use egg::{Applier, Id, Language, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
 
 use crate::ir::infer::infer_shapes;
 use crate::ir::module::Module;
@@ -56,9 +56,62 @@ impl Rule {
     }
 }
 
-/// Whether `node` is already in class `id`.
-fn present(eg: &EG, id: Id, node: &TNode) -> bool {
-    eg.lookup(node.clone()).is_some_and(|c| eg.find(c) == eg.find(id))
+/// Largest id value of the [`local`] child references.
+const LOCAL_BASE: usize = u32::MAX as usize;
+/// How many earlier nodes a matcher's result may refer to with [`local`].
+const MAX_LOCAL: usize = 16;
+
+/// A child id standing for node `k` of the same matcher result: a matcher may return auxiliary
+/// nodes (new operands of the fused op, such as a constant-valued length built from an iota)
+/// followed by the nodes that use them. A node referred to this way is added to the e-graph as
+/// its own class; every other returned node is proved equal to the matched class.
+pub fn local(k: usize) -> Id {
+    Id::from(LOCAL_BASE - k.min(MAX_LOCAL - 1))
+}
+
+fn local_index(id: Id) -> Option<usize> {
+    let v = usize::from(id);
+    (v > LOCAL_BASE - MAX_LOCAL).then(|| LOCAL_BASE - v)
+}
+
+/// The indices of a matcher result's nodes that later nodes refer to with [`local`].
+fn auxiliaries(found: &[TNode]) -> Vec<bool> {
+    let mut aux = vec![false; found.len()];
+    for n in found {
+        for &c in n.children() {
+            if let Some(k) = local_index(c).filter(|&k| k < found.len()) {
+                aux[k] = true;
+            }
+        }
+    }
+    aux
+}
+
+/// `node` with its [`local`] children replaced by the classes in `ids` (None if one is
+/// unknown).
+fn resolve(node: &TNode, ids: &[Option<Id>]) -> Option<TNode> {
+    let mut n = node.clone();
+    for c in n.children_mut() {
+        if let Some(k) = local_index(*c) {
+            *c = (*ids.get(k)?)?;
+        }
+    }
+    Some(n)
+}
+
+/// Whether every node of a matcher result is already in the e-graph, the non-auxiliary ones in
+/// class `id`.
+fn all_present(eg: &EG, id: Id, found: &[TNode]) -> bool {
+    let aux = auxiliaries(found);
+    let mut ids: Vec<Option<Id>> = vec![];
+    for (i, n) in found.iter().enumerate() {
+        let Some(c) = resolve(n, &ids).and_then(|n| eg.lookup(n)) else { return false };
+        if !aux[i] && eg.find(c) != eg.find(id) {
+            return false;
+        }
+        ids.push(Some(c));
+    }
+    true
 }
 
 impl Searcher<TNode, TAnalysis> for Rule {
@@ -67,7 +120,7 @@ impl Searcher<TNode, TAnalysis> for Rule {
             return None;
         }
         let found = (self.matcher)(eg, eclass);
-        if found.iter().any(|n| !present(eg, eclass, n)) {
+        if !all_present(eg, eclass, &found) {
             Some(SearchMatches { eclass, substs: vec![Subst::default()], ast: None })
         } else {
             None
@@ -89,9 +142,17 @@ impl Applier<TNode, TAnalysis> for Rule {
         _rule_name: Symbol,
     ) -> Vec<Id> {
         let mut changed = vec![];
-        for node in (self.matcher)(eg, eclass) {
+        let found = (self.matcher)(eg, eclass);
+        let aux = auxiliaries(&found);
+        let mut ids: Vec<Option<Id>> = vec![];
+        for (i, node) in found.iter().enumerate() {
+            let Some(node) = resolve(node, &ids) else {
+                ids.push(None);
+                continue;
+            };
             let id = eg.add(node);
-            if eg.union(id, eclass) {
+            ids.push(Some(id));
+            if !aux[i] && eg.union(id, eclass) {
                 changed.push(eg.find(eclass));
             }
         }
