@@ -75,7 +75,11 @@ fn detect() -> Features {
 
 #[cfg(target_arch = "aarch64")]
 fn detect() -> Features {
-    Features { neon: std::arch::is_aarch64_feature_detected!("neon"), ..Features::default() }
+    Features {
+        neon: std::arch::is_aarch64_feature_detected!("neon"),
+        sme: super::sme::hwcap_sme(),
+        ..Features::default()
+    }
 }
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

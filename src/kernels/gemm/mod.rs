@@ -29,6 +29,8 @@ mod kernel;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod pack;
+#[cfg(target_arch = "aarch64")]
+mod sme;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -448,7 +450,9 @@ fn f32_families(isa: Isa) -> &'static [F32Fam] {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => &F32_AVX2,
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon | Isa::Sme => &F32_NEON,
+        Isa::Sme => sme::f32_families().unwrap_or(&F32_NEON),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => &F32_NEON,
         _ => &F32_GENERIC,
     }
 }
