@@ -802,12 +802,6 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
     Ok(regs)
 }
 
-/// The type partial results of a reduction of `ty` are combined in: halves accumulate in f32 and
-/// are rounded once, when stored.
-fn acc_ty(ty: Ty) -> Ty {
-    if ty.is_half() { Ty::F32 } else { ty }
-}
-
 /// Whether every combine of `red` has a vector form at byte width `w`.
 fn reduce_vectorizes(red: &Reduction, tys: &[Ty]) -> bool {
     red.inner == 1
@@ -839,7 +833,7 @@ fn accumulate(
     let reduced = k.reduce.as_ref().map(|r| r.outputs.as_slice()).unwrap_or_default();
     for (n, &(op, t)) in ops.iter().enumerate() {
         let acc = cg.b.use_var(accs[n]);
-        let v = cg.binary(op, acc_ty(t), acc, regs[reduced[n].1])?;
+        let v = cg.binary(op, t.compute_ty(), acc, regs[reduced[n].1])?;
         cg.b.def_var(accs[n], v);
     }
     Ok(())
@@ -871,7 +865,7 @@ fn build_reduce(
         .collect::<Result<_, String>>()?;
     let identity = |cg: &mut Cg, n: usize| {
         let (kind, r) = red.outputs[n];
-        cg.emit_const(acc_ty(tys[r]), reduce_identity(kind, tys[r]))
+        cg.emit_const(tys[r].compute_ty(), reduce_identity(kind, tys[r]))
     };
 
     let j = b.declare_var(ptr);
@@ -898,7 +892,7 @@ fn build_reduce(
     };
     let accs: Vec<Variable> = (0..ops.len())
         .map(|n| {
-            let v = b.declare_var(lane_ty(acc_ty(ops[n].1)));
+            let v = b.declare_var(lane_ty(ops[n].1.compute_ty()));
             let init = identity(&mut Cg { b: &mut *b, lanes: 1, ptr }, n);
             b.def_var(v, init);
             v
@@ -917,7 +911,7 @@ fn build_reduce(
         for _ in 0..unroll {
             let mut row = vec![];
             for (n, &(_, t)) in ops.iter().enumerate() {
-                let v = b.declare_var(with_lanes(lane_ty(acc_ty(t)), lanes));
+                let v = b.declare_var(with_lanes(lane_ty(t.compute_ty()), lanes));
                 let init = identity(&mut Cg { b: &mut *b, lanes, ptr }, n);
                 b.def_var(v, init);
                 row.push(v);
@@ -949,12 +943,12 @@ fn build_reduce(
             let mut v = b.use_var(vaccs[0][n]);
             for row in &vaccs[1..] {
                 let w = b.use_var(row[n]);
-                v = Cg { b: &mut *b, lanes, ptr }.binary(op, acc_ty(t), v, w)?;
+                v = Cg { b: &mut *b, lanes, ptr }.binary(op, t.compute_ty(), v, w)?;
             }
             let mut acc = b.use_var(accs[n]);
             for l in 0..lanes {
                 let x = b.ins().extractlane(v, l as u8);
-                acc = Cg { b: &mut *b, lanes: 1, ptr }.binary(op, acc_ty(t), acc, x)?;
+                acc = Cg { b: &mut *b, lanes: 1, ptr }.binary(op, t.compute_ty(), acc, x)?;
             }
             b.def_var(accs[n], acc);
         }

@@ -330,8 +330,8 @@ impl Analysis<'_> {
         let dt = |v: ValueId| Ty::of(m.shape(v).dtype);
         if let (Op::Reduce { kind, axes }, &[x]) = (&node.op, ins.as_slice()) {
             let xs = m.shape(x);
-            let acc = if ty.is_half() { Ty::F32 } else { ty };
             let combine = reduce_combine(*kind, ty)?;
+            let acc = ty.compute_ty();
             if xs.is_dynamic() || dt(x)? != ty || !crate::jit::supports_typed(&Inst::Binary(combine, 0, 0), acc) {
                 return None;
             }

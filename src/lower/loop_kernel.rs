@@ -116,6 +116,12 @@ impl Ty {
         matches!(self, Ty::F16 | Ty::BF16 | Ty::F32 | Ty::F64)
     }
 
+    /// The type values of this type are computed in (F32 for F16/BF16, which a chain of ops
+    /// rounds per instruction but a reduction accumulates unrounded).
+    pub fn compute_ty(self) -> Ty {
+        if self.is_half() { Ty::F32 } else { self }
+    }
+
     /// F16 or BF16.
     pub fn is_half(self) -> bool {
         matches!(self, Ty::F16 | Ty::BF16)

@@ -54,26 +54,20 @@ impl JitExecutable {
 
     /// Number of compiled loop steps in the plan (0 when delegated to the interpreter).
     pub fn num_loop_steps(&self) -> usize {
-        match self.runner().as_deref() {
-            Ok(Runner::Plan { plan, .. }) => {
-                plan.funcs.iter().flat_map(|f| &f.steps).filter(|s| matches!(s, Step::Loop(_))).count()
-            }
-            _ => 0,
-        }
+        self.sum_over_loops(|_| 1)
     }
 
     /// Number of reductions computed inside compiled loops (fused at the end of a cluster).
     pub fn num_fused_reductions(&self) -> usize {
+        self.sum_over_loops(|l| l.outputs.len() - l.n_plain)
+    }
+
+    /// Σ `f` over the loop steps of every function's plan (0 when delegated to the interpreter).
+    fn sum_over_loops(&self, f: impl Fn(&super::loops::LoopStep) -> usize) -> usize {
         match self.runner().as_deref() {
-            Ok(Runner::Plan { plan, .. }) => plan
-                .funcs
-                .iter()
-                .flat_map(|f| &f.steps)
-                .map(|s| match s {
-                    Step::Loop(l) => l.outputs.len() - l.n_plain,
-                    _ => 0,
-                })
-                .sum(),
+            Ok(Runner::Plan { plan, .. }) => {
+                plan.funcs.iter().flat_map(|fp| &fp.steps).map(|s| if let Step::Loop(l) = s { f(l) } else { 0 }).sum()
+            }
             _ => 0,
         }
     }
