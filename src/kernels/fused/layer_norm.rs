@@ -96,102 +96,81 @@ pub fn layer_norm_strided_f32(
         _ => vec![0.0; n],
     };
     let isa = isa.checked();
+    let norm = Norm { n, inner, eps: epsilon, g: &g, b: &b };
     for_units(pool, &mut y[..total], slab, 8 * slab, |first, ys| {
         for (o, ya) in ys.chunks_exact_mut(slab).enumerate() {
-            let xa = &x[(first + o) * slab..(first + o + 1) * slab];
-            let mut c0 = 0;
-            while c0 < inner {
-                let w = (inner - c0).min(COLS);
-                strided_chunk(isa, xa, ya, n, inner, c0, w, epsilon, &g, &b);
-                c0 += w;
-            }
+            strided_slab(isa, &norm, &x[(first + o) * slab..(first + o + 1) * slab], ya);
         }
     });
 }
 
-#[allow(clippy::too_many_arguments)]
-fn strided_chunk(
-    isa: FusedIsa,
-    x: &[f32],
-    y: &mut [f32],
+/// What normalising a `[n, inner]` slab over its n rows needs besides the data.
+struct Norm<'a> {
     n: usize,
     inner: usize,
-    c0: usize,
-    w: usize,
     eps: f64,
-    g: &[f32],
-    b: &[f32],
-) {
+    /// Gamma and beta, `n` each.
+    g: &'a [f32],
+    b: &'a [f32],
+}
+
+/// Normalises one `[n, inner]` slab `x` into `y` (the ISA is chosen once per slab).
+fn strided_slab(isa: FusedIsa, norm: &Norm, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if isa == FusedIsa::Avx2 {
         // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
-        unsafe { strided_chunk_avx2(x, y, n, inner, c0, w, eps, g, b) };
+        unsafe { strided_slab_avx2(norm, x, y) };
         return;
     }
     let _ = isa;
-    strided_chunk_body(x, y, n, inner, c0, w, eps, g, b);
+    strided_slab_body(norm, x, y);
 }
 
 /// The portable body compiled with AVX2+FMA enabled (the column loops vectorise to 4 f64 / 8
 /// f32 lanes).
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-fn strided_chunk_avx2(
-    x: &[f32],
-    y: &mut [f32],
-    n: usize,
-    inner: usize,
-    c0: usize,
-    w: usize,
-    eps: f64,
-    g: &[f32],
-    b: &[f32],
-) {
-    strided_chunk_body(x, y, n, inner, c0, w, eps, g, b);
+fn strided_slab_avx2(norm: &Norm, x: &[f32], y: &mut [f32]) {
+    strided_slab_body(norm, x, y);
 }
 
-/// Normalises columns `c0..c0 + w` (w ≤ [`COLS`]) of a `[n, inner]` slab over its n rows.
+/// Normalises a slab in chunks of up to [`COLS`] columns over its n rows.
 #[inline(always)]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-fn strided_chunk_body(
-    x: &[f32],
-    y: &mut [f32],
-    n: usize,
-    inner: usize,
-    c0: usize,
-    w: usize,
-    eps: f64,
-    g: &[f32],
-    b: &[f32],
-) {
-    let mut s = [0f64; COLS];
-    let mut q = [0f64; COLS];
-    for k in 0..n {
-        let xr = &x[k * inner + c0..k * inner + c0 + w];
-        for ((sc, qc), &v) in s[..w].iter_mut().zip(&mut q[..w]).zip(xr) {
-            let v = f64::from(v);
-            *sc += v;
-            *qc += v * v;
+#[allow(clippy::needless_range_loop)]
+fn strided_slab_body(norm: &Norm, x: &[f32], y: &mut [f32]) {
+    let Norm { n, inner, eps, g, b } = *norm;
+    let mut c0 = 0;
+    while c0 < inner {
+        let w = (inner - c0).min(COLS);
+        let mut s = [0f64; COLS];
+        let mut q = [0f64; COLS];
+        for k in 0..n {
+            let xr = &x[k * inner + c0..k * inner + c0 + w];
+            for ((sc, qc), &v) in s[..w].iter_mut().zip(&mut q[..w]).zip(xr) {
+                let v = f64::from(v);
+                *sc += v;
+                *qc += v * v;
+            }
         }
-    }
-    let mut mh = [0f32; COLS];
-    let mut ml = [0f32; COLS];
-    let mut rs = [0f32; COLS];
-    for c in 0..w {
-        let mean = s[c] / n as f64;
-        let var = (q[c] / n as f64 - mean * mean).max(0.0);
-        rs[c] = (1.0 / (var + eps).sqrt()) as f32;
-        mh[c] = mean as f32;
-        ml[c] = (mean - f64::from(mh[c])) as f32;
-    }
-    for k in 0..n {
-        let (gk, bk) = (g[k], b[k]);
-        let xr = &x[k * inner + c0..k * inner + c0 + w];
-        let yr = &mut y[k * inner + c0..k * inner + c0 + w];
+        let mut mh = [0f32; COLS];
+        let mut ml = [0f32; COLS];
+        let mut rs = [0f32; COLS];
         for c in 0..w {
-            yr[c] = ((xr[c] - mh[c]) - ml[c]) * (rs[c] * gk) + bk;
+            let mean = s[c] / n as f64;
+            let var = (q[c] / n as f64 - mean * mean).max(0.0);
+            rs[c] = (1.0 / (var + eps).sqrt()) as f32;
+            mh[c] = mean as f32;
+            ml[c] = (mean - f64::from(mh[c])) as f32;
         }
+        for k in 0..n {
+            let (gk, bk) = (g[k], b[k]);
+            let xr = &x[k * inner + c0..k * inner + c0 + w];
+            let yr = &mut y[k * inner + c0..k * inner + c0 + w];
+            for c in 0..w {
+                yr[c] = ((xr[c] - mh[c]) - ml[c]) * (rs[c] * gk) + bk;
+            }
+        }
+        c0 += w;
     }
 }
 
