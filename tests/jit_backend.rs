@@ -344,31 +344,52 @@ fn long_bodies_without_unrolling_handle_every_tail_length() {
 
 #[test]
 fn max_min_against_constants_keep_nan_and_signed_zero_rules() {
-    // Catalogue §4.1: NaN in either → NaN; Max(−0, +0) = +0, Min(−0, +0) = −0.
-    let b = backend("");
-    let e = compile(&b, |f| {
-        let x = param(f, "x", DType::Float32, &[7]);
-        let (pz, nz) = (f.scalar(0f32)?, f.scalar(-0f32)?);
-        Ok(vec![f.max(x, pz)?, f.max(nz, x)?, f.min(pz, x)?, f.min(x, nz)?, f.max(x, f.scalar(2f32)?)?])
-    });
-    assert_eq!(e.num_loop_steps(), 1);
-    let inf = f32::INFINITY;
-    let x = Buffer::from_slice(&[-0f32, 0., f32::NAN, -1., 1., inf, -inf], &[7]).unwrap();
-    let out = run(&e, &[x]);
-    let want: [[f32; 7]; 5] = [
-        [0., 0., f32::NAN, 0., 1., inf, 0.],
-        [-0., 0., f32::NAN, -0., 1., inf, -0.],
-        [-0., 0., f32::NAN, -1., 0., 0., -inf],
-        [-0., -0., f32::NAN, -1., -0., -0., -inf],
-        [2., 2., f32::NAN, 2., 2., inf, 2.],
-    ];
-    for (k, w) in want.iter().enumerate() {
-        let got = out[k].to_vec::<f32>().unwrap();
-        for (i, (g, w)) in got.iter().zip(w).enumerate() {
-            assert!(
-                (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits(),
-                "output {k} element {i}: got {g:?}, want {w:?}"
-            );
+    // Catalogue §4.1: NaN in either → NaN; Max(−0, +0) = +0, Min(−0, +0) = −0. Neg and Abs
+    // flip / clear the sign bit only. The 7 special values repeat 5 times (35 elements) so that
+    // they pass through the unrolled vector loop and the scalar tail, in f32 and f64.
+    fn check<T: tensorjit::ir::dtype::Element + Into<f64>>(dt: DType, of: fn(f64) -> T) {
+        let b = backend("");
+        let e = compile(&b, |f| {
+            let x = param(f, "x", dt, &[35]);
+            let c = |v: f64| f.scalar(of(v));
+            let (pz, nz) = (c(0.0)?, c(-0.0)?);
+            Ok(vec![
+                f.max(x, pz)?,
+                f.max(nz, x)?,
+                f.min(pz, x)?,
+                f.min(x, nz)?,
+                f.max(x, c(2.0)?)?,
+                f.min(c(-1.5)?, x)?,
+                f.neg(x)?,
+                f.abs(x)?,
+            ])
+        });
+        assert_eq!(e.num_loop_steps(), 1);
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let xs = [-0., 0., nan, -1., 1., inf, -inf];
+        let want: [[f64; 7]; 8] = [
+            [0., 0., nan, 0., 1., inf, 0.],
+            [-0., 0., nan, -0., 1., inf, -0.],
+            [-0., 0., nan, -1., 0., 0., -inf],
+            [-0., -0., nan, -1., -0., -0., -inf],
+            [2., 2., nan, 2., 2., inf, 2.],
+            [-1.5, -1.5, nan, -1.5, -1.5, -1.5, -inf],
+            [0., -0., nan, 1., -1., -inf, inf],
+            [0., 0., nan, 1., 1., inf, inf],
+        ];
+        let x: Vec<T> = (0..35).map(|i| of(xs[i % 7])).collect();
+        let out = run(&e, &[Buffer::from_slice(&x, &[35]).unwrap()]);
+        for (k, w) in want.iter().enumerate() {
+            let got = out[k].to_vec::<T>().unwrap();
+            for (i, g) in got.iter().enumerate() {
+                let (g, w): (f64, f64) = ((*g).into(), w[i % 7]);
+                assert!(
+                    (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits(),
+                    "{dt:?} output {k} element {i}: got {g:?}, want {w:?}"
+                );
+            }
         }
     }
+    check::<f32>(DType::Float32, |v| v as f32);
+    check::<f64>(DType::Float64, |v| v);
 }

@@ -290,9 +290,17 @@ impl Cg<'_, '_> {
     }
 
     /// The comparison of `a`, `b` (type `ty`): a scalar i8 0/1 or a lane mask.
+    ///
+    /// Float `>`/`>=` are emitted as `<`/`<=` with the operands swapped (the same ordered
+    /// predicate): Cranelift's x86 backend turns `bitselect(a < b, a, b)` into one `minps` and
+    /// `bitselect(b < a, a, b)` into one `maxps`, which the constant Max/Min selects rely on.
     fn compare(&mut self, dir: CompareOp, ty: Ty, a: Value, b: Value) -> Value {
         if ty.is_float() {
-            self.b.ins().fcmp(float_cc(dir), a, b)
+            match dir {
+                CompareOp::GreaterThan => self.b.ins().fcmp(FloatCC::LessThan, b, a),
+                CompareOp::GreaterOrEqual => self.b.ins().fcmp(FloatCC::LessThanOrEqual, b, a),
+                _ => self.b.ins().fcmp(float_cc(dir), a, b),
+            }
         } else {
             self.b.ins().icmp(int_cc(dir, ty.is_signed()), a, b)
         }
@@ -500,8 +508,8 @@ impl Cg<'_, '_> {
         let fty = self.rty(ty);
         let mut e = Emit { b: self.b, ty: fty };
         let v = match op {
-            UnaryOp::Neg => e.b.ins().fneg(a),
-            UnaryOp::Abs => e.b.ins().fabs(a),
+            UnaryOp::Neg => e.neg(a),
+            UnaryOp::Abs => e.abs(a),
             UnaryOp::Sqrt => e.b.ins().sqrt(a),
             UnaryOp::Rsqrt => {
                 let s = e.b.ins().sqrt(a);
@@ -525,7 +533,7 @@ impl Cg<'_, '_> {
             }
             UnaryOp::IsFinite => {
                 let inf = e.cf(f64::INFINITY);
-                let ab = e.b.ins().fabs(a);
+                let ab = e.abs(a);
                 let m = e.b.ins().fcmp(FloatCC::LessThan, ab, inf);
                 return Ok(self.bool_of_mask(m));
             }

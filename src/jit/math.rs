@@ -15,6 +15,7 @@
 //! The methods and the measured error (tests/jit_math.rs) are listed in docs/jit-math.md.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::{BlockArg, ConstantData, InstBuilder, MemFlags, Type, Value, types};
 use cranelift_frontend::FunctionBuilder;
 
@@ -452,6 +453,30 @@ impl Emit<'_, '_> {
         self.b.ins().bitcast(self.ty, Self::flags(), x)
     }
 
+    /// `-x`. Vectors flip the sign bits with a constant mask (one `xorps` against a pooled
+    /// constant; Cranelift's own `fneg` rebuilds the mask with two instructions at every use).
+    pub fn neg(&mut self, x: Value) -> Value {
+        if !self.ty.is_vector() {
+            return self.b.ins().fneg(x);
+        }
+        let m = self.cf(-0.0);
+        self.b.ins().bxor(x, m)
+    }
+
+    /// `|x|`, as [`Emit::neg`] with an `andps` against the all-but-sign mask.
+    pub fn abs(&mut self, x: Value) -> Value {
+        if !self.ty.is_vector() {
+            return self.b.ins().fabs(x);
+        }
+        let s = if self.is_f64() {
+            self.b.ins().f64const(Ieee64::with_bits(u64::MAX >> 1))
+        } else {
+            self.b.ins().f32const(Ieee32::with_bits(u32::MAX >> 1))
+        };
+        let m = self.b.ins().splat(self.ty, s);
+        self.b.ins().band(x, m)
+    }
+
     /// `a * b + c` with one rounding (FMA instructions when the host has them).
     pub fn fma(&mut self, a: Value, b: Value, c: Value) -> Value {
         self.b.ins().fma(a, b, c)
@@ -627,7 +652,7 @@ impl Emit<'_, '_> {
 
     /// 1 / (1 + e^−x).
     pub fn logistic(&mut self, x: Value) -> Value {
-        let nx = self.b.ins().fneg(x);
+        let nx = self.neg(x);
         let e = self.exp(nx);
         let one = self.c(1.0);
         let d = self.b.ins().fadd(one, e);
@@ -638,7 +663,7 @@ impl Emit<'_, '_> {
     /// form cancels; |x| is clamped to 10, where the quotient already rounds to ±1 (at 9 it
     /// would still give 1 − 2^−24).
     pub fn tanh(&mut self, x: Value) -> Value {
-        let ax = self.b.ins().fabs(x);
+        let ax = self.abs(x);
         let ten = self.c(10.0);
         let axc = self.b.ins().fmin(ax, ten);
         let two = self.c(2.0);
@@ -674,7 +699,7 @@ impl Emit<'_, '_> {
         let log2e = self.cf(std::f64::consts::LOG2_E);
         let t = self.b.ins().fmul(xc, log2e);
         let n = self.b.ins().nearest(t);
-        let nn = self.b.ins().fneg(n);
+        let nn = self.neg(n);
         let l1 = self.cf(LN2_HI);
         let l2 = self.cf(LN2_LO);
         let r = self.fma(nn, l1, xc);
@@ -718,7 +743,7 @@ impl Emit<'_, '_> {
         let m60 = self.cf(-60.0);
         let nc = self.b.ins().fmin(n, c60);
         let nc = self.b.ins().fmax(nc, m60);
-        let nneg = self.b.ins().fneg(nc);
+        let nneg = self.neg(nc);
         let t = self.pow2_d(nneg);
         let one = self.cf(1.0);
         let om = self.b.ins().fsub(one, t);
@@ -770,23 +795,23 @@ impl Emit<'_, '_> {
         let t = self.b.ins().fsub(dh, two);
         let dl = self.b.ins().fsub(f, t);
         let sh = self.b.ins().fdiv(f, dh);
-        let nsh = self.b.ins().fneg(sh);
+        let nsh = self.neg(sh);
         let rem = self.fma(nsh, dh, f);
         let sdl = self.b.ins().fmul(sh, dl);
         let rem = self.b.ins().fsub(rem, sdl);
         let sl = self.b.ins().fdiv(rem, dh);
         // s³ as a double-f64, times 2/3.
         let s2h = self.b.ins().fmul(sh, sh);
-        let ns2h = self.b.ins().fneg(s2h);
+        let ns2h = self.neg(s2h);
         let s2l = self.fma(sh, sh, ns2h);
         let s3h = self.b.ins().fmul(s2h, sh);
-        let ns3h = self.b.ins().fneg(s3h);
+        let ns3h = self.neg(s3h);
         let s3l = self.fma(s2h, sh, ns3h);
         let s3l = self.fma(s2l, sh, s3l);
         let ch = self.cf(TWO_THIRDS_H);
         let cl = self.cf(TWO_THIRDS_L);
         let t1h = self.b.ins().fmul(ch, s3h);
-        let nt1h = self.b.ins().fneg(t1h);
+        let nt1h = self.neg(t1h);
         let t1l = self.fma(ch, s3h, nt1h);
         let t1l = self.fma(cl, s3h, t1l);
         let t1l = self.fma(ch, s3l, t1l);
@@ -848,7 +873,7 @@ impl Emit<'_, '_> {
 
     /// 1 / (1 + e^−x) (the form XLA and the reference kernels use).
     fn logistic_d(&mut self, x: Value) -> Value {
-        let nx = self.b.ins().fneg(x);
+        let nx = self.neg(x);
         let e = self.exp_d(nx, None);
         let one = self.cf(1.0);
         let d = self.b.ins().fadd(one, e);
@@ -858,7 +883,7 @@ impl Emit<'_, '_> {
     /// tanh x = sign(x)·t/(t + 2) with t = expm1(2|x|) (no cancellation anywhere); |x| is
     /// clamped to 20, beyond which the quotient rounds to 1.
     fn tanh_d(&mut self, x: Value) -> Value {
-        let ax = self.b.ins().fabs(x);
+        let ax = self.abs(x);
         let c20 = self.cf(20.0);
         let axc = self.b.ins().fmin(ax, c20);
         let a2 = self.b.ins().fadd(axc, axc);
@@ -876,7 +901,7 @@ impl Emit<'_, '_> {
         let x2 = self.b.ins().fmul(x, x);
         let p = self.polyd(x2, &ERF_SMALL);
         let small = self.b.ins().fmul(x, p);
-        let ax = self.b.ins().fabs(x);
+        let ax = self.abs(x);
         let six = self.cf(6.0);
         let axc = self.b.ins().fmin(ax, six);
         let masks: Vec<Value> =
@@ -897,9 +922,9 @@ impl Emit<'_, '_> {
             g = self.fma(g, t, k);
         }
         let sq = self.b.ins().fmul(axc, axc);
-        let nsq = self.b.ins().fneg(sq);
+        let nsq = self.neg(sq);
         let sql = self.fma(axc, axc, nsq);
-        let nsql = self.b.ins().fneg(sql);
+        let nsql = self.neg(sql);
         let e = self.exp_d(nsq, Some(nsql));
         let eg = self.b.ins().fmul(e, g);
         let one = self.cf(1.0);
@@ -929,7 +954,7 @@ impl Emit<'_, '_> {
         let w = self.b.ins().fsub(one, hz);
         let t = self.b.ins().fsub(one, w);
         let t = self.b.ins().fsub(t, hz);
-        let nyl = self.b.ins().fneg(yl);
+        let nyl = self.neg(yl);
         let u = self.b.ins().fmul(yh, nyl);
         let u = self.fma(z2, cp, u);
         let t = self.b.ins().fadd(t, u);
@@ -958,7 +983,7 @@ impl Emit<'_, '_> {
         } else {
             r
         };
-        let ax = self.b.ins().fabs(x);
+        let ax = self.abs(x);
         let inf = self.cf(f64::INFINITY);
         let nan = self.cf(f64::NAN);
         self.select_cmp(FloatCC::Equal, ax, inf, nan, r)
@@ -971,16 +996,16 @@ impl Emit<'_, '_> {
         let inv = self.cf(std::f64::consts::FRAC_2_PI);
         let t = self.b.ins().fmul(x, inv);
         let n = self.b.ins().nearest(t);
-        let nn = self.b.ins().fneg(n);
+        let nn = self.neg(n);
         let p1 = self.cf(PIO2_1);
         let t1 = self.fma(nn, p1, x); // exact: n·PIO2_1 exact, x − n·PIO2_1 exact (Sterbenz)
         let p2 = self.cf(PIO2_2);
         let w2 = self.b.ins().fmul(n, p2); // exact
-        let nw2 = self.b.ins().fneg(w2);
+        let nw2 = self.neg(w2);
         let (h, e1) = self.two_sum(t1, nw2);
         let p3 = self.cf(PIO2_3);
         let w3 = self.b.ins().fmul(n, p3); // exact
-        let nw3 = self.b.ins().fneg(w3);
+        let nw3 = self.neg(w3);
         let (h, e2) = self.two_sum(h, nw3);
         let p4 = self.cf(PIO2_3T);
         let lo = self.b.ins().fadd(e1, e2);
@@ -989,7 +1014,7 @@ impl Emit<'_, '_> {
         let q = self.quadrant(n);
 
         // Branch to the Payne–Hanek reduction when some lane is huge.
-        let ax = self.b.ins().fabs(x);
+        let ax = self.abs(x);
         let lim = self.cf(HUGE_TRIG);
         let big = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, ax, lim);
         let any = if self.ty.is_vector() { self.b.ins().vany_true(big) } else { big };
@@ -1073,7 +1098,7 @@ impl Emit<'_, '_> {
             let p = self.b.ins().fmul(part, c); // exact
             let pq = self.b.ins().fmul(p, quarter);
             let k = self.b.ins().nearest(pq);
-            let nfour = self.b.ins().fneg(four);
+            let nfour = self.neg(four);
             let r = self.fma(k, nfour, p); // p − 4k, exact, in [−2, 2]
             let (s, e) = self.two_sum(hi, r);
             let (l, e2) = self.two_sum(lo, e);
@@ -1081,7 +1106,7 @@ impl Emit<'_, '_> {
             lolo = self.b.ins().fadd(lolo, e2);
             let sq = self.b.ins().fmul(s, quarter);
             let k = self.b.ins().nearest(sq);
-            let nfour = self.b.ins().fneg(four);
+            let nfour = self.neg(four);
             hi = self.fma(k, nfour, s); // exact
         }
         let i1 = self.b.ins().iadd_imm(i, 1);
@@ -1104,7 +1129,7 @@ impl Emit<'_, '_> {
         let ph = self.cf(PIO2_H);
         let pl = self.cf(PIO2_L);
         let yh = self.b.ins().fmul(fh, ph);
-        let nyh = self.b.ins().fneg(yh);
+        let nyh = self.neg(yh);
         let yl = self.fma(fh, ph, nyh);
         let yl = self.fma(fh, pl, yl);
         let yl = self.fma(fl, ph, yl);
@@ -1117,7 +1142,7 @@ impl Emit<'_, '_> {
     /// y·ln|x| as a double-f64, and e^(h + l) ([`Self::exp_d`] with a low part); then the sign
     /// for negative x and odd integer y, and C99 Annex F special cases by selects.
     fn pow_d(&mut self, x: Value, y: Value) -> Value {
-        let ax = self.b.ins().fabs(x);
+        let ax = self.abs(x);
         let (lh, ll) = self.log_dd(ax);
         let zero = self.cf(0.0);
         let inf = self.cf(f64::INFINITY);
@@ -1129,7 +1154,7 @@ impl Emit<'_, '_> {
         let zi = self.b.ins().bor(z, i);
         let ll = self.blend_c(zi, 0.0, ll);
         let ph = self.b.ins().fmul(y, lh);
-        let nph = self.b.ins().fneg(ph);
+        let nph = self.neg(ph);
         let pl = self.fma(y, lh, nph);
         let pl = self.fma(y, ll, pl);
         let r = self.exp_d(ph, Some(pl));
@@ -1143,7 +1168,7 @@ impl Emit<'_, '_> {
         let yodd = self.b.ins().band(yint, hnot);
         let xneg = self.sign_mask(x);
         let flip = self.b.ins().band(xneg, yodd);
-        let nr = self.b.ins().fneg(r);
+        let nr = self.neg(r);
         let r = self.blend(flip, nr, r);
         let xlt = self.mask(FloatCC::LessThan, x, zero);
         let ninf = self.cf(f64::NEG_INFINITY);
@@ -1157,7 +1182,7 @@ impl Emit<'_, '_> {
         let r = self.blend(unord, xy, r);
         // (−1)^±Inf = 1, 1^y = 1 (even NaN), x^±0 = 1 (even NaN).
         let one = self.cf(1.0);
-        let ay = self.b.ins().fabs(y);
+        let ay = self.abs(y);
         let a1 = self.mask(FloatCC::Equal, ax, one);
         let yinf = self.mask(FloatCC::Equal, ay, inf);
         let m1inf = self.b.ins().band(a1, yinf);
@@ -1172,8 +1197,8 @@ impl Emit<'_, '_> {
     /// finally the sign of y. Both zero (a := 0) and both infinite (a := 1) follow the C99
     /// table through the same steps.
     fn atan2_d(&mut self, y: Value, x: Value) -> Value {
-        let ay = self.b.ins().fabs(y);
-        let ax = self.b.ins().fabs(x);
+        let ay = self.abs(y);
+        let ax = self.abs(x);
         let mx = self.b.ins().fmax(ay, ax);
         let mn = self.b.ins().fmin(ay, ax);
         let a = self.b.ins().fdiv(mn, mx);
@@ -1199,7 +1224,7 @@ impl Emit<'_, '_> {
         // With t = ±θ by the sign of x (−0 counts as negative): |y| > |x| gives π/2 − t
         // (π/2 ∓ θ); otherwise x < 0 gives π + t (π − θ) and x > 0 gives θ. One rounding each.
         let xneg = self.sign_mask(x);
-        let nth = self.b.ins().fneg(th);
+        let nth = self.neg(th);
         let t = self.blend(xneg, nth, th);
         let p2h = self.cf(PIO2_H);
         let p2l = self.cf(PIO2_L);

@@ -655,11 +655,13 @@ impl Emitter<'_> {
     /// Emits `op(a, b)`. Float Max/Min against a non-NaN constant `c` become one compare and
     /// select, exact for every `x` (the general Max/Min sequence also handles a NaN or
     /// signed-zero second operand, which a known constant rules out):
-    /// - `max(x, c)` = `x <= c ? c : x` when `c` is +0, else `x < c ? c : x`;
+    /// - `max(x, c)` = `x < c ? c : x`, plus `+ 0` when `c` is +0 (so ReLU is `maxps`, `addps`);
     /// - `min(x, c)` = `x >= c ? c : x` when `c` is −0, else `x > c ? c : x`.
     ///
-    /// (Ordered comparisons: a NaN `x` selects `x`; ties pick `c`, identical to `x` except for
-    /// the zero whose sign the rule fixes: max(−0, +0) = +0, min(+0, −0) = −0.)
+    /// Ordered comparisons: a NaN `x` selects `x`; ties select `x`, identical to `c` except
+    /// for the zeros whose sign the rule fixes: max(−0, +0) = +0 (the `+ 0` turns the −0 a tie
+    /// kept into +0 and changes no other value), min(+0, −0) = −0 (the `>=` picks `c`). The
+    /// strict forms are what the x86 backend emits as a single `maxps`/`minps`.
     fn binary(&mut self, op: BinaryOp, a: Reg, b: Reg) -> Reg {
         let ty = self.tys[a];
         let (x, c) = match (self.const_of(a), self.const_of(b)) {
@@ -671,13 +673,13 @@ impl Emitter<'_> {
         let pos_zero = cval == 0.0 && cval.is_sign_positive();
         let neg_zero = cval == 0.0 && cval.is_sign_negative();
         let dir = match op {
-            BinaryOp::Max if pos_zero => CompareOp::LessOrEqual,
             BinaryOp::Max => CompareOp::LessThan,
             BinaryOp::Min if neg_zero => CompareOp::GreaterOrEqual,
             BinaryOp::Min => CompareOp::GreaterThan,
             _ => return self.push(Inst::Binary(op, a, b), ty),
         };
-        self.push(Inst::Select { dir, a: x, b: creg, t: creg, f: x }, ty)
+        let r = self.push(Inst::Select { dir, a: x, b: creg, t: creg, f: x }, ty);
+        if op == BinaryOp::Max && pos_zero { self.push(Inst::Binary(BinaryOp::Add, r, creg), ty) } else { r }
     }
 
     /// A kernel input reading `v` through `acc` (deduplicated).
