@@ -477,6 +477,19 @@ impl Emit<'_, '_> {
         self.b.ins().band(x, m)
     }
 
+    /// `min(x, k)` for a constant `k` that is neither NaN nor ±0: `k < x ? k : x`, one `minps`
+    /// on x86 (Cranelift's general `fmin` also orders signed zeros and NaN operands, ~8
+    /// instructions). A NaN `x` gives `x`, as the propagating minimum does.
+    fn min_k(&mut self, x: Value, k: Value) -> Value {
+        self.select_cmp(FloatCC::LessThan, k, x, k, x)
+    }
+
+    /// `max(x, k)` for a constant `k` that is neither NaN nor ±0 (one `maxps`; see
+    /// [`Emit::min_k`]).
+    fn max_k(&mut self, x: Value, k: Value) -> Value {
+        self.select_cmp(FloatCC::LessThan, x, k, k, x)
+    }
+
     /// `a * b + c` with one rounding (FMA instructions when the host has them).
     pub fn fma(&mut self, a: Value, b: Value, c: Value) -> Value {
         self.b.ins().fma(a, b, c)
@@ -616,8 +629,8 @@ impl Emit<'_, '_> {
         const HI: f32 = 88.722_84;
         let lo = self.c(LO);
         let hi = self.c(HI);
-        let xc = self.b.ins().fmax(x, lo);
-        let xc = self.b.ins().fmin(xc, hi);
+        let xc = self.max_k(x, lo);
+        let xc = self.min_k(xc, hi);
         let log2e = self.c(std::f32::consts::LOG2_E);
         let t = self.b.ins().fmul(xc, log2e);
         let n = self.b.ins().nearest(t);
@@ -665,7 +678,7 @@ impl Emit<'_, '_> {
     pub fn tanh(&mut self, x: Value) -> Value {
         let ax = self.abs(x);
         let ten = self.c(10.0);
-        let axc = self.b.ins().fmin(ax, ten);
+        let axc = self.min_k(ax, ten);
         let two = self.c(2.0);
         let t = self.b.ins().fmul(axc, two);
         let e = self.exp(t);
@@ -682,7 +695,7 @@ impl Emit<'_, '_> {
         let small = self.fma(x3, p, x);
         let signed_big = self.with_sign_of(big, x);
         let lim = self.c(0.4);
-        // NaN: the comparison is false, so the result is signed_big, which is NaN (fmin propagates it).
+        // NaN: the comparison is false, so the result is signed_big, which is NaN (min_k keeps it).
         let r = self.select_cmp(FloatCC::LessThan, ax, lim, small, signed_big);
         // ±0 exactly (the FMA above turns −0 into +0: −0·p with p < 0 is +0).
         let zero = self.c(0.0);
@@ -692,10 +705,11 @@ impl Emit<'_, '_> {
     // ---- f64 lanes ------------------------------------------------------------------------
 
     /// Cody–Waite reduction of `x` clamped to `[lo, hi]`: `x = n·ln2 + r` with `n` integral
-    /// (as a float) and |r| ≤ ln2/2, `ln2` split in two parts so `r` is exact.
+    /// (as a float) and |r| ≤ ln2/2, `ln2` split in two parts so `r` is exact. `lo`, `hi` are
+    /// constants, neither NaN nor zero.
     fn reduce_ln2_d(&mut self, x: Value, lo: Value, hi: Value) -> (Value, Value) {
-        let xc = self.b.ins().fmax(x, lo);
-        let xc = self.b.ins().fmin(xc, hi);
+        let xc = self.max_k(x, lo);
+        let xc = self.min_k(xc, hi);
         let log2e = self.cf(std::f64::consts::LOG2_E);
         let t = self.b.ins().fmul(xc, log2e);
         let n = self.b.ins().nearest(t);
@@ -741,8 +755,8 @@ impl Emit<'_, '_> {
         // 1 − 2^−n, with n clamped to ±60 (beyond, 2^−n is negligible or the result is −1).
         let c60 = self.cf(60.0);
         let m60 = self.cf(-60.0);
-        let nc = self.b.ins().fmin(n, c60);
-        let nc = self.b.ins().fmax(nc, m60);
+        let nc = self.min_k(n, c60);
+        let nc = self.max_k(nc, m60);
         let nneg = self.neg(nc);
         let t = self.pow2_d(nneg);
         let one = self.cf(1.0);
@@ -885,7 +899,7 @@ impl Emit<'_, '_> {
     fn tanh_d(&mut self, x: Value) -> Value {
         let ax = self.abs(x);
         let c20 = self.cf(20.0);
-        let axc = self.b.ins().fmin(ax, c20);
+        let axc = self.min_k(ax, c20);
         let a2 = self.b.ins().fadd(axc, axc);
         let t = self.expm1_d(a2);
         let two = self.cf(2.0);
@@ -903,7 +917,7 @@ impl Emit<'_, '_> {
         let small = self.b.ins().fmul(x, p);
         let ax = self.abs(x);
         let six = self.cf(6.0);
-        let axc = self.b.ins().fmin(ax, six);
+        let axc = self.min_k(ax, six);
         let masks: Vec<Value> =
             ERFCX[1..].iter().map(|&(lo, _, _)| self.mask_c(FloatCC::GreaterThanOrEqual, axc, lo)).collect();
         let pick = |e: &mut Self, f: &dyn Fn(usize) -> f64| {
