@@ -3,137 +3,20 @@
 //! blocking edges, threads, pre-packed B and the environment overrides.
 
 use half::{bf16, f16};
-use tensorjit::kernels::gemm::epilogue::act_f64;
 use tensorjit::kernels::gemm::*;
+
+#[path = "common/gemm.rs"]
+mod common;
+use common::{Case, Ep, PLAIN, check, epilogue, problem, run_child};
 
 /// The ISAs this machine can run.
 fn isas() -> Vec<Isa> {
     [Isa::Generic, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sme].into_iter().filter(|&i| isa_supported(i)).collect()
 }
 
-/// Values that are exact in bf16/f16/i8: multiples of 1/8 in [-1, 1] (or small integers).
-fn val(seed: usize, i: usize, j: usize) -> f64 {
-    (((i * 7 + j * 13 + seed * 5) % 17) as f64 - 8.0) / 8.0
-}
-
-/// A rows x cols matrix in one of three layouts: row-major, column-major, or row-major with
-/// padded rows (stride cols + 3). Returns (data, rs, cs).
-fn layout(rows: usize, cols: usize, kind: usize, f: impl Fn(usize, usize) -> f64) -> (Vec<f64>, usize, usize) {
-    let (rs, cs, len) = match kind {
-        0 => (cols, 1, rows * cols),
-        1 => (1, rows, rows * cols),
-        _ => (cols + 3, 1, rows * (cols + 3)),
-    };
-    let mut d = vec![0.0; len.max(1)];
-    for r in 0..rows {
-        for c in 0..cols {
-            d[r * rs + c * cs] = f(r, c);
-        }
-    }
-    (d, rs, cs)
-}
-
 /// Under emulation (aarch64 via qemu, ~50x slower) the tests use fewer shapes.
 fn emulated() -> bool {
     cfg!(not(target_arch = "x86_64")) || std::env::var_os("TJ_GEMM_QUICK").is_some()
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    m: usize,
-    n: usize,
-    k: usize,
-    la: usize,
-    lb: usize,
-    lc: usize,
-}
-
-/// Epilogue settings in f64 for the reference.
-#[derive(Clone, Copy, Debug)]
-struct Ep {
-    alpha: f64,
-    beta: f64,
-    bias: u8, // 0 none, 1 per row, 2 per column
-    act: Activation,
-}
-
-const PLAIN: Ep = Ep { alpha: 1.0, beta: 0.0, bias: 0, act: Activation::None };
-
-struct Problem {
-    a: (Vec<f64>, usize, usize),
-    b: (Vec<f64>, usize, usize),
-    c: (Vec<f64>, usize, usize),
-    bias: Vec<f64>,
-    want: Vec<f64>,
-    scale: Vec<f64>,
-}
-
-fn problem(cs: Case, ep: Ep) -> Problem {
-    let a = layout(cs.m, cs.k, cs.la, |i, p| val(1, i, p));
-    let b = layout(cs.k, cs.n, cs.lb, |p, j| val(2, p, j));
-    let c = layout(cs.m, cs.n, cs.lc, |i, j| val(3, i, j));
-    let bias: Vec<f64> = match ep.bias {
-        1 => (0..cs.m).map(|i| val(4, i, 0)).collect(),
-        2 => (0..cs.n).map(|j| val(5, 0, j)).collect(),
-        _ => vec![],
-    };
-    let mut want = c.0.clone();
-    let mut scale = vec![0.0; c.0.len()];
-    for i in 0..cs.m {
-        for j in 0..cs.n {
-            let (mut s, mut sa) = (0.0, 0.0);
-            for p in 0..cs.k {
-                let x = a.0[i * a.1 + p * a.2] * b.0[p * b.1 + j * b.2];
-                s += x;
-                sa += x.abs();
-            }
-            let idx = i * c.1 + j * c.2;
-            let mut v = ep.alpha * s + ep.beta * c.0[idx];
-            v += match ep.bias {
-                1 => bias[i],
-                2 => bias[j],
-                _ => 0.0,
-            };
-            want[idx] = act_f64(ep.act, v);
-            scale[idx] = ep.alpha.abs() * sa + ep.beta.abs() * c.0[idx].abs() + v.abs() + 1.0;
-        }
-    }
-    Problem { a, b, c, bias, want, scale }
-}
-
-fn epilogue<T: Scalar>(ep: Ep, bias: &[T], alpha: T, beta: T) -> Epilogue<'_, T> {
-    Epilogue {
-        alpha,
-        beta,
-        bias: match ep.bias {
-            1 => Bias::PerRow(bias),
-            2 => Bias::PerColumn(bias),
-            _ => Bias::None,
-        },
-        activation: ep.act,
-    }
-}
-
-fn check(what: &str, cs: Case, got: &[f64], p: &Problem, tol: f64) {
-    for i in 0..cs.m {
-        for j in 0..cs.n {
-            let idx = i * p.c.1 + j * p.c.2;
-            let err = (got[idx] - p.want[idx]).abs();
-            assert!(
-                err <= tol * p.scale[idx],
-                "{what} {cs:?}: C[{i},{j}] = {} want {} (err {err:.3e})",
-                got[idx],
-                p.want[idx]
-            );
-        }
-    }
-    // Elements outside the logical C (padding) are untouched.
-    for (idx, (&g, &c0)) in got.iter().zip(p.c.0.iter()).enumerate() {
-        let inside = (0..cs.m).any(|i| (0..cs.n).any(|j| i * p.c.1 + j * p.c.2 == idx));
-        if !inside {
-            assert_eq!(g, c0, "{what} {cs:?}: padding element {idx} was written");
-        }
-    }
 }
 
 fn run_f32(cs: Case, ep: Ep, opts: GemmOptions, threads: usize) -> std::result::Result<(), String> {
@@ -612,34 +495,11 @@ fn env_overrides_force_lower_isa() {
         run_f32(cs, ep, GemmOptions::default(), 1).unwrap();
         return;
     }
-    let exe = std::env::current_exe().unwrap();
     let mut cases = vec![(vec![("TENSORJIT_DISABLE_AVX2", "1"), ("TENSORJIT_DISABLE_NEON", "1")], "generic")];
     if isa_supported(Isa::Avx512) {
         cases.push((vec![("TENSORJIT_DISABLE_AVX512", "1")], "avx2"));
     }
     for (vars, want) in cases {
-        // Under cross-testing the binary runs through cargo's runner (e.g. qemu-aarch64).
-        let runner = std::env::var("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER")
-            .ok()
-            .filter(|_| cfg!(target_arch = "aarch64"));
-        let mut cmd = match &runner {
-            Some(r) => {
-                let mut c = std::process::Command::new(r);
-                c.arg(&exe);
-                c
-            }
-            None => std::process::Command::new(&exe),
-        };
-        cmd.args(["env_overrides_force_lower_isa", "--exact", "--test-threads=1"]).env("TJ_GEMM_CHILD_EXPECT", want);
-        for (k, v) in &vars {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{vars:?}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_child("env_overrides_force_lower_isa", "TJ_GEMM_CHILD_EXPECT", want, &vars, &[]);
     }
 }

@@ -6,53 +6,11 @@
 //! `QEMU_CPU="max,sme-default-vector-length=64"`. On other architectures this compiles to nothing.
 #![cfg(target_arch = "aarch64")]
 
-use tensorjit::kernels::gemm::epilogue::act_f64;
 use tensorjit::kernels::gemm::*;
 
-/// Multiples of 1/8 in [-1, 1]: products are exact and sums stay small.
-fn val(seed: usize, i: usize, j: usize) -> f64 {
-    (((i * 7 + j * 13 + seed * 5) % 17) as f64 - 8.0) / 8.0
-}
-
-/// A rows x cols matrix: 0 row-major, 1 column-major (the transpose of row-major), 2 row-major
-/// with padded rows (stride cols + 3). Returns (data, rs, cs).
-fn layout(rows: usize, cols: usize, kind: usize, seed: usize) -> (Vec<f64>, usize, usize) {
-    let (rs, cs, len) = match kind {
-        0 => (cols, 1, rows * cols),
-        1 => (1, rows, rows * cols),
-        _ => (cols + 3, 1, rows * (cols + 3)),
-    };
-    // Padding (and never-addressed elements) hold a marker that must survive untouched.
-    let mut d = vec![99.0; len.max(1)];
-    for r in 0..rows {
-        for c in 0..cols {
-            d[r * rs + c * cs] = val(seed, r, c);
-        }
-    }
-    (d, rs, cs)
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    m: usize,
-    n: usize,
-    k: usize,
-    /// Layouts of A, B, C (see [`layout`]).
-    la: usize,
-    lb: usize,
-    lc: usize,
-    alpha: f64,
-    beta: f64,
-    /// 0 none, 1 per row, 2 per column.
-    bias: u8,
-    act: Activation,
-}
-
-impl Case {
-    fn plain(m: usize, n: usize, k: usize) -> Case {
-        Case { m, n, k, la: 0, lb: 0, lc: 0, alpha: 1.0, beta: 0.0, bias: 0, act: Activation::None }
-    }
-}
+#[path = "common/gemm.rs"]
+mod common;
+use common::{Case, Ep, PLAIN, check, epilogue, problem, run_child};
 
 /// The element types under test.
 trait El: Scalar + Copy + std::fmt::Debug {
@@ -89,89 +47,12 @@ impl El for f64 {
     }
 }
 
-/// Inputs of one case and the expected output from a naive f64 triple loop.
-struct Problem {
-    a: (Vec<f64>, usize, usize),
-    b: (Vec<f64>, usize, usize),
-    c: (Vec<f64>, usize, usize),
-    bias: Vec<f64>,
-    want: Vec<f64>,
-    /// Σ|a·b| + |beta·c| + |pre-activation| + 1 per element (the error scale).
-    scale: Vec<f64>,
-}
-
-fn problem(cs: Case) -> Problem {
-    let a = layout(cs.m, cs.k, cs.la, 1);
-    let b = layout(cs.k, cs.n, cs.lb, 2);
-    let c = layout(cs.m, cs.n, cs.lc, 3);
-    let bias: Vec<f64> = match cs.bias {
-        1 => (0..cs.m).map(|i| val(4, i, 0)).collect(),
-        2 => (0..cs.n).map(|j| val(5, 0, j)).collect(),
-        _ => vec![],
-    };
-    let mut want = c.0.clone();
-    let mut scale = vec![0.0; c.0.len()];
-    for i in 0..cs.m {
-        for j in 0..cs.n {
-            let (mut s, mut sa) = (0.0, 0.0);
-            for p in 0..cs.k {
-                let x = a.0[i * a.1 + p * a.2] * b.0[p * b.1 + j * b.2];
-                s += x;
-                sa += x.abs();
-            }
-            let idx = i * c.1 + j * c.2;
-            let mut v = cs.alpha * s + cs.beta * c.0[idx];
-            v += match cs.bias {
-                1 => bias[i],
-                2 => bias[j],
-                _ => 0.0,
-            };
-            want[idx] = act_f64(cs.act, v);
-            scale[idx] = cs.alpha.abs() * sa + cs.beta.abs() * c.0[idx].abs() + v.abs() + 1.0;
-        }
-    }
-    Problem { a, b, c, bias, want, scale }
-}
-
-/// Checks `got` against the reference, and that elements outside the logical C are untouched.
-fn check(what: &str, cs: Case, got: &[f64], p: &Problem, tol: f64) {
-    let mut inside = vec![false; got.len()];
-    for i in 0..cs.m {
-        for j in 0..cs.n {
-            let idx = i * p.c.1 + j * p.c.2;
-            inside[idx] = true;
-            let err = (got[idx] - p.want[idx]).abs();
-            assert!(
-                err <= tol * p.scale[idx],
-                "{what} {cs:?}: C[{i},{j}] = {} want {} (err {err:.3e})",
-                got[idx],
-                p.want[idx]
-            );
-        }
-    }
-    for (idx, (&g, &c0)) in got.iter().zip(p.c.0.iter()).enumerate() {
-        if !inside[idx] {
-            assert_eq!(g, c0, "{what} {cs:?}: element {idx} outside C was written");
-        }
-    }
-}
-
 /// Runs one case through the public entry point of `T` and checks it.
-fn run<T: El>(cs: Case, opts: GemmOptions, threads: usize) {
-    let p = problem(cs);
+fn run<T: El>(cs: Case, ep: Ep, opts: GemmOptions, threads: usize) {
+    let p = problem(cs, ep);
     let conv = |v: &[f64]| v.iter().map(|&x| T::of(x)).collect::<Vec<T>>();
     let (a, b, bias) = (conv(&p.a.0), conv(&p.b.0), conv(&p.bias));
     let mut c = conv(&p.c.0);
-    let ep = Epilogue {
-        alpha: T::of(cs.alpha),
-        beta: T::of(cs.beta),
-        bias: match cs.bias {
-            1 => Bias::PerRow(&bias),
-            2 => Bias::PerColumn(&bias),
-            _ => Bias::None,
-        },
-        activation: cs.act,
-    };
     let what = format!("{} {opts:?} threads={threads}", std::any::type_name::<T>());
     T::gemm(
         GemmArgs::new(
@@ -182,7 +63,7 @@ fn run<T: El>(cs: Case, opts: GemmOptions, threads: usize) {
             MatRef::new(&b, p.b.1, p.b.2),
             MatMut::new(&mut c, p.c.1, p.c.2),
         )
-        .epilogue(ep)
+        .epilogue(epilogue(ep, &bias, T::of(ep.alpha), T::of(ep.beta)))
         .threads(threads)
         .options(opts),
     )
@@ -212,7 +93,7 @@ fn sweep<T: El>(isa: Isa, geometry: Geometry, mr: usize, nr: usize) {
         let opts = GemmOptions { isa: Some(isa), path, geometry, ..Default::default() };
         for (m, n) in remainder_shapes(mr, nr) {
             for k in [1, 17] {
-                run::<T>(Case::plain(m, n, k), opts, 1);
+                run::<T>(Case::plain(m, n, k), PLAIN, opts, 1);
             }
         }
     }
@@ -291,9 +172,10 @@ fn zero_one_and_prime_sizes() {
         for path in [Path::Auto, Path::Packed] {
             let opts = GemmOptions { isa: Some(isa), path, ..Default::default() };
             for &(m, n, k) in &[(0, 5, 3), (5, 0, 3), (5, 3, 0), (1, 1, 1), (1, 7, 13), (13, 1, 7), (37, 41, 29)] {
-                run::<f32>(Case { beta: 0.5, ..Case::plain(m, n, k) }, opts, 1);
+                let ep = Ep { beta: 0.5, ..PLAIN };
+                run::<f32>(Case::plain(m, n, k), ep, opts, 1);
                 if isa == Isa::Neon {
-                    run::<f64>(Case { beta: 0.5, ..Case::plain(m, n, k) }, opts, 1);
+                    run::<f64>(Case::plain(m, n, k), ep, opts, 1);
                 }
             }
         }
@@ -316,10 +198,11 @@ fn layouts_and_epilogue_across_k_blocks() {
             for lb in 0..3 {
                 for lc in 0..3 {
                     for (bias, act) in [(1, Activation::Relu), (2, Activation::GeluTanh)] {
-                        let cs = Case { la, lb, lc, alpha: 0.5, beta: 1.0, bias, act, ..Case::plain(19, 23, 29) };
-                        run::<f32>(cs, opts, 1);
+                        let cs = Case { la, lb, lc, ..Case::plain(19, 23, 29) };
+                        let ep = Ep { alpha: 0.5, beta: 1.0, bias, act };
+                        run::<f32>(cs, ep, opts, 1);
                         if isa == Isa::Neon {
-                            run::<f64>(cs, opts, 1);
+                            run::<f64>(cs, ep, opts, 1);
                         }
                     }
                 }
@@ -333,10 +216,10 @@ fn layouts_and_epilogue_across_k_blocks() {
 fn threads_and_prepacked_b() {
     for isa in kernels() {
         let opts = GemmOptions { isa: Some(isa), ..Default::default() };
-        run::<f32>(Case { bias: 2, ..Case::plain(130, 70, 250) }, opts, 2);
+        run::<f32>(Case::plain(130, 70, 250), Ep { bias: 2, ..PLAIN }, opts, 2);
 
-        let cs = Case { lb: 1, alpha: 2.0, bias: 2, act: Activation::Relu, ..Case::plain(45, 37, 40) };
-        let p = problem(cs);
+        let cs = Case { lb: 1, ..Case::plain(45, 37, 40) };
+        let p = problem(cs, Ep { alpha: 2.0, bias: 2, act: Activation::Relu, ..PLAIN });
         let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
         let (a, b, bias) = (f(&p.a.0), f(&p.b.0), f(&p.bias));
         let popts = GemmOptions { blocking: Blocking { kc: 16, mc: 0, nc: 0 }, ..opts };
@@ -379,9 +262,9 @@ fn env_overrides_select_each_kernel() {
         assert!(dispatch_summary().starts_with(&format!("gemm isa={want} ")), "{}", dispatch_summary());
         let name = f32_kernel_name(selected_isa(), 64, 64, Geometry::Auto);
         assert!(name.starts_with(&format!("{want}-f32-")), "{name}");
-        let cs = Case { bias: 2, act: Activation::Silu, ..Case::plain(37, 41, 29) };
-        run::<f32>(cs, GemmOptions::default(), 1);
-        run::<f64>(cs, GemmOptions::default(), 1);
+        let ep = Ep { bias: 2, act: Activation::Silu, ..PLAIN };
+        run::<f32>(Case::plain(37, 41, 29), ep, GemmOptions::default(), 1);
+        run::<f64>(Case::plain(37, 41, 29), ep, GemmOptions::default(), 1);
         return;
     }
     let mut cases = vec![(vec![("TENSORJIT_DISABLE_NEON", "1")], "generic")];
@@ -391,31 +274,8 @@ fn env_overrides_select_each_kernel() {
     if isa_supported(Isa::Sme) {
         cases.push((vec![], "sme"));
     }
-    let exe = std::env::current_exe().unwrap();
-    // Under cross-testing the binary runs through cargo's runner (qemu-aarch64).
-    let runner = std::env::var("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER").ok();
     for (vars, want) in cases {
-        let mut cmd = match &runner {
-            Some(r) => {
-                let mut c = std::process::Command::new(r);
-                c.arg(&exe);
-                c
-            }
-            None => std::process::Command::new(&exe),
-        };
-        cmd.args(["env_overrides_select_each_kernel", "--exact", "--test-threads=1"])
-            .env("TJ_GEMM_A64_EXPECT", want)
-            .env_remove("TENSORJIT_DISABLE_SME")
-            .env_remove("TENSORJIT_DISABLE_NEON");
-        for (k, v) in &vars {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{vars:?}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let clear = ["TENSORJIT_DISABLE_SME", "TENSORJIT_DISABLE_NEON"];
+        run_child("env_overrides_select_each_kernel", "TJ_GEMM_A64_EXPECT", want, &vars, &clear);
     }
 }
