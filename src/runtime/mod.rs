@@ -4,4 +4,5 @@ pub mod aligned;
 pub mod cli_run;
 pub mod interp;
 pub mod jit;
+mod signature;
 pub mod slot;

@@ -11,8 +11,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::dynamic::{self, Bindings};
-use super::plan::{Plan, unnamed};
-use crate::api::backend::{Executable, check_inputs};
+use super::plan::Plan;
+use crate::api::backend::Executable;
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
@@ -21,6 +21,7 @@ use crate::ir::op::{Op, ReshapeDim, UnaryOp};
 use crate::ir::optype::OpType;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
+use crate::runtime::signature::Signature;
 use crate::runtime::slot::FinalizeSlot;
 
 /// Nesting limit for calls and closures (guards against call cycles in unverified modules).
@@ -30,21 +31,15 @@ const MAX_DEPTH: usize = 200;
 /// environment, the plan is shared read-only.
 pub struct InterpExecutable {
     plan: FinalizeSlot<Plan>,
-    input_names: Vec<String>,
-    input_shapes: Vec<Shape>,
-    output_shapes: Vec<Shape>,
+    sig: Signature,
 }
 
 impl InterpExecutable {
     /// Prepares `module` (verified, `main` returned) for execution.
     pub fn new(module: crate::ir::module::Module) -> Result<InterpExecutable> {
         let plan = Plan::new(module)?;
-        let m = &plan.module;
-        let main = m.func(m.main);
-        let input_names = main.param_names.clone();
-        let input_shapes = m.param_shapes(m.main);
-        let output_shapes = m.output_shapes(m.main)?;
-        Ok(InterpExecutable { plan: FinalizeSlot::new(plan), input_names, input_shapes, output_shapes })
+        let sig = Signature::of(&plan.module)?;
+        Ok(InterpExecutable { plan: FinalizeSlot::new(plan), sig })
     }
 
     fn plan(&self) -> Result<Arc<Plan>> {
@@ -54,50 +49,30 @@ impl InterpExecutable {
 
 impl Executable for InterpExecutable {
     fn input_names(&self) -> &[String] {
-        &self.input_names
+        &self.sig.input_names
     }
 
     fn input_shapes(&self) -> &[Shape] {
-        &self.input_shapes
+        &self.sig.input_shapes
     }
 
     fn output_shapes(&self) -> &[Shape] {
-        &self.output_shapes
+        &self.sig.output_shapes
     }
 
     fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>> {
         let plan = self.plan()?;
-        check_inputs(&self.input_names, &self.input_shapes, inputs, donate)?;
-        let donated = |i: usize| donate.get(i).copied().unwrap_or(false);
-        // Bind the dynamic axes before touching any buffer, so a rejected call donates nothing.
+        // The dynamic axes are bound before any buffer is taken, so a rejected call donates
+        // nothing.
         let mut bindings = Bindings::new();
-        for (i, (want, buf)) in self.input_shapes.iter().zip(inputs).enumerate() {
+        let args = self.sig.take_inputs(inputs, donate, |i, buf| {
+            let want = &self.sig.input_shapes[i];
             if want.is_dynamic() {
-                let what = format!("parameter {i} ({:?})", self.input_names[i]);
+                let what = format!("parameter {i} ({:?})", self.sig.input_names[i]);
                 dynamic::bind(want, buf.shape(), &what, &mut bindings)?;
             }
-            if !buf.is_live() {
-                // Reported by `storage` below with the right state; checked first so that no
-                // donation happens when another input is dead.
-                buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
-            }
-        }
-        // Shared reads first, then donations: a buffer passed twice, once donated, stays valid
-        // for the shared read (the tensors share the storage, which is then never written).
-        let mut args: Vec<Option<Tensor>> = vec![None; inputs.len()];
-        for (i, buf) in inputs.iter().enumerate() {
-            if !donated(i) {
-                let data = buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
-                args[i] = Some(Tensor { shape: unnamed(buf.shape()), data });
-            }
-        }
-        for (i, buf) in inputs.iter().enumerate() {
-            if donated(i) {
-                let data = buf.take_for_donation().map_err(|e| name_param(e, i, &self.input_names[i]))?;
-                args[i] = Some(Tensor { shape: unnamed(buf.shape()), data });
-            }
-        }
-        let args: Vec<Tensor> = args.into_iter().flatten().collect();
+            Ok(())
+        })?;
         let mut ctx = Ctx { plan: &plan, env: vec![None; plan.module.values.len()], bindings, depth: 0 };
         let outs = ctx.run_function(plan.module.main, args)?;
         Ok(outs.into_iter().map(|t| Buffer::from_storage(t.shape, t.data)).collect())
@@ -105,16 +80,6 @@ impl Executable for InterpExecutable {
 
     fn finalize(&self) {
         self.plan.take();
-    }
-}
-
-/// Adds "parameter i (name)" to a buffer error, keeping its kind.
-fn name_param(e: Error, i: usize, name: &str) -> Error {
-    match e {
-        Error::UseAfterFree { what, state } => {
-            Error::UseAfterFree { what: format!("{what} given as parameter {i} ({name:?})"), state }
-        }
-        other => other,
     }
 }
 

@@ -50,10 +50,7 @@ pub(super) struct Plan {
     pub nodes: Vec<NodePlan>,
 }
 
-/// A shape with the same dtype and dims and no axis names.
-pub(super) fn unnamed(s: &Shape) -> Shape {
-    Shape::new(s.dtype, &s.dims)
-}
+pub(super) use crate::runtime::signature::unnamed;
 
 fn op_has_dynamic_attr(op: &Op) -> bool {
     match op {

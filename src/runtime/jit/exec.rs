@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
+use crate::runtime::signature::Signature;
 use crate::runtime::slot::FinalizeSlot;
 
 use super::loops::run_loop;
 use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed};
-use crate::api::backend::{Executable, check_inputs};
+use crate::api::backend::Executable;
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId};
@@ -31,19 +32,12 @@ pub(crate) enum Runner {
 /// execution has its own value slots.
 pub struct JitExecutable {
     runner: FinalizeSlot<Runner>,
-    input_names: Vec<String>,
-    input_shapes: Vec<Shape>,
-    output_shapes: Vec<Shape>,
+    sig: Signature,
 }
 
 impl JitExecutable {
-    pub(crate) fn new(
-        runner: Runner,
-        input_names: Vec<String>,
-        input_shapes: Vec<Shape>,
-        output_shapes: Vec<Shape>,
-    ) -> Self {
-        JitExecutable { runner: FinalizeSlot::new(runner), input_names, input_shapes, output_shapes }
+    pub(crate) fn new(runner: Runner, sig: Signature) -> Self {
+        JitExecutable { runner: FinalizeSlot::new(runner), sig }
     }
 
     /// Whether this executable runs on the flat plan of compiled loops (`false`: it was handed
@@ -79,15 +73,15 @@ impl JitExecutable {
 
 impl Executable for JitExecutable {
     fn input_names(&self) -> &[String] {
-        &self.input_names
+        &self.sig.input_names
     }
 
     fn input_shapes(&self) -> &[Shape] {
-        &self.input_shapes
+        &self.sig.input_shapes
     }
 
     fn output_shapes(&self) -> &[Shape] {
-        &self.output_shapes
+        &self.sig.output_shapes
     }
 
     fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>> {
@@ -96,34 +90,15 @@ impl Executable for JitExecutable {
             Runner::Interp(e) => return e.execute(inputs, donate),
             Runner::Plan { plan, pool } => (plan, pool.as_deref()),
         };
-        check_inputs(&self.input_names, &self.input_shapes, inputs, donate)?;
-        let donated = |i: usize| donate.get(i).copied().unwrap_or(false);
-        // Every input must be live before any is donated, so a rejected call donates nothing.
-        for (i, buf) in inputs.iter().enumerate() {
-            if !buf.is_live() {
-                buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
-            }
-        }
+        let args = self.sig.take_inputs(inputs, donate, |_, _| Ok(()))?;
         let mut env: Vec<Option<Tensor>> = vec![None; plan.num_values];
         for (v, t) in &plan.constants {
             env[v.index()] = Some(t.clone());
         }
         let main = plan.main();
-        // Shared reads first, then donations (a buffer passed twice, once donated, stays shared).
-        for (i, buf) in inputs.iter().enumerate() {
-            let (p, used) = main.params[i];
-            if !donated(i) && used {
-                let data = buf.storage().map_err(|e| name_param(e, i, &self.input_names[i]))?;
-                env[p.index()] = Some(Tensor { shape: unnamed(buf.shape()), data });
-            }
-        }
-        for (i, buf) in inputs.iter().enumerate() {
-            if donated(i) {
-                let data = buf.take_for_donation().map_err(|e| name_param(e, i, &self.input_names[i]))?;
-                let (p, used) = main.params[i];
-                if used {
-                    env[p.index()] = Some(Tensor { shape: unnamed(buf.shape()), data });
-                }
+        for (t, &(p, used)) in args.into_iter().zip(&main.params) {
+            if used {
+                env[p.index()] = Some(t);
             }
         }
         let mut ex = Exec { plan, env, pool, depth: 0 };
@@ -263,16 +238,6 @@ impl<'p> Exec<'p> {
             self.env[s.outputs[k].index()] = Some(t);
         }
         Ok(())
-    }
-}
-
-/// Adds "parameter i (name)" to a buffer error, keeping its kind.
-fn name_param(e: Error, i: usize, name: &str) -> Error {
-    match e {
-        Error::UseAfterFree { what, state } => {
-            Error::UseAfterFree { what: format!("{what} given as parameter {i} ({name:?})"), state }
-        }
-        other => other,
     }
 }
 

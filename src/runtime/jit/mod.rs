@@ -39,6 +39,7 @@ use crate::ir::module::Module;
 use crate::passes::egraph::EggConfig;
 use crate::passes::{self, PassCtx};
 use crate::runtime::interp::InterpExecutable;
+use crate::runtime::signature::Signature;
 
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
@@ -164,10 +165,7 @@ impl JitBackend {
                 d.write("egg.txt", &r.to_string())?;
             }
         }
-        let main = module.func(module.main);
-        let names = main.param_names.clone();
-        let in_shapes = module.param_shapes(module.main);
-        let out_shapes = module.output_shapes(module.main)?;
+        let sig = Signature::of(&module)?;
         let runner = match plan::needs_interpreter(&module) {
             Some(why) => {
                 if let Some(d) = &dumper {
@@ -200,7 +198,7 @@ impl JitBackend {
                 exec::Runner::Plan { plan: Arc::new(plan), pool: self.pool()? }
             }
         };
-        Ok(JitExecutable::new(runner, names, in_shapes, out_shapes))
+        Ok(JitExecutable::new(runner, sig))
     }
 }
 

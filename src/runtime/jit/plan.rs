@@ -136,10 +136,7 @@ impl Plan {
     }
 }
 
-/// A shape with the same dtype and dims and no axis names.
-pub(crate) fn unnamed(s: &Shape) -> Shape {
-    Shape::new(s.dtype, &s.dims)
-}
+pub(crate) use crate::runtime::signature::unnamed;
 
 fn internal(msg: String) -> Error {
     Error::invalid("jit compile", msg)
