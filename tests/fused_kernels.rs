@@ -854,3 +854,33 @@ fn jit_generic_path_in_child_process() {
         assert!(text.contains("1 passed"), "child did not run {test}:\n{text}");
     }
 }
+
+/// A LayerNorm output of more than 4 MiB (the AVX2 path then writes y with non-temporal
+/// stores), into a y that is not 32-byte aligned, rows of 1503 values (not a multiple of 8 or
+/// of the 256-value blocks), split over a 2-thread pool: against the two-pass f64 formula.
+#[test]
+fn layer_norm_large_output_vs_f64() {
+    let (rows, n) = (700usize, 1503usize);
+    let mut rng = Rng(21);
+    let x: Vec<f32> = rng.vec(rows * n, -2.0, 2.0).iter().map(|v| v + 100.0).collect();
+    let g = rng.vec(n, -2.0, 2.0);
+    let b = rng.vec(n, -1.0, 1.0);
+    let mut want = vec![0f32; rows * n];
+    for (xr, wr) in x.chunks_exact(n).zip(want.chunks_exact_mut(n)) {
+        let mean = xr.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
+        let var = xr.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n as f64;
+        let r = 1.0 / (var + 1e-5).sqrt();
+        for (((w, &xv), &gv), &bv) in wr.iter_mut().zip(xr).zip(&g).zip(&b) {
+            *w = ((f64::from(xv) - mean) * r * f64::from(gv) + f64::from(bv)) as f32;
+        }
+    }
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+    for isa in isas() {
+        let mut buf = vec![0f32; rows * n + 8];
+        // Start y one float past a 32-byte boundary (Vec<f32> is only 4-byte aligned).
+        let off = buf.as_ptr().align_offset(32) + 1;
+        let y = &mut buf[off..off + rows * n];
+        layer_norm_f32(isa, &x, y, rows, n, 1e-5, Some(&g), Some(&b), Some(&pool));
+        assert_close(&format!("large ln {}", isa.name()), y, &want, 1e-6, 2e-6);
+    }
+}

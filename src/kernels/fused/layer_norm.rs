@@ -3,12 +3,28 @@
 //! normalised axes followed by other axes ([`layer_norm_strided_f32`]: x viewed as
 //! `[outer, n, inner]`, each of the `outer·inner` rows strided by `inner`).
 //!
-//! One pass over the row gathers Σx and Σx² in f64 (exact squares of the f32 inputs, so
-//! `var = Σx²/n − mean²` only loses ~1e-16·mean²/var relative accuracy); a second pass, on the
-//! row now in L1, writes `((x − mean_hi) − mean_lo)·rstd·gamma + beta` in f32, the mean split in
-//! two f32 parts so large means do not cost accuracy.
+//! Trailing rows ([`layer_norm_f32`]) take three passes over each row, the first streaming it
+//! from memory and the other two running from L1:
+//! 1. Σx, giving a first mean `m` (f32 partial sums, see below);
+//! 2. Σd and Σd² of the shifted values `d = x − m` (f32), so that `mean = m + Σd/n` and
+//!    `var = Σd²/n − (Σd/n)²` (f64) lose nothing to cancellation (`Σd/n` is tiny);
+//! 3. `y = ((x − mean_hi) − mean_lo)·(rstd·gamma) + beta` in f32, the mean split in two f32
+//!    parts so that large means do not cost accuracy; meanwhile the next row is prefetched.
+//!
+//! The sums are f32 partial sums of at most 8 terms per lane (a few more roundings to fold the
+//! accumulators together), added into f64: the relative error of Σd² is ≲ 1e-6 worst case
+//! (≈ 1e-7 typically), so `rstd` is within ≲ 5e-7 relative of the exact value, below the
+//! f32 roundings of the last pass for rows with |y| of a few units. Outputs of at least
+//! `STREAM_MIN_BYTES` (4 MiB) are written with non-temporal stores on the AVX2 path: skipping the
+//! read-for-ownership of y and the write-back of dirty lines through the caches measured
+//! 1.1–1.5× faster for outputs of 6–24 MiB on a 2-core Zen 3 (32 MiB L3, shared); smaller
+//! outputs use ordinary stores, so that the consumer finds them in cache.
 
 use super::{FusedIsa, for_units};
+
+/// Bytes of output from which the AVX2 path writes y with non-temporal stores (eight
+/// times a 512 KiB L2: such an output mostly leaves the private caches before it is read).
+const STREAM_MIN_BYTES: usize = 4 << 20;
 
 /// Layer norm of `rows` rows of `n` values of `x` into `y`; `gamma`/`beta` hold `n` values
 /// (`None`: 1 / 0).
@@ -45,18 +61,108 @@ pub fn layer_norm_f32(
         }
     };
     let isa = isa.checked();
+    let stream = total * size_of::<f32>() >= STREAM_MIN_BYTES;
+    let p = RowParams { n, eps: epsilon, g, b };
+    let x = &x[..total];
     for_units(pool, &mut y[..total], n, 8 * n, |first, ys| {
-        for (r, yr) in ys.chunks_exact_mut(n).enumerate() {
-            let xr = &x[(first + r) * n..(first + r + 1) * n];
-            let (s, q) = sums(isa, xr);
-            let mean = s / n as f64;
-            let var = (q / n as f64 - mean * mean).max(0.0);
-            let rstd = 1.0 / (var + epsilon).sqrt();
-            let mh = mean as f32;
-            let ml = (mean - mh as f64) as f32;
-            normalise(isa, xr, yr, mh, ml, rstd as f32, g, b);
+        let xs = &x[first * n..first * n + ys.len()];
+        #[cfg(target_arch = "x86_64")]
+        if isa == FusedIsa::Avx2 {
+            // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
+            unsafe { avx2::rows(&p, xs, ys, stream) };
+            return;
+        }
+        let _ = (isa, stream);
+        for (xr, yr) in xs.chunks_exact(n).zip(ys.chunks_exact_mut(n)) {
+            generic_row(&p, xr, yr);
         }
     });
+}
+
+/// What normalising a trailing row needs besides the data.
+struct RowParams<'a> {
+    n: usize,
+    eps: f64,
+    /// Gamma and beta, `n` each.
+    g: &'a [f32],
+    b: &'a [f32],
+}
+
+/// Lanes of the portable partial sums (the compiler maps them onto its vector registers).
+const LANES: usize = 8;
+/// Values per lane summed in f32 before the partial sums are added into f64.
+const PER_LANE: usize = 8;
+
+/// Σ of `x` (f32 lane sums of [`PER_LANE`] values added into f64), portable.
+fn generic_sum(x: &[f32]) -> f64 {
+    let mut acc = [0f64; LANES];
+    let mut blocks = x.chunks_exact(LANES * PER_LANE);
+    for blk in &mut blocks {
+        let mut a = [0f32; LANES];
+        for c in blk.chunks_exact(LANES) {
+            for k in 0..LANES {
+                a[k] += c[k];
+            }
+        }
+        for k in 0..LANES {
+            acc[k] += f64::from(a[k]);
+        }
+    }
+    let mut s: f64 = acc.iter().sum();
+    for &v in blocks.remainder() {
+        s += f64::from(v);
+    }
+    s
+}
+
+/// (Σd, Σd²) with `d = x − m` rounded to f32, portable (partial sums as in [`generic_sum`]).
+fn generic_shifted_sums(x: &[f32], m: f32) -> (f64, f64) {
+    let (mut sa, mut qa) = ([0f64; LANES], [0f64; LANES]);
+    let mut blocks = x.chunks_exact(LANES * PER_LANE);
+    for blk in &mut blocks {
+        let (mut s, mut q) = ([0f32; LANES], [0f32; LANES]);
+        for c in blk.chunks_exact(LANES) {
+            for k in 0..LANES {
+                let d = c[k] - m;
+                s[k] += d;
+                q[k] += d * d;
+            }
+        }
+        for k in 0..LANES {
+            sa[k] += f64::from(s[k]);
+            qa[k] += f64::from(q[k]);
+        }
+    }
+    let (mut s, mut q): (f64, f64) = (sa.iter().sum(), qa.iter().sum());
+    for &v in blocks.remainder() {
+        let d = f64::from(v - m);
+        s += d;
+        q += d * d;
+    }
+    (s, q)
+}
+
+/// The final statistics from the first mean `m` and the shifted sums: (mean_hi, mean_lo, rstd).
+fn finish_stats(m: f32, sd: f64, qd: f64, n: usize, eps: f64) -> (f32, f32, f32) {
+    let nf = n as f64;
+    let dm = sd / nf;
+    let mean = f64::from(m) + dm;
+    let var = (qd / nf - dm * dm).max(0.0);
+    let rstd = 1.0 / (var + eps).sqrt();
+    let mh = mean as f32;
+    let ml = (mean - f64::from(mh)) as f32;
+    (mh, ml, rstd as f32)
+}
+
+/// One row on the portable path.
+fn generic_row(p: &RowParams, x: &[f32], y: &mut [f32]) {
+    let n = p.n;
+    let m = (generic_sum(x) / n as f64) as f32;
+    let (sd, qd) = generic_shifted_sums(x, m);
+    let (mh, ml, rstd) = finish_stats(m, sd, qd, n, p.eps);
+    for (((yv, &xv), &gv), &bv) in y.iter_mut().zip(x).zip(p.g).zip(p.b) {
+        *yv = ((xv - mh) - ml) * (rstd * gv) + bv;
+    }
 }
 
 /// Columns of a `[n, inner]` slab normalised together (their f64 sums stay in L1 and each pass
@@ -65,9 +171,10 @@ const COLS: usize = 256;
 
 /// Layer norm of x viewed as `[outer, n, inner]` over its middle axis: every `(o, c)` row
 /// `x[o, 0..n, c]` (stride `inner`) is normalised on its own, with `gamma`/`beta` (n values,
-/// `None`: 1 / 0) indexed by the position in the row. Same arithmetic as [`layer_norm_f32`]
-/// (f64 Σx and Σx², the mean split in two f32 parts); each `[n, inner]` slab is processed in
-/// chunks of up to 256 columns, vectorised across the columns (no transposition). Slabs are
+/// `None`: 1 / 0) indexed by the position in the row. f64 Σx and Σx² per column (exact squares
+/// of the f32 inputs, so `var = Σx²/n − mean²` only loses ~1e-16·mean²/var relative accuracy),
+/// the mean split in two f32 parts as in [`layer_norm_f32`]; each `[n, inner]` slab is processed
+/// in chunks of up to 256 columns, vectorised across the columns (no transposition). Slabs are
 /// split over `pool`.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_strided_f32(
@@ -174,98 +281,202 @@ fn strided_slab_body(norm: &Norm, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// (Σx, Σx²) of a row, in f64.
-fn sums(isa: FusedIsa, x: &[f32]) -> (f64, f64) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
-        return unsafe { avx2::sums(x) };
-    }
-    let _ = isa;
-    let (mut s, mut q) = ([0.0f64; 4], [0.0f64; 4]);
-    let mut ch = x.chunks_exact(4);
-    for c in &mut ch {
-        for k in 0..4 {
-            let v = c[k] as f64;
-            s[k] += v;
-            q[k] += v * v;
-        }
-    }
-    for &v in ch.remainder() {
-        s[0] += v as f64;
-        q[0] += v as f64 * v as f64;
-    }
-    (s.iter().sum(), q.iter().sum())
-}
-
-#[allow(clippy::too_many_arguments)]
-fn normalise(isa: FusedIsa, x: &[f32], y: &mut [f32], mh: f32, ml: f32, rstd: f32, g: &[f32], b: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: as in `sums`.
-        unsafe { avx2::normalise(x, y, mh, ml, rstd, g, b) };
-        return;
-    }
-    let _ = isa;
-    for i in 0..x.len().min(y.len()) {
-        y[i] = ((x[i] - mh) - ml) * rstd * g[i] + b[i];
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
+    use super::{RowParams, finish_stats};
+
+    /// Floats per block of the sums: 4 accumulators of 8 lanes, 8 values per lane.
+    const BLOCK: usize = 256;
+
+    /// Adds the 8 f32 lanes of `v` into the 4 f64 lanes of `acc`.
+    #[inline(always)]
+    fn widen_add(acc: __m256d, v: __m256) -> __m256d {
+        // SAFETY: register-only intrinsics; the callers are compiled with AVX2+FMA enabled.
+        unsafe {
+            let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+            let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
+            _mm256_add_pd(acc, _mm256_add_pd(lo, hi))
+        }
+    }
+
+    /// The sum of the 4 lanes of `v`.
+    #[inline(always)]
+    fn hsum(v: __m256d) -> f64 {
+        let mut a = [0f64; 4];
+        // SAFETY: `a` holds 4 doubles; AVX is enabled in every caller.
+        unsafe { _mm256_storeu_pd(a.as_mut_ptr(), v) };
+        (a[0] + a[1]) + (a[2] + a[3])
+    }
+
+    /// Σx of a row.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn sums(x: &[f32]) -> (f64, f64) {
+    fn sum(x: &[f32]) -> f64 {
         let n = x.len();
         let p = x.as_ptr();
-        let (mut s0, mut s1, mut q0, mut q1) =
-            (_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd());
+        let mut acc = _mm256_setzero_pd();
         let mut i = 0;
+        while i + BLOCK <= n {
+            let (mut a0, mut a1, mut a2, mut a3) =
+                (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+            let end = i + BLOCK;
+            while i < end {
+                // SAFETY: i + 32 ≤ end ≤ n.
+                unsafe {
+                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(i)));
+                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(i + 8)));
+                    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(i + 16)));
+                    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(i + 24)));
+                }
+                i += 32;
+            }
+            acc = widen_add(acc, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        }
         while i + 8 <= n {
             // SAFETY: i + 8 ≤ n.
-            let v = unsafe { _mm256_loadu_ps(p.add(i)) };
-            let a = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-            let b = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
-            s0 = _mm256_add_pd(s0, a);
-            s1 = _mm256_add_pd(s1, b);
-            q0 = _mm256_fmadd_pd(a, a, q0);
-            q1 = _mm256_fmadd_pd(b, b, q1);
+            acc = widen_add(acc, unsafe { _mm256_loadu_ps(p.add(i)) });
             i += 8;
         }
-        let mut sa = [0f64; 4];
-        let mut qa = [0f64; 4];
-        // SAFETY: both arrays hold 4 doubles.
-        unsafe {
-            _mm256_storeu_pd(sa.as_mut_ptr(), _mm256_add_pd(s0, s1));
-            _mm256_storeu_pd(qa.as_mut_ptr(), _mm256_add_pd(q0, q1));
-        }
-        let (mut s, mut q) = (sa.iter().sum::<f64>(), qa.iter().sum::<f64>());
+        let mut s = hsum(acc);
         for &v in &x[i..] {
-            s += v as f64;
-            q += v as f64 * v as f64;
+            s += f64::from(v);
+        }
+        s
+    }
+
+    /// (Σd, Σd²) with `d = x − m` rounded to f32.
+    #[target_feature(enable = "avx2,fma")]
+    fn shifted_sums(x: &[f32], m: f32) -> (f64, f64) {
+        let n = x.len();
+        let p = x.as_ptr();
+        let vm = _mm256_set1_ps(m);
+        let (mut sacc, mut qacc) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let mut i = 0;
+        while i + BLOCK <= n {
+            let z = _mm256_setzero_ps();
+            let (mut s0, mut s1, mut s2, mut s3) = (z, z, z, z);
+            let (mut q0, mut q1, mut q2, mut q3) = (z, z, z, z);
+            let end = i + BLOCK;
+            while i < end {
+                // SAFETY: i + 32 ≤ end ≤ n.
+                let (d0, d1, d2, d3) = unsafe {
+                    (
+                        _mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vm),
+                        _mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), vm),
+                        _mm256_sub_ps(_mm256_loadu_ps(p.add(i + 16)), vm),
+                        _mm256_sub_ps(_mm256_loadu_ps(p.add(i + 24)), vm),
+                    )
+                };
+                s0 = _mm256_add_ps(s0, d0);
+                s1 = _mm256_add_ps(s1, d1);
+                s2 = _mm256_add_ps(s2, d2);
+                s3 = _mm256_add_ps(s3, d3);
+                q0 = _mm256_fmadd_ps(d0, d0, q0);
+                q1 = _mm256_fmadd_ps(d1, d1, q1);
+                q2 = _mm256_fmadd_ps(d2, d2, q2);
+                q3 = _mm256_fmadd_ps(d3, d3, q3);
+                i += 32;
+            }
+            sacc = widen_add(sacc, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+            qacc = widen_add(qacc, _mm256_add_ps(_mm256_add_ps(q0, q1), _mm256_add_ps(q2, q3)));
+        }
+        while i + 8 <= n {
+            // SAFETY: i + 8 ≤ n.
+            let d = _mm256_sub_ps(unsafe { _mm256_loadu_ps(p.add(i)) }, vm);
+            sacc = widen_add(sacc, d);
+            qacc = widen_add(qacc, _mm256_mul_ps(d, d));
+            i += 8;
+        }
+        let (mut s, mut q) = (hsum(sacc), hsum(qacc));
+        for &v in &x[i..] {
+            let d = f64::from(v - m);
+            s += d;
+            q += d * d;
         }
         (s, q)
     }
 
+    /// `y = ((x − mh) − ml)·(rstd·g) + b` for one row, prefetching `next` (the next row's
+    /// input, same length or shorter) into L1 meanwhile; `stream`: non-temporal stores.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn normalise(x: &[f32], y: &mut [f32], mh: f32, ml: f32, rstd: f32, g: &[f32], b: &[f32]) {
+    #[allow(clippy::too_many_arguments)]
+    fn normalise(
+        p: &RowParams,
+        x: &[f32],
+        y: &mut [f32],
+        next: Option<&[f32]>,
+        mh: f32,
+        ml: f32,
+        rstd: f32,
+        stream: bool,
+    ) {
+        let (g, b) = (p.g, p.b);
         let n = x.len().min(y.len()).min(g.len()).min(b.len());
+        let scalar = |y: &mut [f32], j: usize| y[j] = ((x[j] - mh) - ml) * (rstd * g[j]) + b[j];
+        // Scalar head up to a 32-byte aligned y when streaming (the streaming store needs it).
+        let head = if stream { (y.as_ptr().align_offset(32)).min(n) } else { 0 };
+        for j in 0..head {
+            scalar(y, j);
+        }
         let (vh, vl, vr) = (_mm256_set1_ps(mh), _mm256_set1_ps(ml), _mm256_set1_ps(rstd));
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 ≤ n, the smallest of the four lengths.
+        let (xp, gp, bp, yp) = (x.as_ptr(), g.as_ptr(), b.as_ptr(), y.as_mut_ptr());
+        let np = next.map_or(std::ptr::null(), |s| s.as_ptr());
+        let nlen = next.map_or(0, |s| s.len());
+        let mut i = head;
+        while i + 16 <= n {
+            // SAFETY: i + 16 ≤ n, the smallest of the four lengths; `np + i` is only prefetched
+            // (never dereferenced) and lies inside the next row when i < nlen; with `stream`,
+            // yp + i is 32-byte aligned (i − head is a multiple of 16 floats).
             unsafe {
-                let d = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), vh), vl);
-                let gs = _mm256_mul_ps(_mm256_loadu_ps(g.as_ptr().add(i)), vr);
-                let r = _mm256_fmadd_ps(d, gs, _mm256_loadu_ps(b.as_ptr().add(i)));
-                _mm256_storeu_ps(y.as_mut_ptr().add(i), r);
+                if i < nlen {
+                    _mm_prefetch::<_MM_HINT_T0>(np.add(i).cast());
+                }
+                let d0 = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(xp.add(i)), vh), vl);
+                let d1 = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(xp.add(i + 8)), vh), vl);
+                let s0 = _mm256_mul_ps(_mm256_loadu_ps(gp.add(i)), vr);
+                let s1 = _mm256_mul_ps(_mm256_loadu_ps(gp.add(i + 8)), vr);
+                let r0 = _mm256_fmadd_ps(d0, s0, _mm256_loadu_ps(bp.add(i)));
+                let r1 = _mm256_fmadd_ps(d1, s1, _mm256_loadu_ps(bp.add(i + 8)));
+                if stream {
+                    _mm256_stream_ps(yp.add(i), r0);
+                    _mm256_stream_ps(yp.add(i + 8), r1);
+                } else {
+                    _mm256_storeu_ps(yp.add(i), r0);
+                    _mm256_storeu_ps(yp.add(i + 8), r1);
+                }
             }
-            i += 8;
+            i += 16;
+        }
+        // The rest of the next row's prefetch (its length may exceed what the loop covered).
+        let mut k = i;
+        while k < nlen {
+            // SAFETY: k < nlen: inside the next row; a prefetch never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(np.add(k).cast()) };
+            k += 16;
         }
         for j in i..n {
-            y[j] = ((x[j] - mh) - ml) * rstd * g[j] + b[j];
+            scalar(y, j);
+        }
+    }
+
+    /// The rows of `x` (whole rows of `p.n`) into `y`; `stream`: non-temporal stores for y,
+    /// fenced before returning.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn rows(p: &RowParams, x: &[f32], y: &mut [f32], stream: bool) {
+        let n = p.n;
+        let count = x.len().min(y.len()) / n;
+        for r in 0..count {
+            let xr = &x[r * n..(r + 1) * n];
+            let next = if r + 1 < count { Some(&x[(r + 1) * n..(r + 2) * n]) } else { None };
+            let m = (sum(xr) / n as f64) as f32;
+            let (sd, qd) = shifted_sums(xr, m);
+            let (mh, ml, rstd) = finish_stats(m, sd, qd, n, p.eps);
+            normalise(p, xr, &mut y[r * n..(r + 1) * n], next, mh, ml, rstd, stream);
+        }
+        if stream {
+            // Orders the non-temporal stores before the task ends.
+            _mm_sfence();
         }
     }
 }
