@@ -884,3 +884,51 @@ fn layer_norm_large_output_vs_f64() {
         assert_close(&format!("large ln {}", isa.name()), y, &want, 1e-6, 2e-6);
     }
 }
+
+#[test]
+fn attention_nan_and_infinite_scores_stay_in_their_rows() {
+    // 40 query rows, 20 keys, q = k = 0 (all scores 0, uniform weights), v_j[c] = j + c: every
+    // row outputs the mean 9.5 + c, except row 5 (a NaN in q → NaN scores → NaN row), row 9 (an
+    // additive +∞ on key 2 → ∞ − ∞ in the softmax → NaN row) and row 33 (every key −∞ → 0).
+    let (sq, skv, d, dv) = (40, 20, 16, 9);
+    for isa in isas() {
+        let mut q = vec![0.0f32; sq * d];
+        q[5 * d + 3] = f32::NAN;
+        let k = vec![0.0f32; skv * d];
+        let v: Vec<f32> = (0..skv).flat_map(|j| (0..dv).map(move |c| (j + c) as f32)).collect();
+        let mut add = vec![0.0f32; sq * skv];
+        add[9 * skv + 2] = f32::INFINITY;
+        add[33 * skv..34 * skv].fill(f32::NEG_INFINITY);
+        let st = broadcast_strides([1, 1, sq, skv], [1, 1, sq, skv]).unwrap();
+        let p = AttentionParams {
+            layout: AttentionLayout::Bhsd,
+            batch: 1,
+            heads: 1,
+            kv_heads: 1,
+            seq_q: sq,
+            seq_kv: skv,
+            head_dim: d,
+            v_dim: dv,
+            scale: 0.25,
+            causal: false,
+            mask: AttentionMask::Additive(&add, st),
+            bias: None,
+            seq_lens: None,
+        };
+        let mut out = vec![0f32; sq * dv];
+        assert!(attention_f32(isa, &p, &q, &k, &v, &mut out, None));
+        for i in 0..sq {
+            for c in 0..dv {
+                let got = out[i * dv + c];
+                match i {
+                    5 | 9 => assert!(got.is_nan(), "{} row {i} col {c}: {got} is not NaN", isa.name()),
+                    33 => assert_eq!(got, 0.0, "{} fully masked row {i} col {c}", isa.name()),
+                    _ => {
+                        let want = 9.5 + c as f32;
+                        assert!((got - want).abs() <= 1e-5 * want, "{} row {i} col {c}: {got} vs {want}", isa.name());
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,19 +1,27 @@
 //! Tiled (flash-attention style) scaled dot-product attention in f32.
 //!
-//! Work is split into (batch, head, block of [`Q_BLOCK`] queries) items. Each item walks the keys
-//! in blocks of [`K_BLOCK`]: for every query row of the block it computes the row's scores
-//! against the key block (`scale·q·k + bias + additive mask`, excluded keys = −∞), then updates
-//! the row's online-softmax state (running max `m`, running sum `l`, unnormalised output `acc`):
-//! `m' = max(m, max_j s_j)`, `α = e^(m − m')`, `l' = α·l + Σ e^(s_j − m')`,
-//! `acc' = α·acc + Σ e^(s_j − m')·v_j`. The output row is `acc/l`, or 0 when every key was
-//! excluded or scored −∞ (fully masked rows), and padded query rows (≥ query_seq_len) stay 0.
-//! Extra memory per thread: `Q_BLOCK·(v_dim + 2) + K_BLOCK` floats; the `[S, S]` score matrix is
-//! never built. Causal attention stops each query block at its last visible key.
+//! Work is split into (batch, head, block of [`Q_BLOCK`] queries) items. An item packs its query
+//! block transposed (`qᵀ`, `head_dim × Q_BLOCK`) and walks the keys in tiles of up to
+//! [`K_BLOCK`] (sequences up to `K_BLOCK` keys are one tile: an exact softmax, no rescaling).
+//! Scores are kept transposed, one row of `Q_BLOCK` query lanes per key, so that the softmax is
+//! vertical (8 query rows per vector) and neither K nor V is ever repacked: the `Q·Kᵀ`
+//! micro-kernel broadcasts key values straight from K, the `P·V` one broadcasts value entries
+//! straight from V, both against vectors of 16 query lanes.
+//!
+//! Per tile: `sᵀ = scale·k·qᵀ + bias + additive mask` (excluded keys = −∞), then the
+//! online-softmax update per query lane (running max `m`, running sum `l`, unnormalised output
+//! `accᵀ`, `v_dim × Q_BLOCK`): `m' = max(m, max_j s_j)`, `α = e^(m − m')`,
+//! `l' = α·l + Σ e^(s_j − m')`, `acc' = α·acc + Σ e^(s_j − m')·v_j`. The output row is `acc/l`,
+//! or 0 when every key was excluded or scored −∞ (fully masked rows), and padded query rows
+//! (≥ query_seq_len) stay 0. Extra memory per thread: `Q_BLOCK·(head_dim + v_dim + K_BLOCK + 3)`
+//! floats; the `[S, S]` score matrix is never built. Causal attention stops each query block at
+//! its last visible key.
 //!
 //! Conventions follow the reference kernel (`kernels/reference/fused_attention.rs`): causal is
 //! top-left aligned (query i sees keys j ≤ i, also when the lengths differ), a Bool mask excludes
-//! `false` keys, a NaN score makes the row NaN. One difference: keys whose weight underflows to 0
-//! are skipped in `P·V` (so an infinite `v` on such a key does not make the row NaN).
+//! `false` keys, a NaN score makes the row NaN. One difference: when a value row of the key/value
+//! head is not finite, keys whose weight underflows to 0 are skipped in `P·V` (so an infinite `v`
+//! on an excluded key does not make the row NaN).
 
 use rayon::prelude::*;
 
@@ -22,10 +30,12 @@ pub use crate::ir::op::AttentionLayout;
 use super::FusedIsa;
 use super::vmath::exp_scalar;
 
-/// Query rows per work item.
+/// Query rows per work item (two halves of [`QH`] lanes).
 pub const Q_BLOCK: usize = 32;
 /// Keys per tile.
-pub const K_BLOCK: usize = 64;
+pub const K_BLOCK: usize = 128;
+/// Query lanes per micro-kernel column block (two AVX2 vectors).
+const QH: usize = 16;
 
 /// A mask broadcast to `[B, H, Sq, Skv]` by per-axis element strides (0 on broadcast axes).
 #[derive(Clone, Copy, Debug)]
@@ -93,6 +103,21 @@ impl AttentionParams<'_> {
             AttentionLayout::Bshd => ((b * ns + s) * nh + h) * w,
         }
     }
+
+    /// Element distance between consecutive positions of one head (row width `w`, `nh` heads).
+    #[inline]
+    fn pos_stride(&self, nh: usize, w: usize) -> usize {
+        match self.layout {
+            AttentionLayout::Bhsd => w,
+            AttentionLayout::Bshd => nh * w,
+        }
+    }
+
+    /// Whether scores need per-element masking (causal, mask or bias).
+    #[inline]
+    fn masked(&self) -> bool {
+        self.causal || !matches!(self.mask, AttentionMask::None) || self.bias.is_some()
+    }
 }
 
 /// Raw output pointer shared by the work items, which write disjoint rows.
@@ -105,18 +130,20 @@ unsafe impl Sync for OutPtr {}
 
 /// Per-thread scratch.
 struct Scratch {
-    /// Running max per query row.
-    m: Vec<f32>,
-    /// Running sum per query row.
-    l: Vec<f32>,
-    /// Unnormalised output rows, `Q_BLOCK × v_dim`.
+    /// Running max per query lane.
+    m: [f32; Q_BLOCK],
+    /// Running sum per query lane.
+    l: [f32; Q_BLOCK],
+    /// Rescale factor of the last tile per query lane.
+    alpha: [f32; Q_BLOCK],
+    /// The query block transposed, `head_dim × Q_BLOCK` (lanes past the block zero).
+    qt: Vec<f32>,
+    /// Scores, then probabilities, of the tile transposed: `K_BLOCK × Q_BLOCK`.
+    st: Vec<f32>,
+    /// Unnormalised output transposed, `v_dim × Q_BLOCK`.
     acc: Vec<f32>,
-    /// The query block packed row-major, `Q_BLOCK × head_dim`.
-    qp: Vec<f32>,
-    /// The key tile transposed, `head_dim × K_BLOCK` (columns past the tile zero).
-    kt: Vec<f32>,
-    /// Scores, then probabilities, of the tile: `Q_BLOCK × K_BLOCK`.
-    s: Vec<f32>,
+    /// `(batch, kv head, whether its first kv_len value rows are all finite)` of the last check.
+    v_finite: Option<(usize, usize, bool)>,
 }
 
 /// Computes attention into `out` (the query's layout with head dim `v_dim`, `B·H·Sq·v_dim`
@@ -158,12 +185,13 @@ pub fn attention_f32(
     let items = nb * nh * qblocks;
     let outp = OutPtr(out.as_mut_ptr());
     let new_scratch = || Scratch {
-        m: vec![0.0; Q_BLOCK],
-        l: vec![0.0; Q_BLOCK],
-        acc: vec![0.0; Q_BLOCK * vd],
-        qp: vec![0.0; Q_BLOCK * d],
-        kt: vec![0.0; d * K_BLOCK],
-        s: vec![0.0; Q_BLOCK * K_BLOCK],
+        m: [0.0; Q_BLOCK],
+        l: [0.0; Q_BLOCK],
+        alpha: [0.0; Q_BLOCK],
+        qt: vec![0.0; d * Q_BLOCK],
+        st: vec![0.0; K_BLOCK * Q_BLOCK],
+        acc: vec![0.0; vd * Q_BLOCK],
+        v_finite: None,
     };
     let run = |s: &mut Scratch, it: usize| {
         let (bh, qb) = (it / qblocks, it % qblocks);
@@ -192,11 +220,10 @@ fn nan_max(a: f32, b: f32) -> f32 {
     if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }
 }
 
-/// One (batch, head, query block) item: the query block is packed once; per key tile, the
-/// tile is packed transposed, the `rows × nk` scores come from a register-tiled `Q·Kᵀ`
-/// micro-kernel, each row is masked and goes through the online-softmax update (its scores
-/// become probabilities in place), and `P·V` is added to the output rows by a register-tiled
-/// micro-kernel.
+/// One (batch, head, query block) item: the query block is packed transposed once; per key
+/// tile, the transposed scores come from the `k·qᵀ` micro-kernel, are masked, go through the
+/// online-softmax update (becoming probabilities in place), and `vᵀ·pᵀ` is added to the
+/// (rescaled) transposed output by the `P·V` micro-kernel.
 #[allow(clippy::too_many_arguments)]
 fn item(
     isa: FusedIsa,
@@ -220,246 +247,390 @@ fn item(
     }
     let rows = i1 - i0;
     let kend = if p.causal { kv_len.min(i1) } else { kv_len };
-    s.m[..rows].fill(f32::NEG_INFINITY);
-    s.l[..rows].fill(0.0);
-    s.acc[..rows * vd].fill(0.0);
-    for r in 0..rows {
-        let qo = p.off(nh, sq, d, b, h, i0 + r);
-        s.qp[r * d..(r + 1) * d].copy_from_slice(&q[qo..qo + d]);
+    if kend == 0 {
+        return; // every row fully masked: the zero-filled output stays 0
     }
-    let kstride = match p.layout {
-        AttentionLayout::Bhsd => d,
-        AttentionLayout::Bshd => nkv * d,
-    };
-    let vstride = match p.layout {
-        AttentionLayout::Bhsd => vd,
-        AttentionLayout::Bshd => nkv * vd,
-    };
+    // Query lanes computed: whole halves of QH.
+    let lanes = rows.div_ceil(QH) * QH;
+    pack_qt(isa, p, q, b, h, i0, rows, lanes, &mut s.qt);
+    s.m[..lanes].fill(f32::NEG_INFINITY);
+    s.l[..lanes].fill(0.0);
+    let ks = p.pos_stride(nkv, d);
+    let vs = p.pos_stride(nkv, vd);
     let kbase = p.off(nkv, skv, d, b, hk, 0);
     let vbase = p.off(nkv, skv, vd, b, hk, 0);
+    let v_finite = match s.v_finite {
+        Some((cb, ch, f)) if cb == b && ch == hk => f,
+        _ => {
+            let f = rows_finite(isa, &v[vbase..vbase + (kv_len - 1) * vs + vd], kv_len, vs, vd);
+            s.v_finite = Some((b, hk, f));
+            f
+        }
+    };
     let mut j0 = 0;
     while j0 < kend {
         let j1 = (j0 + K_BLOCK).min(kend);
         let nk = j1 - j0;
-        let nk16 = nk.div_ceil(16) * 16;
-        pack_kt(&k[kbase + j0 * kstride..], kstride, d, nk, nk16, &mut s.kt);
-        // Keys visible to the last row of each row group (causal) bound the tiles computed.
-        let visible = |r_end: usize| if p.causal { (i0 + r_end).saturating_sub(j0).min(nk) } else { nk };
-        scores_tile(isa, &s.qp, d, &s.kt, rows, nk16, p.scale, &mut s.s, visible);
-        for r in 0..rows {
-            let i = i0 + r;
-            let row = &mut s.s[r * K_BLOCK..r * K_BLOCK + nk];
-            let jv = if p.causal { j1.min(i + 1) } else { j1 };
-            if jv <= j0 {
-                row.fill(0.0);
-                continue;
-            }
-            row[jv - j0..].fill(f32::NEG_INFINITY);
-            apply_mask(p, b, h, i, j0, row);
-            let m_new = nan_max(s.m[r], row_max(isa, row));
-            if m_new == f32::NEG_INFINITY {
-                row.fill(0.0);
-                continue;
-            }
-            let alpha = exp_scalar(s.m[r] - m_new);
-            let sum = exp_shift_sum(isa, row, m_new);
-            s.l[r] = s.l[r] * alpha + sum;
-            s.m[r] = m_new;
-            if alpha != 1.0 {
-                s.acc[r * vd..(r + 1) * vd].iter_mut().for_each(|a| *a *= alpha);
-            }
+        let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
+        scores(isa, &s.qt, d, kt, ks, nk, lanes, p.scale, &mut s.st);
+        if p.masked() {
+            mask_tile(p, b, h, i0, rows, j0, nk, &mut s.st);
         }
-        pv_tile(isa, &s.s, nk, &v[vbase + j0 * vstride..], vstride, vd, rows, &mut s.acc);
+        softmax_tile(isa, &mut s.st, nk, lanes, &mut s.m, &mut s.l, &mut s.alpha);
+        let vt = &v[vbase + j0 * vs..vbase + (j1 - 1) * vs + vd];
+        pv(isa, &s.st, nk, vt, vs, vd, lanes, &s.alpha, j0 == 0, v_finite, &mut s.acc);
         j0 = j1;
     }
-    for r in 0..rows {
-        let oo = p.off(nh, sq, vd, b, h, i0 + r);
-        if s.m[r] == f32::NEG_INFINITY {
-            continue; // fully masked: the zero-filled output stays 0
-        }
-        let inv = 1.0 / s.l[r];
-        let acc = &s.acc[r * vd..(r + 1) * vd];
-        for (c, &a) in acc.iter().enumerate() {
-            // SAFETY: oo + c < B·H·Sq·vd ≤ out.len() (checked by the caller); row (b, h, i0 + r)
-            // belongs to this item only.
-            unsafe { *out.0.add(oo + c) = a * inv };
-        }
-    }
+    store_out(isa, p, b, h, i0, rows, &s.m, &s.l, &s.acc, out);
 }
 
-/// Packs `nk` key rows (`ks` apart, `d` values each) transposed into `kt` (`d × K_BLOCK`),
-/// zeroing columns `nk..nk16`.
-fn pack_kt(k: &[f32], ks: usize, d: usize, nk: usize, nk16: usize, kt: &mut [f32]) {
-    for j in 0..nk {
-        let kr = &k[j * ks..j * ks + d];
-        for (c, &x) in kr.iter().enumerate() {
-            kt[c * K_BLOCK + j] = x;
-        }
-    }
-    if nk16 > nk {
-        for c in 0..d {
-            kt[c * K_BLOCK + nk..c * K_BLOCK + nk16].fill(0.0);
-        }
-    }
-}
-
-/// `s[r][j] = scale · Σ_c qp[r][c]·kt[c][j]` for `r < rows`, `j < nk16` (a multiple of 16),
-/// skipping 16-key groups that `visible(r_end)` (keys visible to rows `< r_end`) excludes for a
-/// whole row group; those entries are left as they are (the caller masks them).
+/// Packs query rows `i0..i0 + rows` of head (b, h) transposed into `qt` (`head_dim × Q_BLOCK`),
+/// zeroing lanes `rows..lanes`.
 #[allow(clippy::too_many_arguments)]
-fn scores_tile(
+fn pack_qt(
     isa: FusedIsa,
-    qp: &[f32],
-    d: usize,
-    kt: &[f32],
+    p: &AttentionParams<'_>,
+    q: &[f32],
+    b: usize,
+    h: usize,
+    i0: usize,
     rows: usize,
-    nk16: usize,
-    scale: f32,
-    s: &mut [f32],
-    visible: impl Fn(usize) -> usize,
+    lanes: usize,
+    qt: &mut [f32],
 ) {
-    debug_assert!(qp.len() >= rows * d && kt.len() >= d * K_BLOCK && s.len() >= rows * K_BLOCK);
+    let (nh, sq, d) = (p.heads, p.seq_q, p.head_dim);
+    let row = |r: usize| {
+        let qo = p.off(nh, sq, d, b, h, i0 + r);
+        &q[qo..qo + d]
+    };
+    let mut r0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx2 && d >= 8 {
+        while r0 + 8 <= rows {
+            let src: [&[f32]; 8] = std::array::from_fn(|i| row(r0 + i));
+            let dst = &mut qt[r0..(d - 1) * Q_BLOCK + r0 + 8];
+            // SAFETY: AVX2+FMA confirmed by `checked()`; 8 rows of d values, dst holds d rows of
+            // 8 lanes Q_BLOCK apart.
+            unsafe { avx2::pack8(src, d, dst) };
+            r0 += 8;
+        }
+    }
+    let _ = isa;
+    for r in r0..rows {
+        for (c, &x) in row(r).iter().enumerate() {
+            qt[c * Q_BLOCK + r] = x;
+        }
+    }
+    if lanes > rows {
+        for c in 0..d {
+            qt[c * Q_BLOCK + rows..c * Q_BLOCK + lanes].fill(0.0);
+        }
+    }
+}
+
+/// Writes output rows `i0..i0 + rows` of head (b, h): `accᵀ[·][r] / l_r`, skipping fully masked
+/// rows (`m_r = −∞`), whose zero-filled output stays 0.
+#[allow(clippy::too_many_arguments)]
+fn store_out(
+    isa: FusedIsa,
+    p: &AttentionParams<'_>,
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    m: &[f32; Q_BLOCK],
+    l: &[f32; Q_BLOCK],
+    acc: &[f32],
+    out: OutPtr,
+) {
+    let (nh, sq, vd) = (p.heads, p.seq_q, p.v_dim);
+    let dst = |r: usize| {
+        if m[r] == f32::NEG_INFINITY {
+            std::ptr::null_mut()
+        } else {
+            // The offset stays inside `out` (checked by the caller); it is only dereferenced below.
+            out.0.wrapping_add(p.off(nh, sq, vd, b, h, i0 + r))
+        }
+    };
+    let inv: [f32; Q_BLOCK] = std::array::from_fn(|r| 1.0 / l[r]);
+    let mut r0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx2 && vd >= 8 {
+        while r0 + 8 <= rows {
+            let d8: [*mut f32; 8] = std::array::from_fn(|i| dst(r0 + i));
+            let a = &acc[r0..(vd - 1) * Q_BLOCK + r0 + 8];
+            // SAFETY: AVX2+FMA confirmed by `checked()`; `a` holds vd rows of 8 lanes Q_BLOCK
+            // apart; each non-null d8[i] is the start of output row (b, h, i0 + r0 + i), vd values
+            // inside `out` (checked by the caller) written by this item only.
+            unsafe { avx2::store8(a, vd, &inv[r0..r0 + 8], d8) };
+            r0 += 8;
+        }
+    }
+    let _ = isa;
+    for r in r0..rows {
+        let o = dst(r);
+        if o.is_null() {
+            continue;
+        }
+        for c in 0..vd {
+            // SAFETY: o + c is inside output row (b, h, i0 + r) (vd values inside `out`, checked
+            // by the caller), which belongs to this item only.
+            unsafe { *o.add(c) = acc[c * Q_BLOCK + r] * inv[r] };
+        }
+    }
+}
+
+/// Whether the `n` rows of `vd` values (`vs` apart) of `v` are all finite.
+fn rows_finite(isa: FusedIsa, v: &[f32], n: usize, vs: usize, vd: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     if isa == FusedIsa::Avx2 {
-        let mut r0 = 0;
-        while r0 < rows {
-            let nr = (rows - r0).min(avx2::QK_ROWS);
-            let cols = visible(r0 + nr).min(nk16);
+        // SAFETY: AVX2+FMA confirmed by `checked()`.
+        return unsafe { avx2::all_finite(v, n, vs, vd) };
+    }
+    let _ = isa;
+    (0..n).all(|j| v[j * vs..j * vs + vd].iter().all(|x| x.is_finite()))
+}
+
+/// Transposed scores of a tile: `st[j][r] = scale · Σ_c k_j[c]·qt[c][r]` for the `nk` key rows
+/// of `k` (`ks` apart) and query lanes `r < lanes` (a multiple of [`QH`]).
+#[allow(clippy::too_many_arguments)]
+fn scores(
+    isa: FusedIsa,
+    qt: &[f32],
+    d: usize,
+    k: &[f32],
+    ks: usize,
+    nk: usize,
+    lanes: usize,
+    scale: f32,
+    st: &mut [f32],
+) {
+    assert!(
+        (1..=K_BLOCK).contains(&nk)
+            && lanes <= Q_BLOCK
+            && lanes.is_multiple_of(QH)
+            && qt.len() >= d * Q_BLOCK
+            && k.len() >= (nk - 1) * ks + d
+            && st.len() >= K_BLOCK * Q_BLOCK
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx2 {
+        for h in (0..lanes).step_by(QH) {
             let mut j = 0;
-            while j < cols {
-                // SAFETY: AVX2+FMA confirmed by `checked()`; rows r0..r0+nr < rows of qp (d
-                // values each) and s (K_BLOCK each), columns j..j+16 ≤ nk16 ≤ K_BLOCK of kt's d
-                // rows (asserted above).
+            while j < nk {
+                let nr = (nk - j).min(avx2::ROWS);
+                // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr < nk of k (d values,
+                // ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows and of st's rows j..j+nr
+                // (asserted above).
                 unsafe {
                     avx2::qk(
                         nr,
-                        qp.as_ptr().add(r0 * d),
+                        qt.as_ptr().add(h),
                         d,
-                        kt.as_ptr().add(j),
-                        s.as_mut_ptr().add(r0 * K_BLOCK + j),
+                        k.as_ptr().add(j * ks),
+                        ks,
+                        st.as_mut_ptr().add(j * Q_BLOCK + h),
                         scale,
                     )
                 };
-                j += 16;
+                j += nr;
             }
-            r0 += nr;
         }
         return;
     }
     let _ = isa;
-    for r in 0..rows {
-        let cols = visible(r + 1).min(nk16);
-        let row = &mut s[r * K_BLOCK..r * K_BLOCK + cols];
+    for j in 0..nk {
+        let kr = &k[j * ks..j * ks + d];
+        let row = &mut st[j * Q_BLOCK..j * Q_BLOCK + lanes];
         row.fill(0.0);
-        for (c, &x) in qp[r * d..(r + 1) * d].iter().enumerate() {
-            for (o, &kv) in row.iter_mut().zip(&kt[c * K_BLOCK..c * K_BLOCK + cols]) {
-                *o += x * kv;
+        for (c, &x) in kr.iter().enumerate() {
+            for (o, &qv) in row.iter_mut().zip(&qt[c * Q_BLOCK..c * Q_BLOCK + lanes]) {
+                *o += x * qv;
             }
         }
         row.iter_mut().for_each(|o| *o *= scale);
     }
 }
 
-/// `acc[r] += Σ_j s[r][j]·v_j` for `r < rows`, `j < nk` (v rows `vs` apart). The AVX2 path
-/// multiplies every weight, so it is used only when the `nk` value rows are finite; otherwise
-/// (and on the generic path) keys with weight 0 are skipped, so an infinite value on an
-/// excluded key does not make the row NaN.
+/// Excludes (−∞) causally hidden keys and keys masked by the Bool mask, adds the additive mask
+/// and the bias (to keys not already −∞), for query rows `i0..i0 + rows` and keys `j0..j0 + nk`.
 #[allow(clippy::too_many_arguments)]
-fn pv_tile(isa: FusedIsa, s: &[f32], nk: usize, v: &[f32], vs: usize, vd: usize, rows: usize, acc: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        let vr = &v[..(nk - 1) * vs + vd];
-        // SAFETY: AVX2+FMA confirmed by `checked()`.
-        if unsafe { avx2::all_finite(vr, nk, vs, vd) } {
-            let mut r0 = 0;
-            while r0 < rows {
-                let nr = (rows - r0).min(avx2::PV_ROWS);
-                // SAFETY: rows r0..r0+nr of s (K_BLOCK apart, nk ≤ K_BLOCK used) and of acc (vd
-                // apart) exist; vr holds nk rows of vd values vs apart.
-                unsafe {
-                    avx2::pv(nr, s.as_ptr().add(r0 * K_BLOCK), nk, vr.as_ptr(), vs, vd, acc.as_mut_ptr().add(r0 * vd))
-                };
-                r0 += nr;
-            }
-            return;
-        }
-    }
+fn mask_tile(
+    p: &AttentionParams<'_>,
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    j0: usize,
+    nk: usize,
+    st: &mut [f32],
+) {
     for r in 0..rows {
-        accumulate(isa, &s[r * K_BLOCK..r * K_BLOCK + nk], v, vs, vd, &mut acc[r * vd..(r + 1) * vd]);
-    }
-}
-
-/// NaN-propagating maximum of a row (−∞ for an empty row).
-fn row_max(isa: FusedIsa, x: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: AVX2+FMA confirmed by `checked()`.
-        return unsafe { avx2::row_max(x) };
-    }
-    let _ = isa;
-    x.iter().fold(f32::NEG_INFINITY, |m, &v| nan_max(m, v))
-}
-
-/// Excludes (−∞) keys masked by the Bool mask or kv length, adds bias and additive mask.
-fn apply_mask(p: &AttentionParams<'_>, b: usize, h: usize, i: usize, j0: usize, sc: &mut [f32]) {
-    match p.mask {
-        AttentionMask::None => {}
-        AttentionMask::Bool(m, st) => {
-            let base = b * st[0] + h * st[1] + i * st[2] + j0 * st[3];
-            for (j, x) in sc.iter_mut().enumerate() {
-                if !m[base + j * st[3]] {
-                    *x = f32::NEG_INFINITY;
+        let i = i0 + r;
+        // Keys visible to query i within the tile.
+        let nv = if p.causal { (i + 1).saturating_sub(j0).min(nk) } else { nk };
+        for j in nv..nk {
+            st[j * Q_BLOCK + r] = f32::NEG_INFINITY;
+        }
+        match p.mask {
+            AttentionMask::None => {}
+            AttentionMask::Bool(m, sm) => {
+                let base = b * sm[0] + h * sm[1] + i * sm[2] + j0 * sm[3];
+                for j in 0..nv {
+                    if !m[base + j * sm[3]] {
+                        st[j * Q_BLOCK + r] = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            AttentionMask::Additive(m, sm) => {
+                let base = b * sm[0] + h * sm[1] + i * sm[2] + j0 * sm[3];
+                for j in 0..nv {
+                    let x = &mut st[j * Q_BLOCK + r];
+                    if *x != f32::NEG_INFINITY {
+                        *x += m[base + j * sm[3]];
+                    }
                 }
             }
         }
-        AttentionMask::Additive(m, st) => {
-            let base = b * st[0] + h * st[1] + i * st[2] + j0 * st[3];
-            for (j, x) in sc.iter_mut().enumerate() {
+        if let Some((bias, sb)) = p.bias {
+            let base = b * sb[0] + h * sb[1] + i * sb[2] + j0 * sb[3];
+            for j in 0..nv {
+                let x = &mut st[j * Q_BLOCK + r];
                 if *x != f32::NEG_INFINITY {
-                    *x += m[base + j * st[3]];
+                    *x += bias[base + j * sb[3]];
                 }
             }
         }
     }
-    if let Some((bias, st)) = p.bias {
-        let base = b * st[0] + h * st[1] + i * st[2] + j0 * st[3];
-        for (j, x) in sc.iter_mut().enumerate() {
-            if *x != f32::NEG_INFINITY {
-                *x += bias[base + j * st[3]];
-            }
+}
+
+/// Online-softmax update of query lanes `0..lanes` with the `nk` transposed scores of a tile:
+/// the scores become `e^(s − m')` in place, `alpha` receives `e^(m − m')`, `l` becomes
+/// `α·l + Σ e^(s − m')` and `m` becomes `m'` (NaN if a score or `m` is NaN). A lane whose `m'`
+/// is −∞ (nothing visible yet) gets probabilities 0, `α` 0 and keeps `m = −∞`, `l = 0`.
+fn softmax_tile(
+    isa: FusedIsa,
+    st: &mut [f32],
+    nk: usize,
+    lanes: usize,
+    m: &mut [f32; Q_BLOCK],
+    l: &mut [f32; Q_BLOCK],
+    alpha: &mut [f32; Q_BLOCK],
+) {
+    assert!(lanes <= Q_BLOCK && lanes.is_multiple_of(8) && st.len() >= nk * Q_BLOCK);
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx2 {
+        for x in (0..lanes).step_by(8) {
+            // SAFETY: AVX2+FMA confirmed by `checked()`; lanes x..x+8 ≤ Q_BLOCK of the nk rows
+            // of st and of m, l, alpha (asserted above).
+            unsafe {
+                avx2::softmax8(
+                    st.as_mut_ptr().add(x),
+                    nk,
+                    m.as_mut_ptr().add(x),
+                    l.as_mut_ptr().add(x),
+                    alpha.as_mut_ptr().add(x),
+                )
+            };
         }
-    }
-}
-
-/// `x = exp(x − m)` in place; the sum of the results.
-fn exp_shift_sum(isa: FusedIsa, x: &mut [f32], m: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
-        return unsafe { super::vmath::avx2::exp_shift_sum(x, m) };
-    }
-    let _ = isa;
-    let mut s = 0.0;
-    for v in x.iter_mut() {
-        *v = exp_scalar(*v - m);
-        s += *v;
-    }
-    s
-}
-
-/// `acc += Σ_j p[j]·v_j` over the keys with a non-zero weight.
-fn accumulate(isa: FusedIsa, p: &[f32], v: &[f32], vs: usize, vd: usize, acc: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: AVX2+FMA confirmed by `checked()`.
-        unsafe { avx2::accumulate(p, v, vs, vd, acc) };
         return;
     }
     let _ = isa;
-    for (j, &w) in p.iter().enumerate() {
-        if w != 0.0 {
-            for (a, &x) in acc.iter_mut().zip(&v[j * vs..j * vs + vd]) {
-                *a += w * x;
+    let mut mt = [f32::NEG_INFINITY; Q_BLOCK];
+    for j in 0..nk {
+        for (a, &s) in mt[..lanes].iter_mut().zip(&st[j * Q_BLOCK..j * Q_BLOCK + lanes]) {
+            *a = nan_max(*a, s);
+        }
+    }
+    let mut mu = [0f32; Q_BLOCK];
+    for r in 0..lanes {
+        let mn = nan_max(m[r], mt[r]);
+        mu[r] = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
+        alpha[r] = exp_scalar(m[r] - mu[r]);
+        m[r] = mn;
+    }
+    let mut sum = [0f32; Q_BLOCK];
+    for j in 0..nk {
+        let row = &mut st[j * Q_BLOCK..j * Q_BLOCK + lanes];
+        for ((x, &u), sm) in row.iter_mut().zip(&mu[..lanes]).zip(&mut sum[..lanes]) {
+            *x = exp_scalar(*x - u);
+            *sm += *x;
+        }
+    }
+    for r in 0..lanes {
+        l[r] = l[r] * alpha[r] + sum[r];
+    }
+}
+
+/// `accᵀ[c][r] = α_r·accᵀ[c][r] + Σ_j pᵀ[j][r]·v_j[c]` (or without the first term when `first`)
+/// for `c < vd`, lanes `r < lanes`, the `nk` value rows of `v` (`vs` apart). The vector path
+/// multiplies every weight, so it is used only when the value rows are `finite`; otherwise keys
+/// with weight 0 are skipped, so an infinite value on an excluded key does not make the row NaN.
+#[allow(clippy::too_many_arguments)]
+fn pv(
+    isa: FusedIsa,
+    st: &[f32],
+    nk: usize,
+    v: &[f32],
+    vs: usize,
+    vd: usize,
+    lanes: usize,
+    alpha: &[f32; Q_BLOCK],
+    first: bool,
+    finite: bool,
+    acc: &mut [f32],
+) {
+    assert!(
+        nk >= 1
+            && lanes <= Q_BLOCK
+            && lanes.is_multiple_of(QH)
+            && st.len() >= nk * Q_BLOCK
+            && v.len() >= (nk - 1) * vs + vd
+            && acc.len() >= vd * Q_BLOCK
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx2 && finite {
+        for h in (0..lanes).step_by(QH) {
+            let mut c = 0;
+            while c < vd {
+                let nc = (vd - c).min(avx2::ROWS);
+                // SAFETY: AVX2+FMA confirmed by `checked()`; rows 0..nk of st and lanes
+                // h..h+16 ≤ Q_BLOCK; value columns c..c+nc ≤ vd of the nk rows of v; acc rows
+                // c..c+nc < vd, lanes h..h+16; alpha lanes h..h+16 (asserted above).
+                unsafe {
+                    avx2::pv(
+                        nc,
+                        st.as_ptr().add(h),
+                        nk,
+                        v.as_ptr().add(c),
+                        vs,
+                        acc.as_mut_ptr().add(c * Q_BLOCK + h),
+                        alpha.as_ptr().add(h),
+                        first,
+                    )
+                };
+                c += nc;
+            }
+        }
+        return;
+    }
+    let _ = isa;
+    for c in 0..vd {
+        let row = &mut acc[c * Q_BLOCK..c * Q_BLOCK + lanes];
+        if first {
+            row.fill(0.0);
+        } else {
+            row.iter_mut().zip(&alpha[..lanes]).for_each(|(a, &al)| *a *= al);
+        }
+    }
+    for j in 0..nk {
+        let prow = &st[j * Q_BLOCK..j * Q_BLOCK + lanes];
+        for (c, &x) in v[j * vs..j * vs + vd].iter().enumerate() {
+            let row = &mut acc[c * Q_BLOCK..c * Q_BLOCK + lanes];
+            if finite {
+                row.iter_mut().zip(prow).for_each(|(a, &w)| *a += w * x);
+            } else {
+                row.iter_mut().zip(prow).filter(|(_, w)| **w != 0.0).for_each(|(a, &w)| *a += w * x);
             }
         }
     }
@@ -469,29 +640,33 @@ fn accumulate(isa: FusedIsa, p: &[f32], v: &[f32], vs: usize, vd: usize, acc: &m
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::K_BLOCK;
+    use super::Q_BLOCK;
+    use crate::kernels::fused::vmath::avx2::exp_reduced;
 
-    /// Query rows per `Q·Kᵀ` micro-kernel call (6 rows × 16 keys = 12 accumulators).
-    pub(super) const QK_ROWS: usize = 6;
-    /// Query rows per `P·V` micro-kernel call (6 rows × 16 columns = 12 accumulators).
-    pub(super) const PV_ROWS: usize = 6;
+    /// Smallest argument of [`exp_nonpos`] with a normal result (e^x ≥ 2⁻¹²⁶).
+    const EXP_MIN: f32 = -87.33;
 
-    /// Scores of `nr` (1..=6) packed query rows (`d` apart) against 16 packed key columns.
+    /// Broadcast rows per micro-kernel call: keys of `Q·Kᵀ`, value columns of `P·V`
+    /// (6 rows × 16 query lanes = 12 accumulators).
+    pub(super) const ROWS: usize = 6;
+
+    /// Transposed scores of `nr` (1..=6) key rows against 16 query lanes.
     ///
     /// # Safety
-    /// AVX2+FMA; `qp` holds `nr` rows of `d` values; `kt` points at column j of a `d × K_BLOCK`
-    /// packed tile with j + 16 ≤ K_BLOCK; `s` points at column j of `nr` rows `K_BLOCK` apart.
+    /// AVX2+FMA; `qt` points at lane h of a `d × Q_BLOCK` packed block with h + 16 ≤ Q_BLOCK;
+    /// `k` holds `nr` rows of `d` values `ks` apart; `st` points at lane h of `nr` rows `Q_BLOCK`
+    /// apart.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn qk(nr: usize, qp: *const f32, d: usize, kt: *const f32, s: *mut f32, scale: f32) {
+    pub(super) unsafe fn qk(nr: usize, qt: *const f32, d: usize, k: *const f32, ks: usize, st: *mut f32, scale: f32) {
         // SAFETY: forwarded from the caller.
         unsafe {
             match nr {
-                1 => qk_r::<1>(qp, d, kt, s, scale),
-                2 => qk_r::<2>(qp, d, kt, s, scale),
-                3 => qk_r::<3>(qp, d, kt, s, scale),
-                4 => qk_r::<4>(qp, d, kt, s, scale),
-                5 => qk_r::<5>(qp, d, kt, s, scale),
-                6 => qk_r::<6>(qp, d, kt, s, scale),
+                1 => qk_r::<1>(qt, d, k, ks, st, scale),
+                2 => qk_r::<2>(qt, d, k, ks, st, scale),
+                3 => qk_r::<3>(qt, d, k, ks, st, scale),
+                4 => qk_r::<4>(qt, d, k, ks, st, scale),
+                5 => qk_r::<5>(qt, d, k, ks, st, scale),
+                6 => qk_r::<6>(qt, d, k, ks, st, scale),
                 _ => {}
             }
         }
@@ -499,47 +674,59 @@ mod avx2 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn qk_r<const R: usize>(qp: *const f32, d: usize, kt: *const f32, s: *mut f32, scale: f32) {
+    unsafe fn qk_r<const R: usize>(qt: *const f32, d: usize, k: *const f32, ks: usize, st: *mut f32, scale: f32) {
         let mut a = [[_mm256_setzero_ps(); 2]; R];
+        let kp: [*const f32; R] = std::array::from_fn(|r| k.wrapping_add(r * ks));
         for c in 0..d {
-            // SAFETY: c < d rows of kt, 16 columns from kt; q row r < R has d values.
+            // SAFETY: c < d rows of qt with 16 lanes from qt; key row r < R has d values.
             unsafe {
-                let k0 = _mm256_loadu_ps(kt.add(c * K_BLOCK));
-                let k1 = _mm256_loadu_ps(kt.add(c * K_BLOCK + 8));
-                for (r, ar) in a.iter_mut().enumerate() {
-                    let x = _mm256_set1_ps(*qp.add(r * d + c));
-                    ar[0] = _mm256_fmadd_ps(x, k0, ar[0]);
-                    ar[1] = _mm256_fmadd_ps(x, k1, ar[1]);
+                let q0 = _mm256_loadu_ps(qt.add(c * Q_BLOCK));
+                let q1 = _mm256_loadu_ps(qt.add(c * Q_BLOCK + 8));
+                for (ar, &kr) in a.iter_mut().zip(&kp) {
+                    let x = _mm256_broadcast_ss(&*kr.add(c));
+                    ar[0] = _mm256_fmadd_ps(x, q0, ar[0]);
+                    ar[1] = _mm256_fmadd_ps(x, q1, ar[1]);
                 }
             }
         }
         let sc = _mm256_set1_ps(scale);
         for (r, ar) in a.iter().enumerate() {
-            // SAFETY: row r < R of s has 16 writable columns from s.
+            // SAFETY: row r < R of st has 16 writable lanes from st.
             unsafe {
-                _mm256_storeu_ps(s.add(r * K_BLOCK), _mm256_mul_ps(ar[0], sc));
-                _mm256_storeu_ps(s.add(r * K_BLOCK + 8), _mm256_mul_ps(ar[1], sc));
+                _mm256_storeu_ps(st.add(r * Q_BLOCK), _mm256_mul_ps(ar[0], sc));
+                _mm256_storeu_ps(st.add(r * Q_BLOCK + 8), _mm256_mul_ps(ar[1], sc));
             }
         }
     }
 
-    /// `acc[r] += Σ_{j<nk} p[r][j]·v_j` for `nr` (1..=6) rows.
+    /// `accᵀ[c][·] = α·accᵀ[c][·] + Σ_{j<nk} pᵀ[j][·]·v_j[c]` for `nr` (1..=6) value columns
+    /// and 16 query lanes (no `α` term when `first`).
     ///
     /// # Safety
-    /// AVX2+FMA; `p` holds `nr` rows `K_BLOCK` apart with `nk` values each; `v` holds `nk` rows
-    /// `vs` apart of `vd` values; `acc` holds `nr` rows of `vd` values, `vd` apart.
+    /// AVX2+FMA; `p` points at lane h of `nk` rows `Q_BLOCK` apart with h + 16 ≤ Q_BLOCK; `v`
+    /// holds `nk` rows `vs` apart with `nr` values each; `acc` points at lane h of `nr` rows
+    /// `Q_BLOCK` apart; `alpha` holds 16 values.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn pv(nr: usize, p: *const f32, nk: usize, v: *const f32, vs: usize, vd: usize, acc: *mut f32) {
+    pub(super) unsafe fn pv(
+        nr: usize,
+        p: *const f32,
+        nk: usize,
+        v: *const f32,
+        vs: usize,
+        acc: *mut f32,
+        alpha: *const f32,
+        first: bool,
+    ) {
         // SAFETY: forwarded from the caller.
         unsafe {
             match nr {
-                1 => pv_r::<1>(p, nk, v, vs, vd, acc),
-                2 => pv_r::<2>(p, nk, v, vs, vd, acc),
-                3 => pv_r::<3>(p, nk, v, vs, vd, acc),
-                4 => pv_r::<4>(p, nk, v, vs, vd, acc),
-                5 => pv_r::<5>(p, nk, v, vs, vd, acc),
-                6 => pv_r::<6>(p, nk, v, vs, vd, acc),
+                1 => pv_r::<1>(p, nk, v, vs, acc, alpha, first),
+                2 => pv_r::<2>(p, nk, v, vs, acc, alpha, first),
+                3 => pv_r::<3>(p, nk, v, vs, acc, alpha, first),
+                4 => pv_r::<4>(p, nk, v, vs, acc, alpha, first),
+                5 => pv_r::<5>(p, nk, v, vs, acc, alpha, first),
+                6 => pv_r::<6>(p, nk, v, vs, acc, alpha, first),
                 _ => {}
             }
         }
@@ -547,68 +734,198 @@ mod avx2 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn pv_r<const R: usize>(p: *const f32, nk: usize, v: *const f32, vs: usize, vd: usize, acc: *mut f32) {
-        let mut c = 0;
-        while c + 16 <= vd {
-            // SAFETY: columns c..c+16 ≤ vd of acc's and v's rows; rows r < R of p and acc and
-            // j < nk of v exist (the caller's contract).
-            unsafe { pv_cols::<R, 2>(p, nk, v.add(c), vs, vd, acc.add(c)) };
-            c += 16;
-        }
-        if c + 8 <= vd {
-            // SAFETY: as above with columns c..c+8 ≤ vd.
-            unsafe { pv_cols::<R, 1>(p, nk, v.add(c), vs, vd, acc.add(c)) };
-            c += 8;
-        }
-        while c < vd {
-            for r in 0..R {
-                let mut t = 0.0;
-                for j in 0..nk {
-                    // SAFETY: c < vd; row r < R of p, row j < nk of v (the caller's contract).
-                    unsafe { t += *p.add(r * K_BLOCK + j) * *v.add(j * vs + c) };
-                }
-                // SAFETY: c < vd, row r < R of acc.
-                unsafe { *acc.add(r * vd + c) += t };
-            }
-            c += 1;
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn pv_cols<const R: usize, const W: usize>(
+    unsafe fn pv_r<const R: usize>(
         p: *const f32,
         nk: usize,
         v: *const f32,
         vs: usize,
-        vd: usize,
         acc: *mut f32,
+        alpha: *const f32,
+        first: bool,
     ) {
-        let mut a = [[_mm256_setzero_ps(); W]; R];
-        for (r, ar) in a.iter_mut().enumerate() {
-            for (x, ax) in ar.iter_mut().enumerate() {
-                // SAFETY: 8·W columns from acc's rows r < R exist (the caller's contract).
-                *ax = unsafe { _mm256_loadu_ps(acc.add(r * vd + 8 * x)) };
+        let mut a = [[_mm256_setzero_ps(); 2]; R];
+        if !first {
+            // SAFETY: 16 alpha values; rows r < R of acc have 16 lanes (the caller's contract).
+            unsafe {
+                let al = [_mm256_loadu_ps(alpha), _mm256_loadu_ps(alpha.add(8))];
+                for (r, ar) in a.iter_mut().enumerate() {
+                    ar[0] = _mm256_mul_ps(_mm256_loadu_ps(acc.add(r * Q_BLOCK)), al[0]);
+                    ar[1] = _mm256_mul_ps(_mm256_loadu_ps(acc.add(r * Q_BLOCK + 8)), al[1]);
+                }
             }
         }
         for j in 0..nk {
-            let mut vv = [_mm256_setzero_ps(); W];
-            for (x, vx) in vv.iter_mut().enumerate() {
-                // SAFETY: 8·W columns of v's row j < nk exist (the caller's contract).
-                *vx = unsafe { _mm256_loadu_ps(v.add(j * vs + 8 * x)) };
-            }
-            for (r, ar) in a.iter_mut().enumerate() {
-                // SAFETY: row r < R of p has nk > j weights.
-                let w = _mm256_set1_ps(unsafe { *p.add(r * K_BLOCK + j) });
-                for (ax, &vx) in ar.iter_mut().zip(&vv) {
-                    *ax = _mm256_fmadd_ps(w, vx, *ax);
+            // SAFETY: row j < nk of p has 16 lanes; row j of v has R values (the caller's contract).
+            unsafe {
+                let p0 = _mm256_loadu_ps(p.add(j * Q_BLOCK));
+                let p1 = _mm256_loadu_ps(p.add(j * Q_BLOCK + 8));
+                let vr = v.add(j * vs);
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let x = _mm256_broadcast_ss(&*vr.add(r));
+                    ar[0] = _mm256_fmadd_ps(x, p0, ar[0]);
+                    ar[1] = _mm256_fmadd_ps(x, p1, ar[1]);
                 }
             }
         }
         for (r, ar) in a.iter().enumerate() {
-            for (x, &ax) in ar.iter().enumerate() {
-                // SAFETY: as for the loads of acc.
-                unsafe { _mm256_storeu_ps(acc.add(r * vd + 8 * x), ax) };
+            // SAFETY: as for the loads of acc.
+            unsafe {
+                _mm256_storeu_ps(acc.add(r * Q_BLOCK), ar[0]);
+                _mm256_storeu_ps(acc.add(r * Q_BLOCK + 8), ar[1]);
+            }
+        }
+    }
+
+    /// `e^x` for `x ≤ 0` (the softmax exponents): the algorithm of `vmath::avx2::exp` (same
+    /// range reduction and polynomial) with a single power-of-two scale, results below 2⁻¹²⁶
+    /// (x < −87.33, −∞ included) flushed to 0. NaN lanes give an unspecified finite value.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn exp_nonpos(x: __m256) -> __m256 {
+        let set = _mm256_set1_ps;
+        // max_ps returns its second operand for NaN lanes: xc is finite.
+        let xc = _mm256_max_ps(x, set(EXP_MIN));
+        let (e, n) = exp_reduced(xc);
+        // n ∈ [−126, 0]: 2ⁿ is a normal float.
+        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        )));
+        let y = _mm256_mul_ps(e, scale);
+        _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x, set(EXP_MIN)), y)
+    }
+
+    /// Online-softmax update of 8 query lanes (see `super::softmax_tile`).
+    ///
+    /// # Safety
+    /// AVX2+FMA; `st` points at 8 lanes of `nk` rows `Q_BLOCK` apart; `m`, `l`, `alpha` hold 8
+    /// values each.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn softmax8(st: *mut f32, nk: usize, m: *mut f32, l: *mut f32, alpha: *mut f32) {
+        let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mo = _mm256_loadu_ps(m);
+            let mut mx = ninf;
+            let mut nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(mo, mo);
+            for j in 0..nk {
+                let x = _mm256_loadu_ps(st.add(j * Q_BLOCK));
+                mx = _mm256_max_ps(mx, x);
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
+            }
+            let qnan = _mm256_set1_ps(f32::NAN);
+            let mx = _mm256_max_ps(mo, mx);
+            // A +∞ maximum makes the row NaN (∞ − ∞ in its exponents), as NaN scores do.
+            let nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_EQ_OQ>(mx, _mm256_set1_ps(f32::INFINITY)));
+            let mn = _mm256_blendv_ps(mx, qnan, nan);
+            // Lanes with nothing visible shift by 0: their −∞ scores give 0, α = e^(−∞) = 0.
+            // NaN lanes get finite garbage here and l = NaN below, which makes their output NaN.
+            let mu = _mm256_blendv_ps(mn, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_EQ_OQ>(mn, ninf));
+            let al = exp_nonpos(_mm256_sub_ps(mo, mu));
+            let mut sum = _mm256_setzero_ps();
+            for j in 0..nk {
+                let e = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(st.add(j * Q_BLOCK)), mu));
+                _mm256_storeu_ps(st.add(j * Q_BLOCK), e);
+                sum = _mm256_add_ps(sum, e);
+            }
+            let ln = _mm256_fmadd_ps(_mm256_loadu_ps(l), al, sum);
+            _mm256_storeu_ps(l, _mm256_blendv_ps(ln, qnan, nan));
+            _mm256_storeu_ps(m, mn);
+            _mm256_storeu_ps(alpha, al);
+        }
+    }
+
+    /// Transposes an 8×8 block: lane i of row j of the result is lane j of row i of `r`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
+    }
+
+    /// Packs 8 rows of `d` values transposed: value c of `src[i]` goes to `dst[c·Q_BLOCK + i]`.
+    ///
+    /// # Safety
+    /// AVX2+FMA; every `src[i]` holds `d` values and `dst` holds `(d − 1)·Q_BLOCK + 8`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn pack8(src: [&[f32]; 8], d: usize, dst: &mut [f32]) {
+        debug_assert!(src.iter().all(|s| s.len() >= d) && dst.len() >= (d - 1) * Q_BLOCK + 8);
+        let dp = dst.as_mut_ptr();
+        let mut c = 0;
+        while c + 8 <= d {
+            // SAFETY: columns c..c+8 ≤ d of each source row; rows c..c+8 of dst (the contract).
+            unsafe {
+                let t = transpose8(std::array::from_fn(|i| _mm256_loadu_ps(src[i].as_ptr().add(c))));
+                for (x, &tx) in t.iter().enumerate() {
+                    _mm256_storeu_ps(dp.add((c + x) * Q_BLOCK), tx);
+                }
+            }
+            c += 8;
+        }
+        for cc in c..d {
+            for (i, s) in src.iter().enumerate() {
+                dst[cc * Q_BLOCK + i] = s[cc];
+            }
+        }
+    }
+
+    /// Writes 8 output rows: value c of row i is `acc[c·Q_BLOCK + i]·inv[i]`, for `c < vd`; rows
+    /// whose pointer is null are skipped.
+    ///
+    /// # Safety
+    /// AVX2+FMA; `acc` holds `(vd − 1)·Q_BLOCK + 8` values, `inv` 8; every non-null `dst[i]`
+    /// points at `vd` writable values that no other thread accesses.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn store8(acc: &[f32], vd: usize, inv: &[f32], dst: [*mut f32; 8]) {
+        debug_assert!(acc.len() >= (vd - 1) * Q_BLOCK + 8 && inv.len() >= 8);
+        let ap = acc.as_ptr();
+        // SAFETY: inv holds 8 values (the contract).
+        let iv = unsafe { _mm256_loadu_ps(inv.as_ptr()) };
+        let mut c = 0;
+        while c + 8 <= vd {
+            // SAFETY: rows c..c+8 < vd of acc, 8 lanes each; columns c..c+8 ≤ vd of each
+            // non-null dst row (the contract).
+            unsafe {
+                let t =
+                    transpose8(std::array::from_fn(|x| _mm256_mul_ps(_mm256_loadu_ps(ap.add((c + x) * Q_BLOCK)), iv)));
+                for (&o, &tx) in dst.iter().zip(&t) {
+                    if !o.is_null() {
+                        _mm256_storeu_ps(o.add(c), tx);
+                    }
+                }
+            }
+            c += 8;
+        }
+        for cc in c..vd {
+            for (i, &o) in dst.iter().enumerate() {
+                if !o.is_null() {
+                    // SAFETY: cc < vd values of the row (the contract).
+                    unsafe { *o.add(cc) = acc[cc * Q_BLOCK + i] * inv[i] };
+                }
             }
         }
     }
@@ -632,83 +949,5 @@ mod avx2 {
             }
         }
         _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(acc, acc)) == 0
-    }
-
-    /// NaN-propagating maximum of `x` (−∞ when empty).
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn row_max(x: &[f32]) -> f32 {
-        let n = x.len();
-        let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
-        let mut nan = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 ≤ n.
-            let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) };
-            mx = _mm256_max_ps(mx, v);
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
-            i += 8;
-        }
-        if _mm256_movemask_ps(nan) != 0 {
-            return f32::NAN;
-        }
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` holds 8 floats.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), mx) };
-        let m = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        x[i..].iter().fold(m, |a, &b| super::nan_max(a, b))
-    }
-
-    /// `acc += Σ_j p[j]·v_j` (rows `vs` apart) over the keys with a non-zero weight.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn accumulate(p: &[f32], v: &[f32], vs: usize, vd: usize, acc: &mut [f32]) {
-        let n = p.len();
-        let v8 = vd / 8 * 8;
-        let ap = acc.as_mut_ptr();
-        let mut j = 0;
-        while j + 4 <= n {
-            let w = [p[j], p[j + 1], p[j + 2], p[j + 3]];
-            if w != [0.0; 4] {
-                let vr = &v[j * vs..j * vs + 3 * vs + vd];
-                let vp = vr.as_ptr();
-                let wv = w.map(|x| _mm256_set1_ps(x));
-                let mut c = 0;
-                // SAFETY: c + 8 ≤ v8 ≤ vd ≤ acc.len(); the v rows lie in `vr` (3·vs + vd values).
-                unsafe {
-                    while c < v8 {
-                        let mut a = _mm256_loadu_ps(ap.add(c));
-                        a = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(vp.add(c)), a);
-                        a = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(vp.add(vs + c)), a);
-                        a = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(vp.add(2 * vs + c)), a);
-                        a = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(vp.add(3 * vs + c)), a);
-                        _mm256_storeu_ps(ap.add(c), a);
-                        c += 8;
-                    }
-                }
-                for cc in v8..vd {
-                    acc[cc] += w[0] * vr[cc] + w[1] * vr[vs + cc] + w[2] * vr[2 * vs + cc] + w[3] * vr[3 * vs + cc];
-                }
-            }
-            j += 4;
-        }
-        while j < n {
-            let w = p[j];
-            if w != 0.0 {
-                let vr = &v[j * vs..j * vs + vd];
-                let wv = _mm256_set1_ps(w);
-                let mut c = 0;
-                while c < v8 {
-                    // SAFETY: c + 8 ≤ v8 ≤ vd, the length of `vr` and at most acc.len().
-                    unsafe {
-                        let a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vr.as_ptr().add(c)), _mm256_loadu_ps(ap.add(c)));
-                        _mm256_storeu_ps(ap.add(c), a);
-                    }
-                    c += 8;
-                }
-                for cc in v8..vd {
-                    acc[cc] += w * vr[cc];
-                }
-            }
-            j += 1;
-        }
     }
 }

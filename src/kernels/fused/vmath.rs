@@ -125,6 +125,27 @@ pub mod avx2 {
         let set = _mm256_set1_ps;
         // max_ps returns its second operand for NaN lanes: xc is finite.
         let xc = _mm256_min_ps(_mm256_max_ps(x, set(EXP_LO)), set(EXP_HI));
+        let (e, n) = exp_reduced(xc);
+        let ni = _mm256_cvtps_epi32(n);
+        let n1 = _mm256_srai_epi32::<1>(ni);
+        let n2 = _mm256_sub_epi32(ni, n1);
+        let bias = _mm256_set1_epi32(127);
+        let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
+        let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
+        let y = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
+        _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
+    }
+
+    /// The core shared by the exp variants: for finite `xc`, `xc = n·ln 2 + r` (Cody–Waite,
+    /// |r| ≤ ln2/2) and `e^r` by the degree-7 polynomial; returns `(e^r, n)` with `n`
+    /// integer-valued. The caller scales by 2ⁿ.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub fn exp_reduced(xc: __m256) -> (__m256, __m256) {
+        let set = _mm256_set1_ps;
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(xc, set(LOG2E)));
         let r = _mm256_fnmadd_ps(n, set(LN2_HI), xc);
         let r = _mm256_fnmadd_ps(n, set(LN2_LO), r);
@@ -134,15 +155,7 @@ pub mod avx2 {
         p = _mm256_fmadd_ps(p, r, set(P[3]));
         p = _mm256_fmadd_ps(p, r, set(P[4]));
         p = _mm256_fmadd_ps(p, r, set(P[5]));
-        let e = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set(1.0)));
-        let ni = _mm256_cvtps_epi32(n);
-        let n1 = _mm256_srai_epi32::<1>(ni);
-        let n2 = _mm256_sub_epi32(ni, n1);
-        let bias = _mm256_set1_epi32(127);
-        let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
-        let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
-        let y = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
-        _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
+        (_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set(1.0))), n)
     }
 
     /// Exact GELU of 8 lanes (see [`super::gelu_erf_scalar`]).
