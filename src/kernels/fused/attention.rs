@@ -415,27 +415,13 @@ fn scores(
     );
     #[cfg(target_arch = "x86_64")]
     if isa == FusedIsa::Avx2 {
-        for h in (0..lanes).step_by(QH) {
-            let mut j = 0;
-            while j < nk {
-                let nr = (nk - j).min(avx2::ROWS);
-                // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr < nk of k (d values,
-                // ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows and of st's rows j..j+nr
-                // (asserted above).
-                unsafe {
-                    avx2::qk(
-                        nr,
-                        qt.as_ptr().add(h),
-                        d,
-                        k.as_ptr().add(j * ks),
-                        ks,
-                        st.as_mut_ptr().add(j * Q_BLOCK + h),
-                        scale,
-                    )
-                };
-                j += nr;
-            }
-        }
+        let stp = st.as_mut_ptr();
+        micro_tiles(lanes, nk, |h, j, nr| {
+            // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
+            // ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows and of st's rows j..j+nr
+            // (asserted above).
+            unsafe { avx2::qk(nr, qt.as_ptr().add(h), d, k.as_ptr().add(j * ks), ks, stp.add(j * Q_BLOCK + h), scale) }
+        });
         return;
     }
     let _ = isa;
@@ -449,6 +435,21 @@ fn scores(
             }
         }
         row.iter_mut().for_each(|o| *o *= scale);
+    }
+}
+
+/// The AVX2 micro-kernel calls covering query lanes `0..lanes` (halves of [`QH`]) and
+/// `0..rows` broadcast rows (keys of `Q·Kᵀ`, value columns of `P·V`) in groups of up to
+/// `avx2::ROWS`: `f(h, r, n)` for lanes `h..h + QH` and rows `r..r + n`.
+#[cfg(target_arch = "x86_64")]
+fn micro_tiles(lanes: usize, rows: usize, mut f: impl FnMut(usize, usize, usize)) {
+    for h in (0..lanes).step_by(QH) {
+        let mut r = 0;
+        while r < rows {
+            let n = (rows - r).min(avx2::ROWS);
+            f(h, r, n);
+            r += n;
+        }
     }
 }
 
@@ -590,28 +591,16 @@ fn pv(
     );
     #[cfg(target_arch = "x86_64")]
     if isa == FusedIsa::Avx2 && finite {
-        for h in (0..lanes).step_by(QH) {
-            let mut c = 0;
-            while c < vd {
-                let nc = (vd - c).min(avx2::ROWS);
-                // SAFETY: AVX2+FMA confirmed by `checked()`; rows 0..nk of st and lanes
-                // h..h+16 ≤ Q_BLOCK; value columns c..c+nc ≤ vd of the nk rows of v; acc rows
-                // c..c+nc < vd, lanes h..h+16; alpha lanes h..h+16 (asserted above).
-                unsafe {
-                    avx2::pv(
-                        nc,
-                        st.as_ptr().add(h),
-                        nk,
-                        v.as_ptr().add(c),
-                        vs,
-                        acc.as_mut_ptr().add(c * Q_BLOCK + h),
-                        alpha.as_ptr().add(h),
-                        first,
-                    )
-                };
-                c += nc;
+        let accp = acc.as_mut_ptr();
+        micro_tiles(lanes, vd, |h, c, nc| {
+            // SAFETY: AVX2+FMA confirmed by `checked()`; rows 0..nk of st and lanes h..h+16 ≤
+            // Q_BLOCK; value columns c..c+nc ≤ vd of the nk rows of v; acc rows c..c+nc ≤ vd,
+            // lanes h..h+16; alpha lanes h..h+16 (asserted above).
+            unsafe {
+                let (sp, vp, ap) = (st.as_ptr().add(h), v.as_ptr().add(c), alpha.as_ptr().add(h));
+                avx2::pv(nc, sp, nk, vp, vs, accp.add(c * Q_BLOCK + h), ap, first)
             }
-        }
+        });
         return;
     }
     let _ = isa;

@@ -93,29 +93,8 @@ const LANES: usize = 8;
 /// Values per lane summed in f32 before the partial sums are added into f64.
 const PER_LANE: usize = 8;
 
-/// Σ of `x` (f32 lane sums of [`PER_LANE`] values added into f64), portable.
-fn generic_sum(x: &[f32]) -> f64 {
-    let mut acc = [0f64; LANES];
-    let mut blocks = x.chunks_exact(LANES * PER_LANE);
-    for blk in &mut blocks {
-        let mut a = [0f32; LANES];
-        for c in blk.chunks_exact(LANES) {
-            for k in 0..LANES {
-                a[k] += c[k];
-            }
-        }
-        for k in 0..LANES {
-            acc[k] += f64::from(a[k]);
-        }
-    }
-    let mut s: f64 = acc.iter().sum();
-    for &v in blocks.remainder() {
-        s += f64::from(v);
-    }
-    s
-}
-
-/// (Σd, Σd²) with `d = x − m` rounded to f32, portable (partial sums as in [`generic_sum`]).
+/// (Σd, Σd²) with `d = x − m` rounded to f32, portable: f32 lane sums of [`PER_LANE`] values
+/// added into f64 (with `m = 0`, Σd is the first pass's Σx: `x − 0` is exact).
 fn generic_shifted_sums(x: &[f32], m: f32) -> (f64, f64) {
     let (mut sa, mut qa) = ([0f64; LANES], [0f64; LANES]);
     let mut blocks = x.chunks_exact(LANES * PER_LANE);
@@ -157,7 +136,7 @@ fn finish_stats(m: f32, sd: f64, qd: f64, n: usize, eps: f64) -> (f32, f32, f32)
 /// One row on the portable path.
 fn generic_row(p: &RowParams, x: &[f32], y: &mut [f32]) {
     let n = p.n;
-    let m = (generic_sum(x) / n as f64) as f32;
+    let m = (generic_shifted_sums(x, 0.0).0 / n as f64) as f32;
     let (sd, qd) = generic_shifted_sums(x, m);
     let (mh, ml, rstd) = finish_stats(m, sd, qd, n, p.eps);
     for (((yv, &xv), &gv), &bv) in y.iter_mut().zip(x).zip(p.g).zip(p.b) {
