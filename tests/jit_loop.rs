@@ -513,3 +513,33 @@ fn strided_inputs_with_unit_or_zero_inner_stride_vectorise() {
         }
     }
 }
+
+#[test]
+fn vector_loop_halves_cover_every_range_exactly_once() {
+    // The vector loop walks two halves of its range side by side; every element of start..end
+    // must be written once, with the right broadcast row, and nothing outside the range.
+    let (rows, cols) = (13usize, 8usize);
+    let n = rows * cols;
+    let k = LoopKernel::elementwise(
+        ElemTy::F32,
+        vec![Access::Full, Access::Strided { dims: vec![rows as i64, cols as i64], strides: vec![0, 1] }],
+        vec![
+            Inst::Load(0),
+            Inst::Load(1),
+            Inst::Const(Ty::F32, Lit::Float(3.0)),
+            Inst::Binary(BinaryOp::Mul, 0, 2),
+            Inst::Binary(BinaryOp::Add, 3, 1),
+        ],
+        vec![4],
+    );
+    assert!(jit::compile(&k).unwrap().clif.contains("f32x4"));
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let bias: Vec<f32> = (0..cols).map(|c| 1000.0 * (c + 1) as f32).collect();
+    for (start, end) in [(0, n), (4, n), (0, n - 3), (8, 8 + 16 * 3), (12, 12 + 16 * 5 + 7), (16, 17), (4, 4 + 31)] {
+        let out = elems::<f32>(&run_range(&k, &[bytes(&x), bytes(&bias)], n, start, end)[0]);
+        for (i, &o) in out.iter().enumerate() {
+            let want = if (start..end).contains(&i) { 3.0 * i as f32 + bias[i % cols] } else { 0.0 };
+            assert_eq!(o, want, "range {start}..{end}, i={i}");
+        }
+    }
+}
