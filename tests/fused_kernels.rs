@@ -510,7 +510,8 @@ fn attention_pair(c: &AttCase, isa: FusedIsa, rng: &mut Rng, amp: f32) -> (Vec<f
         bias: (c.bias != 0).then(|| (&bias[..], broadcast_strides(bdims4, full).expect("bias strides"))),
         seq_lens: c.lens.as_deref(),
     };
-    let mut got = vec![0f32; od.iter().product()];
+    // NaN before: the kernel must write every value, padded and fully masked rows included.
+    let mut got = vec![f32::NAN; od.iter().product()];
     assert!(attention_f32(isa, &p, &q, &k, &v, &mut got, None), "attention_f32 rejected {c:?}");
     (got, want)
 }
@@ -915,7 +916,7 @@ fn attention_nan_and_infinite_scores_stay_in_their_rows() {
             bias: None,
             seq_lens: None,
         };
-        let mut out = vec![0f32; sq * dv];
+        let mut out = vec![-7f32; sq * dv];
         assert!(attention_f32(isa, &p, &q, &k, &v, &mut out, None));
         for i in 0..sq {
             for c in 0..dv {

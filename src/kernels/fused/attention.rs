@@ -147,8 +147,8 @@ struct Scratch {
 }
 
 /// Computes attention into `out` (the query's layout with head dim `v_dim`, `B·H·Sq·v_dim`
-/// values, which must be zero-filled: padded query rows are left untouched). Returns false
-/// (computing nothing) if a slice is shorter than the shapes require.
+/// values, of any prior content: every one is written, padded and fully masked query rows with
+/// 0). Returns false (computing nothing) if a slice is shorter than the shapes require.
 pub fn attention_f32(
     isa: FusedIsa,
     p: &AttentionParams<'_>,
@@ -178,6 +178,7 @@ pub fn attention_f32(
         return false;
     }
     if full == 0 || d == 0 && vd == 0 {
+        out[..nb * nh * sq * vd].fill(0.0);
         return true;
     }
     let isa = isa.checked();
@@ -242,13 +243,17 @@ fn item(
     let (q_len, kv_len) = p.seq_lens.map_or((sq, skv), |l| (l[b].0.min(sq), l[b].1.min(skv)));
     let i0 = qb * Q_BLOCK;
     let i1 = (i0 + Q_BLOCK).min(q_len);
+    // Rows past the query length (padding) are 0.
+    let block_end = (i0 + Q_BLOCK).min(sq);
+    zero_rows(p, b, h, i1.max(i0)..block_end, out);
     if i0 >= i1 {
         return;
     }
     let rows = i1 - i0;
     let kend = if p.causal { kv_len.min(i1) } else { kv_len };
     if kend == 0 {
-        return; // every row fully masked: the zero-filled output stays 0
+        zero_rows(p, b, h, i0..i1, out); // every row fully masked
+        return;
     }
     // Query lanes computed: whole halves of QH.
     let lanes = rows.div_ceil(QH) * QH;
@@ -328,8 +333,18 @@ fn pack_qt(
     }
 }
 
-/// Writes output rows `i0..i0 + rows` of head (b, h): `accᵀ[·][r] / l_r`, skipping fully masked
-/// rows (`m_r = −∞`), whose zero-filled output stays 0.
+/// Writes 0 to output rows `rows` of head (b, h).
+fn zero_rows(p: &AttentionParams<'_>, b: usize, h: usize, rows: std::ops::Range<usize>, out: OutPtr) {
+    let (nh, sq, vd) = (p.heads, p.seq_q, p.v_dim);
+    for i in rows {
+        // SAFETY: row (b, h, i) with i < seq_q holds vd values inside `out` (checked by the
+        // caller) and belongs to the calling item only.
+        unsafe { std::ptr::write_bytes(out.0.add(p.off(nh, sq, vd, b, h, i)), 0, vd) };
+    }
+}
+
+/// Writes output rows `i0..i0 + rows` of head (b, h): `accᵀ[·][r] / l_r`, or 0 for fully masked
+/// rows (`m_r = −∞`).
 #[allow(clippy::too_many_arguments)]
 fn store_out(
     isa: FusedIsa,
@@ -353,6 +368,9 @@ fn store_out(
         }
     };
     let inv: [f32; Q_BLOCK] = std::array::from_fn(|r| 1.0 / l[r]);
+    for r in (0..rows).filter(|&r| m[r] == f32::NEG_INFINITY) {
+        zero_rows(p, b, h, i0 + r..i0 + r + 1, out);
+    }
     let mut r0 = 0;
     #[cfg(target_arch = "x86_64")]
     if isa == FusedIsa::Avx2 && vd >= 8 {

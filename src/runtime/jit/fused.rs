@@ -315,7 +315,7 @@ impl FusedKernel {
             bias: bias.as_deref().map(|b| (b, bias_strides)),
             seq_lens: lens.as_deref(),
         };
-        with_output(name, out, true, |y| {
+        with_output(name, out, false, |y| {
             if attention_f32(self.isa, &p, &q, &k, &v, y, pool) {
                 Ok(())
             } else {
