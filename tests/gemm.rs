@@ -203,6 +203,24 @@ fn f32_blocking_edges_and_threads() {
 }
 
 #[test]
+fn f32_gemv_split_over_threads() {
+    // Large enough (k·n ≥ 65,536) that the matrix-vector path splits its columns over threads;
+    // n = 33 gives column blocks of 16, 16 and 1.
+    for isa in isas() {
+        for threads in [2, 3] {
+            for &(m, n, k) in &[(1, 1000, 300), (1, 33, 3000), (700, 1, 200)] {
+                for lb in 0..2 {
+                    let cs = Case { m, n, k, la: 0, lb, lc: 0 };
+                    let ep = Ep { alpha: 0.5, beta: 1.0, bias: 2, act: Activation::Silu };
+                    let opts = GemmOptions { isa: Some(isa), path: Path::Gemv, ..Default::default() };
+                    run_f32(cs, ep, opts, threads).unwrap();
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn f32_threads_on_a_custom_pool() {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     pool.install(|| {

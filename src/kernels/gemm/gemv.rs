@@ -20,20 +20,22 @@ unsafe fn gemv_body<T: Scalar>(job: &Job<'_, T, T>, out: &mut [T], abuf: &mut Ve
     // SAFETY: every index is (0, p) of A or (p, j) of B with p < k, j < n.
     unsafe {
         if b.cs == 1 {
-            // Four rows of B per pass over `out` (a quarter of the loads/stores of `out`).
+            // Eight rows of B per pass over `out` (an eighth of the loads/stores of `out`; eight
+            // read streams keep the memory system busy).
             let row = |p: usize| std::slice::from_raw_parts(b.ptr.add(p * b.rs), n);
-            let k4 = k / 4 * 4;
-            for p in (0..k4).step_by(4) {
-                let s: [T; 4] = std::array::from_fn(|q| *a.ptr.add((p + q) * a.cs));
-                let (r0, r1, r2, r3) = (row(p), row(p + 1), row(p + 2), row(p + 3));
+            let k8 = k / 8 * 8;
+            for p in (0..k8).step_by(8) {
+                let s: [T; 8] = std::array::from_fn(|q| *a.ptr.add((p + q) * a.cs));
+                let r: [&[T]; 8] = std::array::from_fn(|q| row(p + q));
                 for j in 0..n {
-                    let v = T::mul_add(s[0], r0[j], out[j]);
-                    let v = T::mul_add(s[1], r1[j], v);
-                    let v = T::mul_add(s[2], r2[j], v);
-                    out[j] = T::mul_add(s[3], r3[j], v);
+                    let mut v = out[j];
+                    for q in 0..8 {
+                        v = T::mul_add(s[q], r[q][j], v);
+                    }
+                    out[j] = v;
                 }
             }
-            for p in k4..k {
+            for p in k8..k {
                 let s = *a.ptr.add(p * a.cs);
                 for (o, &x) in out.iter_mut().zip(row(p)) {
                     *o = T::mul_add(s, x, *o);
@@ -85,9 +87,28 @@ unsafe fn gemv_avx512<T: Scalar>(job: &Job<'_, T, T>, out: &mut [T], abuf: &mut 
     unsafe { gemv_body(job, out, abuf) }
 }
 
-/// Runs a job with `m == 1` (callers transpose `n == 1` jobs first), epilogue included.
-pub(crate) fn gemv<T: Scalar>(job: &Job<'_, T, T>, isa: Isa) {
+/// Below this many multiply-adds (k·n) a product runs on one thread.
+const PARALLEL_MIN: usize = 1 << 16;
+
+/// Runs a job with `m == 1` (callers transpose `n == 1` jobs first), epilogue included, split by
+/// columns over up to `threads` threads of the current rayon pool.
+pub(crate) fn gemv<T: Scalar>(job: &Job<'_, T, T>, isa: Isa, threads: usize) {
     debug_assert_eq!(job.m, 1);
+    let parts = if job.n.saturating_mul(job.k) < PARALLEL_MIN { 1 } else { threads.clamp(1, job.n.div_ceil(16)) };
+    if parts > 1 {
+        use rayon::prelude::*;
+        // Column blocks of a multiple of 16 (whole cache lines of f32 output and of B's rows).
+        let chunk = job.n.div_ceil(parts).next_multiple_of(16);
+        (0..job.n.div_ceil(chunk)).into_par_iter().for_each(|i| {
+            let c0 = i * chunk;
+            gemv_serial(&job.sub(0, 1, c0, chunk.min(job.n - c0)), isa);
+        });
+        return;
+    }
+    gemv_serial(job, isa);
+}
+
+fn gemv_serial<T: Scalar>(job: &Job<'_, T, T>, isa: Isa) {
     let mut out = vec![T::ZERO; job.n];
     let mut abuf = Vec::new();
     #[cfg(target_arch = "x86_64")]

@@ -341,7 +341,7 @@ fn choose_family<PA, PB, T>(
 }
 
 /// A matrix-vector routine for one input/output type.
-type GemvFn<TI, T> = fn(&Job<'_, TI, T>, Isa);
+type GemvFn<TI, T> = fn(&Job<'_, TI, T>, Isa, usize);
 /// Pre-packed B with the family it was packed for.
 type Prepacked<'p, PA, PB, T> = (&'static Family<PA, PB, T>, &'p PackedPanels<PB>);
 
@@ -395,9 +395,9 @@ where
             if k == 0 {
                 driver::naive(&job, isa);
             } else if m == 1 {
-                g(&job, isa);
+                g(&job, isa, threads);
             } else {
-                g(&job.transposed(), isa);
+                g(&job.transposed(), isa, threads);
             }
         }
         Path::Direct => {
