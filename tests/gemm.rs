@@ -203,6 +203,24 @@ fn f32_blocking_edges_and_threads() {
 }
 
 #[test]
+fn f32_direct_path_with_b_rows_a_page_apart() {
+    // B rows ≥ 4 KiB apart and several row tiles: the Direct path copies each panel to scratch
+    // (edge panels, several K blocks and both thread counts included).
+    for isa in isas() {
+        for &blocking in &[Blocking { kc: 8, mc: 0, nc: 0 }, Blocking::default()] {
+            for threads in [1, 2] {
+                for &(m, n, k) in &[(16, 1030, 33), (13, 1040, 9), (7, 1100, 20)] {
+                    let cs = Case { m, n, k, la: 0, lb: 0, lc: 0 };
+                    let ep = Ep { alpha: 1.0, beta: 1.0, bias: 2, act: Activation::Relu };
+                    let opts = GemmOptions { isa: Some(isa), path: Path::Direct, blocking, ..Default::default() };
+                    run_f32(cs, ep, opts, threads).unwrap();
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn f32_gemv_split_over_threads() {
     // Large enough (k·n ≥ 65,536) that the matrix-vector path splits its columns over threads;
     // n = 33 gives column blocks of 16, 16 and 1.
