@@ -29,6 +29,8 @@ pub struct PassCtx {
     pub snapshots: Vec<(String, String)>,
 }
 
+// Derivable only in release builds, where `cfg!(debug_assertions)` is false.
+#[allow(clippy::derivable_impls)]
 impl Default for PassCtx {
     fn default() -> PassCtx {
         PassCtx { verify: cfg!(debug_assertions), record_ir: false, timings: vec![], snapshots: vec![] }
