@@ -543,3 +543,59 @@ fn vector_loop_halves_cover_every_range_exactly_once() {
         }
     }
 }
+
+#[test]
+fn bool_values_vectorise_in_32_bit_loops() {
+    // m = x > y (NaN: false); out0 = m; out1 = (m & keep) | !mask_row ? x : y, with keep a Full
+    // Bool input, mask_row a Bool broadcast along rows ([rows, 4], strides [1, 0]) and a Bool
+    // scalar; i32 lanes alongside: out2 = (x != y) ^ s as Bool. Every tail length.
+    let cols = 4usize;
+    let k = kernel(
+        vec![Ty::F32, Ty::F32, Ty::Bool, Ty::Bool, Ty::Bool],
+        vec![
+            Access::Full,
+            Access::Full,
+            Access::Full,
+            Access::Strided { dims: vec![0, cols as i64], strides: vec![1, 0] },
+            Access::Scalar,
+        ],
+        vec![
+            Inst::Load(0),                               // 0 x
+            Inst::Load(1),                               // 1 y
+            Inst::Load(2),                               // 2 keep
+            Inst::Load(3),                               // 3 row flag
+            Inst::Load(4),                               // 4 s
+            Inst::Compare(CompareOp::GreaterThan, 0, 1), // 5 m
+            Inst::Binary(BinaryOp::LogicalAnd, 5, 2),    // 6
+            Inst::Unary(UnaryOp::LogicalNot, 3),         // 7
+            Inst::Binary(BinaryOp::LogicalOr, 6, 7),     // 8
+            Inst::Where(8, 0, 1),                        // 9
+            Inst::Compare(CompareOp::NotEqual, 0, 1),    // 10
+            Inst::Binary(BinaryOp::LogicalXor, 10, 4),   // 11
+        ],
+        vec![5, 9, 11],
+    );
+    for rows in [0usize, 1, 2, 3, 4, 5, 9, 26] {
+        let n = rows * cols;
+        let mut k = k.clone();
+        k.inputs[3] = Access::Strided { dims: vec![rows as i64, cols as i64], strides: vec![1, 0] };
+        assert!(jit::compile(&k).unwrap().clif.contains("f32x4"), "rows={rows}: vectorised");
+        let x: Vec<f32> = (0..n).map(|i| if i % 7 == 3 { f32::NAN } else { (i % 5) as f32 - 2.0 }).collect();
+        let y: Vec<f32> = (0..n).map(|i| (i % 3) as f32 - 1.0).collect();
+        let keep: Vec<u8> = (0..n).map(|i| (i % 4 != 1) as u8).collect();
+        let row: Vec<u8> = (0..rows).map(|r| (r % 3 != 0) as u8).collect();
+        for s in [0u8, 1] {
+            let ins = [bytes(&x), bytes(&y), keep.clone(), row.clone(), vec![s]];
+            let out = run(&k, &ins, n);
+            let got1 = elems::<f32>(&out[1]);
+            for i in 0..n {
+                let m = x[i] > y[i];
+                assert_eq!(out[0][i], m as u8, "rows={rows} i={i}");
+                let c = (m && keep[i] == 1) || row[i / cols] == 0;
+                let want = if c { x[i] } else { y[i] };
+                assert!(got1[i] == want || got1[i].is_nan() && want.is_nan(), "rows={rows} i={i}");
+                assert_eq!(out[2][i], ((x[i] != y[i]) != (s == 1)) as u8, "rows={rows} s={s} i={i}");
+            }
+        }
+    }
+}

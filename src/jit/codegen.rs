@@ -16,10 +16,12 @@
 //! runs; vector iterations start at multiples of the lanes, so the caller's `start` must be one,
 //! as the executor's chunk boundaries are), it has no `Iota`, and
 //! every instruction has a vector form here (integer Div/Rem, shifts, BitCount/Clz, conversions
-//! other than same-width int ↔ int, 8-bit multiplies and 64-bit Max/Min/Abs do not). Everything
-//! else — kernels mixing widths (a Bool result of an F32 compare, an I32 → F64 convert), F16/BF16
-//! kernels (2 bytes in memory, computed in f32), other remapped (strided) inputs — runs a scalar
-//! loop.
+//! other than same-width int ↔ int, 8-bit multiplies and 64-bit Max/Min/Abs do not). One mix of
+//! widths vectorises: Bool values in a 32-bit kernel without reductions (an F32 compare whose
+//! Bool result is stored or feeds a Where) are kept as 32-bit 0/1 lanes, loaded as 4 bytes and
+//! widened, stored narrowed. Everything else — other mixed widths (an I32 → F64 convert, Bool ↔
+//! F32 converts), F16/BF16 kernels (2 bytes in memory, computed in f32), other remapped
+//! (strided) inputs — runs a scalar loop.
 //! When Cranelift rejects the vector form of a kernel the JIT retries it as a scalar loop
 //! ([`build`] with `vector = false`).
 //!
@@ -132,6 +134,8 @@ fn lane_ty(ty: Ty) -> Type {
     }
 }
 
+const LITTLE: cranelift_codegen::ir::Endianness = cranelift_codegen::ir::Endianness::Little;
+
 fn with_lanes(t: Type, lanes: i64) -> Type {
     if lanes == 1 { t } else { t.by(lanes as u32).unwrap_or(t) }
 }
@@ -164,9 +168,19 @@ fn int_cc(dir: CompareOp, signed: bool) -> IntCC {
 
 /// The number of vector lanes `k` runs with (1: scalar loop). See the module docs.
 pub(crate) fn vector_lanes(k: &LoopKernel, tys: &[Ty]) -> i64 {
-    let mut widths = k.in_tys.iter().map(|t| t.bytes()).chain(tys.iter().map(|t| t.reg_bytes()));
-    let Some(w) = widths.next() else { return 1 };
-    if widths.any(|x| x != w) || tys.iter().chain(&k.in_tys).any(|t| t.is_half()) {
+    // Every value has one byte width, except that Bool values may sit in a 32-bit loop without
+    // reductions (4 lanes: loaded as 4 bytes and widened, kept as 32-bit 0/1 lanes, stored
+    // narrowed), e.g. an f32 compare whose Bool result is stored or feeds a Where.
+    let all = || k.in_tys.iter().chain(tys);
+    if all().any(|t| t.is_half()) {
+        return 1;
+    }
+    let mut widths = all().filter(|&&t| t != Ty::Bool).map(|t| t.bytes());
+    let w = widths.next().unwrap_or(1);
+    if widths.any(|x| x != w) {
+        return 1;
+    }
+    if w != 1 && all().any(|&t| t == Ty::Bool) && (w != 4 || k.reduce.is_some()) {
         return 1;
     }
     for inst in &k.insts {
@@ -238,8 +252,14 @@ struct Cg<'a, 'b> {
 }
 
 impl Cg<'_, '_> {
+    /// The register lane type of `ty` here: Bool lanes are as wide as the kernel's other lanes
+    /// in a 4-lane (32-bit) vector loop, bytes otherwise (see `vector_lanes`).
+    fn lt(&self, ty: Ty) -> Type {
+        if ty == Ty::Bool && self.lanes == 4 { types::I32 } else { lane_ty(ty) }
+    }
+
     fn rty(&self, ty: Ty) -> Type {
-        with_lanes(lane_ty(ty), self.lanes)
+        with_lanes(self.lt(ty), self.lanes)
     }
 
     fn splat(&mut self, ty: Type, s: Value) -> Value {
@@ -248,7 +268,7 @@ impl Cg<'_, '_> {
 
     /// An integer constant of register type `ty` (low bits of `v`).
     fn iconst(&mut self, ty: Ty, v: i128) -> Value {
-        let lt = lane_ty(ty);
+        let lt = self.lt(ty);
         let bits = lt.bits();
         let masked = if bits >= 64 { v as i64 } else { ((v as u64) & ((1u64 << bits) - 1)) as i64 };
         let s = self.b.ins().iconst(lt, masked);
@@ -452,6 +472,14 @@ impl Cg<'_, '_> {
                 let h = self.b.ins().load(types::I16, flags, addr, 0);
                 self.bf16_bits_to_f32(h)
             }
+            Ty::Bool if self.lanes == 4 => {
+                // Four bytes, widened to four 32-bit lanes.
+                let x = self.b.ins().load(types::I32, flags, addr, 0);
+                let v = self.b.ins().scalar_to_vector(types::I32X4, x);
+                let v = self.b.ins().bitcast(types::I8X16, MemFlags::new().with_endianness(LITTLE), v);
+                let v = self.b.ins().uwiden_low(v);
+                self.b.ins().uwiden_low(v)
+            }
             t => {
                 let rt = self.rty(t);
                 self.b.ins().load(rt, flags, addr, 0)
@@ -459,11 +487,23 @@ impl Cg<'_, '_> {
         }
     }
 
+    /// A Bool register of this loop from a scalar Bool (an i8 0/1), for broadcast loads.
+    fn widen_bool_scalar(&mut self, x: Value) -> Value {
+        if self.lanes == 4 { self.b.ins().uextend(types::I32, x) } else { x }
+    }
+
     fn store(&mut self, ty: Ty, v: Value, addr: Value) {
         let flags = MemFlags::new().with_notrap();
         let v = match ty {
             Ty::F16 => self.f32_to_f16_bits(v),
             Ty::BF16 => self.f32_to_bf16_bits(v),
+            Ty::Bool if self.lanes == 4 => {
+                // Four 32-bit 0/1 lanes narrowed to four bytes.
+                let h = self.b.ins().snarrow(v, v);
+                let q = self.b.ins().snarrow(h, h);
+                let w = self.b.ins().bitcast(types::I32X4, MemFlags::new().with_endianness(LITTLE), q);
+                self.b.ins().extractlane(w, 0)
+            }
             _ => v,
         };
         self.b.ins().store(flags, v, addr, 0);
@@ -743,7 +783,8 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
                 let ty = k.in_tys[*n];
                 match (&k.inputs[*n], s.scalars[*n]) {
                     (Access::Scalar, Some(sv)) => {
-                        let lt = lane_ty(ty);
+                        let lt = cg.lt(ty);
+                        let sv = if ty == Ty::Bool { cg.widen_bool_scalar(sv) } else { sv };
                         cg.splat(lt, sv)
                     }
                     (Access::Strided { dims, strides }, _) => {
@@ -757,7 +798,8 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
                             cg.lanes = 1;
                             let v = cg.load(ty, addr);
                             cg.lanes = lanes;
-                            cg.splat(lane_ty(ty), v)
+                            let v = if ty == Ty::Bool { cg.widen_bool_scalar(v) } else { v };
+                            cg.splat(cg.lt(ty), v)
                         } else {
                             cg.load(ty, addr)
                         }
