@@ -134,8 +134,6 @@ fn lane_ty(ty: Ty) -> Type {
     }
 }
 
-const LITTLE: cranelift_codegen::ir::Endianness = cranelift_codegen::ir::Endianness::Little;
-
 fn with_lanes(t: Type, lanes: i64) -> Type {
     if lanes == 1 { t } else { t.by(lanes as u32).unwrap_or(t) }
 }
@@ -336,7 +334,7 @@ impl Cg<'_, '_> {
         let m = if self.b.func.dfg.value_type(m) == tt {
             m
         } else {
-            let flags = MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+            let flags = math::little_endian();
             self.b.ins().bitcast(tt, flags, m)
         };
         self.b.ins().bitselect(m, t, f)
@@ -358,12 +356,12 @@ impl Cg<'_, '_> {
     }
 
     fn bits_of(&mut self, x: Value) -> Value {
-        let flags = MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        let flags = math::little_endian();
         self.b.ins().bitcast(types::I32, flags, x)
     }
 
     fn f32_of(&mut self, x: Value) -> Value {
-        let flags = MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        let flags = math::little_endian();
         self.b.ins().bitcast(types::F32, flags, x)
     }
 
@@ -476,7 +474,7 @@ impl Cg<'_, '_> {
                 // Four bytes, widened to four 32-bit lanes.
                 let x = self.b.ins().load(types::I32, flags, addr, 0);
                 let v = self.b.ins().scalar_to_vector(types::I32X4, x);
-                let v = self.b.ins().bitcast(types::I8X16, MemFlags::new().with_endianness(LITTLE), v);
+                let v = self.b.ins().bitcast(types::I8X16, math::little_endian(), v);
                 let v = self.b.ins().uwiden_low(v);
                 self.b.ins().uwiden_low(v)
             }
@@ -487,9 +485,12 @@ impl Cg<'_, '_> {
         }
     }
 
-    /// A Bool register of this loop from a scalar Bool (an i8 0/1), for broadcast loads.
-    fn widen_bool_scalar(&mut self, x: Value) -> Value {
-        if self.lanes == 4 { self.b.ins().uextend(types::I32, x) } else { x }
+    /// A register of this loop holding the scalar element `x` of type `ty` in every lane (a Bool,
+    /// an i8 0/1 as loaded, widened first where Bool lanes are 32-bit).
+    fn broadcast(&mut self, ty: Ty, x: Value) -> Value {
+        let x = if ty == Ty::Bool && self.lanes == 4 { self.b.ins().uextend(types::I32, x) } else { x };
+        let lt = self.lt(ty);
+        self.splat(lt, x)
     }
 
     fn store(&mut self, ty: Ty, v: Value, addr: Value) {
@@ -501,7 +502,7 @@ impl Cg<'_, '_> {
                 // Four 32-bit 0/1 lanes narrowed to four bytes.
                 let h = self.b.ins().snarrow(v, v);
                 let q = self.b.ins().snarrow(h, h);
-                let w = self.b.ins().bitcast(types::I32X4, MemFlags::new().with_endianness(LITTLE), q);
+                let w = self.b.ins().bitcast(types::I32X4, math::little_endian(), q);
                 self.b.ins().extractlane(w, 0)
             }
             _ => v,
@@ -782,11 +783,7 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
             Inst::Load(n) => {
                 let ty = k.in_tys[*n];
                 match (&k.inputs[*n], s.scalars[*n]) {
-                    (Access::Scalar, Some(sv)) => {
-                        let lt = cg.lt(ty);
-                        let sv = if ty == Ty::Bool { cg.widen_bool_scalar(sv) } else { sv };
-                        cg.splat(lt, sv)
-                    }
+                    (Access::Scalar, Some(sv)) => cg.broadcast(ty, sv),
                     (Access::Strided { dims, strides }, _) => {
                         // Vector form (see `vector_lanes`): the lanes share one run of the
                         // innermost axis, read contiguously or as one broadcast element.
@@ -798,8 +795,7 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
                             cg.lanes = 1;
                             let v = cg.load(ty, addr);
                             cg.lanes = lanes;
-                            let v = if ty == Ty::Bool { cg.widen_bool_scalar(v) } else { v };
-                            cg.splat(cg.lt(ty), v)
+                            cg.broadcast(ty, v)
                         } else {
                             cg.load(ty, addr)
                         }

@@ -22,6 +22,11 @@ use cranelift_frontend::FunctionBuilder;
 use crate::ir::op::{BinaryOp, UnaryOp};
 use crate::lower::loop_kernel::ElemTy;
 
+/// Flags for bitcasts between vector types: lanes in little-endian order (every target here).
+pub(crate) fn little_endian() -> MemFlags {
+    MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little)
+}
+
 /// Whether [`Emit::unary`] implements `op` for element type `ty`.
 pub(crate) fn supports_unary(op: UnaryOp, ty: ElemTy) -> bool {
     matches!(ty, ElemTy::F32 | ElemTy::F64)
@@ -373,7 +378,7 @@ impl Emit<'_, '_> {
     /// Runs `f` on the arguments widened to f64 lanes and rounds its result once to f32. An
     /// `f32x4` is processed as two `f64x2` halves.
     fn via_f64(&mut self, args: &[Value], mut f: impl FnMut(&mut Emit, &[Value]) -> Option<Value>) -> Option<Value> {
-        let le = MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        let le = little_endian();
         if !self.ty.is_vector() {
             let wide: Vec<Value> = args.iter().map(|&a| self.b.ins().fpromote(types::F64, a)).collect();
             let r = f(&mut Emit { b: &mut *self.b, ty: types::F64 }, &wide)?;
@@ -440,7 +445,7 @@ impl Emit<'_, '_> {
     }
 
     fn flags() -> MemFlags {
-        MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little)
+        little_endian()
     }
 
     /// The bits of float lanes as integer lanes.

@@ -108,6 +108,7 @@ pub(crate) fn gemv<T: Scalar>(job: &Job<'_, T, T>, isa: Isa, threads: usize) {
     gemv_serial(job, isa);
 }
 
+/// The product and epilogue for all of `job`'s columns on the calling thread.
 fn gemv_serial<T: Scalar>(job: &Job<'_, T, T>, isa: Isa) {
     let mut out = vec![T::ZERO; job.n];
     let mut abuf = Vec::new();
