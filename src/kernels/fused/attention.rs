@@ -409,6 +409,23 @@ fn rows_finite(isa: FusedIsa, v: &[f32], n: usize, vs: usize, vd: usize) -> bool
     (0..n).all(|j| v[j * vs..j * vs + vd].iter().all(|x| x.is_finite()))
 }
 
+/// Calls the micro-kernel `$f::<R>(args)` whose const row count `R` is `$nr` (1..=`avx2::ROWS`;
+/// `micro_tiles` never passes more).
+#[cfg(target_arch = "x86_64")]
+macro_rules! with_rows {
+    ($nr:expr, $($f:ident)::+($($arg:expr),* $(,)?)) => {
+        match $nr {
+            1 => $($f)::+::<1>($($arg),*),
+            2 => $($f)::+::<2>($($arg),*),
+            3 => $($f)::+::<3>($($arg),*),
+            4 => $($f)::+::<4>($($arg),*),
+            5 => $($f)::+::<5>($($arg),*),
+            6 => $($f)::+::<6>($($arg),*),
+            _ => {}
+        }
+    };
+}
+
 /// Transposed scores of a tile: `st[j][r] = scale · Σ_c k_j[c]·qt[c][r]` for the `nk` key rows
 /// of `k` (`ks` apart) and query lanes `r < lanes` (a multiple of [`QH`]).
 #[allow(clippy::too_many_arguments)]
@@ -438,7 +455,12 @@ fn scores(
             // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
             // ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows and of st's rows j..j+nr
             // (asserted above).
-            unsafe { avx2::qk(nr, qt.as_ptr().add(h), d, k.as_ptr().add(j * ks), ks, stp.add(j * Q_BLOCK + h), scale) }
+            unsafe {
+                with_rows!(
+                    nr,
+                    avx2::qk_r(qt.as_ptr().add(h), d, k.as_ptr().add(j * ks), ks, stp.add(j * Q_BLOCK + h), scale)
+                )
+            }
         });
         return;
     }
@@ -616,7 +638,7 @@ fn pv(
             // lanes h..h+16; alpha lanes h..h+16 (asserted above).
             unsafe {
                 let (sp, vp, ap) = (st.as_ptr().add(h), v.as_ptr().add(c), alpha.as_ptr().add(h));
-                avx2::pv(nc, sp, nk, vp, vs, accp.add(c * Q_BLOCK + h), ap, first)
+                with_rows!(nc, avx2::pv_r(sp, nk, vp, vs, accp.add(c * Q_BLOCK + h), ap, first))
             }
         });
         return;
@@ -657,31 +679,22 @@ mod avx2 {
     /// (6 rows × 16 query lanes = 12 accumulators).
     pub(super) const ROWS: usize = 6;
 
-    /// Transposed scores of `nr` (1..=6) key rows against 16 query lanes.
+    /// Transposed scores of `R` (1..=6) key rows against 16 query lanes.
     ///
     /// # Safety
     /// AVX2+FMA; `qt` points at lane h of a `d × Q_BLOCK` packed block with h + 16 ≤ Q_BLOCK;
-    /// `k` holds `nr` rows of `d` values `ks` apart; `st` points at lane h of `nr` rows `Q_BLOCK`
+    /// `k` holds `R` rows of `d` values `ks` apart; `st` points at lane h of `R` rows `Q_BLOCK`
     /// apart.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn qk(nr: usize, qt: *const f32, d: usize, k: *const f32, ks: usize, st: *mut f32, scale: f32) {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            match nr {
-                1 => qk_r::<1>(qt, d, k, ks, st, scale),
-                2 => qk_r::<2>(qt, d, k, ks, st, scale),
-                3 => qk_r::<3>(qt, d, k, ks, st, scale),
-                4 => qk_r::<4>(qt, d, k, ks, st, scale),
-                5 => qk_r::<5>(qt, d, k, ks, st, scale),
-                6 => qk_r::<6>(qt, d, k, ks, st, scale),
-                _ => {}
-            }
-        }
-    }
-
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn qk_r<const R: usize>(qt: *const f32, d: usize, k: *const f32, ks: usize, st: *mut f32, scale: f32) {
+    pub(super) unsafe fn qk_r<const R: usize>(
+        qt: *const f32,
+        d: usize,
+        k: *const f32,
+        ks: usize,
+        st: *mut f32,
+        scale: f32,
+    ) {
         let mut a = [[_mm256_setzero_ps(); 2]; R];
         let kp: [*const f32; R] = std::array::from_fn(|r| k.wrapping_add(r * ks));
         for c in 0..d {
@@ -706,42 +719,17 @@ mod avx2 {
         }
     }
 
-    /// `accᵀ[c][·] = α·accᵀ[c][·] + Σ_{j<nk} pᵀ[j][·]·v_j[c]` for `nr` (1..=6) value columns
+    /// `accᵀ[c][·] = α·accᵀ[c][·] + Σ_{j<nk} pᵀ[j][·]·v_j[c]` for `R` (1..=6) value columns
     /// and 16 query lanes (no `α` term when `first`).
     ///
     /// # Safety
     /// AVX2+FMA; `p` points at lane h of `nk` rows `Q_BLOCK` apart with h + 16 ≤ Q_BLOCK; `v`
-    /// holds `nk` rows `vs` apart with `nr` values each; `acc` points at lane h of `nr` rows
+    /// holds `nk` rows `vs` apart with `R` values each; `acc` points at lane h of `R` rows
     /// `Q_BLOCK` apart; `alpha` holds 16 values.
     #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn pv(
-        nr: usize,
-        p: *const f32,
-        nk: usize,
-        v: *const f32,
-        vs: usize,
-        acc: *mut f32,
-        alpha: *const f32,
-        first: bool,
-    ) {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            match nr {
-                1 => pv_r::<1>(p, nk, v, vs, acc, alpha, first),
-                2 => pv_r::<2>(p, nk, v, vs, acc, alpha, first),
-                3 => pv_r::<3>(p, nk, v, vs, acc, alpha, first),
-                4 => pv_r::<4>(p, nk, v, vs, acc, alpha, first),
-                5 => pv_r::<5>(p, nk, v, vs, acc, alpha, first),
-                6 => pv_r::<6>(p, nk, v, vs, acc, alpha, first),
-                _ => {}
-            }
-        }
-    }
-
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn pv_r<const R: usize>(
+    pub(super) unsafe fn pv_r<const R: usize>(
         p: *const f32,
         nk: usize,
         v: *const f32,
