@@ -2,7 +2,8 @@
 //! one test per case, e.g. `cargo test --test compliance_jit compliance::binary::`.
 //!
 //! A second instance runs the suite with `parallelism=1` (no thread pool), so both the pooled
-//! and the single-threaded executor paths are covered.
+//! and the single-threaded executor paths are covered; a third with `streaming_stores=on`, so
+//! every vectorised loop of the suite also runs with non-temporal output stores.
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ fn jit(config: &str) -> tensorjit::Result<Arc<dyn Backend>> {
 
 tensorjit::compliance_tests!(tensorjit::new_with_config("jit"));
 tensorjit::compliance_tests!(compliance_single_thread, jit("parallelism=1"));
+tensorjit::compliance_tests!(compliance_streaming_stores, jit("parallelism=3,streaming_stores=on"));
 
 /// Runs every case once and prints the pass / fail / skip counts with the failure messages
 /// (`cargo test --test compliance_jit summary -- --ignored --nocapture`).

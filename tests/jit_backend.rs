@@ -393,3 +393,73 @@ fn max_min_against_constants_keep_nan_and_signed_zero_rules() {
     check::<f32>(DType::Float32, |v| v as f32);
     check::<f64>(DType::Float64, |v| v);
 }
+
+/// `streaming_stores=on` (non-temporal output stores) writes the same values as the ordinary
+/// stores, for every tail length, split across threads into chunks, with several outputs of
+/// different widths (f32 and Bool), f64 and i8 loops, and in place over a donated input. The
+/// expected values are computed here in plain Rust: y = (x·3 − 1) max 0, m = x > 2,
+/// w = m ? y : x; z = x / 4 in f64; b = x + x + 7 in wrapping i8.
+#[test]
+fn streaming_stores_write_the_same_values() {
+    let off = backend("parallelism=3,streaming_stores=off");
+    for threads in [1, 3] {
+        let on = backend(&format!("parallelism={threads},streaming_stores=on"));
+        for n in [0usize, 1, 15, 16, 17, 63, 64, 65, 1000, 65_537, 100_003] {
+            let build = |f: &Function| {
+                let x = param(f, "x", DType::Float32, &[n as i64]);
+                let y = f.max(f.sub(f.mul(x, f.scalar(3f32)?)?, f.scalar(1f32)?)?, f.scalar(0f32)?)?;
+                let m = f.greater_than(x, f.scalar(2f32)?)?;
+                Ok(vec![y, m, f.where_(m, y, x)?])
+            };
+            let (e_on, e_off) = (compile(&on, build), compile(&off, build));
+            // Shorter loops may have no vector store to stream (a 1-element input is read as a
+            // scalar); from 64 elements on every one of these loops has.
+            let streams = |e: &tensorjit::runtime::jit::JitExecutable| {
+                assert!(n < 64 || e.num_streaming_loops() == 1, "n = {n}: not streaming");
+            };
+            streams(&e_on);
+            assert_eq!(e_off.num_streaming_loops(), 0);
+            let xs: Vec<f32> = (0..n).map(|i| (i % 97) as f32 * 0.0625 - 1.5).collect();
+            let x = Buffer::from_slice(&xs, &[n]).unwrap();
+            let want_y: Vec<f32> = xs.iter().map(|v| (v * 3.0 - 1.0).max(0.0)).collect();
+            let want_m: Vec<bool> = xs.iter().map(|&v| v > 2.0).collect();
+            let want_w: Vec<f32> = xs.iter().zip(&want_y).map(|(&v, &y)| if v > 2.0 { y } else { v }).collect();
+            for e in [&e_on, &e_off] {
+                let out = run(e, std::slice::from_ref(&x));
+                assert_eq!(out[0].to_vec::<f32>().unwrap(), want_y, "n = {n}, threads = {threads}");
+                assert_eq!(out[1].to_vec::<bool>().unwrap(), want_m, "n = {n}, threads = {threads}");
+                assert_eq!(out[2].to_vec::<f32>().unwrap(), want_w, "n = {n}, threads = {threads}");
+            }
+            let e = compile(&on, |f| Ok(vec![f.div(param(f, "x", DType::Float64, &[n as i64]), f.scalar(4f64)?)?]));
+            streams(&e);
+            let xd: Vec<f64> = xs.iter().map(|&v| f64::from(v) * 3.0).collect();
+            let out = run(&e, &[Buffer::from_slice(&xd, &[n]).unwrap()]);
+            let want: Vec<f64> = xd.iter().map(|v| v / 4.0).collect();
+            assert_eq!(out[0].to_vec::<f64>().unwrap(), want, "f64, n = {n}, threads = {threads}");
+            let e = compile(&on, |f| {
+                let x = param(f, "x", DType::Int8, &[n as i64]);
+                Ok(vec![f.add(f.add(x, x)?, f.scalar(7i8)?)?])
+            });
+            streams(&e);
+            let xb: Vec<i8> = (0..n).map(|i| (i * 37 % 256) as u8 as i8).collect();
+            let out = run(&e, &[Buffer::from_slice(&xb, &[n]).unwrap()]);
+            let want: Vec<i8> = xb.iter().map(|v| v.wrapping_add(*v).wrapping_add(7)).collect();
+            assert_eq!(out[0].to_vec::<i8>().unwrap(), want, "i8, n = {n}, threads = {threads}");
+            // In place: the donated input's storage becomes the output.
+            let e = compile(&on, |f| {
+                let x = param(f, "x", DType::Float32, &[n as i64]);
+                Ok(vec![f.neg(f.mul(x, f.scalar(0.5f32)?)?)?])
+            });
+            let d = Buffer::from_slice(&xs, &[n]).unwrap();
+            let out = e.execute(&[&d], &[true]).unwrap();
+            let want: Vec<f32> = xs.iter().map(|v| -(v * 0.5)).collect();
+            assert_eq!(out[0].to_vec::<f32>().unwrap(), want, "in place, n = {n}, threads = {threads}");
+        }
+    }
+    // `auto` streams only outputs at least as large as the last-level cache.
+    let auto = backend("parallelism=1");
+    let e = compile(&auto, |f| Ok(vec![f.neg(param(f, "x", DType::Float32, &[4096]))?]));
+    assert_eq!(e.num_streaming_loops(), 0);
+    let e = JitBackend::new("streaming_stores=maybe").err().unwrap().to_string();
+    assert!(e.contains("streaming_stores") && e.contains("maybe"), "{e}");
+}

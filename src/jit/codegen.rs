@@ -45,7 +45,7 @@
 //! Register representation: see [`crate::lower::loop_kernel`].
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlags, Type, Value, types};
+use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlags, SourceLoc, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
@@ -493,7 +493,9 @@ impl Cg<'_, '_> {
         self.splat(lt, x)
     }
 
-    fn store(&mut self, ty: Ty, v: Value, addr: Value) {
+    /// Stores `v` (of type `ty`) at `addr`. With `stream`, a full 16-byte vector store is tagged
+    /// with [`STREAM_MARK`] so the JIT can turn it into a non-temporal store (see `jit::stream`).
+    fn store(&mut self, ty: Ty, v: Value, addr: Value, stream: bool) {
         let flags = MemFlags::new().with_notrap();
         let v = match ty {
             Ty::F16 => self.f32_to_f16_bits(v),
@@ -507,7 +509,14 @@ impl Cg<'_, '_> {
             }
             _ => v,
         };
+        let mark = stream && self.b.func.dfg.value_type(v).bits() == 128;
+        if mark {
+            self.b.set_srcloc(SourceLoc::new(STREAM_MARK));
+        }
         self.b.ins().store(flags, v, addr, 0);
+        if mark {
+            self.b.set_srcloc(SourceLoc::default());
+        }
     }
 
     fn unary(&mut self, op: UnaryOp, ty: Ty, a: Value) -> Result<Value, String> {
@@ -747,6 +756,8 @@ struct Setup {
     /// Hoisted register value of each `Scalar` input (scalar form).
     scalars: Vec<Option<Value>>,
     out_ptrs: Vec<Value>,
+    /// Tag the plain outputs' 16-byte vector stores for non-temporal stores.
+    stream: bool,
 }
 
 /// The element offset of a strided input at flat index `i`.
@@ -844,7 +855,7 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
         let ty = tys[r];
         let off = cg.b.ins().imul_imm(i, ty.bytes() as i64);
         let addr = cg.b.ins().iadd(s.out_ptrs[o], off);
-        cg.store(ty, regs[r], addr);
+        cg.store(ty, regs[r], addr, s.stream);
     }
     Ok(regs)
 }
@@ -1025,7 +1036,7 @@ fn build_reduce(
         let acc = b.use_var(accs[n]);
         let off = b.ins().imul_imm(jv, t.bytes() as i64);
         let addr = b.ins().iadd(setup.out_ptrs[n_plain + n], off);
-        Cg { b: &mut *b, lanes: 1, ptr }.store(t, acc, addr);
+        Cg { b: &mut *b, lanes: 1, ptr }.store(t, acc, addr, false);
     }
     let next = b.ins().iadd_imm(jv, 1);
     b.def_var(j, next);
@@ -1037,9 +1048,22 @@ fn build_reduce(
     Ok(())
 }
 
+/// Source location given to the vector stores that may become non-temporal: the JIT finds their
+/// machine code through it (`MachBuffer` source-location ranges).
+pub(crate) const STREAM_MARK: u32 = 0x5752;
+
 /// Builds the Cranelift function for `k` into `b` (whose signature must be empty; it is set here).
-/// With `vector = false` the kernel is emitted as a scalar loop whatever its types.
-pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type, vector: bool) -> Result<(), String> {
+/// With `vector = false` the kernel is emitted as a scalar loop whatever its types. With `stream`
+/// (kernels without a reduction), the vector loop's 16-byte output stores are tagged with
+/// [`STREAM_MARK`] and the kernel ends with a fence, so non-temporal stores patched in for them
+/// are ordered before the kernel returns.
+pub(crate) fn build(
+    b: &mut FunctionBuilder,
+    k: &LoopKernel,
+    ptr: Type,
+    vector: bool,
+    stream: bool,
+) -> Result<(), String> {
     let tys = k.types()?;
     for inst in &k.insts {
         let operand = match inst {
@@ -1073,7 +1097,8 @@ pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type, vector: 
     let n_out = k.outputs.len() + k.reduce.as_ref().map_or(0, |r| r.outputs.len());
     let out_ptrs: Vec<Value> =
         (0..n_out).map(|o| b.ins().load(ptr, load_flags, args, ((n_in + o) as i32) * ptr.bytes() as i32)).collect();
-    let setup = Setup { in_ptrs, scalars, out_ptrs };
+    let stream = stream && vector && k.reduce.is_none();
+    let setup = Setup { in_ptrs, scalars, out_ptrs, stream };
     if let Some(red) = &k.reduce {
         let lanes = if reduce_vectorizes(red, &tys) { lanes } else { 1 };
         return build_reduce(b, k, red, &tys, &setup, ptr, lanes, (start, end));
@@ -1090,7 +1115,9 @@ pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type, vector: 
         // (measured on a 16M f32 chain: +7–20% bandwidth on one thread, 2–9% on two).
         let unroll = unroll_for(k);
         let step = lanes * unroll;
-        let streams: i64 = if unroll % 2 == 0 { 2 } else { 1 };
+        // Not for non-temporal stores: those want each line written whole before the next
+        // (two interleaved streams writing half a line each ran at half the speed of one).
+        let streams: i64 = if unroll % 2 == 0 && !setup.stream { 2 } else { 1 };
         let per = unroll / streams;
         // half = ((end - start) / step) * step / streams; the vector range is start..start + streams·half.
         let len = b.ins().isub(end, start);
@@ -1141,6 +1168,9 @@ pub(crate) fn build(b: &mut FunctionBuilder, k: &LoopKernel, ptr: Type, vector: 
     b.ins().jump(thead, &[]);
 
     b.switch_to_block(exit);
+    if stream {
+        b.ins().fence();
+    }
     b.ins().return_(&[]);
     b.seal_all_blocks();
     Ok(())

@@ -7,15 +7,17 @@
 
 mod codegen;
 pub mod math;
+mod stream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cranelift_codegen::Context;
+use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{Linkage, Module};
+use cranelift_module::{Linkage, Module, ModuleReloc};
 
 use crate::error::{Error, Result};
 use crate::lower::loop_kernel::LoopKernel;
@@ -61,6 +63,8 @@ struct JitState {
     ctx: Context,
     fctx: FunctionBuilderContext,
     cache: HashMap<String, CompiledLoop>,
+    /// Streaming-store variants by kernel key; `None` where the kernel has none.
+    stream_cache: HashMap<String, Option<CompiledLoop>>,
     counter: usize,
 }
 
@@ -84,6 +88,7 @@ fn state() -> Result<&'static Mutex<JitState>> {
                 ctx,
                 fctx: FunctionBuilderContext::new(),
                 cache: HashMap::new(),
+                stream_cache: HashMap::new(),
                 counter: 0,
             }))
         })
@@ -131,50 +136,123 @@ fn compile_opts(k: &LoopKernel, want_disasm: bool) -> Result<CompiledLoop> {
     {
         return Ok(c.clone());
     }
-    let st = &mut *st;
-    let ptr = st.module.target_config().pointer_type();
     // The vector form first; if Cranelift cannot lower it on this host, the scalar loop.
     let mut last_err = String::new();
-    let mut compiled = None;
     for vector in [true, false] {
-        st.module.clear_context(&mut st.ctx);
-        st.ctx.func.signature.call_conv = st.module.isa().default_call_conv();
-        {
-            let mut b = FunctionBuilder::new(&mut st.ctx.func, &mut st.fctx);
-            codegen::build(&mut b, k, ptr, vector).map_err(|e| Error::not_implemented("jit", e))?;
-            b.finalize();
-        }
-        let clif = st.ctx.func.display().to_string();
-        st.counter += 1;
-        let name = format!("tj_loop_{}", st.counter);
-        let id = st
-            .module
-            .declare_function(&name, Linkage::Local, &st.ctx.func.signature)
-            .map_err(|e| Error::Execution(format!("jit: declare {name}: {e}")))?;
-        st.ctx.set_disasm(want_disasm);
-        match st.module.define_function(id, &mut st.ctx) {
-            Ok(()) => {
-                compiled = Some((id, clif));
-                break;
+        match define(&mut st, k, vector, false, want_disasm)? {
+            Ok(Some(c)) => {
+                st.cache.insert(key, c.clone());
+                return Ok(c);
             }
-            Err(e) => last_err = format!("jit: compile {name}: {e:?}"),
+            Ok(None) => unreachable!("a kernel without streaming stores is always defined"),
+            Err(e) => last_err = e,
         }
     }
-    let Some((id, clif)) = compiled else {
-        st.module.clear_context(&mut st.ctx);
-        return Err(Error::Execution(last_err));
+    Err(Error::Execution(last_err))
+}
+
+/// The variant of `k` whose vector loop writes its outputs with non-temporal stores (see
+/// [`stream`]), compiled once per process like [`compile`]; `None` when there is none: a kernel
+/// with a reduction, one that does not vectorise, one without a 16-byte output store, or a host
+/// whose stores are not VEX-encoded.
+///
+/// Its [`CompiledLoop::run`] has one more requirement than the ordinary kernel's: every output
+/// pointer is 16-byte aligned and `start` is a multiple of 16 elements.
+/// With `want_disasm`, the listing is recorded (it shows the stores before the rewrite).
+pub fn compile_streaming(k: &LoopKernel, want_disasm: bool) -> Result<Option<CompiledLoop>> {
+    let key = format!("{k:?}");
+    let mut st = state()?.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = st.stream_cache.get(&key)
+        && (!want_disasm || c.as_ref().is_none_or(|c| !c.disasm.is_empty()))
+    {
+        return Ok(c.clone());
+    }
+    let c = if k.reduce.is_none() && cfg!(target_arch = "x86_64") {
+        define(&mut st, k, true, true, want_disasm)?.ok().flatten()
+    } else {
+        None
     };
-    let name = format!("tj_loop_{}", st.counter);
-    let disasm = st.ctx.compiled_code().and_then(|c| c.vcode.clone()).unwrap_or_default();
+    st.stream_cache.insert(key, c.clone());
+    Ok(c)
+}
+
+/// Generates, compiles and defines one function for `k`. The outer error is for failures that
+/// make the JIT unusable; the inner one for a kernel Cranelift cannot lower in this form. With
+/// `stream`, `Ok(None)` when no store could be made non-temporal.
+fn define(
+    st: &mut JitState,
+    k: &LoopKernel,
+    vector: bool,
+    stream: bool,
+    want_disasm: bool,
+) -> Result<std::result::Result<Option<CompiledLoop>, String>> {
+    let ptr = st.module.target_config().pointer_type();
     st.module.clear_context(&mut st.ctx);
+    st.ctx.func.signature.call_conv = st.module.isa().default_call_conv();
+    {
+        let mut b = FunctionBuilder::new(&mut st.ctx.func, &mut st.fctx);
+        codegen::build(&mut b, k, ptr, vector, stream).map_err(|e| Error::not_implemented("jit", e))?;
+        b.finalize();
+    }
+    let clif = st.ctx.func.display().to_string();
+    st.counter += 1;
+    let name = format!("tj_loop_{}", st.counter);
+    let id = st
+        .module
+        .declare_function(&name, Linkage::Local, &st.ctx.func.signature)
+        .map_err(|e| Error::Execution(format!("jit: declare {name}: {e}")))?;
+    st.ctx.set_disasm(want_disasm);
+    let mut patched = 0;
+    let defined = if stream {
+        match st.ctx.compile(st.module.isa(), &mut ControlPlane::default()).map(|_| ()) {
+            Ok(()) => {
+                let code = st.ctx.compiled_code().expect("compiled just above");
+                let mut bytes = code.code_buffer().to_vec();
+                let ranges: Vec<(usize, usize)> = code
+                    .buffer
+                    .get_srclocs_sorted()
+                    .iter()
+                    .filter(|r| r.loc.bits() == codegen::STREAM_MARK)
+                    .map(|r| (r.start as usize, r.end as usize))
+                    .collect();
+                let align = code.buffer.alignment as u64;
+                let relocs: Vec<ModuleReloc> =
+                    code.buffer.relocs().iter().map(|r| ModuleReloc::from_mach_reloc(r, &st.ctx.func, id)).collect();
+                match stream::patch_stores(&mut bytes, &ranges) {
+                    Some(n) if n > 0 => {
+                        patched = n;
+                        st.module
+                            .define_function_bytes(id, align, &bytes, &relocs)
+                            .map(|()| true)
+                            .map_err(|e| format!("jit: define {name}: {e:?}"))
+                    }
+                    _ => Ok(false),
+                }
+            }
+            Err(e) => Err(format!("jit: compile {name}: {:?}", e.inner)),
+        }
+    } else {
+        st.module.define_function(id, &mut st.ctx).map(|()| true).map_err(|e| format!("jit: compile {name}: {e:?}"))
+    };
+    let mut disasm = st.ctx.compiled_code().and_then(|c| c.vcode.clone()).unwrap_or_default();
+    if patched > 0 && !disasm.is_empty() {
+        disasm.insert_str(
+            0,
+            &format!("; the vector loop's {patched} 16-byte output stores below run as vmovntps (rewritten after compilation)\n"),
+        );
+    }
+    st.module.clear_context(&mut st.ctx);
+    match defined {
+        Ok(true) => {}
+        Ok(false) => return Ok(Ok(None)),
+        Err(e) => return Ok(Err(e)),
+    }
     st.module.finalize_definitions().map_err(|e| Error::Execution(format!("jit: finalize {name}: {e}")))?;
     let code = st.module.get_finalized_function(id);
     // SAFETY: `code` is the entry of a function just compiled with the signature
     // (ptr, ptr, ptr) -> () in the host's default (C) calling convention, which is `KernelFn`.
     let f = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
-    let c = CompiledLoop { f, clif: Arc::new(clif), disasm: Arc::new(disasm) };
-    st.cache.insert(key, c.clone());
-    Ok(c)
+    Ok(Ok(Some(CompiledLoop { f, clif: Arc::new(clif), disasm: Arc::new(disasm) })))
 }
 
 /// Number of distinct kernels compiled so far in this process.

@@ -51,6 +51,12 @@ impl JitExecutable {
         self.sum_over_loops(|_| 1)
     }
 
+    /// Number of loop steps that write their outputs with non-temporal stores when their output
+    /// buffers are 16-byte aligned (the `streaming_stores` option).
+    pub fn num_streaming_loops(&self) -> usize {
+        self.sum_over_loops(|l| usize::from(l.streaming.is_some()))
+    }
+
     /// Number of reductions computed inside compiled loops (fused at the end of a cluster).
     pub fn num_fused_reductions(&self) -> usize {
         self.sum_over_loops(|l| l.outputs.len() - l.n_plain)

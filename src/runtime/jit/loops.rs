@@ -19,8 +19,16 @@ use super::plan::unnamed;
 /// Loops over at least this many elements are split across the thread pool.
 pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;
 
-/// Chunk boundaries are multiples of this many elements (whole unrolled vector iterations).
+/// Chunk boundaries are multiples of this many elements (whole unrolled vector iterations; at
+/// least 16, which keeps a streaming kernel's vector stores 16-byte aligned).
 const CHUNK_ALIGN: usize = 64;
+
+/// The output size from which `streaming_stores=auto` writes a loop's outputs with non-temporal
+/// stores: the last-level cache (an output that large cannot be read back from cache anyway).
+pub(crate) fn auto_stream_min_bytes() -> usize {
+    let c = crate::kernels::gemm::cache_sizes();
+    if c.l3 > 0 { c.l3 } else { 4 * c.l2 }
+}
 
 /// A fused loop compiled by Cranelift.
 pub(crate) struct LoopStep {
@@ -28,6 +36,9 @@ pub(crate) struct LoopStep {
     pub cluster: usize,
     /// The machine code.
     pub code: CompiledLoop,
+    /// The variant writing the outputs with non-temporal stores, used when every output pointer
+    /// is 16-byte aligned (planned for outputs larger than the last-level cache).
+    pub streaming: Option<CompiledLoop>,
     /// Elements of the iteration space.
     pub len: usize,
     /// Units of the kernel's `start..end` range: `len`, or the output elements of a kernel with
@@ -56,6 +67,7 @@ impl LoopStep {
         LoopStep {
             cluster: ci,
             code,
+            streaming: None,
             len: c.len,
             iters: c.kernel.iterations(c.len),
             n_plain: c.kernel.outputs.len(),
@@ -140,8 +152,15 @@ pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&r
     let mut args: Vec<*mut u8> =
         ins.iter().zip(&in_ptrs).map(|(t, p)| p.unwrap_or(t.data.as_ptr() as *mut u8)).collect();
     args.extend(out_ptrs);
+    // A streaming kernel needs 16-byte aligned output pointers (buffers here are 64-byte
+    // aligned; this keeps any other storage on the ordinary kernel) and aligned chunk starts,
+    // which whole-element ranges (no reduction) cut at multiples of CHUNK_ALIGN give.
+    let stream_ok = s.iters == s.len && args[ins.len()..].iter().all(|p| (*p as usize).is_multiple_of(16));
+    let code = match &s.streaming {
+        Some(nt) if stream_ok => nt,
+        _ => &s.code,
+    };
     let args = Args(args);
-    let code = &s.code;
     let threads = pool.map_or(1, |p| p.current_num_threads());
     // A reduction's units are whole rows: any split is as good as another.
     let align = if s.iters == s.len { CHUNK_ALIGN } else { 1 };
@@ -159,13 +178,15 @@ pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&r
                     // dying Full input of this call's own (uniquely held) storage of the same byte
                     // size, written element for element; reduction outputs have `iters` elements
                     // and unit j writes only element j (and the plain elements of its rows);
-                    // chunks are disjoint.
+                    // chunks are disjoint. A streaming kernel is only chosen with 16-byte aligned
+                    // outputs and whole-element ranges, whose chunk starts are multiples of
+                    // CHUNK_ALIGN (≥ 16 elements), so its non-temporal stores are aligned.
                     unsafe { code.run(args.ptrs(), a, b) }
                 })
             });
         }
         _ if s.iters > 0 => {
-            // SAFETY: as above, on the whole range from one thread.
+            // SAFETY: as above, on the whole range from one thread (start 0: aligned).
             unsafe { code.run(args.ptrs(), 0, s.iters) }
         }
         _ => {}

@@ -11,6 +11,9 @@
 //! - `reductions=fast|ordered`: `fast` (default) lets fused float Sum/Product reductions keep
 //!   vector partial sums (reassociated, like every vectorising compiler); `ordered` accumulates
 //!   each output in element order, bit-identical to the reference interpreter.
+//! - `streaming_stores=auto|on|off`: write a loop's outputs with non-temporal stores (no read of
+//!   each destination line before it is written; see [`crate::jit::compile_streaming`]) when they
+//!   take at least the last-level cache's size (`auto`, the default), always (`on`), or never.
 //! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
 //!   [`dump`] and docs/debugging.md).
 //!
@@ -48,7 +51,7 @@ pub use loops::PARALLEL_MIN_ELEMENTS;
 pub const NAME: &str = "jit";
 
 /// The options accepted in the config string.
-pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "dump", "fusion", "reductions"];
+pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "dump", "fusion", "reductions", "streaming_stores"];
 
 /// The Cranelift JIT backend.
 pub struct JitBackend {
@@ -59,6 +62,8 @@ pub struct JitBackend {
     fusion: bool,
     /// Float Sum/Product reductions accumulate in element order (`reductions=ordered`).
     ordered_reductions: bool,
+    /// Output size from which loops use non-temporal stores (`streaming_stores`); `None`: never.
+    stream_min_bytes: Option<usize>,
     config: String,
     pool: OnceLock<std::result::Result<Arc<rayon::ThreadPool>, String>>,
     finalized: AtomicBool,
@@ -76,6 +81,7 @@ impl JitBackend {
         let mut dump = None;
         let mut fusion = true;
         let mut ordered_reductions = false;
+        let mut stream_min_bytes = Some(loops::auto_stream_min_bytes());
         for opt in parse_config(NAME, config, OPTIONS)? {
             match (opt.key.as_str(), opt.value.as_deref()) {
                 ("parallelism", Some(v)) => match v.parse::<usize>() {
@@ -94,6 +100,15 @@ impl JitBackend {
                 ("reductions", v) => {
                     return Err(config_error(format!("reductions must be fast or ordered, got {:?}", v.unwrap_or(""))));
                 }
+                ("streaming_stores", Some("auto")) => stream_min_bytes = Some(loops::auto_stream_min_bytes()),
+                ("streaming_stores", Some("on")) => stream_min_bytes = Some(0),
+                ("streaming_stores", Some("off")) => stream_min_bytes = None,
+                ("streaming_stores", v) => {
+                    return Err(config_error(format!(
+                        "streaming_stores must be auto, on or off, got {:?}",
+                        v.unwrap_or("")
+                    )));
+                }
                 (key, Some(v)) => return Err(config_error(format!("option {key:?} takes no value, got {v:?}"))),
                 _ => {}
             }
@@ -107,6 +122,7 @@ impl JitBackend {
             dump,
             fusion,
             ordered_reductions,
+            stream_min_bytes,
             config: config.to_string(),
             pool: OnceLock::new(),
             finalized: AtomicBool::new(false),
@@ -174,7 +190,14 @@ impl JitBackend {
                 exec::Runner::Interp(InterpExecutable::new(module)?)
             }
             None => {
-                let plan = plan::build(module, dumper.is_some(), self.ordered_reductions)?;
+                let plan = plan::build(
+                    module,
+                    plan::PlanOptions {
+                        disasm: dumper.is_some(),
+                        ordered: self.ordered_reductions,
+                        stream_min_bytes: self.stream_min_bytes,
+                    },
+                )?;
                 if let Some(d) = &dumper {
                     let m = &plan.module;
                     let mut clusters = String::new();
@@ -189,6 +212,10 @@ impl JitBackend {
                             if let plan::Step::Loop(l) = s {
                                 d.write(&format!("{prefix}kernel-{}.clif", l.cluster), &l.code.clif)?;
                                 d.write(&format!("{prefix}kernel-{}.asm", l.cluster), &l.code.disasm)?;
+                                if let Some(nt) = &l.streaming {
+                                    d.write(&format!("{prefix}kernel-{}.stream.clif", l.cluster), &nt.clif)?;
+                                    d.write(&format!("{prefix}kernel-{}.stream.asm", l.cluster), &nt.disasm)?;
+                                }
                             }
                         }
                     }

@@ -165,11 +165,22 @@ pub(crate) fn needs_interpreter(m: &Module) -> Option<String> {
     None
 }
 
+/// How [`build`] compiles a module's loops.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PlanOptions {
+    /// Record each kernel's disassembly (for dumps).
+    pub disasm: bool,
+    /// Fused float Sum/Product reductions accumulate in element order (bit-identical to the
+    /// reference kernels) instead of in vector partial sums.
+    pub ordered: bool,
+    /// Loops whose outputs take at least this many bytes also get a variant writing them with
+    /// non-temporal stores ([`crate::jit::compile_streaming`]); `None`: never.
+    pub stream_min_bytes: Option<usize>,
+}
+
 /// Lowers `module` (verified, optimised, accepted by [`needs_interpreter`]): clusters every
-/// function, compiles every cluster (recording the disassembly when `disasm`), prepares fast
-/// kernels and computes liveness. With `ordered`, fused float Sum/Product reductions accumulate
-/// in element order (bit-identical to the reference kernels) instead of in vector partial sums.
-pub(crate) fn build(mut module: Module, disasm: bool, ordered: bool) -> Result<Plan> {
+/// function, compiles every cluster, prepares fast kernels and computes liveness.
+pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
     let m = &module;
     if m.func(m.main).outputs.is_none() {
         return Err(Error::invalid("compile", "main has not returned"));
@@ -182,7 +193,7 @@ pub(crate) fn build(mut module: Module, disasm: bool, ordered: bool) -> Result<P
     let mut needed = vec![false; m.values.len()];
     for fi in 0..nf {
         let f = FuncId(fi as u32);
-        let fp = build_function(m, f, (disasm, ordered), &mut memo, &mut busy)?;
+        let fp = build_function(m, f, opts, &mut memo, &mut busy)?;
         for s in &fp.steps {
             for v in s.reads() {
                 needed[v.index()] = true;
@@ -227,7 +238,7 @@ pub(crate) fn build(mut module: Module, disasm: bool, ordered: bool) -> Result<P
 fn build_function(
     m: &Module,
     f: FuncId,
-    (disasm, ordered): (bool, bool),
+    opts: PlanOptions,
     memo: &mut Vec<Option<BTreeSet<ValueId>>>,
     busy: &mut Vec<bool>,
 ) -> Result<FuncPlan> {
@@ -236,7 +247,7 @@ fn build_function(
     let mut clustering = cluster_function(m, f);
     for c in &mut clustering.clusters {
         if let Some(r) = &mut c.kernel.reduce {
-            r.ordered = ordered;
+            r.ordered = opts.ordered;
         }
     }
     let mut steps = Vec::with_capacity(clustering.schedule.len());
@@ -244,9 +255,17 @@ fn build_function(
         let step = match *item {
             Item::Cluster(ci) => {
                 let c = &clustering.clusters[ci];
-                let code =
-                    if disasm { crate::jit::compile_with_disasm(&c.kernel)? } else { crate::jit::compile(&c.kernel)? };
-                Step::Loop(LoopStep::new(m, ci, c, code))
+                let code = if opts.disasm {
+                    crate::jit::compile_with_disasm(&c.kernel)?
+                } else {
+                    crate::jit::compile(&c.kernel)?
+                };
+                let mut step = LoopStep::new(m, ci, c, code);
+                let out_bytes: usize = step.out_shapes.iter().filter_map(Shape::byte_size).sum();
+                if opts.stream_min_bytes.is_some_and(|min| out_bytes >= min && out_bytes > 0) {
+                    step.streaming = crate::jit::compile_streaming(&c.kernel, opts.disasm)?;
+                }
+                Step::Loop(step)
             }
             Item::Node(n) => {
                 let node = m.node(n);
@@ -380,10 +399,15 @@ fn describe_step(m: &Module, st: &Step) -> String {
     let shape = |v: ValueId| crate::ir::text::format_shape(m.shape(v));
     match st {
         Step::Loop(l) => format!(
-            "loop cluster{} over {} elements ({} bytes each) reads [{}] writes [{}]",
+            "loop cluster{} over {} elements ({} bytes each){} reads [{}] writes [{}]",
             l.cluster,
             l.len,
             l.esize,
+            if l.streaming.is_some() {
+                format!(", non-temporal stores when aligned (kernel-{}.stream.*)", l.cluster)
+            } else {
+                String::new()
+            },
             list(l.inputs.iter().zip(&l.input_dies).map(|(v, d)| format!("{v}{}", if *d { " (dies)" } else { "" }))),
             list(l.outputs.iter().zip(&l.in_place).enumerate().map(|(j, (v, ip))| match ip {
                 Some(k) => format!("{v}: {} (may reuse {})", shape(*v), l.inputs[*k]),
