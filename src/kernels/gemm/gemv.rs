@@ -1,6 +1,7 @@
 //! Matrix-vector products (M = 1, or N = 1 by transposition) for f32 and f64: no packing;
 //! B is streamed once, row by row (`axpy` form, unit column stride) or column by column
-//! (dot-product form, unit row stride). Compiled per ISA so the loops vectorise.
+//! (dot-product form, unit row stride). Compiled per ISA so the loops vectorise; the f32/f64 row
+//! form has explicit AVX2 FMA code (the generic body's `a * b + c` is not contracted to FMAs).
 
 use super::driver::Job;
 use super::epilogue::Scalar;
@@ -73,18 +74,152 @@ unsafe fn gemv_body<T: Scalar>(job: &Job<'_, T, T>, out: &mut [T], abuf: &mut Ve
     }
 }
 
+/// `out[j] += Σ_p a[p·a_cs]·B[p·rs + j]` over `p < k`, `j < out.len()`, with AVX2 and fused
+/// multiply-adds: eight rows of B per pass over `out`, each output vector summed in two
+/// interleaved chains (even and odd rows) so consecutive FMAs do not wait on each other.
+macro_rules! rows_avx2 {
+    ($name:ident, $t:ty, $lanes:expr, $vec:ty, $set1:ident, $load:ident, $store:ident, $fma:ident, $mul:ident, $add:ident) => {
+        /// # Safety
+        /// AVX2 and FMA are available; `a` holds `k` elements at stride `a_cs`, `b` holds
+        /// `out.len()` elements of each of `k` rows `rs` apart.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn $name(out: &mut [$t], a: *const $t, a_cs: usize, b: *const $t, rs: usize, k: usize) {
+            use std::arch::x86_64::*;
+            const L: usize = $lanes;
+            let n = out.len();
+            let o = out.as_mut_ptr();
+            // SAFETY: every pointer below is row p < k of B at a column j < n, element p of A,
+            // or element j < n of out (loads and stores of L lanes only where j + L <= n).
+            unsafe {
+                let mut p = 0;
+                while p + 8 <= k {
+                    let s: [$vec; 8] = std::array::from_fn(|q| $set1(*a.add((p + q) * a_cs)));
+                    let r: [*const $t; 8] = std::array::from_fn(|q| b.add((p + q) * rs));
+                    let vec8 = |j: usize| {
+                        let x = $fma(s[0], $load(r[0].add(j)), $load(o.add(j)));
+                        let y = $mul(s[1], $load(r[1].add(j)));
+                        let x = $fma(s[2], $load(r[2].add(j)), x);
+                        let y = $fma(s[3], $load(r[3].add(j)), y);
+                        let x = $fma(s[4], $load(r[4].add(j)), x);
+                        let y = $fma(s[5], $load(r[5].add(j)), y);
+                        let x = $fma(s[6], $load(r[6].add(j)), x);
+                        let y = $fma(s[7], $load(r[7].add(j)), y);
+                        $store(o.add(j), $add(x, y));
+                    };
+                    let mut j = 0;
+                    while j + 4 * L <= n {
+                        for u in 0..4 {
+                            vec8(j + u * L);
+                        }
+                        j += 4 * L;
+                    }
+                    while j + L <= n {
+                        vec8(j);
+                        j += L;
+                    }
+                    for j in j..n {
+                        let mut v = *o.add(j);
+                        for q in 0..8 {
+                            v = (*a.add((p + q) * a_cs)).mul_add(*r[q].add(j), v);
+                        }
+                        *o.add(j) = v;
+                    }
+                    p += 8;
+                }
+                for p in p..k {
+                    let sv = *a.add(p * a_cs);
+                    let s = $set1(sv);
+                    let r = b.add(p * rs);
+                    let mut j = 0;
+                    while j + L <= n {
+                        $store(o.add(j), $fma(s, $load(r.add(j)), $load(o.add(j))));
+                        j += L;
+                    }
+                    for j in j..n {
+                        *o.add(j) = sv.mul_add(*r.add(j), *o.add(j));
+                    }
+                }
+            }
+        }
+    };
+}
+
+rows_avx2!(
+    rows_f32_avx2,
+    f32,
+    8,
+    __m256,
+    _mm256_set1_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_fmadd_ps,
+    _mm256_mul_ps,
+    _mm256_add_ps
+);
+rows_avx2!(
+    rows_f64_avx2,
+    f64,
+    4,
+    __m256d,
+    _mm256_set1_pd,
+    _mm256_loadu_pd,
+    _mm256_storeu_pd,
+    _mm256_fmadd_pd,
+    _mm256_mul_pd,
+    _mm256_add_pd
+);
+
+/// The f32 and f64 row (axpy) form with explicit AVX2 FMAs; `false` for other types and layouts
+/// (the generic body then runs).
+///
+/// # Safety
+/// As [`gemv_body`]; AVX2 and FMA are available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemv_rows_fma<T: Scalar>(job: &Job<'_, T, T>, out: &mut [T]) -> bool {
+    use std::any::TypeId;
+    let (a, b, k) = (job.a, job.b, job.k);
+    if b.cs != 1 {
+        return false;
+    }
+    // SAFETY: T is the same type as the one cast to (checked by TypeId), so the casts only
+    // rename it; the views hold (0, p) of A and (p, j) of B for p < k, j < n = out.len().
+    unsafe {
+        if TypeId::of::<T>() == TypeId::of::<f32>() {
+            let o = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len());
+            rows_f32_avx2(o, a.ptr.cast::<f32>(), a.cs, b.ptr.cast::<f32>(), b.rs, k);
+            return true;
+        }
+        if TypeId::of::<T>() == TypeId::of::<f64>() {
+            let o = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f64>(), out.len());
+            rows_f64_avx2(o, a.ptr.cast::<f64>(), a.cs, b.ptr.cast::<f64>(), b.rs, k);
+            return true;
+        }
+    }
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gemv_avx2<T: Scalar>(job: &Job<'_, T, T>, out: &mut [T], abuf: &mut Vec<T>) {
-    // SAFETY: forwarded contract.
-    unsafe { gemv_body(job, out, abuf) }
+    // SAFETY: forwarded contract; this function's features are those gemv_rows_fma needs.
+    unsafe {
+        if !gemv_rows_fma(job, out) {
+            gemv_body(job, out, abuf)
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 unsafe fn gemv_avx512<T: Scalar>(job: &Job<'_, T, T>, out: &mut [T], abuf: &mut Vec<T>) {
-    // SAFETY: forwarded contract.
-    unsafe { gemv_body(job, out, abuf) }
+    // SAFETY: forwarded contract; AVX-512 implies AVX2 and FMA here (all enabled above).
+    unsafe {
+        if !gemv_rows_fma(job, out) {
+            gemv_body(job, out, abuf)
+        }
+    }
 }
 
 /// Below this many multiply-adds (k·n) a product runs on one thread.
