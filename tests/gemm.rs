@@ -293,6 +293,54 @@ fn f32_prepacked_b() {
 }
 
 #[test]
+fn f32_prepacked_gemv() {
+    // m = 1 with pre-packed B runs a matrix-vector pass over the panels: every panel width
+    // (geometry), partial last panels (n not a multiple of 16 or 24), several KC blocks with a
+    // short last one (kc = 32 and k up to 301), rows left over after groups of four, threads
+    // splitting whole panels (k·n ≥ 65,536), and the epilogue.
+    for isa in isas() {
+        for geometry in [Geometry::Large, Geometry::Wide] {
+            for &(n, k) in &[(1, 1), (5, 3), (16, 7), (17, 33), (24, 64), (47, 301), (1000, 70), (3000, 37)] {
+                for threads in [1, 2, 3] {
+                    for la in 0..2 {
+                        let cs = Case { m: 1, n, k, la, lb: 0, lc: 0 };
+                        let ep = Ep { alpha: 0.5, beta: 1.0, bias: 2, act: Activation::GeluErf };
+                        let p = problem(cs, ep);
+                        let a: Vec<f32> = p.a.0.iter().map(|&x| x as f32).collect();
+                        let b: Vec<f32> = p.b.0.iter().map(|&x| x as f32).collect();
+                        let bias: Vec<f32> = p.bias.iter().map(|&x| x as f32).collect();
+                        let opts = GemmOptions {
+                            isa: Some(isa),
+                            geometry,
+                            blocking: Blocking { kc: 32, mc: 0, nc: 0 },
+                            ..Default::default()
+                        };
+                        let packed = PackedB::with_options(k, n, MatRef::new(&b, p.b.1, p.b.2), &opts).unwrap();
+                        let mut c: Vec<f32> = p.c.0.iter().map(|&x| x as f32).collect();
+                        gemm_f32(
+                            GemmArgs::new(
+                                1,
+                                n,
+                                k,
+                                MatRef::new(&a, p.a.1, p.a.2),
+                                Rhs::Packed(&packed),
+                                MatMut::new(&mut c, p.c.1, p.c.2),
+                            )
+                            .epilogue(epilogue(ep, &bias, 0.5, 1.0))
+                            .threads(threads)
+                            .options(GemmOptions { isa: Some(isa), ..Default::default() }),
+                        )
+                        .unwrap();
+                        let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+                        check(&format!("prepacked gemv {isa:?} {geometry:?} t{threads}"), cs, &got, &p, 2e-6);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn prepacked_b_shape_mismatch_is_an_error() {
     let b = vec![1.0f32; 12];
     let packed = PackedB::new(3, 4, MatRef::row_major(&b, 4)).unwrap();

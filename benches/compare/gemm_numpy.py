@@ -4,13 +4,14 @@
 Usage:
     cargo build --release --bin tjgemm
     python3 benches/compare/gemm_numpy.py [--tjgemm target/release/tjgemm | --tjgemm-output FILE] [--quick]
-        [--rounds R]
+        [--rounds R] [--prepacked]
 
 Runs numpy's float32 matmul on the same shapes with 1 and 2 BLAS threads (threadpoolctl when
 installed, else OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set in a child process), takes the best of
 repeated runs (1 thread: thread CPU time, as `tjgemm --cpu-time`; 2 threads: wall clock), and,
 when the tjgemm binary is given, runs it and prints both columns and the
-ratio tensorjit / numpy.
+ratio tensorjit / numpy. With --prepacked, tjgemm packs B once before timing (constant weights,
+as the jit backend does at compile time); numpy has no such mode and packs on every call.
 """
 import argparse
 import os
@@ -70,12 +71,12 @@ def numpy_table(threads, quick):
     return table
 
 
-def tjgemm_table(binary, quick, saved=None):
+def tjgemm_table(binary, quick, saved=None, prepacked=False):
     """Parses tjgemm's output into {(kind, m, n, k): (gflops_1thread, gflops_2threads)}."""
     if saved:
         out = open(saved).read()
     else:
-        args = [binary, "--cpu-time"] + (["--quick"] if quick else [])
+        args = [binary, "--cpu-time"] + (["--quick"] if quick else []) + (["--prepacked"] if prepacked else [])
         out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     table, section = {}, ""
     for line in out.splitlines():
@@ -100,6 +101,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--child", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=1, help="alternate numpy/tjgemm runs, keep the best")
+    ap.add_argument("--prepacked", action="store_true", help="tjgemm packs B once, outside the timing")
     a = ap.parse_args()
     if a.child:
         child(a.child, a.quick)
@@ -111,7 +113,7 @@ def main():
         runs_np1.append(numpy_table(1, a.quick))
         runs_np2.append(numpy_table(2, a.quick))
         if a.tjgemm or (a.tjgemm_output and not runs_tj):
-            t, p = tjgemm_table(a.tjgemm, a.quick, a.tjgemm_output)
+            t, p = tjgemm_table(a.tjgemm, a.quick, a.tjgemm_output, a.prepacked)
             runs_tj.append(t)
             peak = max(peak or 0.0, p or 0.0) or None
 
@@ -132,6 +134,8 @@ def main():
     if peak:
         print(f"# tjgemm FMA peak: {peak:.1f} GFLOP/s (1 thread)")
     print(f"# best of {a.rounds} round(s); 'spread' = worst/best over the rounds (1.00 = no noise)")
+    if a.prepacked:
+        print("# tj columns: B pre-packed once (constant weights); numpy packs on every call")
     print(
         f"{'shape (MxKxN)':>20} {'numpy t1':>9} {'tj t1':>8} {'ratio':>6} {'numpy t2':>9} {'tj t2':>8} {'ratio':>6}"
         f" {'spread np1/tj1/np2/tj2':>24}"

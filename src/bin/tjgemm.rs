@@ -3,7 +3,8 @@
 //!
 //! Usage: `cargo build --release --bin tjgemm && target/release/tjgemm [--quick] [--cpu-time]
 //! [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]
-//! [--shapes MxKxN,... [--threads T] [--reps R]]`.
+//! [--prepacked] [--shapes MxKxN,... [--threads T] [--reps R]]`.
+//! `--prepacked` packs B once before timing (`PackedB`, as the jit does for constant weights).
 //! Numbers are the best of several timed repetitions (the machine may be shared); with
 //! `--cpu-time` single-thread runs are timed in the thread's CPU time, which excludes time the
 //! thread was preempted by other processes (caches may still be disturbed).
@@ -168,6 +169,8 @@ struct Bench {
     path: Path,
     budget: Duration,
     cpu: bool,
+    /// B packed once outside the timed runs (constant weights).
+    prepacked: bool,
     pool2: rayon::ThreadPool,
 }
 
@@ -177,18 +180,17 @@ impl Bench {
         let b = data(k * n, 2);
         let mut c = vec![0.0f32; m * n];
         let opts = GemmOptions { isa: Some(self.isa), geometry: self.geometry, path: self.path, ..Default::default() };
+        let packed =
+            self.prepacked.then(|| PackedB::with_options(k, n, MatRef::row_major(&b, n), &opts).expect("pack B"));
         let mut run = || {
+            let rhs = match &packed {
+                Some(p) => Rhs::Packed(p),
+                None => Rhs::from(MatRef::row_major(&b, n)),
+            };
             gemm_f32(
-                GemmArgs::new(
-                    m,
-                    n,
-                    k,
-                    MatRef::row_major(&a, k),
-                    MatRef::row_major(&b, n),
-                    MatMut::row_major(&mut c, n),
-                )
-                .threads(threads)
-                .options(opts),
+                GemmArgs::new(m, n, k, MatRef::row_major(&a, k), rhs, MatMut::row_major(&mut c, n))
+                    .threads(threads)
+                    .options(opts),
             )
             .expect("gemm_f32");
         };
@@ -257,6 +259,7 @@ fn main() {
         path,
         budget: Duration::from_millis(if quick { 150 } else { 600 }),
         cpu: args.iter().any(|a| a == "--cpu-time"),
+        prepacked: args.iter().any(|a| a == "--prepacked"),
         pool2: rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool"),
     };
     println!("# {}", dispatch_summary());
@@ -265,6 +268,9 @@ fn main() {
         "# 1-thread times: {}; 2-thread times: wall clock; best of repeated runs",
         if bench.cpu { "thread CPU time (--cpu-time)" } else { "wall clock" }
     );
+    if bench.prepacked {
+        println!("# B pre-packed once before timing (PackedB, as for constant weights)");
+    }
     let peak_isa = if isa == Isa::Generic { selected_isa() } else { isa };
     // The peak is the best of several samples (other processes may share the cores).
     let mut peak = (0..4).map(|_| fma_peak(peak_isa)).fold(0.0, f64::max);

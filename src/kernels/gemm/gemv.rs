@@ -3,7 +3,7 @@
 //! (dot-product form, unit row stride). Compiled per ISA so the loops vectorise; the f32/f64 row
 //! form has explicit AVX2 FMA code (the generic body's `a * b + c` is not contracted to FMAs).
 
-use super::driver::Job;
+use super::driver::{Job, PackedPanels};
 use super::epilogue::Scalar;
 use super::isa::Isa;
 
@@ -243,6 +243,160 @@ pub(crate) fn gemv<T: Scalar>(job: &Job<'_, T, T>, isa: Isa, threads: usize) {
     gemv_serial(job, isa);
 }
 
+/// `m == 1` with B pre-packed for a family of panel width `nr` (f32, no k grouping), epilogue
+/// included: each KC block's panels (`nr` columns × the block's rows, row-major) are read in
+/// turn, so B streams once, contiguously. Columns are split over up to `threads` threads of the
+/// current rayon pool in whole panels, like [`gemv`].
+///
+/// # Safety
+/// `job` was validated for these panels: `panels` packs the job's k x n B with width `nr`.
+pub(crate) unsafe fn gemv_prepacked(
+    job: &Job<'_, f32, f32>,
+    panels: &PackedPanels<f32>,
+    nr: usize,
+    isa: Isa,
+    threads: usize,
+) {
+    debug_assert_eq!(job.m, 1);
+    let (n, k) = (job.n, job.k);
+    let npanels = n.div_ceil(nr);
+    let parts = if n.saturating_mul(k) < PARALLEL_MIN { 1 } else { threads.clamp(1, npanels) };
+    let per = npanels.div_ceil(parts);
+    let run = |i: usize| {
+        let (p0, p1) = (i * per, ((i + 1) * per).min(npanels));
+        let (c0, c1) = (p0 * nr, (p1 * nr).min(n));
+        let mut out = vec![0f32; (p1 - p0) * nr];
+        // SAFETY: panels p0..p1 of every KC block lie inside the packed buffer (it holds
+        // k.div_ceil(kc) blocks of n_pad columns); A holds k elements at stride a.cs.
+        unsafe { panels_dot(job.a.ptr, job.a.cs, panels, nr, k, p0, p1, isa, &mut out) };
+        let sub = Job { b: job.b, ..job.sub(0, 1, c0, c1 - c0) };
+        finish(&sub, isa, &mut out[..c1 - c0]);
+    };
+    if parts > 1 {
+        use rayon::prelude::*;
+        (0..npanels.div_ceil(per)).into_par_iter().for_each(run);
+    } else {
+        run(0);
+    }
+}
+
+/// `out[(p − p0)·nr + c] = Σ_q a[q·a_cs]·B[q, p·nr + c]` for the panels `p0..p1` of `panels`.
+///
+/// # Safety
+/// As [`gemv_prepacked`]; `out.len() == (p1 − p0)·nr`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn panels_dot(
+    a: *const f32,
+    a_cs: usize,
+    panels: &PackedPanels<f32>,
+    nr: usize,
+    k: usize,
+    p0: usize,
+    p1: usize,
+    isa: Isa,
+    out: &mut [f32],
+) {
+    let kc = panels.kc;
+    let base = panels.buf.as_ptr();
+    for pc in (0..k).step_by(kc) {
+        let kcb = kc.min(k - pc);
+        // SAFETY: block pc starts at pc·n_pad (earlier blocks are full) and its panel p at
+        // p·kcb·nr, holding kcb rows of nr elements; rows pc.. of A exist.
+        unsafe {
+            let block = base.add(pc * panels.n_pad);
+            let ablk = a.add(pc * a_cs);
+            for p in p0..p1 {
+                let panel = block.add(p * kcb * nr);
+                let o = &mut out[(p - p0) * nr..(p - p0 + 1) * nr];
+                #[cfg(target_arch = "x86_64")]
+                if matches!(isa, Isa::Avx2 | Isa::Avx512) {
+                    // The AVX2 and AVX-512 f32 families' panel widths.
+                    let done = match nr {
+                        16 => {
+                            panel_dot_avx2::<2, 4>(ablk, a_cs, panel, kcb, o);
+                            true
+                        }
+                        24 => {
+                            panel_dot_avx2::<3, 4>(ablk, a_cs, panel, kcb, o);
+                            true
+                        }
+                        32 => {
+                            panel_dot_avx2::<4, 3>(ablk, a_cs, panel, kcb, o);
+                            true
+                        }
+                        48 => {
+                            panel_dot_avx2::<6, 2>(ablk, a_cs, panel, kcb, o);
+                            true
+                        }
+                        _ => false,
+                    };
+                    if done {
+                        continue;
+                    }
+                }
+                let _ = isa;
+                for q in 0..kcb {
+                    let s = *ablk.add(q * a_cs);
+                    let row = std::slice::from_raw_parts(panel.add(q * nr), nr);
+                    for (o, &b) in o.iter_mut().zip(row) {
+                        *o += s * b;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One panel of `8·V` columns: `out[c] += Σ_q a[q·a_cs]·panel[q·8V + c]` with AVX2 FMAs, `PH`
+/// interleaved sets of `V` accumulators (rows q mod PH) so the FMAs of consecutive rows are
+/// independent. `V` and `PH` are constants so the accumulators stay in registers.
+///
+/// # Safety
+/// AVX2 and FMA are available (the selected ISA is AVX2 or AVX-512, checked at dispatch); the
+/// panel holds `kcb` rows of `8·V`; `out.len() == 8·V`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn panel_dot_avx2<const V: usize, const PH: usize>(
+    a: *const f32,
+    a_cs: usize,
+    panel: *const f32,
+    kcb: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let nr = 8 * V;
+    // SAFETY: reads rows q < kcb of the panel (nr elements each) and elements q < kcb of A;
+    // out has nr elements.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); V]; PH];
+        let mut q = 0;
+        while q + PH <= kcb {
+            for (ph, acc) in acc.iter_mut().enumerate() {
+                let s = _mm256_set1_ps(*a.add((q + ph) * a_cs));
+                let row = panel.add((q + ph) * nr);
+                for (u, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_fmadd_ps(s, _mm256_loadu_ps(row.add(8 * u)), *acc);
+                }
+            }
+            q += PH;
+        }
+        for q in q..kcb {
+            let s = _mm256_set1_ps(*a.add(q * a_cs));
+            let row = panel.add(q * nr);
+            for (u, acc) in acc[0].iter_mut().enumerate() {
+                *acc = _mm256_fmadd_ps(s, _mm256_loadu_ps(row.add(8 * u)), *acc);
+            }
+        }
+        for (u, o) in out.chunks_exact_mut(8).enumerate() {
+            let mut sum = acc[0][u];
+            for set in &acc[1..] {
+                sum = _mm256_add_ps(sum, set[u]);
+            }
+            _mm256_storeu_ps(o.as_mut_ptr(), _mm256_add_ps(_mm256_loadu_ps(o.as_ptr()), sum));
+        }
+    }
+}
+
 /// The product and epilogue for all of `job`'s columns on the calling thread.
 fn gemv_serial<T: Scalar>(job: &Job<'_, T, T>, isa: Isa) {
     let mut out = vec![T::ZERO; job.n];
@@ -266,6 +420,11 @@ fn gemv_serial<T: Scalar>(job: &Job<'_, T, T>, isa: Isa) {
     unsafe {
         gemv_body(job, &mut out, &mut abuf)
     };
+    finish(job, isa, &mut out);
+}
+
+/// `C[0, j] = act(alpha·out[j] + beta·C[0, j] + bias)` for the job's columns.
+fn finish<T: Scalar>(job: &Job<'_, T, T>, isa: Isa, out: &mut [T]) {
     let c = job.c;
     for (j, o) in out.iter_mut().enumerate() {
         let mut v = T::mul_add(*o, job.alpha, T::ZERO);
@@ -281,7 +440,7 @@ fn gemv_serial<T: Scalar>(job: &Job<'_, T, T>, isa: Isa) {
         }
         *o = v;
     }
-    T::activate(isa, job.act, &mut out);
+    T::activate(isa, job.act, out);
     for (j, o) in out.iter().enumerate() {
         // SAFETY: (0, j) is inside the validated C.
         unsafe { *c.ptr.add(j * c.cs) = *o };

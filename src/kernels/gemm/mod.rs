@@ -476,6 +476,13 @@ pub fn gemm_f32(args: GemmArgs<'_, f32, f32>) -> Result<()> {
     match ck.packed {
         Some(p) => {
             let pf = p.family;
+            let j = &ck.job;
+            if j.m == 1 && j.n > 0 && j.k > 0 && ck.options.path == Path::Auto && pf.g == 1 {
+                // Batch-1 products with constant weights: a matrix-vector pass over the panels.
+                // SAFETY: `check` validated the job against these panels (same k and n).
+                unsafe { gemv::gemv_prepacked(j, &p.panels, pf.nr, ck.isa, ck.threads) };
+                return Ok(());
+            }
             execute(ck, &[pf], Some(gemv::gemv::<f32>), Some((pf, &p.panels)))
         }
         None => execute(ck, fams, Some(gemv::gemv::<f32>), None),
