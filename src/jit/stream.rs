@@ -10,9 +10,10 @@
 //! 16-byte aligned, so a streaming kernel may only be called with 16-byte aligned output
 //! pointers and a `start` that keeps every vector aligned (the runtime checks both).
 //!
-//! The rewrite is byte-exact and conservative: every tagged range must hold exactly one VEX.128
-//! register-to-memory move (`vmovups`, `vmovupd`, `vmovaps`, `vmovapd`, `vmovdqu`, `vmovdqa`) with
-//! a non-RIP-relative operand, whose length is checked by decoding its ModRM/SIB/displacement;
+//! The rewrite is byte-exact and conservative: every tagged range must consist of VEX.128
+//! register-to-memory moves (`vmovups`, `vmovupd`, `vmovaps`, `vmovapd`, `vmovdqu`, `vmovdqa`;
+//! several when tagged stores are adjacent) with non-RIP-relative operands, whose lengths are
+//! found by decoding ModRM/SIB/displacement;
 //! otherwise nothing is patched and the caller keeps the ordinary kernel. `vmovntps` has the
 //! same operands and length (only the opcode and the implied prefix differ), so the code's layout
 //! and every branch target are unchanged.
@@ -27,8 +28,9 @@ struct VexMove {
     len: usize,
 }
 
-/// Decodes `code` as one VEX.128 0F-map register-to-memory vector move; `None` if it is anything
-/// else (another instruction, a 256-bit or register form, a RIP-relative operand, trailing bytes).
+/// Decodes the start of `code` as one VEX.128 0F-map register-to-memory vector move; `None` if
+/// it is anything else (another instruction, a 256-bit or register form, a RIP-relative operand)
+/// or is cut short.
 fn decode_store(code: &[u8]) -> Option<VexMove> {
     let (pp_byte, opcode) = match *code.first()? {
         // Two-byte VEX: C5 [R vvvv L pp] opcode; the map is 0F.
@@ -68,19 +70,23 @@ fn decode_store(code: &[u8]) -> Option<VexMove> {
         _ if base_is_disp32 => 4,
         _ => 0,
     };
-    (len == code.len()).then_some(VexMove { pp_byte, opcode, len })
+    (len <= code.len()).then_some(VexMove { pp_byte, opcode, len })
 }
 
-/// Rewrites each range of `code` (byte offsets `start..end`) from a 16-byte vector store into
-/// `vmovntps` with the same operands. Returns the number of stores rewritten, or `None` (and
-/// leaves `code` untouched) if any range is not exactly one such store or lies outside `code`.
+/// Rewrites the 16-byte vector stores filling each range of `code` (byte offsets `start..end`;
+/// adjacent tagged stores share one range) into `vmovntps` with the same operands. Returns the
+/// number of stores rewritten, or `None` (and leaves `code` untouched) if any range is not made
+/// of such stores exactly or lies outside `code`.
 pub(crate) fn patch_stores(code: &mut [u8], ranges: &[(usize, usize)]) -> Option<usize> {
     let mut found = Vec::with_capacity(ranges.len());
     for &(start, end) in ranges {
-        let bytes = code.get(start..end)?;
-        let m = decode_store(bytes)?;
-        debug_assert_eq!(m.len, end - start);
-        found.push((start, m));
+        let mut at = start;
+        while at < end {
+            let m = decode_store(code.get(at..end)?)?;
+            let len = m.len;
+            found.push((at, m));
+            at += len;
+        }
     }
     for (start, m) in &found {
         code[start + m.pp_byte] &= !3;
@@ -139,6 +145,18 @@ mod tests {
             assert_eq!(patch_stores(&mut v, &[(0, bytes.len())]), None, "{bytes:02x?}");
             assert_eq!(&v, bytes);
         }
+    }
+
+    #[test]
+    fn adjacent_stores_in_one_range_are_all_rewritten() {
+        // vmovups %xmm9,(%r10,%rdi,4); vmovups %xmm0,(%rax) as one tagged range.
+        let mut code = vec![0xc4, 0x41, 0x78, 0x11, 0x0c, 0xba, 0xc5, 0xf8, 0x11, 0x00];
+        assert_eq!(patch_stores(&mut code, &[(0, 10)]), Some(2));
+        assert_eq!(code, [0xc4, 0x41, 0x78, 0x2b, 0x0c, 0xba, 0xc5, 0xf8, 0x2b, 0x00]);
+        // A store followed by a nop in the same range: nothing is rewritten.
+        let mut code = vec![0xc5, 0xf8, 0x11, 0x00, 0x90];
+        assert_eq!(patch_stores(&mut code, &[(0, 5)]), None);
+        assert_eq!(code, [0xc5, 0xf8, 0x11, 0x00, 0x90]);
     }
 
     #[test]
