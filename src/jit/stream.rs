@@ -12,8 +12,10 @@
 //!
 //! The rewrite is byte-exact and conservative: every tagged range must consist of VEX.128
 //! register-to-memory moves (`vmovups`, `vmovupd`, `vmovaps`, `vmovapd`, `vmovdqu`, `vmovdqa`;
-//! several when tagged stores are adjacent) with non-RIP-relative operands, whose lengths are
-//! found by decoding ModRM/SIB/displacement;
+//! several when tagged stores are adjacent) to an address based on a register other than rsp
+//! and rbp (Cranelift emits register-allocator spills inside a tagged range when they follow a
+//! store; the frame pointer is never an output pointer), whose lengths are found by decoding
+//! ModRM/SIB/displacement;
 //! otherwise nothing is patched and the caller keeps the ordinary kernel. `vmovntps` has the
 //! same operands and length (only the opcode and the implied prefix differ), so the code's layout
 //! and every branch target are unchanged.
@@ -55,19 +57,29 @@ fn decode_store(code: &[u8]) -> Option<VexMove> {
     if md == 3 {
         return None; // register destination
     }
+    // VEX.B extends the base register (stored inverted; the two-byte form implies 0).
+    let b_ext = if code[0] == 0xC4 { (!code[1] >> 5) & 1 } else { 0 };
     let mut len = opcode + 2;
-    let mut base_is_disp32 = false;
-    if rm == 4 {
+    let base = if rm == 4 {
         let sib = *code.get(len)?;
         len += 1;
-        base_is_disp32 = md == 0 && sib & 7 == 5;
+        if md == 0 && sib & 7 == 5 {
+            return None; // no base register: an absolute or index-only address
+        }
+        (sib & 7) | (b_ext << 3)
     } else if md == 0 && rm == 5 {
         return None; // RIP-relative: never an output pointer
+    } else {
+        rm | (b_ext << 3)
+    };
+    // rsp / rbp: a spill to the stack (register-allocator moves are emitted inside the tagged
+    // range when they follow a store), whose slot need not be 16-byte aligned.
+    if base == 4 || base == 5 {
+        return None;
     }
     len += match md {
         1 => 1,
         2 => 4,
-        _ if base_is_disp32 => 4,
         _ => 0,
     };
     (len <= code.len()).then_some(VexMove { pp_byte, opcode, len })
@@ -139,6 +151,9 @@ mod tests {
             &[0xc5, 0xf8, 0x11, 0x00, 0x90],                   // a store followed by a nop
             &[0xc5, 0xf8, 0x11],                               // truncated
             &[0x0f, 0x11, 0x00],                               // legacy SSE movups (not VEX)
+            &[0xc5, 0xf8, 0x11, 0x4d, 0x00],                   // vmovups %xmm1,0x0(%rbp) (stack)
+            &[0xc5, 0xf8, 0x11, 0x0c, 0x24],                   // vmovups %xmm1,(%rsp) (stack)
+            &[0xc5, 0xfa, 0x7f, 0x44, 0x24, 0x10],             // vmovdqu %xmm0,0x10(%rsp) (a spill)
         ];
         for bytes in reject {
             let mut v = bytes.to_vec();
@@ -153,10 +168,15 @@ mod tests {
         let mut code = vec![0xc4, 0x41, 0x78, 0x11, 0x0c, 0xba, 0xc5, 0xf8, 0x11, 0x00];
         assert_eq!(patch_stores(&mut code, &[(0, 10)]), Some(2));
         assert_eq!(code, [0xc4, 0x41, 0x78, 0x2b, 0x0c, 0xba, 0xc5, 0xf8, 0x2b, 0x00]);
-        // A store followed by a nop in the same range: nothing is rewritten.
-        let mut code = vec![0xc5, 0xf8, 0x11, 0x00, 0x90];
-        assert_eq!(patch_stores(&mut code, &[(0, 5)]), None);
-        assert_eq!(code, [0xc5, 0xf8, 0x11, 0x00, 0x90]);
+        // A store followed by a nop, or by a spill to the stack, in the same range: nothing is
+        // rewritten.
+        for tail in [&[0x90u8][..], &[0xc5, 0xfa, 0x7f, 0x44, 0x24, 0x10]] {
+            let mut code = vec![0xc5, 0xf8, 0x11, 0x00];
+            code.extend_from_slice(tail);
+            let before = code.clone();
+            assert_eq!(patch_stores(&mut code, &[(0, before.len())]), None);
+            assert_eq!(code, before);
+        }
     }
 
     #[test]
