@@ -247,6 +247,37 @@ fn f32_threads_on_a_custom_pool() {
     });
 }
 
+/// Packs B once (`geometry`'s panels, KC = 32 so several depth blocks), drops the unpacked
+/// copy, runs the product with `threads` on `isa` and checks it against the f64 reference.
+fn run_prepacked(cs: Case, ep: Ep, isa: Isa, geometry: Geometry, threads: usize) {
+    let p = problem(cs, ep);
+    let a: Vec<f32> = p.a.0.iter().map(|&x| x as f32).collect();
+    let b: Vec<f32> = p.b.0.iter().map(|&x| x as f32).collect();
+    let bias: Vec<f32> = p.bias.iter().map(|&x| x as f32).collect();
+    let opts =
+        GemmOptions { isa: Some(isa), geometry, blocking: Blocking { kc: 32, mc: 0, nc: 0 }, ..Default::default() };
+    let packed = PackedB::with_options(cs.k, cs.n, MatRef::new(&b, p.b.1, p.b.2), &opts).unwrap();
+    drop(b);
+    assert!(packed.size_bytes() >= cs.k * cs.n * 4);
+    let mut c: Vec<f32> = p.c.0.iter().map(|&x| x as f32).collect();
+    gemm_f32(
+        GemmArgs::new(
+            cs.m,
+            cs.n,
+            cs.k,
+            MatRef::new(&a, p.a.1, p.a.2),
+            Rhs::Packed(&packed),
+            MatMut::new(&mut c, p.c.1, p.c.2),
+        )
+        .epilogue(epilogue(ep, &bias, ep.alpha as f32, ep.beta as f32))
+        .threads(threads)
+        .options(GemmOptions { isa: Some(isa), ..Default::default() }),
+    )
+    .unwrap();
+    let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+    check(&format!("prepacked {isa:?} {geometry:?} t{threads}"), cs, &got, &p, 2e-6);
+}
+
 #[test]
 fn f32_prepacked_b() {
     for isa in isas() {
@@ -256,35 +287,7 @@ fn f32_prepacked_b() {
                     for threads in [1, 2] {
                         let cs = Case { m, n, k, la: 0, lb, lc: 0 };
                         let ep = Ep { alpha: 2.0, beta: 0.0, bias: 2, act: Activation::Relu };
-                        let p = problem(cs, ep);
-                        let a: Vec<f32> = p.a.0.iter().map(|&x| x as f32).collect();
-                        let b: Vec<f32> = p.b.0.iter().map(|&x| x as f32).collect();
-                        let bias: Vec<f32> = p.bias.iter().map(|&x| x as f32).collect();
-                        let opts = GemmOptions {
-                            isa: Some(isa),
-                            geometry,
-                            blocking: Blocking { kc: 32, mc: 0, nc: 0 },
-                            ..Default::default()
-                        };
-                        let packed = PackedB::with_options(k, n, MatRef::new(&b, p.b.1, p.b.2), &opts).unwrap();
-                        drop(b);
-                        assert!(packed.size_bytes() >= k * n * 4);
-                        let mut c: Vec<f32> = p.c.0.iter().map(|&x| x as f32).collect();
-                        gemm_f32(
-                            GemmArgs::new(
-                                m,
-                                n,
-                                k,
-                                MatRef::new(&a, p.a.1, p.a.2),
-                                Rhs::Packed(&packed),
-                                MatMut::new(&mut c, p.c.1, p.c.2),
-                            )
-                            .epilogue(epilogue(ep, &bias, 2.0, 0.0))
-                            .threads(threads),
-                        )
-                        .unwrap();
-                        let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
-                        check(&format!("prepacked {isa:?} {geometry:?}"), cs, &got, &p, 2e-6);
+                        run_prepacked(cs, ep, isa, geometry, threads);
                     }
                 }
             }
@@ -305,34 +308,7 @@ fn f32_prepacked_gemv() {
                     for la in 0..2 {
                         let cs = Case { m: 1, n, k, la, lb: 0, lc: 0 };
                         let ep = Ep { alpha: 0.5, beta: 1.0, bias: 2, act: Activation::GeluErf };
-                        let p = problem(cs, ep);
-                        let a: Vec<f32> = p.a.0.iter().map(|&x| x as f32).collect();
-                        let b: Vec<f32> = p.b.0.iter().map(|&x| x as f32).collect();
-                        let bias: Vec<f32> = p.bias.iter().map(|&x| x as f32).collect();
-                        let opts = GemmOptions {
-                            isa: Some(isa),
-                            geometry,
-                            blocking: Blocking { kc: 32, mc: 0, nc: 0 },
-                            ..Default::default()
-                        };
-                        let packed = PackedB::with_options(k, n, MatRef::new(&b, p.b.1, p.b.2), &opts).unwrap();
-                        let mut c: Vec<f32> = p.c.0.iter().map(|&x| x as f32).collect();
-                        gemm_f32(
-                            GemmArgs::new(
-                                1,
-                                n,
-                                k,
-                                MatRef::new(&a, p.a.1, p.a.2),
-                                Rhs::Packed(&packed),
-                                MatMut::new(&mut c, p.c.1, p.c.2),
-                            )
-                            .epilogue(epilogue(ep, &bias, 0.5, 1.0))
-                            .threads(threads)
-                            .options(GemmOptions { isa: Some(isa), ..Default::default() }),
-                        )
-                        .unwrap();
-                        let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
-                        check(&format!("prepacked gemv {isa:?} {geometry:?} t{threads}"), cs, &got, &p, 2e-6);
+                        run_prepacked(cs, ep, isa, geometry, threads);
                     }
                 }
             }
