@@ -17,7 +17,7 @@ use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{Linkage, Module, ModuleReloc};
+use cranelift_module::{FuncId, Linkage, Module, ModuleReloc};
 
 use crate::error::{Error, Result};
 use crate::lower::loop_kernel::LoopKernel;
@@ -203,49 +203,26 @@ fn define(
         .declare_function(&name, Linkage::Local, &st.ctx.func.signature)
         .map_err(|e| Error::Execution(format!("jit: declare {name}: {e}")))?;
     st.ctx.set_disasm(want_disasm);
-    let mut patched = 0;
+    // Some(stores rewritten, 0 for an ordinary kernel) once defined; None: nothing defined.
     let defined = if stream {
-        match st.ctx.compile(st.module.isa(), &mut ControlPlane::default()).map(|_| ()) {
-            Ok(()) => {
-                let code = st.ctx.compiled_code().expect("compiled just above");
-                let mut bytes = code.code_buffer().to_vec();
-                let ranges: Vec<(usize, usize)> = code
-                    .buffer
-                    .get_srclocs_sorted()
-                    .iter()
-                    .filter(|r| r.loc.bits() == codegen::STREAM_MARK)
-                    .map(|r| (r.start as usize, r.end as usize))
-                    .collect();
-                let align = code.buffer.alignment as u64;
-                let relocs: Vec<ModuleReloc> =
-                    code.buffer.relocs().iter().map(|r| ModuleReloc::from_mach_reloc(r, &st.ctx.func, id)).collect();
-                match stream::patch_stores(&mut bytes, &ranges) {
-                    Some(n) if n > 0 => {
-                        patched = n;
-                        st.module
-                            .define_function_bytes(id, align, &bytes, &relocs)
-                            .map(|()| true)
-                            .map_err(|e| format!("jit: define {name}: {e:?}"))
-                    }
-                    _ => Ok(false),
-                }
-            }
-            Err(e) => Err(format!("jit: compile {name}: {:?}", e.inner)),
-        }
+        define_streaming(st, id, &name)
     } else {
-        st.module.define_function(id, &mut st.ctx).map(|()| true).map_err(|e| format!("jit: compile {name}: {e:?}"))
+        st.module.define_function(id, &mut st.ctx).map(|()| Some(0)).map_err(|e| format!("jit: compile {name}: {e:?}"))
     };
     let mut disasm = st.ctx.compiled_code().and_then(|c| c.vcode.clone()).unwrap_or_default();
-    if patched > 0 && !disasm.is_empty() {
-        disasm.insert_str(
-            0,
-            &format!("; the vector loop's {patched} 16-byte output stores below run as vmovntps (rewritten after compilation)\n"),
-        );
-    }
     st.module.clear_context(&mut st.ctx);
     match defined {
-        Ok(true) => {}
-        Ok(false) => return Ok(Ok(None)),
+        Ok(Some(patched)) => {
+            if patched > 0 && !disasm.is_empty() {
+                disasm.insert_str(
+                    0,
+                    &format!(
+                        "; the vector loop's {patched} 16-byte output stores below run as vmovntps (rewritten after compilation)\n"
+                    ),
+                );
+            }
+        }
+        Ok(None) => return Ok(Ok(None)),
         Err(e) => return Ok(Err(e)),
     }
     st.module.finalize_definitions().map_err(|e| Error::Execution(format!("jit: finalize {name}: {e}")))?;
@@ -254,6 +231,32 @@ fn define(
     // (ptr, ptr, ptr) -> () in the host's default (C) calling convention, which is `KernelFn`.
     let f = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
     Ok(Ok(Some(CompiledLoop { f, clif: Arc::new(clif), disasm: Arc::new(disasm) })))
+}
+
+/// Compiles the function in `st.ctx`, rewrites its tagged output stores to non-temporal ones
+/// ([`stream::patch_stores`]) and defines the bytes as `id`. Returns the number of stores
+/// rewritten, or `None` (nothing defined) when there is none to rewrite.
+fn define_streaming(st: &mut JitState, id: FuncId, name: &str) -> std::result::Result<Option<usize>, String> {
+    st.ctx
+        .compile(st.module.isa(), &mut ControlPlane::default())
+        .map_err(|e| format!("jit: compile {name}: {:?}", e.inner))?;
+    let code = st.ctx.compiled_code().expect("compiled just above");
+    let mut bytes = code.code_buffer().to_vec();
+    let ranges: Vec<(usize, usize)> = code
+        .buffer
+        .get_srclocs_sorted()
+        .iter()
+        .filter(|r| r.loc.bits() == codegen::STREAM_MARK)
+        .map(|r| (r.start as usize, r.end as usize))
+        .collect();
+    let align = code.buffer.alignment as u64;
+    let relocs: Vec<ModuleReloc> =
+        code.buffer.relocs().iter().map(|r| ModuleReloc::from_mach_reloc(r, &st.ctx.func, id)).collect();
+    let Some(n) = stream::patch_stores(&mut bytes, &ranges).filter(|&n| n > 0) else {
+        return Ok(None);
+    };
+    st.module.define_function_bytes(id, align, &bytes, &relocs).map_err(|e| format!("jit: define {name}: {e:?}"))?;
+    Ok(Some(n))
 }
 
 /// Number of distinct kernels compiled so far in this process.

@@ -296,45 +296,38 @@ unsafe fn panels_dot(
     isa: Isa,
     out: &mut [f32],
 ) {
+    // The AVX2 panel kernel for the AVX2 and AVX-512 f32 families' panel widths, chosen once.
+    type PanelFn = unsafe fn(*const f32, usize, *const f32, usize, &mut [f32]);
+    #[cfg(target_arch = "x86_64")]
+    let fast: Option<PanelFn> = match (isa, nr) {
+        (Isa::Avx2 | Isa::Avx512, 16) => Some(panel_dot_avx2::<2, 4>),
+        (Isa::Avx2 | Isa::Avx512, 24) => Some(panel_dot_avx2::<3, 4>),
+        (Isa::Avx2 | Isa::Avx512, 32) => Some(panel_dot_avx2::<4, 3>),
+        (Isa::Avx2 | Isa::Avx512, 48) => Some(panel_dot_avx2::<6, 2>),
+        _ => None,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let fast: Option<PanelFn> = {
+        let _ = isa;
+        None
+    };
     let kc = panels.kc;
     let base = panels.buf.as_ptr();
     for pc in (0..k).step_by(kc) {
         let kcb = kc.min(k - pc);
         // SAFETY: block pc starts at pc·n_pad (earlier blocks are full) and its panel p at
-        // p·kcb·nr, holding kcb rows of nr elements; rows pc.. of A exist.
+        // p·kcb·nr, holding kcb rows of nr elements; rows pc.. of A exist; `fast` is only set
+        // for an ISA this CPU runs (AVX2 and FMA) and its own panel width.
         unsafe {
             let block = base.add(pc * panels.n_pad);
             let ablk = a.add(pc * a_cs);
             for p in p0..p1 {
                 let panel = block.add(p * kcb * nr);
                 let o = &mut out[(p - p0) * nr..(p - p0 + 1) * nr];
-                #[cfg(target_arch = "x86_64")]
-                if matches!(isa, Isa::Avx2 | Isa::Avx512) {
-                    // The AVX2 and AVX-512 f32 families' panel widths.
-                    let done = match nr {
-                        16 => {
-                            panel_dot_avx2::<2, 4>(ablk, a_cs, panel, kcb, o);
-                            true
-                        }
-                        24 => {
-                            panel_dot_avx2::<3, 4>(ablk, a_cs, panel, kcb, o);
-                            true
-                        }
-                        32 => {
-                            panel_dot_avx2::<4, 3>(ablk, a_cs, panel, kcb, o);
-                            true
-                        }
-                        48 => {
-                            panel_dot_avx2::<6, 2>(ablk, a_cs, panel, kcb, o);
-                            true
-                        }
-                        _ => false,
-                    };
-                    if done {
-                        continue;
-                    }
+                if let Some(f) = fast {
+                    f(ablk, a_cs, panel, kcb, o);
+                    continue;
                 }
-                let _ = isa;
                 for q in 0..kcb {
                     let s = *ablk.add(q * a_cs);
                     let row = std::slice::from_raw_parts(panel.add(q * nr), nr);
