@@ -690,3 +690,211 @@ fn streaming_kernels_write_what_the_ordinary_ones_write() {
     });
     assert!(jit::compile_streaming(&red, false).expect("compile").is_none());
 }
+
+/// Every f16 and bf16 bit pattern converts to f32 exactly in the vector loop (four halves per
+/// vector) and in the scalar tail, as the `half` crate converts them.
+#[test]
+fn half_to_f32_vector_conversions_match_the_half_crate_on_every_pattern() {
+    let n = 1usize << 16;
+    let pats: Vec<u16> = (0..=u16::MAX).collect();
+    for from in [Ty::F16, Ty::BF16] {
+        let k = convert_kernel(from, Ty::F32);
+        let clif = jit::compile(&k).unwrap().clif;
+        assert!(clif.contains("f32x4") && clif.contains("uwiden_low"), "{from:?} → F32 vectorised:\n{clif}");
+        // 4..n − 2: the range starts past the array start and ends in a scalar tail.
+        let out = elems::<f32>(&run_range(&k, &[bytes(&pats)], n, 4, n - 2)[0]);
+        for (i, &p) in pats.iter().enumerate().take(n - 2).skip(4) {
+            let want =
+                if from == Ty::F16 { half::f16::from_bits(p).to_f32() } else { half::bf16::from_bits(p).to_f32() };
+            assert!(
+                out[i].to_bits() == want.to_bits() || (out[i].is_nan() && want.is_nan()),
+                "{from:?} {p:#06x}: {} vs {want}",
+                out[i]
+            );
+        }
+    }
+}
+
+/// Every f16 and bf16 pattern survives a vector load, a negation and a store: the sign flips,
+/// every other bit stays (NaNs stay NaN).
+#[test]
+fn every_half_pattern_survives_load_neg_store() {
+    let n = 1usize << 16;
+    let pats: Vec<u16> = (0..=u16::MAX).collect();
+    for ty in [Ty::F16, Ty::BF16] {
+        let k = kernel(vec![ty], vec![Access::Full], vec![Inst::Load(0), Inst::Unary(UnaryOp::Neg, 0)], vec![1]);
+        assert!(jit::compile(&k).unwrap().clif.contains("f32x4"), "{ty:?}");
+        let out = elems::<u16>(&run(&k, &[bytes(&pats)], n)[0]);
+        for (&p, &o) in pats.iter().zip(&out) {
+            let nan = |h: u16| {
+                if ty == Ty::F16 { half::f16::from_bits(h).is_nan() } else { half::bf16::from_bits(h).is_nan() }
+            };
+            if nan(p) {
+                assert!(nan(o), "{ty:?} {p:#06x} → {o:#06x}");
+            } else {
+                assert_eq!(o, p ^ 0x8000, "{ty:?} {p:#06x}");
+            }
+        }
+    }
+}
+
+/// f32 → f16 / bf16 in the vector loop rounds to nearest even like the `half` crate: every
+/// half value, the ties halfway to its neighbour, one f32 ulp either side of each tie, and
+/// specials (±0, ±Inf, NaN, overflow, subnormal results).
+#[test]
+fn f32_to_half_vector_conversions_round_like_the_half_crate() {
+    for to in [Ty::F16, Ty::BF16] {
+        let mut xs: Vec<f32> = vec![0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, 1e30, -1e-30];
+        xs.extend([65519.0, 65520.0, f32::MAX, f32::MIN_POSITIVE, 2f32.powi(-25), 3.0 * 2f32.powi(-25)]);
+        for p in 0..=u16::MAX {
+            let (v, next) = if to == Ty::F16 {
+                (half::f16::from_bits(p).to_f32(), half::f16::from_bits(p.wrapping_add(1)).to_f32())
+            } else {
+                (half::bf16::from_bits(p).to_f32(), half::bf16::from_bits(p.wrapping_add(1)).to_f32())
+            };
+            if !v.is_finite() || !next.is_finite() {
+                continue;
+            }
+            let mid = ((v as f64 + next as f64) / 2.0) as f32;
+            xs.extend([v, mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits() - 1)]);
+        }
+        let k = convert_kernel(Ty::F32, to);
+        let clif = jit::compile(&k).unwrap().clif;
+        assert!(clif.contains("f32x4") && clif.contains("unarrow"), "F32 → {to:?} vectorised:\n{clif}");
+        let out = elems::<u16>(&run(&k, &[bytes(&xs)], xs.len())[0]);
+        for (&x, &h) in xs.iter().zip(&out) {
+            let want = if to == Ty::F16 { half::f16::from_f32(x).to_bits() } else { half::bf16::from_f32(x).to_bits() };
+            assert_eq!(h, want, "{to:?} {x:e} ({:#010x})", x.to_bits());
+        }
+    }
+}
+
+/// A half chain runs in f32x4 lanes and rounds after every op: out = (a·b + a) / b, max(·, s)
+/// with a scalar s, against the same steps through the `half` crate, for every tail length.
+#[test]
+fn half_arithmetic_vectorises_and_rounds_every_step() {
+    for ty in [Ty::F16, Ty::BF16] {
+        let k = kernel(
+            vec![ty, ty, ty],
+            vec![Access::Full, Access::Full, Access::Scalar],
+            vec![
+                Inst::Load(0),
+                Inst::Load(1),
+                Inst::Load(2),
+                Inst::Binary(BinaryOp::Mul, 0, 1),
+                Inst::Binary(BinaryOp::Add, 3, 0),
+                Inst::Binary(BinaryOp::Div, 4, 1),
+                Inst::Binary(BinaryOp::Max, 5, 2),
+            ],
+            vec![6],
+        );
+        assert!(jit::compile(&k).unwrap().clif.contains("f32x4"), "{ty:?}");
+        type Codec = (fn(f32) -> u16, fn(u16) -> f32);
+        let (to, from): Codec = if ty == Ty::F16 {
+            (|x| half::f16::from_f32(x).to_bits(), |h| half::f16::from_bits(h).to_f32())
+        } else {
+            (|x| half::bf16::from_f32(x).to_bits(), |h| half::bf16::from_bits(h).to_f32())
+        };
+        let r = |x: f32| from(to(x));
+        for n in [0usize, 1, 4, 7, 16, 17, 31, 64, 67] {
+            let a: Vec<u16> = (0..n).map(|i| to(1.0 + i as f32 * 0.377)).collect();
+            let b: Vec<u16> = (0..n).map(|i| to(0.3 + (i % 5) as f32 * 1.13)).collect();
+            let s = to(2.5);
+            let out = elems::<u16>(&run(&k, &[bytes(&a), bytes(&b), bytes(&[s])], n)[0]);
+            for i in 0..n {
+                let (x, y) = (from(a[i]), from(b[i]));
+                let want = to(r(r(r(x * y) + x) / y).max(2.5));
+                assert_eq!(out[i], want, "{ty:?} n={n} i={i}");
+            }
+        }
+    }
+}
+
+/// Half reductions vectorise over contiguous rows and accumulate in f32 (rounded once at the
+/// store): row max and row sum of small integers (exact in any order).
+#[test]
+fn half_row_reductions_vectorise() {
+    use tensorjit::ir::op::ReduceKind;
+    use tensorjit::lower::Reduction;
+    let (rows, red) = (3usize, 37usize);
+    let k = LoopKernel {
+        in_tys: vec![Ty::F16],
+        inputs: vec![Access::Full],
+        insts: vec![Inst::Load(0)],
+        outputs: vec![],
+        reduce: Some(Reduction {
+            outer: rows,
+            red,
+            inner: 1,
+            outputs: vec![(ReduceKind::Max, 0), (ReduceKind::Sum, 0)],
+            ordered: false,
+        }),
+    };
+    assert!(jit::compile(&k).unwrap().clif.contains("f32x4"));
+    let vals: Vec<f32> = (0..rows * red).map(|i| ((i * 7) % 23) as f32 - 11.0).collect();
+    let x: Vec<u16> = vals.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+    let c = jit::compile(&k).unwrap();
+    let mut mx = vec![0u16; rows];
+    let mut sm = vec![0u16; rows];
+    let ptrs = [x.as_ptr() as *mut u8, mx.as_mut_ptr().cast::<u8>(), sm.as_mut_ptr().cast::<u8>()];
+    // SAFETY: x holds rows·red halves; each output rows halves.
+    unsafe { c.run(&ptrs, 0, rows) };
+    for r in 0..rows {
+        let row = &vals[r * red..(r + 1) * red];
+        let want_max = row.iter().cloned().fold(f32::MIN, f32::max);
+        let want_sum: f32 = row.iter().sum();
+        assert_eq!(half::f16::from_bits(mx[r]).to_f32(), want_max, "row {r}");
+        assert_eq!(half::f16::from_bits(sm[r]).to_f32(), want_sum, "row {r}");
+    }
+}
+
+/// Same-width int ↔ float and Bool ↔ float conversions stay in the 32-bit vector loop:
+/// i32 → f32 rounds to nearest even, u32 → f32 too (2³² − 1 → 2³²), f32 → i32 / u32 truncate
+/// and saturate (NaN → 0), Bool → f32 gives 0/1, f32 → Bool is x ≠ 0 (NaN → true),
+/// and i32 → f16 rounds the exact value once.
+#[test]
+fn same_width_int_bool_float_conversions_vectorise() {
+    let vec_of = |k: &LoopKernel| jit::compile(k).unwrap().clif.contains("x4");
+    let i = [16_777_217i32, -16_777_219, 0, -1, i32::MAX, i32::MIN, 7, 2049];
+    let k = convert_kernel(Ty::I32, Ty::F32);
+    assert!(vec_of(&k));
+    assert_eq!(
+        elems::<f32>(&run(&k, &[bytes(&i)], 8)[0]),
+        vec![16_777_216.0, -16_777_220.0, 0.0, -1.0, 2_147_483_648.0, -2_147_483_648.0, 7.0, 2049.0]
+    );
+    let k = convert_kernel(Ty::I32, Ty::F16);
+    assert!(vec_of(&k));
+    // 2049 ties between 2048 and 2050 (f16 spacing 2 there): even → 2048 (0x6800); i32::MAX → Inf.
+    assert_eq!(
+        elems::<u16>(&run(&k, &[bytes(&i)], 8)[0]),
+        vec![0x7C00, 0xFC00, 0x0000, 0xBC00, 0x7C00, 0xFC00, 0x4700, 0x6800]
+    );
+    let u = [u32::MAX, 1, 0x8000_0001, 3, 16_777_217, 0, 9, 10];
+    let k = convert_kernel(Ty::U32, Ty::F32);
+    assert!(vec_of(&k));
+    assert_eq!(
+        elems::<f32>(&run(&k, &[bytes(&u)], 8)[0]),
+        vec![4_294_967_296.0, 1.0, 2_147_483_648.0, 3.0, 16_777_216.0, 0.0, 9.0, 10.0]
+    );
+    let f = [2.9f32, -2.9, f32::NAN, 3e9, -3e9, -0.5, 1e-3, 4_294_967_040.0];
+    let k = convert_kernel(Ty::F32, Ty::I32);
+    assert!(vec_of(&k));
+    assert_eq!(elems::<i32>(&run(&k, &[bytes(&f)], 8)[0]), vec![2, -2, 0, i32::MAX, i32::MIN, 0, 0, i32::MAX]);
+    let k = convert_kernel(Ty::F32, Ty::U32);
+    assert!(vec_of(&k));
+    assert_eq!(elems::<u32>(&run(&k, &[bytes(&f)], 8)[0]), vec![2, 0, 0, 3_000_000_000, 0, 0, 0, 4_294_967_040]);
+    let k = convert_kernel(Ty::Bool, Ty::F32);
+    assert!(vec_of(&k));
+    assert_eq!(
+        elems::<f32>(&run(&k, &[vec![1u8, 0, 0, 1, 1, 1, 0, 1, 0]], 9)[0]),
+        vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    );
+    let k = convert_kernel(Ty::F32, Ty::Bool);
+    assert!(vec_of(&k));
+    assert_eq!(run(&k, &[bytes(&f)], 8)[0], vec![1, 1, 1, 1, 1, 1, 1, 1]);
+    let z = [0.0f32, -0.0, 1.0, 0.0, f32::NAN, 0.0, -0.0, 5.0];
+    assert_eq!(run(&k, &[bytes(&z)], 8)[0], vec![0, 0, 1, 0, 1, 0, 0, 1]);
+    let k = convert_kernel(Ty::Bool, Ty::F16);
+    assert!(vec_of(&k));
+    assert_eq!(elems::<u16>(&run(&k, &[vec![1u8, 0, 1, 1, 0]], 5)[0]), vec![0x3C00, 0, 0x3C00, 0x3C00, 0]);
+}

@@ -11,17 +11,19 @@
 //! A kernel is *vectorised* (16-byte vectors: f32x4, f64x2, i32x4, i64x2, i16x8, i8x16, unrolled
 //! up to [`UNROLL`] times, with a scalar tail; the unrolled copies of a short body walk the two
 //! halves of the vector range side by side) when every value it touches — each input and output
-//! in memory and each register — has one byte width, every `Strided` input's innermost view axis
-//! has stride 1 or 0 and an extent that is a multiple of the lanes (a vector never straddles two
-//! runs; vector iterations start at multiples of the lanes, so the caller's `start` must be one,
-//! as the executor's chunk boundaries are), it has no `Iota`, and
-//! every instruction has a vector form here (integer Div/Rem, shifts, BitCount/Clz, conversions
-//! other than same-width int ↔ int, 8-bit multiplies and 64-bit Max/Min/Abs do not). One mix of
-//! widths vectorises: Bool values in a 32-bit kernel without reductions (an F32 compare whose
-//! Bool result is stored or feeds a Where) are kept as 32-bit 0/1 lanes, loaded as 4 bytes and
-//! widened, stored narrowed. Everything else — other mixed widths (an I32 → F64 convert, Bool ↔
-//! F32 converts), F16/BF16 kernels (2 bytes in memory, computed in f32), other remapped
-//! (strided) inputs — runs a scalar loop.
+//! in memory and each register — has one register width (F16/BF16 count as 32-bit: they are
+//! computed in f32 lanes, loaded four halves at a time and widened, stored narrowed), every
+//! `Strided` input's innermost view axis has stride 1 or 0 and an extent that is a multiple of
+//! the lanes (a vector never straddles two runs; vector iterations start at multiples of the
+//! lanes, so the caller's `start` must be one, as the executor's chunk boundaries are), it has no
+//! `Iota`, and every instruction has a vector form here (integer Div/Rem, shifts,
+//! BitCount/Clz, 8-bit multiplies and 64-bit Max/Min/Abs do not; conversions do between types
+//! of one register width: int/Bool ↔ int/Bool, F16/BF16/F32 among themselves, and int/Bool ↔
+//! float in 32-bit lanes). One mix of widths vectorises: Bool values in a 32-bit kernel without
+//! reductions (an F32 compare whose Bool result is stored or feeds a Where) are kept as 32-bit
+//! 0/1 lanes, loaded as 4 bytes and widened, stored narrowed. Everything else — other mixed
+//! widths (an I32 → F64 convert, F32 ↔ F64, 64-bit int ↔ float), other remapped (strided)
+//! inputs — runs a scalar loop.
 //! When Cranelift rejects the vector form of a kernel the JIT retries it as a scalar loop
 //! ([`build`] with `vector = false`).
 //!
@@ -41,7 +43,11 @@
 //! amounts are read unsigned and amounts ≥ the width give 0 (arithmetic right: the sign fill);
 //! float Max/Min propagate NaN and order −0 < +0; conversions follow §9 (float → int truncates
 //! and saturates, NaN → 0; F64 → F16 rounds once through round-to-odd f32; to BF16 through f32);
-//! F16/BF16 results are rounded to nearest even after every instruction.
+//! F16/BF16 results are rounded to nearest even after every instruction that can leave the
+//! type (not Max/Min/Neg/Abs/Ceil/Floor/Round/Sign), so an F16/BF16 register always holds a
+//! value of its type and a store only re-encodes it. The half conversions stay in 32-bit lanes
+//! (see [`Cg::round`]); f16 subnormals pass through f32 subnormals, so a thread that runs with
+//! flush-to-zero / denormals-are-zero flushes them.
 //! Register representation: see [`crate::lower::loop_kernel`].
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -170,10 +176,9 @@ pub(crate) fn vector_lanes(k: &LoopKernel, tys: &[Ty]) -> i64 {
     // reductions (4 lanes: loaded as 4 bytes and widened, kept as 32-bit 0/1 lanes, stored
     // narrowed), e.g. an f32 compare whose Bool result is stored or feeds a Where.
     let all = || k.in_tys.iter().chain(tys);
-    if all().any(|t| t.is_half()) {
-        return 1;
-    }
-    let mut widths = all().filter(|&&t| t != Ty::Bool).map(|t| t.bytes());
+    // Register widths: F16/BF16 are computed in f32 lanes (loaded as four halves and widened,
+    // stored narrowed).
+    let mut widths = all().filter(|&&t| t != Ty::Bool).map(|t| t.reg_bytes());
     let w = widths.next().unwrap_or(1);
     if widths.any(|x| x != w) {
         return 1;
@@ -186,8 +191,11 @@ pub(crate) fn vector_lanes(k: &LoopKernel, tys: &[Ty]) -> i64 {
             Inst::Load(_) | Inst::Const(..) | Inst::Where(..) | Inst::Compare(..) | Inst::Select { .. } => true,
             Inst::Iota { .. } => false,
             Inst::Convert(a, to) => {
+                // Same register width on both sides (checked above): int/Bool ↔ int/Bool,
+                // float ↔ float (F16/BF16/F32), and int/Bool ↔ float in 32-bit lanes.
+                let intish = |t: Ty| t.is_int() || t == Ty::Bool;
                 let from = tys[*a];
-                from == *to || (from.is_int() && to.is_int())
+                from == *to || intish(from) == intish(*to) || w == 4
             }
             Inst::Unary(op, a) => {
                 let t = tys[*a];
@@ -340,102 +348,178 @@ impl Cg<'_, '_> {
         self.b.ins().bitselect(m, t, f)
     }
 
-    /// Rounds an f32 register to the half type `ty` (identity for other types).
+    /// Rounds an f32 register to the half type `ty` (identity for other types). The result is
+    /// an f32 holding a value of the half type: every F16/BF16 register holds one (see
+    /// [`Cg::f32_to_f16_bits`]).
     fn round(&mut self, ty: Ty, x: Value) -> Value {
         match ty {
-            Ty::F16 => {
-                let h = self.f32_to_f16_bits(x);
-                self.f16_bits_to_f32(h)
-            }
-            Ty::BF16 => {
-                let h = self.f32_to_bf16_bits(x);
-                self.bf16_bits_to_f32(h)
-            }
+            Ty::F16 => self.round_f16(x),
+            Ty::BF16 => self.round_bf16(x),
             _ => x,
         }
     }
 
+    /// f32 → the nearest f16 value (ties to even), as an f32, without leaving f32: with `e` the
+    /// exponent of |x| clamped to f16's normal range [−14, 15] and `m = 2^(e+13)`, the f32 sum
+    /// |x| + m keeps exactly f16's precision at that exponent (below 2⁻¹⁴, f16's subnormal step
+    /// 2⁻²⁴), so the adder rounds |x| to nearest even and subtracting m is exact. Results above
+    /// 65504 become Inf; NaN stays NaN; the sign is put back last (−0 stays −0).
+    fn round_f16(&mut self, x: Value) -> Value {
+        let b = self.bits_of(x);
+        let sm = self.c32(0x8000_0000);
+        let sign = self.b.ins().band(b, sm);
+        let a = self.b.ins().bxor(b, sign);
+        let em = self.c32(0x7f80_0000);
+        let e = self.b.ins().band(a, em);
+        let lo = self.c32(0x3880_0000);
+        let e = self.b.ins().smax(e, lo);
+        let hi = self.c32(0x4700_0000);
+        let e = self.b.ins().smin(e, hi);
+        let k = self.c32(13 << 23);
+        let m = self.b.ins().iadd(e, k);
+        let m = self.f32_of(m);
+        let af = self.f32_of(a);
+        let s = self.b.ins().fadd(af, m);
+        let y = self.b.ins().fsub(s, m);
+        let max = self.cf32(65504.0);
+        let over = self.b.ins().fcmp(FloatCC::LessThan, max, y);
+        let inf = self.cf32(f32::INFINITY);
+        let y = self.select(over, inf, y);
+        let yb = self.bits_of(y);
+        let r = self.b.ins().bor(yb, sign);
+        self.f32_of(r)
+    }
+
+    /// f32 → the nearest bf16 value (ties to even), as an f32: add 0x7fff plus the lowest kept
+    /// bit and clear the 16 dropped bits (a carry into the exponent rounds up to the next binade
+    /// or to Inf); NaN stays NaN.
+    fn round_bf16(&mut self, x: Value) -> Value {
+        let b = self.bits_of(x);
+        let lsb = self.b.ins().ushr_imm(b, 16);
+        let one = self.c32(1);
+        let lsb = self.b.ins().band(lsb, one);
+        let bias = self.c32(0x7fff);
+        let r = self.b.ins().iadd(b, bias);
+        let r = self.b.ins().iadd(r, lsb);
+        let keep = self.c32(0xffff_0000);
+        let r = self.b.ins().band(r, keep);
+        let m = self.c32(0x7fff_ffff);
+        let abs = self.b.ins().band(b, m);
+        let r = self.select_cmp32(IntCC::SignedGreaterThan, abs, 0x7f80_0000, b, r);
+        self.f32_of(r)
+    }
+
+    /// This loop's 32-bit integer register type (I32 or I32X4).
+    fn i32_ty(&self) -> Type {
+        with_lanes(types::I32, self.lanes)
+    }
+
+    /// The 32-bit integer constant `v` in every lane.
+    fn c32(&mut self, v: u32) -> Value {
+        let s = self.b.ins().iconst(types::I32, v as i64);
+        self.splat(types::I32, s)
+    }
+
+    /// The f32 constant `v` in every lane.
+    fn cf32(&mut self, v: f32) -> Value {
+        let s = self.b.ins().f32const(v);
+        self.splat(types::F32, s)
+    }
+
     fn bits_of(&mut self, x: Value) -> Value {
         let flags = math::little_endian();
-        self.b.ins().bitcast(types::I32, flags, x)
+        let t = self.i32_ty();
+        self.b.ins().bitcast(t, flags, x)
     }
 
     fn f32_of(&mut self, x: Value) -> Value {
         let flags = math::little_endian();
-        self.b.ins().bitcast(types::F32, flags, x)
+        let t = with_lanes(types::F32, self.lanes);
+        self.b.ins().bitcast(t, flags, x)
     }
 
-    /// f32 → bf16 bits (I16), round to nearest even; NaN → quiet NaN with the top payload bits.
+    /// `c ? t : f` for 32-bit registers, with `c` the comparison of `a` with the constant `k`.
+    fn select_cmp32(&mut self, cc: IntCC, a: Value, k: u32, t: Value, f: Value) -> Value {
+        let k = self.c32(k);
+        let m = self.b.ins().icmp(cc, a, k);
+        self.select(m, t, f)
+    }
+
+    // The half conversions below work lane-wise on 32-bit registers (scalar or four lanes): a
+    // half value travels as its 16 bits in the low half of a 32-bit lane (upper half zero).
+
+    /// bf16 value held in an f32 (see [`Cg::round`]) → its bits; NaN → quiet NaN with the top
+    /// payload bits.
     fn f32_to_bf16_bits(&mut self, x: Value) -> Value {
         let b = self.bits_of(x);
-        let ins = self.b.ins();
-        let hi = ins.ushr_imm(b, 16);
-        let odd = self.b.ins().band_imm(hi, 1);
-        let r = self.b.ins().iadd_imm(b, 0x7fff);
-        let r = self.b.ins().iadd(r, odd);
-        let r = self.b.ins().ushr_imm(r, 16);
-        let nan_q = self.b.ins().bor_imm(hi, 0x40);
-        let abs = self.b.ins().band_imm(b, 0x7fff_ffff);
-        let is_nan = self.b.ins().icmp_imm(IntCC::UnsignedGreaterThan, abs, 0x7f80_0000);
-        let r = self.b.ins().select(is_nan, nan_q, r);
-        self.b.ins().ireduce(types::I16, r)
+        let hi = self.b.ins().ushr_imm(b, 16);
+        let q = self.c32(0x40);
+        let nan_q = self.b.ins().bor(hi, q);
+        let m = self.c32(0x7fff_ffff);
+        let abs = self.b.ins().band(b, m);
+        // |x| bits are below 2³¹: a signed compare (one instruction on x86) orders them.
+        self.select_cmp32(IntCC::SignedGreaterThan, abs, 0x7f80_0000, nan_q, hi)
     }
 
-    fn bf16_bits_to_f32(&mut self, h: Value) -> Value {
-        let w = self.b.ins().uextend(types::I32, h);
+    /// bf16 bits → f32 (exact).
+    fn bf16_bits_to_f32(&mut self, w: Value) -> Value {
         let w = self.b.ins().ishl_imm(w, 16);
         self.f32_of(w)
     }
 
-    /// f32 → f16 bits (I16), round to nearest even (overflow → ±Inf, NaN → quiet NaN).
+    /// f16 value held in an f32 (see [`Cg::round`]; the conversion is exact) → its bits; ±Inf
+    /// → ±Inf, NaN → quiet NaN with the top payload bits.
+    ///
+    /// |x|·2⁻¹¹² moves f16's exponent bias into f32's: its bits shifted right by 13 are the f16
+    /// bits (f16 subnormals become f32 subnormals with the same significand, so a thread running
+    /// with flush-to-zero flushes them). Inf and NaN stay Inf and (quiet) NaN, whose shifted
+    /// exponent field is 0x3FC00: subtracting 0x38000 makes it f16's 0x7C00.
     fn f32_to_f16_bits(&mut self, x: Value) -> Value {
         let f = self.bits_of(x);
-        let sign = self.b.ins().band_imm(f, 0x8000_0000u32 as i64);
+        let sm = self.c32(0x8000_0000);
+        let sign = self.b.ins().band(f, sm);
         let a = self.b.ins().bxor(f, sign);
-        // Inf / NaN / overflow.
-        let mant = self.b.ins().ushr_imm(a, 13);
-        let mant = self.b.ins().band_imm(mant, 0x3ff);
-        let nan = self.b.ins().bor_imm(mant, 0x7e00);
-        let inf = self.b.ins().iconst(types::I32, 0x7c00);
-        let is_nan = self.b.ins().icmp_imm(IntCC::UnsignedGreaterThan, a, 0x7f80_0000);
-        let big = self.b.ins().select(is_nan, nan, inf);
-        // Subnormal results: add 0.5 as a float so the hardware rounds the low bits away.
         let af = self.f32_of(a);
-        let magic = self.b.ins().f32const(0.5);
-        let s = self.b.ins().fadd(af, magic);
-        let s = self.bits_of(s);
-        let sub = self.b.ins().iadd_imm(s, -0x3f00_0000);
-        // Normal results: rebias the exponent and round the 13 dropped bits to nearest even.
-        let odd = self.b.ins().ushr_imm(a, 13);
-        let odd = self.b.ins().band_imm(odd, 1);
-        let n = self.b.ins().iadd_imm(a, 0xc800_0fffu32 as i32 as i64);
-        let n = self.b.ins().iadd(n, odd);
-        let n = self.b.ins().ushr_imm(n, 13);
-        let is_sub = self.b.ins().icmp_imm(IntCC::UnsignedLessThan, a, 0x3880_0000);
-        let r = self.b.ins().select(is_sub, sub, n);
-        let is_big = self.b.ins().icmp_imm(IntCC::UnsignedGreaterThanOrEqual, a, 0x4780_0000);
-        let r = self.b.ins().select(is_big, big, r);
+        let scale = self.cf32(f32::from_bits((127 - 112) << 23));
+        let y = self.b.ins().fmul(af, scale);
+        let yb = self.bits_of(y);
+        let n = self.b.ins().ushr_imm(yb, 13);
+        let lim = self.c32(0x7f7f_ffff);
+        let special = self.b.ins().icmp(IntCC::SignedGreaterThan, a, lim);
+        let rebias = self.c32(0x38000);
+        let rebias = if self.lanes == 1 {
+            let zero = self.c32(0);
+            self.b.ins().select(special, rebias, zero)
+        } else {
+            self.b.ins().band(special, rebias)
+        };
+        let r = self.b.ins().isub(n, rebias);
         let sh = self.b.ins().ushr_imm(sign, 16);
-        let r = self.b.ins().bor(r, sh);
-        self.b.ins().ireduce(types::I16, r)
+        self.b.ins().bor(r, sh)
     }
 
-    /// f16 bits (I16) → f32 (exact).
-    fn f16_bits_to_f32(&mut self, h: Value) -> Value {
-        let w = self.b.ins().uextend(types::I32, h);
-        let sign = self.b.ins().band_imm(w, 0x8000);
-        let sign = self.b.ins().ishl_imm(sign, 16);
-        let em = self.b.ins().band_imm(w, 0x7fff);
-        let sh = self.b.ins().ishl_imm(em, 13);
-        // Normal and subnormal: the shifted bits read as f32, times 2^112, are the value.
-        let f = self.f32_of(sh);
-        let scale = self.b.ins().f32const(f32::from_bits((127 + 112) << 23));
+    /// f16 bits → f32 (exact).
+    ///
+    /// The sign and the 15 other bits are placed at f32's sign and bits 27..13 (shifted left
+    /// 16, arithmetic right 3, the smeared sign bits masked off): read as f32 and times 2¹¹²,
+    /// that is the value of every finite half (subnormals through f32 subnormals). Inf and NaN
+    /// come out at 2¹⁶ and above (their exponent field is all ones): setting every f32 exponent
+    /// bit then keeps their payload.
+    fn f16_bits_to_f32(&mut self, w: Value) -> Value {
+        let t = self.b.ins().ishl_imm(w, 16);
+        let t = self.b.ins().sshr_imm(t, 3);
+        let keep = self.c32(0x8fff_e000);
+        let t = self.b.ins().band(t, keep);
+        let f = self.f32_of(t);
+        let scale = self.cf32(f32::from_bits((127 + 112) << 23));
         let f = self.b.ins().fmul(f, scale);
+        let af = self.b.ins().fabs(f);
+        let big = self.cf32(65536.0);
+        let special = self.b.ins().fcmp(FloatCC::LessThanOrEqual, big, af);
         let fb = self.bits_of(f);
-        let special = self.b.ins().bor_imm(sh, 0x7f80_0000);
-        let is_special = self.b.ins().icmp_imm(IntCC::UnsignedGreaterThanOrEqual, em, 0x7c00);
-        let r = self.b.ins().select(is_special, special, fb);
-        let r = self.b.ins().bor(r, sign);
+        let e = self.c32(0x7f80_0000);
+        let sp = self.b.ins().bor(fb, e);
+        let r = self.select(special, sp, fb);
         self.f32_of(r)
     }
 
@@ -462,13 +546,18 @@ impl Cg<'_, '_> {
     fn load(&mut self, ty: Ty, addr: Value) -> Value {
         let flags = MemFlags::new().with_notrap();
         match ty {
-            Ty::F16 => {
-                let h = self.b.ins().load(types::I16, flags, addr, 0);
-                self.f16_bits_to_f32(h)
-            }
-            Ty::BF16 => {
-                let h = self.b.ins().load(types::I16, flags, addr, 0);
-                self.bf16_bits_to_f32(h)
+            Ty::F16 | Ty::BF16 => {
+                let w = if self.lanes == 1 {
+                    let h = self.b.ins().load(types::I16, flags, addr, 0);
+                    self.b.ins().uextend(types::I32, h)
+                } else {
+                    // Four halves (eight bytes), zero-extended to four 32-bit lanes.
+                    let x = self.b.ins().load(types::I64, flags, addr, 0);
+                    let v = self.b.ins().scalar_to_vector(types::I64X2, x);
+                    let v = self.b.ins().bitcast(types::I16X8, math::little_endian(), v);
+                    self.b.ins().uwiden_low(v)
+                };
+                if ty == Ty::F16 { self.f16_bits_to_f32(w) } else { self.bf16_bits_to_f32(w) }
             }
             Ty::Bool if self.lanes == 4 => {
                 // Four bytes, widened to four 32-bit lanes.
@@ -493,13 +582,24 @@ impl Cg<'_, '_> {
         self.splat(lt, x)
     }
 
-    /// Stores `v` (of type `ty`) at `addr`. With `stream`, a full 16-byte vector store is tagged
+    /// Stores `v` (of type `ty`; an F16/BF16 register holds an f32 already rounded to its type)
+    /// at `addr`. With `stream`, a full 16-byte vector store is tagged
     /// with [`STREAM_MARK`] so the JIT can turn it into a non-temporal store (see `jit::stream`).
     fn store(&mut self, ty: Ty, v: Value, addr: Value, stream: bool) {
         let flags = MemFlags::new().with_notrap();
         let v = match ty {
-            Ty::F16 => self.f32_to_f16_bits(v),
-            Ty::BF16 => self.f32_to_bf16_bits(v),
+            Ty::F16 | Ty::BF16 => {
+                let w = if ty == Ty::F16 { self.f32_to_f16_bits(v) } else { self.f32_to_bf16_bits(v) };
+                if self.lanes == 1 {
+                    self.b.ins().ireduce(types::I16, w)
+                } else {
+                    // Four 16-bit patterns (each < 2¹⁶, so the unsigned saturation keeps them)
+                    // packed into eight bytes.
+                    let h = self.b.ins().unarrow(w, w);
+                    let q = self.b.ins().bitcast(types::I64X2, math::little_endian(), h);
+                    self.b.ins().extractlane(q, 0)
+                }
+            }
             Ty::Bool if self.lanes == 4 => {
                 // Four 32-bit 0/1 lanes narrowed to four bytes.
                 let h = self.b.ins().snarrow(v, v);
@@ -593,7 +693,19 @@ impl Cg<'_, '_> {
                 None => return Err(format!("unary {other:?} is not supported by the JIT")),
             },
         };
-        Ok(self.round(ty, v))
+        // These give a value of the operand's type from one of that type (an integer result of
+        // Ceil/Floor/Round is never wider than its operand): no rounding.
+        let exact = matches!(
+            op,
+            UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Ceil
+                | UnaryOp::Floor
+                | UnaryOp::Round
+                | UnaryOp::Identity
+                | UnaryOp::Sign
+        );
+        Ok(if exact { v } else { self.round(ty, v) })
     }
 
     fn binary(&mut self, op: BinaryOp, ty: Ty, x: Value, y: Value) -> Result<Value, String> {
@@ -613,7 +725,8 @@ impl Cg<'_, '_> {
                     }
                 }
             };
-            return Ok(self.round(ty, v));
+            // Max and Min return one of their operands: no rounding.
+            return Ok(if matches!(op, BinaryOp::Max | BinaryOp::Min) { v } else { self.round(ty, v) });
         }
         let signed = ty.is_signed();
         let bits = lane_ty(ty).bits() as i128;
@@ -683,7 +796,8 @@ impl Cg<'_, '_> {
                 self.bool_of_mask(m)
             };
         }
-        let src_bits = lane_ty(from).bits();
+        // Register lane widths (Bool lanes are 32-bit in a 4-lane loop).
+        let src_bits = self.lt(from).bits();
         if !from.is_float() {
             // Bool / int source.
             let signed = from.is_signed();
@@ -704,7 +818,7 @@ impl Cg<'_, '_> {
             } else {
                 x
             };
-            let fty = if to == Ty::F64 { types::F64 } else { types::F32 };
+            let fty = self.rty(to);
             let f = if signed { self.b.ins().fcvt_from_sint(fty, x) } else { self.b.ins().fcvt_from_uint(fty, x) };
             return self.round(to, f);
         }
@@ -1034,6 +1148,8 @@ fn build_reduce(
     let jv = b.use_var(j);
     for (n, &(_, t)) in ops.iter().enumerate() {
         let acc = b.use_var(accs[n]);
+        // Halves accumulate in f32: round once here (stores take values of their type).
+        let acc = Cg { b: &mut *b, lanes: 1, ptr }.round(t, acc);
         let off = b.ins().imul_imm(jv, t.bytes() as i64);
         let addr = b.ins().iadd(setup.out_ptrs[n_plain + n], off);
         Cg { b: &mut *b, lanes: 1, ptr }.store(t, acc, addr, false);
