@@ -414,7 +414,9 @@ where
             if k == 0 {
                 driver::naive(&job, isa);
             } else if let Some((pf, pp)) = prepacked {
-                let blk = blocking::block_sizes(pf.mr, pf.nr, pf.g, size_of::<PA>(), size_of::<PB>(), options.blocking);
+                // MC follows the depth the panels were packed with.
+                let over = Blocking { kc: pp.kc, ..options.blocking };
+                let blk = blocking::block_sizes(pf.mr, pf.nr, pf.g, size_of::<PA>(), size_of::<PB>(), over);
                 driver::run(pf, &job, &BSource::Prepacked(pp), blk, threads);
             } else {
                 let blk =
@@ -591,10 +593,10 @@ impl PackedB {
             Geometry::Wide => fams.get(1).copied().unwrap_or(fams[0]),
             _ => fams[0],
         };
-        let blk = blocking::block_sizes(family.mr, family.nr, family.g, 4, 4, options.blocking);
+        let kc = blocking::prepacked_kc(family.nr, family.g, 4, options.blocking);
         let view = RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs };
         // SAFETY: the extent of b was checked above.
-        let panels = unsafe { PackedPanels::pack::<f32, f32>(family, view, k, n, blk.kc) };
+        let panels = unsafe { PackedPanels::pack::<f32, f32>(family, view, k, n, kc) };
         Ok(PackedB { panels, family, k, n })
     }
 
