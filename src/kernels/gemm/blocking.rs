@@ -146,7 +146,7 @@ mod tests {
         if env_blocking().kc == 0 {
             let plain = block_sizes(6, 16, 1, 4, 4, Blocking::default()).kc;
             let deep = prepacked_kc(16, 1, 4, Blocking::default());
-            assert!(deep == (2 * plain).min(1024) && deep % 8 == 0, "{plain} {deep}");
+            assert!(deep == (2 * plain).min(1024) && deep.is_multiple_of(8), "{plain} {deep}");
         }
     }
 
