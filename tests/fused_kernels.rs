@@ -886,50 +886,105 @@ fn layer_norm_large_output_vs_f64() {
     }
 }
 
-#[test]
-fn attention_nan_and_infinite_scores_stay_in_their_rows() {
-    // 40 query rows, 20 keys, q = k = 0 (all scores 0, uniform weights), v_j[c] = j + c: every
-    // row outputs the mean 9.5 + c, except row 5 (a NaN in q → NaN scores → NaN row), row 9 (an
-    // additive +∞ on key 2 → ∞ − ∞ in the softmax → NaN row) and row 33 (every key −∞ → 0).
-    let (sq, skv, d, dv) = (40, 20, 16, 9);
+/// Runs one head of attention (`sq` query rows, keys/values from `k` and v_j[c] = j + c, head
+/// dim 16, value dim 9, scale 0.25, no causal) with `mask` on every ISA and checks each row:
+/// NaN for `nan_rows`, 0 for `zero_rows`, else the mean of v over the keys, (skv − 1)/2 + c
+/// (q·k is 0 there, so the weights are uniform).
+fn check_uniform_rows(
+    q: &[f32],
+    k: &[f32],
+    skv: usize,
+    mask: AttentionMask<'_>,
+    nan_rows: &[usize],
+    zero_rows: &[usize],
+) {
+    let (d, dv) = (16, 9);
+    let sq = q.len() / d;
+    let v: Vec<f32> = (0..skv).flat_map(|j| (0..dv).map(move |c| (j + c) as f32)).collect();
+    let p = AttentionParams {
+        layout: AttentionLayout::Bhsd,
+        batch: 1,
+        heads: 1,
+        kv_heads: 1,
+        seq_q: sq,
+        seq_kv: skv,
+        head_dim: d,
+        v_dim: dv,
+        scale: 0.25,
+        causal: false,
+        mask,
+        bias: None,
+        seq_lens: None,
+    };
     for isa in isas() {
-        let mut q = vec![0.0f32; sq * d];
-        q[5 * d + 3] = f32::NAN;
-        let k = vec![0.0f32; skv * d];
-        let v: Vec<f32> = (0..skv).flat_map(|j| (0..dv).map(move |c| (j + c) as f32)).collect();
-        let mut add = vec![0.0f32; sq * skv];
-        add[9 * skv + 2] = f32::INFINITY;
-        add[33 * skv..34 * skv].fill(f32::NEG_INFINITY);
-        let st = broadcast_strides([1, 1, sq, skv], [1, 1, sq, skv]).unwrap();
-        let p = AttentionParams {
-            layout: AttentionLayout::Bhsd,
-            batch: 1,
-            heads: 1,
-            kv_heads: 1,
-            seq_q: sq,
-            seq_kv: skv,
-            head_dim: d,
-            v_dim: dv,
-            scale: 0.25,
-            causal: false,
-            mask: AttentionMask::Additive(&add, st),
-            bias: None,
-            seq_lens: None,
-        };
         let mut out = vec![-7f32; sq * dv];
-        assert!(attention_f32(isa, &p, &q, &k, &v, &mut out, None));
+        assert!(attention_f32(isa, &p, q, k, &v, &mut out, None));
         for i in 0..sq {
             for c in 0..dv {
                 let got = out[i * dv + c];
-                match i {
-                    5 | 9 => assert!(got.is_nan(), "{} row {i} col {c}: {got} is not NaN", isa.name()),
-                    33 => assert_eq!(got, 0.0, "{} fully masked row {i} col {c}", isa.name()),
-                    _ => {
-                        let want = 9.5 + c as f32;
-                        assert!((got - want).abs() <= 1e-5 * want, "{} row {i} col {c}: {got} vs {want}", isa.name());
-                    }
+                if nan_rows.contains(&i) {
+                    assert!(got.is_nan(), "{} row {i} col {c}: {got} is not NaN", isa.name());
+                } else if zero_rows.contains(&i) {
+                    assert_eq!(got, 0.0, "{} fully masked row {i} col {c}", isa.name());
+                } else {
+                    let want = (skv - 1) as f32 / 2.0 + c as f32;
+                    assert!((got - want).abs() <= 1e-5 * want, "{} row {i} col {c}: {got} vs {want}", isa.name());
                 }
             }
         }
     }
+}
+
+#[test]
+fn attention_nan_and_infinite_scores_stay_in_their_rows() {
+    // 40 query rows, 20 keys, q = k = 0 (all scores 0, uniform weights): every row outputs the
+    // mean 9.5 + c, except row 5 (a NaN in q → NaN scores → NaN row), row 9 (an additive +∞ on
+    // key 2 → ∞ − ∞ in the softmax → NaN row) and row 33 (every key −∞ → 0).
+    let (sq, skv, d) = (40, 20, 16);
+    let mut q = vec![0.0f32; sq * d];
+    q[5 * d + 3] = f32::NAN;
+    let k = vec![0.0f32; skv * d];
+    let mut add = vec![0.0f32; sq * skv];
+    add[9 * skv + 2] = f32::INFINITY;
+    add[33 * skv..34 * skv].fill(f32::NEG_INFINITY);
+    let st = broadcast_strides([1, 1, sq, skv], [1, 1, sq, skv]).unwrap();
+    check_uniform_rows(&q, &k, skv, AttentionMask::Additive(&add, st), &[5, 9], &[33]);
+}
+
+#[test]
+fn attention_nan_and_overflow_without_mask_across_tiles() {
+    // No mask (the AVX2 path takes each tile's maximum from the Q·Kᵀ micro-kernel), 300 keys
+    // (three tiles), 40 query rows, q = k = 0 except: row 5 has a NaN in q (every score NaN);
+    // row 11 scores +∞ on key 150 only (1e30·1e30 overflows; tile 2); row 13 scores ±∞ or NaN
+    // on key 50 only (1e30·1e30 + 1e30·(−1e30): ∞ − ∞ with separate roundings, +∞ through a
+    // fused multiply-add; tile 1, later tiles normal). Those rows are NaN; every other row
+    // outputs the mean 149.5 + c.
+    let (sq, skv, d) = (40, 300, 16);
+    let mut q = vec![0.0f32; sq * d];
+    q[5 * d + 3] = f32::NAN;
+    q[11 * d] = 1e30;
+    q[13 * d + 1] = 1e30;
+    q[13 * d + 2] = 1e30;
+    let mut k = vec![0.0f32; skv * d];
+    k[150 * d] = 1e30;
+    k[50 * d + 1] = 1e30;
+    k[50 * d + 2] = -1e30;
+    check_uniform_rows(&q, &k, skv, AttentionMask::None, &[5, 11, 13], &[]);
+}
+
+#[test]
+fn attention_nan_score_among_excluded_keys_is_a_nan_row() {
+    // 8 query rows, 20 keys, q = k = 0, Bool mask: row 3 has a NaN in q (NaN scores) and sees
+    // key 4 only (the others are −∞, so a maximum that skips NaN finds only −∞ and would take
+    // the row for fully masked): NaN row; row 6 sees no key: 0; the other rows see every key.
+    let (sq, skv, d) = (8, 20, 16);
+    let mut q = vec![0.0f32; sq * d];
+    q[3 * d + 3] = f32::NAN;
+    let k = vec![0.0f32; skv * d];
+    let mut keep = vec![true; sq * skv];
+    keep[3 * skv..4 * skv].fill(false);
+    keep[3 * skv + 4] = true;
+    keep[6 * skv..7 * skv].fill(false);
+    let st = broadcast_strides([1, 1, sq, skv], [1, 1, sq, skv]).unwrap();
+    check_uniform_rows(&q, &k, skv, AttentionMask::Bool(&keep, st), &[3], &[6]);
 }

@@ -136,6 +136,9 @@ struct Scratch {
     l: [f32; Q_BLOCK],
     /// Rescale factor of the last tile per query lane.
     alpha: [f32; Q_BLOCK],
+    /// The tile's score maximum per query lane, kept by the AVX2 `Q·Kᵀ` micro-kernel (used when
+    /// no mask or bias changes the scores afterwards).
+    tmax: [f32; Q_BLOCK],
     /// The query block transposed, `head_dim × Q_BLOCK` (lanes past the block zero).
     qt: Vec<f32>,
     /// Scores, then probabilities, of the tile transposed: `K_BLOCK × Q_BLOCK`.
@@ -189,6 +192,7 @@ pub fn attention_f32(
         m: [0.0; Q_BLOCK],
         l: [0.0; Q_BLOCK],
         alpha: [0.0; Q_BLOCK],
+        tmax: [f32::NEG_INFINITY; Q_BLOCK],
         qt: vec![0.0; d * Q_BLOCK],
         st: vec![0.0; K_BLOCK * Q_BLOCK],
         acc: vec![0.0; vd * Q_BLOCK],
@@ -277,11 +281,15 @@ fn item(
         let j1 = (j0 + K_BLOCK).min(kend);
         let nk = j1 - j0;
         let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
-        scores(isa, &s.qt, d, kt, ks, nk, lanes, p.scale, &mut s.st);
-        if p.masked() {
+        s.tmax[..lanes].fill(f32::NEG_INFINITY);
+        scores(isa, &s.qt, d, kt, ks, nk, lanes, p.scale, &mut s.st, &mut s.tmax);
+        let tmax = if p.masked() {
             mask_tile(p, b, h, i0, rows, j0, nk, &mut s.st);
-        }
-        softmax_tile(isa, &mut s.st, nk, lanes, &mut s.m, &mut s.l, &mut s.alpha);
+            None
+        } else {
+            Some(&s.tmax)
+        };
+        softmax_tile(isa, &mut s.st, nk, lanes, tmax, &mut s.m, &mut s.l, &mut s.alpha);
         let vt = &v[vbase + j0 * vs..vbase + (j1 - 1) * vs + vd];
         pv(isa, &s.st, nk, vt, vs, vd, lanes, &s.alpha, j0 == 0, v_finite, &mut s.acc);
         j0 = j1;
@@ -439,6 +447,7 @@ fn scores(
     lanes: usize,
     scale: f32,
     st: &mut [f32],
+    tmax: &mut [f32; Q_BLOCK],
 ) {
     assert!(
         (1..=K_BLOCK).contains(&nk)
@@ -451,14 +460,23 @@ fn scores(
     #[cfg(target_arch = "x86_64")]
     if isa == FusedIsa::Avx2 {
         let stp = st.as_mut_ptr();
+        let mxp = tmax.as_mut_ptr();
         micro_tiles(lanes, nk, |h, j, nr| {
             // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
-            // ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows and of st's rows j..j+nr
-            // (asserted above).
+            // ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows, of st's rows j..j+nr and of
+            // tmax (asserted above).
             unsafe {
                 with_rows!(
                     nr,
-                    avx2::qk_r(qt.as_ptr().add(h), d, k.as_ptr().add(j * ks), ks, stp.add(j * Q_BLOCK + h), scale)
+                    avx2::qk_r(
+                        qt.as_ptr().add(h),
+                        d,
+                        k.as_ptr().add(j * ks),
+                        ks,
+                        stp.add(j * Q_BLOCK + h),
+                        scale,
+                        mxp.add(h)
+                    )
                 )
             }
         });
@@ -549,11 +567,13 @@ fn mask_tile(
 /// the scores become `e^(s − m')` in place, `alpha` receives `e^(m − m')`, `l` becomes
 /// `α·l + Σ e^(s − m')` and `m` becomes `m'` (NaN if a score or `m` is NaN). A lane whose `m'`
 /// is −∞ (nothing visible yet) gets probabilities 0, `α` 0 and keeps `m = −∞`, `l = 0`.
+#[allow(clippy::too_many_arguments)]
 fn softmax_tile(
     isa: FusedIsa,
     st: &mut [f32],
     nk: usize,
     lanes: usize,
+    tmax: Option<&[f32; Q_BLOCK]>,
     m: &mut [f32; Q_BLOCK],
     l: &mut [f32; Q_BLOCK],
     alpha: &mut [f32; Q_BLOCK],
@@ -568,6 +588,7 @@ fn softmax_tile(
                 avx2::softmax8(
                     st.as_mut_ptr().add(x),
                     nk,
+                    tmax.map(|t| t.as_ptr().add(x)),
                     m.as_mut_ptr().add(x),
                     l.as_mut_ptr().add(x),
                     alpha.as_mut_ptr().add(x),
@@ -576,7 +597,7 @@ fn softmax_tile(
         }
         return;
     }
-    let _ = isa;
+    let _ = (isa, tmax);
     let mut mt = [f32::NEG_INFINITY; Q_BLOCK];
     for j in 0..nk {
         for (a, &s) in mt[..lanes].iter_mut().zip(&st[j * Q_BLOCK..j * Q_BLOCK + lanes]) {
@@ -679,12 +700,15 @@ mod avx2 {
     /// (6 rows × 16 query lanes = 12 accumulators).
     pub(super) const ROWS: usize = 6;
 
-    /// Transposed scores of `R` (1..=6) key rows against 16 query lanes.
+    /// Transposed scores of `R` (1..=6) key rows against 16 query lanes; `mx` (16 lanes)
+    /// becomes the maximum of itself and the new scores (`max_ps` order: a NaN score may be
+    /// dropped, see `softmax8`).
     ///
     /// # Safety
     /// AVX2+FMA; `qt` points at lane h of a `d × Q_BLOCK` packed block with h + 16 ≤ Q_BLOCK;
     /// `k` holds `R` rows of `d` values `ks` apart; `st` points at lane h of `R` rows `Q_BLOCK`
-    /// apart.
+    /// apart; `mx` at 16 values.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn qk_r<const R: usize>(
@@ -694,6 +718,7 @@ mod avx2 {
         ks: usize,
         st: *mut f32,
         scale: f32,
+        mx: *mut f32,
     ) {
         let mut a = [[_mm256_setzero_ps(); 2]; R];
         let kp: [*const f32; R] = std::array::from_fn(|r| k.wrapping_add(r * ks));
@@ -710,12 +735,21 @@ mod avx2 {
             }
         }
         let sc = _mm256_set1_ps(scale);
+        // SAFETY: mx holds 16 values (the contract).
+        let mut m = unsafe { [_mm256_loadu_ps(mx), _mm256_loadu_ps(mx.add(8))] };
         for (r, ar) in a.iter().enumerate() {
+            let s = [_mm256_mul_ps(ar[0], sc), _mm256_mul_ps(ar[1], sc)];
+            m = [_mm256_max_ps(m[0], s[0]), _mm256_max_ps(m[1], s[1])];
             // SAFETY: row r < R of st has 16 writable lanes from st.
             unsafe {
-                _mm256_storeu_ps(st.add(r * Q_BLOCK), _mm256_mul_ps(ar[0], sc));
-                _mm256_storeu_ps(st.add(r * Q_BLOCK + 8), _mm256_mul_ps(ar[1], sc));
+                _mm256_storeu_ps(st.add(r * Q_BLOCK), s[0]);
+                _mm256_storeu_ps(st.add(r * Q_BLOCK + 8), s[1]);
             }
+        }
+        // SAFETY: as for the loads of mx.
+        unsafe {
+            _mm256_storeu_ps(mx, m[0]);
+            _mm256_storeu_ps(mx.add(8), m[1]);
         }
     }
 
@@ -773,13 +807,14 @@ mod avx2 {
 
     /// `e^x` for `x ≤ 0` (the softmax exponents): the algorithm of `vmath::avx2::exp` (same
     /// range reduction and polynomial) with a single power-of-two scale, results below 2⁻¹²⁶
-    /// (x < −87.33, −∞ included) flushed to 0. NaN lanes give an unspecified finite value.
+    /// (x < −87.33, −∞ included) flushed to 0. NaN lanes give NaN.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     fn exp_nonpos(x: __m256) -> __m256 {
         let set = _mm256_set1_ps;
-        // max_ps returns its second operand for NaN lanes: xc is finite.
-        let xc = _mm256_max_ps(x, set(EXP_MIN));
+        // max_ps returns its second operand for NaN lanes: a NaN x stays NaN through the
+        // polynomial and the final product.
+        let xc = _mm256_max_ps(set(EXP_MIN), x);
         let (e, n) = exp_reduced(xc);
         // n ∈ [−126, 0]: 2ⁿ is a normal float.
         let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
@@ -790,32 +825,43 @@ mod avx2 {
         _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x, set(EXP_MIN)), y)
     }
 
-    /// Online-softmax update of 8 query lanes (see `super::softmax_tile`).
+    /// Online-softmax update of 8 query lanes (see `super::softmax_tile`); `tmax`, when given,
+    /// holds the tile's maximum score per lane (else it is found here).
+    ///
+    /// NaN: a maximum found with `max_ps` may drop a NaN score, but every NaN reaches `l`
+    /// (`e^NaN` is NaN in [`exp_nonpos`]; a NaN `m` makes `α` NaN; a +∞ maximum makes the
+    /// exponent of its own key ∞ − ∞), and a lane whose `l` is NaN gets `m` = NaN, so its output
+    /// row is NaN (never taken for a fully masked row).
     ///
     /// # Safety
-    /// AVX2+FMA; `st` points at 8 lanes of `nk` rows `Q_BLOCK` apart; `m`, `l`, `alpha` hold 8
-    /// values each.
+    /// AVX2+FMA; `st` points at 8 lanes of `nk` rows `Q_BLOCK` apart; `m`, `l`, `alpha` and
+    /// `tmax` hold 8 values each.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn softmax8(st: *mut f32, nk: usize, m: *mut f32, l: *mut f32, alpha: *mut f32) {
+    pub(super) unsafe fn softmax8(
+        st: *mut f32,
+        nk: usize,
+        tmax: Option<*const f32>,
+        m: *mut f32,
+        l: *mut f32,
+        alpha: *mut f32,
+    ) {
         let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
         // SAFETY: the caller's contract.
         unsafe {
             let mo = _mm256_loadu_ps(m);
-            let mut mx = ninf;
-            let mut nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(mo, mo);
-            for j in 0..nk {
-                let x = _mm256_loadu_ps(st.add(j * Q_BLOCK));
-                mx = _mm256_max_ps(mx, x);
-                nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
-            }
-            let qnan = _mm256_set1_ps(f32::NAN);
+            let mx = match tmax {
+                Some(t) => _mm256_loadu_ps(t),
+                None => {
+                    let mut mx = ninf;
+                    for j in 0..nk {
+                        mx = _mm256_max_ps(mx, _mm256_loadu_ps(st.add(j * Q_BLOCK)));
+                    }
+                    mx
+                }
+            };
             let mx = _mm256_max_ps(mo, mx);
-            // A +∞ maximum makes the row NaN (∞ − ∞ in its exponents), as NaN scores do.
-            let nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_EQ_OQ>(mx, _mm256_set1_ps(f32::INFINITY)));
-            let mn = _mm256_blendv_ps(mx, qnan, nan);
             // Lanes with nothing visible shift by 0: their −∞ scores give 0, α = e^(−∞) = 0.
-            // NaN lanes get finite garbage here and l = NaN below, which makes their output NaN.
-            let mu = _mm256_blendv_ps(mn, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_EQ_OQ>(mn, ninf));
+            let mu = _mm256_blendv_ps(mx, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_EQ_OQ>(mx, ninf));
             let al = exp_nonpos(_mm256_sub_ps(mo, mu));
             let mut sum = _mm256_setzero_ps();
             for j in 0..nk {
@@ -824,8 +870,9 @@ mod avx2 {
                 sum = _mm256_add_ps(sum, e);
             }
             let ln = _mm256_fmadd_ps(_mm256_loadu_ps(l), al, sum);
-            _mm256_storeu_ps(l, _mm256_blendv_ps(ln, qnan, nan));
-            _mm256_storeu_ps(m, mn);
+            let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(ln, ln);
+            _mm256_storeu_ps(l, ln);
+            _mm256_storeu_ps(m, _mm256_blendv_ps(mx, _mm256_set1_ps(f32::NAN), nan));
             _mm256_storeu_ps(alpha, al);
         }
     }
