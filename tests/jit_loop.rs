@@ -725,10 +725,10 @@ fn every_half_pattern_survives_load_neg_store() {
         let k = kernel(vec![ty], vec![Access::Full], vec![Inst::Load(0), Inst::Unary(UnaryOp::Neg, 0)], vec![1]);
         assert!(jit::compile(&k).unwrap().clif.contains("f32x4"), "{ty:?}");
         let out = elems::<u16>(&run(&k, &[bytes(&pats)], n)[0]);
+        let nan = |h: u16| {
+            if ty == Ty::F16 { half::f16::from_bits(h).is_nan() } else { half::bf16::from_bits(h).is_nan() }
+        };
         for (&p, &o) in pats.iter().zip(&out) {
-            let nan = |h: u16| {
-                if ty == Ty::F16 { half::f16::from_bits(h).is_nan() } else { half::bf16::from_bits(h).is_nan() }
-            };
             if nan(p) {
                 assert!(nan(o), "{ty:?} {p:#06x} → {o:#06x}");
             } else {
@@ -830,10 +830,10 @@ fn half_row_reductions_vectorise() {
             ordered: false,
         }),
     };
-    assert!(jit::compile(&k).unwrap().clif.contains("f32x4"));
+    let c = jit::compile(&k).unwrap();
+    assert!(c.clif.contains("f32x4"));
     let vals: Vec<f32> = (0..rows * red).map(|i| ((i * 7) % 23) as f32 - 11.0).collect();
     let x: Vec<u16> = vals.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
-    let c = jit::compile(&k).unwrap();
     let mut mx = vec![0u16; rows];
     let mut sm = vec![0u16; rows];
     let ptrs = [x.as_ptr() as *mut u8, mx.as_mut_ptr().cast::<u8>(), sm.as_mut_ptr().cast::<u8>()];
