@@ -366,24 +366,24 @@ impl Cg<'_, '_> {
     /// 65504 become Inf; NaN stays NaN; the sign is put back last (−0 stays −0).
     fn round_f16(&mut self, x: Value) -> Value {
         let b = self.bits_of(x);
-        let sm = self.c32(0x8000_0000);
+        let sm = self.iconst(Ty::I32, 0x8000_0000);
         let sign = self.b.ins().band(b, sm);
         let a = self.b.ins().bxor(b, sign);
-        let em = self.c32(0x7f80_0000);
+        let em = self.iconst(Ty::I32, 0x7f80_0000);
         let e = self.b.ins().band(a, em);
-        let lo = self.c32(0x3880_0000);
+        let lo = self.iconst(Ty::I32, 0x3880_0000);
         let e = self.b.ins().smax(e, lo);
-        let hi = self.c32(0x4700_0000);
+        let hi = self.iconst(Ty::I32, 0x4700_0000);
         let e = self.b.ins().smin(e, hi);
-        let k = self.c32(13 << 23);
+        let k = self.iconst(Ty::I32, 13 << 23);
         let m = self.b.ins().iadd(e, k);
         let m = self.f32_of(m);
         let af = self.f32_of(a);
         let s = self.b.ins().fadd(af, m);
         let y = self.b.ins().fsub(s, m);
-        let max = self.cf32(65504.0);
+        let max = self.fconst(Ty::F32, 65504.0);
         let over = self.b.ins().fcmp(FloatCC::LessThan, max, y);
-        let inf = self.cf32(f32::INFINITY);
+        let inf = self.fconst(Ty::F32, f64::INFINITY);
         let y = self.select(over, inf, y);
         let yb = self.bits_of(y);
         let r = self.b.ins().bor(yb, sign);
@@ -396,51 +396,34 @@ impl Cg<'_, '_> {
     fn round_bf16(&mut self, x: Value) -> Value {
         let b = self.bits_of(x);
         let lsb = self.b.ins().ushr_imm(b, 16);
-        let one = self.c32(1);
+        let one = self.iconst(Ty::I32, 1);
         let lsb = self.b.ins().band(lsb, one);
-        let bias = self.c32(0x7fff);
+        let bias = self.iconst(Ty::I32, 0x7fff);
         let r = self.b.ins().iadd(b, bias);
         let r = self.b.ins().iadd(r, lsb);
-        let keep = self.c32(0xffff_0000);
+        let keep = self.iconst(Ty::I32, 0xffff_0000);
         let r = self.b.ins().band(r, keep);
-        let m = self.c32(0x7fff_ffff);
+        let m = self.iconst(Ty::I32, 0x7fff_ffff);
         let abs = self.b.ins().band(b, m);
         let r = self.select_cmp32(IntCC::SignedGreaterThan, abs, 0x7f80_0000, b, r);
         self.f32_of(r)
     }
 
-    /// This loop's 32-bit integer register type (I32 or I32X4).
-    fn i32_ty(&self) -> Type {
-        with_lanes(types::I32, self.lanes)
-    }
-
-    /// The 32-bit integer constant `v` in every lane.
-    fn c32(&mut self, v: u32) -> Value {
-        let s = self.b.ins().iconst(types::I32, v as i64);
-        self.splat(types::I32, s)
-    }
-
-    /// The f32 constant `v` in every lane.
-    fn cf32(&mut self, v: f32) -> Value {
-        let s = self.b.ins().f32const(v);
-        self.splat(types::F32, s)
-    }
-
+    /// The bits of f32 lanes as I32 lanes.
     fn bits_of(&mut self, x: Value) -> Value {
-        let flags = math::little_endian();
-        let t = self.i32_ty();
-        self.b.ins().bitcast(t, flags, x)
+        let t = self.rty(Ty::I32);
+        self.b.ins().bitcast(t, math::little_endian(), x)
     }
 
+    /// I32 lanes read as f32 lanes.
     fn f32_of(&mut self, x: Value) -> Value {
-        let flags = math::little_endian();
-        let t = with_lanes(types::F32, self.lanes);
-        self.b.ins().bitcast(t, flags, x)
+        let t = self.rty(Ty::F32);
+        self.b.ins().bitcast(t, math::little_endian(), x)
     }
 
     /// `c ? t : f` for 32-bit registers, with `c` the comparison of `a` with the constant `k`.
     fn select_cmp32(&mut self, cc: IntCC, a: Value, k: u32, t: Value, f: Value) -> Value {
-        let k = self.c32(k);
+        let k = self.iconst(Ty::I32, k.into());
         let m = self.b.ins().icmp(cc, a, k);
         self.select(m, t, f)
     }
@@ -453,9 +436,9 @@ impl Cg<'_, '_> {
     fn f32_to_bf16_bits(&mut self, x: Value) -> Value {
         let b = self.bits_of(x);
         let hi = self.b.ins().ushr_imm(b, 16);
-        let q = self.c32(0x40);
+        let q = self.iconst(Ty::I32, 0x40);
         let nan_q = self.b.ins().bor(hi, q);
-        let m = self.c32(0x7fff_ffff);
+        let m = self.iconst(Ty::I32, 0x7fff_ffff);
         let abs = self.b.ins().band(b, m);
         // |x| bits are below 2³¹: a signed compare (one instruction on x86) orders them.
         self.select_cmp32(IntCC::SignedGreaterThan, abs, 0x7f80_0000, nan_q, hi)
@@ -476,19 +459,19 @@ impl Cg<'_, '_> {
     /// exponent field is 0x3FC00: subtracting 0x38000 makes it f16's 0x7C00.
     fn f32_to_f16_bits(&mut self, x: Value) -> Value {
         let f = self.bits_of(x);
-        let sm = self.c32(0x8000_0000);
+        let sm = self.iconst(Ty::I32, 0x8000_0000);
         let sign = self.b.ins().band(f, sm);
         let a = self.b.ins().bxor(f, sign);
         let af = self.f32_of(a);
-        let scale = self.cf32(f32::from_bits((127 - 112) << 23));
+        let scale = self.fconst(Ty::F32, f64::from(f32::from_bits((127 - 112) << 23)));
         let y = self.b.ins().fmul(af, scale);
         let yb = self.bits_of(y);
         let n = self.b.ins().ushr_imm(yb, 13);
-        let lim = self.c32(0x7f7f_ffff);
+        let lim = self.iconst(Ty::I32, 0x7f7f_ffff);
         let special = self.b.ins().icmp(IntCC::SignedGreaterThan, a, lim);
-        let rebias = self.c32(0x38000);
+        let rebias = self.iconst(Ty::I32, 0x38000);
         let rebias = if self.lanes == 1 {
-            let zero = self.c32(0);
+            let zero = self.iconst(Ty::I32, 0);
             self.b.ins().select(special, rebias, zero)
         } else {
             self.b.ins().band(special, rebias)
@@ -508,16 +491,16 @@ impl Cg<'_, '_> {
     fn f16_bits_to_f32(&mut self, w: Value) -> Value {
         let t = self.b.ins().ishl_imm(w, 16);
         let t = self.b.ins().sshr_imm(t, 3);
-        let keep = self.c32(0x8fff_e000);
+        let keep = self.iconst(Ty::I32, 0x8fff_e000);
         let t = self.b.ins().band(t, keep);
         let f = self.f32_of(t);
-        let scale = self.cf32(f32::from_bits((127 + 112) << 23));
+        let scale = self.fconst(Ty::F32, f64::from(f32::from_bits((127 + 112) << 23)));
         let f = self.b.ins().fmul(f, scale);
         let af = self.b.ins().fabs(f);
-        let big = self.cf32(65536.0);
+        let big = self.fconst(Ty::F32, 65536.0);
         let special = self.b.ins().fcmp(FloatCC::LessThanOrEqual, big, af);
         let fb = self.bits_of(f);
-        let e = self.c32(0x7f80_0000);
+        let e = self.iconst(Ty::I32, 0x7f80_0000);
         let sp = self.b.ins().bor(fb, e);
         let r = self.select(special, sp, fb);
         self.f32_of(r)

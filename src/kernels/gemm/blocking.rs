@@ -88,17 +88,7 @@ pub fn env_blocking() -> Blocking {
 pub fn block_sizes(mr: usize, nr: usize, g: usize, a_bytes: usize, b_bytes: usize, over: Blocking) -> Blocking {
     let c = cache_sizes();
     let env = env_blocking();
-    let pick = |o: usize, e: usize, d: usize| {
-        if o != 0 {
-            o
-        } else if e != 0 {
-            e
-        } else {
-            d
-        }
-    };
-    let kc_def = (c.l1d * 3 / 4 / (nr * b_bytes).max(1)).clamp(64, 1024) / 8 * 8;
-    let kc = round_up(pick(over.kc, env.kc, kc_def), g);
+    let kc = round_up(pick(over.kc, env.kc, l1_depth(c.l1d * 3 / 4, nr, b_bytes)), g);
     let mc_def = (c.l2 / 4 / (kc * a_bytes).max(1)).clamp(mr, 4096);
     let mc = round_up(pick(over.mc, env.mc, mc_def), mr);
     let l3 = if c.l3 > 0 { c.l3 } else { c.l2 * 4 };
@@ -114,13 +104,25 @@ pub fn block_sizes(mr: usize, nr: usize, g: usize, a_bytes: usize, b_bytes: usiz
 /// 512x1536x384 94.4–96.5 vs 95.9–97.9, 512x1536x1536 92.7–95.4 vs 94.3–97.9, 2048³ 92.9–95.0
 /// vs 94.7–97.0, 16x1536x1536 96.6–96.9 vs 99.0–99.3 GFLOP/s; shapes with K ≤ 384 unchanged.
 pub fn prepacked_kc(nr: usize, g: usize, b_bytes: usize, over: Blocking) -> usize {
-    let explicit = if over.kc != 0 { over.kc } else { env_blocking().kc };
-    let kc = if explicit != 0 {
+    let deep = l1_depth(2 * cache_sizes().l1d * 3 / 4, nr, b_bytes);
+    round_up(pick(over.kc, env_blocking().kc, deep), g)
+}
+
+/// The depth at which a KC x `nr` B micro-panel of `b_bytes` elements fills `budget` bytes, in
+/// 64..=1024, a multiple of 8.
+fn l1_depth(budget: usize, nr: usize, b_bytes: usize) -> usize {
+    (budget / (nr * b_bytes).max(1)).clamp(64, 1024) / 8 * 8
+}
+
+/// The first non-zero of an explicit value, the environment's, and the default.
+fn pick(explicit: usize, env: usize, default: usize) -> usize {
+    if explicit != 0 {
         explicit
+    } else if env != 0 {
+        env
     } else {
-        (2 * cache_sizes().l1d * 3 / 4 / (nr * b_bytes).max(1)).clamp(64, 1024) / 8 * 8
-    };
-    round_up(kc, g)
+        default
+    }
 }
 
 /// `x` rounded up to a multiple of `to` (`to` > 0); at least `to`.
