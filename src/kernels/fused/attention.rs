@@ -281,7 +281,6 @@ fn item(
         let j1 = (j0 + K_BLOCK).min(kend);
         let nk = j1 - j0;
         let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
-        s.tmax[..lanes].fill(f32::NEG_INFINITY);
         scores(isa, &s.qt, d, kt, ks, nk, lanes, p.scale, &mut s.st, &mut s.tmax);
         let tmax = if p.masked() {
             mask_tile(p, b, h, i0, rows, j0, nk, &mut s.st);
@@ -435,7 +434,8 @@ macro_rules! with_rows {
 }
 
 /// Transposed scores of a tile: `st[j][r] = scale · Σ_c k_j[c]·qt[c][r]` for the `nk` key rows
-/// of `k` (`ks` apart) and query lanes `r < lanes` (a multiple of [`QH`]).
+/// of `k` (`ks` apart) and query lanes `r < lanes` (a multiple of [`QH`]). The AVX2 path also
+/// sets `tmax[r]` to the lane's maximum score (the generic path leaves `tmax` alone).
 #[allow(clippy::too_many_arguments)]
 fn scores(
     isa: FusedIsa,
@@ -460,6 +460,7 @@ fn scores(
     #[cfg(target_arch = "x86_64")]
     if isa == FusedIsa::Avx2 {
         let stp = st.as_mut_ptr();
+        tmax[..lanes].fill(f32::NEG_INFINITY);
         let mxp = tmax.as_mut_ptr();
         micro_tiles(lanes, nk, |h, j, nr| {
             // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
