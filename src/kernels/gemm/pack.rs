@@ -28,7 +28,10 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
     // SAFETY: every read is at r * rs + k * cs with r < rows and k < kc; every write is inside
     // the panel extent stated in the contract.
     unsafe {
-        for p in 0..rows.div_ceil(w) {
+        // Several full panels of contiguous rows (B row-major): walk the source row by row.
+        let full =
+            if g == 1 && rs == 1 && rows >= 2 * w { pack_cols_rowwise::<TI, PA>(src, cs, rows, kc, w, dst) } else { 0 };
+        for p in full..rows.div_ceil(w) {
             let r0 = p * w;
             let rw = w.min(rows - r0);
             let pd = dst.add(p * kgroups * w * g);
@@ -145,16 +148,21 @@ unsafe fn pack_cols_fixed<TI: Copy, PA: PackFrom<TI>>(
     /// # Safety: as `pack_cols_fixed` with `w == W`.
     #[inline(always)]
     unsafe fn go<TI: Copy, PA: PackFrom<TI>, const W: usize>(s0: *const TI, cs: usize, kc: usize, pd: *mut PA) {
-        const AHEAD: usize = 8;
+        const AHEAD: usize = 16;
         // SAFETY: k < kc and i < W lie in the source panel; the panel holds kc * W elements.
         unsafe {
             for k in 0..kc {
                 let s = s0.add(k * cs);
-                super::tile::prefetch_read(s.wrapping_add(AHEAD * cs));
+                // Every line of the row a few k ahead (first and last element cover a misaligned
+                // start).
+                let ahead = s.wrapping_add(AHEAD * cs);
+                for off in (0..W).step_by(64 / size_of::<TI>().max(1)) {
+                    super::tile::prefetch_read(ahead.wrapping_add(off));
+                }
+                super::tile::prefetch_read(ahead.wrapping_add(W - 1));
                 // Whole-row values: one block read and one block write (no aliasing question
                 // between source and panel, so the copy becomes vector moves).
-                let v: [TI; W] = std::ptr::read_unaligned(s.cast());
-                std::ptr::write_unaligned(pd.add(k * W).cast::<[PA; W]>(), v.map(PA::cvt));
+                copy_row::<TI, PA, W>(s, pd.add(k * W));
             }
         }
     }
@@ -170,6 +178,84 @@ unsafe fn pack_cols_fixed<TI: Copy, PA: PackFrom<TI>>(
         }
     }
     true
+}
+
+/// `W` contiguous elements from `s`, converted, to `d`: a plain copy when no conversion is
+/// needed (moving them through an array value makes the compiler stage it on the stack).
+///
+/// # Safety
+/// `s` is readable and `d` writable for `W` elements; they do not overlap.
+#[inline(always)]
+unsafe fn copy_row<TI: Copy, PA: PackFrom<TI>, const W: usize>(s: *const TI, d: *mut PA) {
+    // SAFETY: the caller's contract; with IDENTITY, TI and PA are the same type.
+    unsafe {
+        if PA::IDENTITY {
+            std::ptr::copy_nonoverlapping(s.cast::<PA>(), d, W);
+        } else {
+            let v: [TI; W] = std::ptr::read_unaligned(s.cast());
+            std::ptr::write_unaligned(d.cast::<[PA; W]>(), v.map(PA::cvt));
+        }
+    }
+}
+
+/// The full panels of [`pack_panels`] for `g == 1` and `rs == 1` (each k is a contiguous source
+/// row), walked k-major: every source row is read front to back, so the hardware prefetchers
+/// follow it, where walking panel by panel jumps a row stride (often pages) per k and stalls on
+/// each miss. The writes go to `rows / w` panels in turn, `w` contiguous elements each. Returns
+/// the number of full panels written (0 for widths without a specialisation).
+///
+/// # Safety
+/// As [`pack_panels`] with `g == 1` and `rs == 1`.
+#[inline(always)]
+unsafe fn pack_cols_rowwise<TI: Copy, PA: PackFrom<TI>>(
+    src: *const TI,
+    cs: usize,
+    rows: usize,
+    kc: usize,
+    w: usize,
+    dst: *mut PA,
+) -> usize {
+    /// Source rows read together: each panel then receives `KB · W` contiguous elements at a
+    /// time (panels are often a multiple of 4 KiB apart, so writing one row of every panel per
+    /// k would keep that many lines live in one L1 set).
+    const KB: usize = 8;
+    /// # Safety: as `pack_cols_rowwise` with `w == W`.
+    #[inline(always)]
+    unsafe fn go<TI: Copy, PA: PackFrom<TI>, const W: usize>(
+        src: *const TI,
+        cs: usize,
+        np: usize,
+        kc: usize,
+        dst: *mut PA,
+    ) {
+        // SAFETY: panel p < np covers source columns p*W..(p+1)*W ≤ rows of row k < kc, and
+        // destination p*kc*W + k*W + W ≤ np*kc*W, inside the extent of the contract.
+        unsafe {
+            for k0 in (0..kc).step_by(KB) {
+                let kb = KB.min(kc - k0);
+                for p in 0..np {
+                    let d = dst.add(p * kc * W + k0 * W);
+                    let s = src.add(k0 * cs + p * W);
+                    for kk in 0..kb {
+                        copy_row::<TI, PA, W>(s.add(kk * cs), d.add(kk * W));
+                    }
+                }
+            }
+        }
+    }
+    let np = rows / w;
+    // SAFETY: forwarded contract.
+    unsafe {
+        match w {
+            8 => go::<TI, PA, 8>(src, cs, np, kc, dst),
+            16 => go::<TI, PA, 16>(src, cs, np, kc, dst),
+            24 => go::<TI, PA, 24>(src, cs, np, kc, dst),
+            32 => go::<TI, PA, 32>(src, cs, np, kc, dst),
+            48 => go::<TI, PA, 48>(src, cs, np, kc, dst),
+            _ => return 0,
+        }
+    }
+    np
 }
 
 /// `-128 ×` the column sums of packed i8 B panels (`cols` columns padded to panels of `w`, each

@@ -31,24 +31,41 @@ macro_rules! simd_tile {
             unsafe {
                 let mut acc = [[$v!(zero); NV]; MR];
                 let (mut a, mut b) = (t.a, t.b);
-                for _ in 0..t.kgroups {
-                    // B rows read in place (the direct path) come from L2/L3 at a large
-                    // stride: fetch a few k steps ahead (free for packed panels, in L1).
-                    $crate::kernels::gemm::tile::prefetch_read(
-                        b.wrapping_add($crate::kernels::gemm::tile::B_PREFETCH * t.b_kstride),
-                    );
-                    let mut bv = [$v!(zero_b); NV];
-                    for (j, x) in bv.iter_mut().enumerate() {
-                        *x = $v!(load_b, b.add(j * W * G));
-                    }
-                    for (i, row) in acc.iter_mut().enumerate() {
-                        let av = $v!(bcast_a, a.add(i * G));
-                        for (x, &bj) in row.iter_mut().zip(bv.iter()) {
-                            *x = $v!(madd, *x, av, bj);
+                // One k step: NV vectors of B, MR broadcasts of A, MR·NV FMAs.
+                macro_rules! step {
+                    () => {{
+                        let mut bv = [$v!(zero_b); NV];
+                        for (j, x) in bv.iter_mut().enumerate() {
+                            *x = $v!(load_b, b.add(j * W * G));
                         }
+                        for (i, row) in acc.iter_mut().enumerate() {
+                            let av = $v!(bcast_a, a.add(i * G));
+                            for (x, &bj) in row.iter_mut().zip(bv.iter()) {
+                                *x = $v!(madd, *x, av, bj);
+                            }
+                        }
+                        a = a.add(t.a_kstride);
+                        b = b.add(t.b_kstride);
+                    }};
+                }
+                if t.b_kstride == NV * W * G {
+                    // A packed panel: contiguous, the hardware prefetchers follow it.
+                    for _ in 0..t.kgroups {
+                        step!();
                     }
-                    a = a.add(t.a_kstride);
-                    b = b.add(t.b_kstride);
+                } else {
+                    // B rows read in place (the direct path) come from L2/L3 a row stride
+                    // apart, often a page or more, which the hardware prefetchers do not
+                    // follow: fetch every line of the row a few k steps ahead.
+                    let row_bytes = NV * W * G * size_of_val(&*b);
+                    for _ in 0..t.kgroups {
+                        let ahead = b.wrapping_add($crate::kernels::gemm::tile::B_PREFETCH * t.b_kstride).cast::<u8>();
+                        for off in (0..row_bytes).step_by(64) {
+                            $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(off));
+                        }
+                        $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(row_bytes - 1));
+                        step!();
+                    }
                 }
                 // The VNNI correction completes the product, so it comes before alpha.
                 if !t.colsum.is_null() {
