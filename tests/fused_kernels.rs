@@ -48,6 +48,9 @@ fn isas() -> Vec<FusedIsa> {
     if FusedIsa::avx2_available() {
         v.push(FusedIsa::Avx2);
     }
+    if FusedIsa::avx512_available() {
+        v.push(FusedIsa::Avx512);
+    }
     v
 }
 
@@ -818,12 +821,13 @@ fn jit_plan_uses_fused_kernels() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let want_isa = if std::env::var("TENSORJIT_DISABLE_AVX2").is_ok_and(|v| !v.is_empty() && v != "0")
-        || !FusedIsa::avx2_available()
-    {
+    let env_set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0");
+    let want_isa = if env_set("TENSORJIT_DISABLE_AVX2") || !FusedIsa::avx2_available() {
         "generic"
-    } else {
+    } else if env_set("TENSORJIT_DISABLE_AVX512") || !FusedIsa::avx512_available() {
         "avx2"
+    } else {
+        "avx512"
     };
     for what in [
         "fused softmax",

@@ -317,7 +317,7 @@ fn pack_qt(
     };
     let mut r0 = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 && d >= 8 {
+    if isa.avx2() && d >= 8 {
         while r0 + 8 <= rows {
             let src: [&[f32]; 8] = std::array::from_fn(|i| row(r0 + i));
             let dst = &mut qt[r0..(d - 1) * Q_BLOCK + r0 + 8];
@@ -380,7 +380,7 @@ fn store_out(
     }
     let mut r0 = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 && vd >= 8 {
+    if isa.avx2() && vd >= 8 {
         while r0 + 8 <= rows {
             let d8: [*mut f32; 8] = std::array::from_fn(|i| dst(r0 + i));
             let a = &acc[r0..(vd - 1) * Q_BLOCK + r0 + 8];
@@ -408,7 +408,7 @@ fn store_out(
 /// Whether the `n` rows of `vd` values (`vs` apart) of `v` are all finite.
 fn rows_finite(isa: FusedIsa, v: &[f32], n: usize, vs: usize, vd: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
+    if isa.avx2() {
         // SAFETY: AVX2+FMA confirmed by `checked()`.
         return unsafe { avx2::all_finite(v, n, vs, vd) };
     }
@@ -416,18 +416,13 @@ fn rows_finite(isa: FusedIsa, v: &[f32], n: usize, vs: usize, vd: usize) -> bool
     (0..n).all(|j| v[j * vs..j * vs + vd].iter().all(|x| x.is_finite()))
 }
 
-/// Calls the micro-kernel `$f::<R>(args)` whose const row count `R` is `$nr` (1..=`avx2::ROWS`;
-/// `micro_tiles` never passes more).
+/// Calls the micro-kernel `$f::<R>$args` whose const row count `R` is `$nr`, one of the listed
+/// counts (`micro_tiles` never passes another).
 #[cfg(target_arch = "x86_64")]
 macro_rules! with_rows {
-    ($nr:expr, $($f:ident)::+($($arg:expr),* $(,)?)) => {
+    ([$($r:literal)*], $nr:expr, $m:ident::$f:ident, $args:tt) => {
         match $nr {
-            1 => $($f)::+::<1>($($arg),*),
-            2 => $($f)::+::<2>($($arg),*),
-            3 => $($f)::+::<3>($($arg),*),
-            4 => $($f)::+::<4>($($arg),*),
-            5 => $($f)::+::<5>($($arg),*),
-            6 => $($f)::+::<6>($($arg),*),
+            $($r => $m::$f::<$r> $args,)*
             _ => {}
         }
     };
@@ -458,7 +453,31 @@ fn scores(
             && st.len() >= K_BLOCK * Q_BLOCK
     );
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
+    if isa == FusedIsa::Avx512 {
+        let stp = st.as_mut_ptr();
+        tmax[..lanes].fill(f32::NEG_INFINITY);
+        let (qp, kp, mxp) = (qt.as_ptr(), k.as_ptr(), tmax.as_mut_ptr());
+        let two = lanes == 2 * avx512::LANES;
+        let mut j = 0;
+        while j < nk {
+            let nr = (nk - j).min(avx512::ROWS);
+            // SAFETY: AVX-512F confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
+            // ks apart); lanes 0..lanes (16 or 32, the vectors the call covers) of qt's d rows,
+            // of st's rows j..j+nr and of tmax (asserted above).
+            unsafe {
+                let (kj, sj) = (kp.add(j * ks), stp.add(j * Q_BLOCK));
+                if two {
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk2, (qp, d, kj, ks, sj, scale, mxp))
+                } else {
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk1, (qp, d, kj, ks, sj, scale, mxp))
+                }
+            }
+            j += nr;
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
         let stp = st.as_mut_ptr();
         tmax[..lanes].fill(f32::NEG_INFINITY);
         let mxp = tmax.as_mut_ptr();
@@ -468,16 +487,10 @@ fn scores(
             // tmax (asserted above).
             unsafe {
                 with_rows!(
+                    [1 2 3 4 5 6],
                     nr,
-                    avx2::qk_r(
-                        qt.as_ptr().add(h),
-                        d,
-                        k.as_ptr().add(j * ks),
-                        ks,
-                        stp.add(j * Q_BLOCK + h),
-                        scale,
-                        mxp.add(h)
-                    )
+                    avx2::qk_r,
+                    (qt.as_ptr().add(h), d, k.as_ptr().add(j * ks), ks, stp.add(j * Q_BLOCK + h), scale, mxp.add(h))
                 )
             }
         });
@@ -581,8 +594,26 @@ fn softmax_tile(
 ) {
     assert!(lanes <= Q_BLOCK && lanes.is_multiple_of(8) && st.len() >= nk * Q_BLOCK);
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        for x in (0..lanes).step_by(8) {
+    if isa.avx2() {
+        let mut x = 0;
+        if isa == FusedIsa::Avx512 {
+            while x + avx512::LANES <= lanes {
+                // SAFETY: AVX-512F confirmed by `checked()`; lanes x..x+16 ≤ Q_BLOCK of the nk
+                // rows of st and of m, l, alpha (asserted above).
+                unsafe {
+                    avx512::softmax16(
+                        st.as_mut_ptr().add(x),
+                        nk,
+                        tmax.map(|t| t.as_ptr().add(x)),
+                        m.as_mut_ptr().add(x),
+                        l.as_mut_ptr().add(x),
+                        alpha.as_mut_ptr().add(x),
+                    )
+                };
+                x += avx512::LANES;
+            }
+        }
+        for x in (x..lanes).step_by(8) {
             // SAFETY: AVX2+FMA confirmed by `checked()`; lanes x..x+8 ≤ Q_BLOCK of the nk rows
             // of st and of m, l, alpha (asserted above).
             unsafe {
@@ -652,7 +683,29 @@ fn pv(
             && acc.len() >= vd * Q_BLOCK
     );
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 && finite {
+    if isa == FusedIsa::Avx512 && finite {
+        let (sp, vp, accp, ap) = (st.as_ptr(), v.as_ptr(), acc.as_mut_ptr(), alpha.as_ptr());
+        let two = lanes == 2 * avx512::LANES;
+        let mut c = 0;
+        while c < vd {
+            let nc = (vd - c).min(avx512::ROWS);
+            // SAFETY: AVX-512F confirmed by `checked()`; rows 0..nk of st, lanes 0..lanes (16 or
+            // 32, the vectors the call covers); value columns c..c+nc ≤ vd of the nk rows of v;
+            // acc rows c..c+nc ≤ vd; alpha lanes 0..lanes (asserted above).
+            unsafe {
+                let (vc, ac) = (vp.add(c), accp.add(c * Q_BLOCK));
+                if two {
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nc, avx512::pv2, (sp, nk, vc, vs, ac, ap, first))
+                } else {
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nc, avx512::pv1, (sp, nk, vc, vs, ac, ap, first))
+                }
+            }
+            c += nc;
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() && finite {
         let accp = acc.as_mut_ptr();
         micro_tiles(lanes, vd, |h, c, nc| {
             // SAFETY: AVX2+FMA confirmed by `checked()`; rows 0..nk of st and lanes h..h+16 ≤
@@ -660,7 +713,7 @@ fn pv(
             // lanes h..h+16; alpha lanes h..h+16 (asserted above).
             unsafe {
                 let (sp, vp, ap) = (st.as_ptr().add(h), v.as_ptr().add(c), alpha.as_ptr().add(h));
-                with_rows!(nc, avx2::pv_r(sp, nk, vp, vs, accp.add(c * Q_BLOCK + h), ap, first))
+                with_rows!([1 2 3 4 5 6], nc, avx2::pv_r, (sp, nk, vp, vs, accp.add(c * Q_BLOCK + h), ap, first))
             }
         });
         return;
@@ -992,5 +1045,256 @@ mod avx2 {
             }
         }
         _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(acc, acc)) == 0
+    }
+}
+
+/// AVX-512F micro-kernels: all query lanes of a block (16 or 32: one or two vectors) against up
+/// to [`avx512::ROWS`] broadcast rows, and the online-softmax update of 16 lanes.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::Q_BLOCK;
+    use crate::kernels::fused::vmath::avx512::exp_reduced;
+
+    /// f32 lanes of one vector.
+    pub(super) const LANES: usize = 16;
+    /// Broadcast rows per micro-kernel call (12 rows × 2 vectors = 24 accumulators).
+    pub(super) const ROWS: usize = 12;
+    /// Smallest argument of [`exp_nonpos`] with a normal result (e^x ≥ 2⁻¹²⁶).
+    const EXP_MIN: f32 = -87.33;
+
+    /// Transposed scores of `R` key rows against `NV` vectors of query lanes; `mx` (`NV`
+    /// vectors) becomes the maximum of itself and the new scores (see `avx2::qk_r`).
+    ///
+    /// # Safety
+    /// AVX-512F; `qt` points at a `d × Q_BLOCK` packed block (`NV · 16 ≤ Q_BLOCK` lanes read);
+    /// `k` holds `R` rows of `d` values `ks` apart; `st` points at `R` rows `Q_BLOCK` apart of
+    /// `NV · 16` writable lanes; `mx` at `NV · 16` values.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn qk<const NV: usize, const R: usize>(
+        qt: *const f32,
+        d: usize,
+        k: *const f32,
+        ks: usize,
+        st: *mut f32,
+        scale: f32,
+        mx: *mut f32,
+    ) {
+        let mut a = [[_mm512_setzero_ps(); NV]; R];
+        let kp: [*const f32; R] = std::array::from_fn(|r| k.wrapping_add(r * ks));
+        for c in 0..d {
+            // SAFETY: c < d rows of qt with NV·16 lanes; key row r < R has d values.
+            unsafe {
+                let q: [__m512; NV] = std::array::from_fn(|v| _mm512_loadu_ps(qt.add(c * Q_BLOCK + v * LANES)));
+                for (ar, &kr) in a.iter_mut().zip(&kp) {
+                    let x = _mm512_set1_ps(*kr.add(c));
+                    for (acc, &qv) in ar.iter_mut().zip(&q) {
+                        *acc = _mm512_fmadd_ps(x, qv, *acc);
+                    }
+                }
+            }
+        }
+        let sc = _mm512_set1_ps(scale);
+        // SAFETY: mx holds NV·16 values; row r < R of st has NV·16 writable lanes (the contract).
+        unsafe {
+            let mut m: [__m512; NV] = std::array::from_fn(|v| _mm512_loadu_ps(mx.add(v * LANES)));
+            for (r, ar) in a.iter().enumerate() {
+                for (v, (&acc, mv)) in ar.iter().zip(m.iter_mut()).enumerate() {
+                    let s = _mm512_mul_ps(acc, sc);
+                    *mv = _mm512_max_ps(*mv, s);
+                    _mm512_storeu_ps(st.add(r * Q_BLOCK + v * LANES), s);
+                }
+            }
+            for (v, &mv) in m.iter().enumerate() {
+                _mm512_storeu_ps(mx.add(v * LANES), mv);
+            }
+        }
+    }
+
+    /// [`qk`] over 16 query lanes.
+    ///
+    /// # Safety
+    /// As [`qk`] with `NV = 1`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn qk1<const R: usize>(
+        qt: *const f32,
+        d: usize,
+        k: *const f32,
+        ks: usize,
+        st: *mut f32,
+        scale: f32,
+        mx: *mut f32,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { qk::<1, R>(qt, d, k, ks, st, scale, mx) }
+    }
+
+    /// [`qk`] over 32 query lanes.
+    ///
+    /// # Safety
+    /// As [`qk`] with `NV = 2`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn qk2<const R: usize>(
+        qt: *const f32,
+        d: usize,
+        k: *const f32,
+        ks: usize,
+        st: *mut f32,
+        scale: f32,
+        mx: *mut f32,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { qk::<2, R>(qt, d, k, ks, st, scale, mx) }
+    }
+
+    /// `accᵀ[c][·] = α·accᵀ[c][·] + Σ_{j<nk} pᵀ[j][·]·v_j[c]` for `R` value columns and `NV`
+    /// vectors of query lanes (no `α` term when `first`).
+    ///
+    /// # Safety
+    /// AVX-512F; `p` points at `nk` rows `Q_BLOCK` apart of `NV · 16` lanes; `v` holds `nk` rows
+    /// `vs` apart with `R` values each; `acc` points at `R` rows `Q_BLOCK` apart of `NV · 16`
+    /// lanes; `alpha` holds `NV · 16` values.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn pv<const NV: usize, const R: usize>(
+        p: *const f32,
+        nk: usize,
+        v: *const f32,
+        vs: usize,
+        acc: *mut f32,
+        alpha: *const f32,
+        first: bool,
+    ) {
+        let mut a = [[_mm512_setzero_ps(); NV]; R];
+        if !first {
+            // SAFETY: NV·16 alpha values; rows r < R of acc have NV·16 lanes (the contract).
+            unsafe {
+                let al: [__m512; NV] = std::array::from_fn(|x| _mm512_loadu_ps(alpha.add(x * LANES)));
+                for (r, ar) in a.iter_mut().enumerate() {
+                    for (x, (acc_v, &alv)) in ar.iter_mut().zip(&al).enumerate() {
+                        *acc_v = _mm512_mul_ps(_mm512_loadu_ps(acc.add(r * Q_BLOCK + x * LANES)), alv);
+                    }
+                }
+            }
+        }
+        for j in 0..nk {
+            // SAFETY: row j < nk of p has NV·16 lanes; row j of v has R values (the contract).
+            unsafe {
+                let pj: [__m512; NV] = std::array::from_fn(|x| _mm512_loadu_ps(p.add(j * Q_BLOCK + x * LANES)));
+                let vr = v.add(j * vs);
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*vr.add(r));
+                    for (acc_v, &pv) in ar.iter_mut().zip(&pj) {
+                        *acc_v = _mm512_fmadd_ps(x, pv, *acc_v);
+                    }
+                }
+            }
+        }
+        for (r, ar) in a.iter().enumerate() {
+            for (x, &acc_v) in ar.iter().enumerate() {
+                // SAFETY: as for the loads of acc.
+                unsafe { _mm512_storeu_ps(acc.add(r * Q_BLOCK + x * LANES), acc_v) };
+            }
+        }
+    }
+
+    /// [`pv`] over 16 query lanes.
+    ///
+    /// # Safety
+    /// As [`pv`] with `NV = 1`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pv1<const R: usize>(
+        p: *const f32,
+        nk: usize,
+        v: *const f32,
+        vs: usize,
+        acc: *mut f32,
+        alpha: *const f32,
+        first: bool,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { pv::<1, R>(p, nk, v, vs, acc, alpha, first) }
+    }
+
+    /// [`pv`] over 32 query lanes.
+    ///
+    /// # Safety
+    /// As [`pv`] with `NV = 2`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pv2<const R: usize>(
+        p: *const f32,
+        nk: usize,
+        v: *const f32,
+        vs: usize,
+        acc: *mut f32,
+        alpha: *const f32,
+        first: bool,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe { pv::<2, R>(p, nk, v, vs, acc, alpha, first) }
+    }
+
+    /// `e^x` for `x ≤ 0` on 16 lanes, as `avx2::exp_nonpos`: results below 2⁻¹²⁶ (x < −87.33,
+    /// −∞ included) are 0, NaN lanes give NaN.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn exp_nonpos(x: __m512) -> __m512 {
+        let set = _mm512_set1_ps;
+        // max_ps returns its second operand for NaN lanes: a NaN x stays NaN.
+        let (e, n) = exp_reduced(_mm512_max_ps(set(EXP_MIN), x));
+        // n ∈ [−126, 0]: e·2ⁿ is normal.
+        let y = _mm512_scalef_ps(e, n);
+        _mm512_maskz_mov_ps(!_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, set(EXP_MIN)), y)
+    }
+
+    /// Online-softmax update of 16 query lanes, as `avx2::softmax8` (same NaN handling).
+    ///
+    /// # Safety
+    /// AVX-512F; `st` points at 16 lanes of `nk` rows `Q_BLOCK` apart; `m`, `l`, `alpha` and
+    /// `tmax` hold 16 values each.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn softmax16(
+        st: *mut f32,
+        nk: usize,
+        tmax: Option<*const f32>,
+        m: *mut f32,
+        l: *mut f32,
+        alpha: *mut f32,
+    ) {
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mo = _mm512_loadu_ps(m);
+            let mx = match tmax {
+                Some(t) => _mm512_loadu_ps(t),
+                None => {
+                    let mut mx = ninf;
+                    for j in 0..nk {
+                        mx = _mm512_max_ps(mx, _mm512_loadu_ps(st.add(j * Q_BLOCK)));
+                    }
+                    mx
+                }
+            };
+            let mx = _mm512_max_ps(mo, mx);
+            // Lanes with nothing visible shift by 0: their −∞ scores give 0, α = e^(−∞) = 0.
+            let mu = _mm512_maskz_mov_ps(!_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(mx, ninf), mx);
+            let al = exp_nonpos(_mm512_sub_ps(mo, mu));
+            let mut sum = _mm512_setzero_ps();
+            for j in 0..nk {
+                let e = exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(st.add(j * Q_BLOCK)), mu));
+                _mm512_storeu_ps(st.add(j * Q_BLOCK), e);
+                sum = _mm512_add_ps(sum, e);
+            }
+            let ln = _mm512_fmadd_ps(_mm512_loadu_ps(l), al, sum);
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(ln, ln);
+            _mm512_storeu_ps(l, ln);
+            _mm512_storeu_ps(m, _mm512_mask_mov_ps(mx, nan, _mm512_set1_ps(f32::NAN)));
+            _mm512_storeu_ps(alpha, al);
+        }
     }
 }

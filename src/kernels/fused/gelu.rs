@@ -23,8 +23,8 @@ pub fn gelu_f32(isa: FusedIsa, x: &[f32], y: &mut [f32], exact: bool, pool: Opti
 
 fn chunk(isa: FusedIsa, x: &[f32], y: &mut [f32], exact: bool) {
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
+    if isa.avx2() {
+        // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
         unsafe { avx2::chunk(x, y, exact) };
         return;
     }

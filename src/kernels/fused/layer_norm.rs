@@ -67,8 +67,8 @@ pub fn layer_norm_f32(
     for_units(pool, &mut y[..total], n, 8 * n, |first, ys| {
         let xs = &x[first * n..first * n + ys.len()];
         #[cfg(target_arch = "x86_64")]
-        if isa == FusedIsa::Avx2 {
-            // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
+        if isa.avx2() {
+            // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
             unsafe { avx2::rows(&p, xs, ys, stream) };
             return;
         }
@@ -203,8 +203,8 @@ struct Norm<'a> {
 /// Normalises one `[n, inner]` slab `x` into `y` (the ISA is chosen once per slab).
 fn strided_slab(isa: FusedIsa, norm: &Norm, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
+    if isa.avx2() {
+        // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
         unsafe { strided_slab_avx2(norm, x, y) };
         return;
     }

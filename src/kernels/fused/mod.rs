@@ -3,8 +3,8 @@
 //!
 //! Every kernel works on f32 slices (callers convert half types through f32), has an AVX2+FMA
 //! path and a portable one, selected by [`FusedIsa`], and splits its rows over a rayon pool when
-//! the work is large enough. There is no AVX-512 path yet: CPUs with AVX-512 run the AVX2 code.
-//! See `docs/fused.md`.
+//! the work is large enough. Attention also has an AVX-512 path (16 lanes, wider micro-kernels);
+//! the other kernels run their AVX2 code on AVX-512 CPUs. See `docs/fused.md`.
 
 pub mod attention;
 pub mod gelu;
@@ -28,14 +28,18 @@ pub enum FusedIsa {
     Generic,
     /// x86-64 AVX2 + FMA, 8 f32 lanes. Only selected on CPUs that have both.
     Avx2,
+    /// x86-64 AVX-512F (with AVX2 + FMA), 16 f32 lanes where a kernel has such a path, its AVX2
+    /// path elsewhere. Only selected on CPUs that have all three.
+    Avx512,
 }
 
 impl FusedIsa {
-    /// The path used by default: AVX2 when the GEMM dispatch selected AVX2 or AVX-512 (so the
-    /// same environment overrides apply: `TENSORJIT_DISABLE_AVX2=1` forces the portable path),
-    /// else generic.
+    /// The path used by default, following the GEMM dispatch (so the same environment
+    /// overrides apply: `TENSORJIT_DISABLE_AVX512=1` forces AVX2, `TENSORJIT_DISABLE_AVX2=1` the
+    /// portable path): AVX-512 when it selected AVX-512, AVX2 when it selected AVX2, else generic.
     pub fn selected() -> FusedIsa {
         match selected_isa() {
+            Isa::Avx512 if Self::avx512_available() => FusedIsa::Avx512,
             Isa::Avx2 | Isa::Avx512 if Self::avx2_available() => FusedIsa::Avx2,
             _ => FusedIsa::Generic,
         }
@@ -53,16 +57,39 @@ impl FusedIsa {
         }
     }
 
-    /// `self`, lowered to generic if the CPU cannot run it.
-    pub(crate) fn checked(self) -> FusedIsa {
-        if self == FusedIsa::Avx2 && !Self::avx2_available() { FusedIsa::Generic } else { self }
+    /// Whether this CPU can run the AVX-512 path (AVX-512F, AVX2 and FMA).
+    pub fn avx512_available() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Self::avx2_available() && std::arch::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
     }
 
-    /// A short lower-case name (`generic`, `avx2`).
+    /// `self`, lowered to the best path at or below it that the CPU can run.
+    pub(crate) fn checked(self) -> FusedIsa {
+        match self {
+            FusedIsa::Avx512 if Self::avx512_available() => FusedIsa::Avx512,
+            FusedIsa::Avx512 | FusedIsa::Avx2 if Self::avx2_available() => FusedIsa::Avx2,
+            _ => FusedIsa::Generic,
+        }
+    }
+
+    /// Whether the AVX2 code may run (AVX2 or AVX-512 after [`FusedIsa::checked`]).
+    #[inline]
+    pub(crate) fn avx2(self) -> bool {
+        matches!(self, FusedIsa::Avx2 | FusedIsa::Avx512)
+    }
+
+    /// A short lower-case name (`generic`, `avx2`, `avx512`).
     pub fn name(self) -> &'static str {
         match self {
             FusedIsa::Generic => "generic",
             FusedIsa::Avx2 => "avx2",
+            FusedIsa::Avx512 => "avx512",
         }
     }
 }

@@ -54,8 +54,8 @@ pub fn softmax_f32(
 
 fn row(isa: FusedIsa, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
-        // SAFETY: FusedIsa::Avx2 is only used after `checked()` confirmed AVX2 and FMA.
+    if isa.avx2() {
+        // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
         unsafe { avx2::row(x, y) };
         return;
     }
@@ -73,7 +73,7 @@ fn row(isa: FusedIsa, x: &[f32], y: &mut [f32]) {
 /// Softmax down the columns of an `[n, inner]` slab; `m` and `s` are `inner`-long scratch.
 fn columns(isa: FusedIsa, x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &mut [f32], s: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx2 {
+    if isa.avx2() {
         // SAFETY: as in `row`.
         unsafe { avx2::columns(x, y, n, inner, m, s) };
         return;

@@ -98,7 +98,7 @@ pub fn gelu_tanh_scalar(x: f32) -> f32 {
 /// `exp` of every element of `x` into `y` (the shorter length) on the given path.
 pub fn exp_f32(isa: super::FusedIsa, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa.checked() == super::FusedIsa::Avx2 {
+    if isa.checked().avx2() {
         // SAFETY: `checked()` confirmed AVX2 and FMA.
         unsafe { avx2::exp_slice(x, y) };
         return;
@@ -259,5 +259,36 @@ pub mod avx2 {
         for j in i..n {
             y[j] = exp_scalar(x[j]);
         }
+    }
+}
+
+/// AVX-512F versions (16 lanes) of the exp core. Every function requires a CPU with AVX-512F
+/// (checked by the callers through [`super::FusedIsa`]).
+#[cfg(target_arch = "x86_64")]
+pub mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::*;
+
+    /// [`super::avx2::exp_reduced`] on 16 lanes: for finite `xc`, `(e^r, n)` with
+    /// `xc = n·ln 2 + r`, |r| ≤ ln2/2, `n` integer-valued; the caller scales by 2ⁿ.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn exp_reduced(xc: __m512) -> (__m512, __m512) {
+        let set = _mm512_set1_ps;
+        let n =
+            _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(xc, set(LOG2E)));
+        let r = _mm512_fnmadd_ps(n, set(LN2_HI), xc);
+        let r = _mm512_fnmadd_ps(n, set(LN2_LO), r);
+        let mut p = set(P[0]);
+        p = _mm512_fmadd_ps(p, r, set(P[1]));
+        p = _mm512_fmadd_ps(p, r, set(P[2]));
+        p = _mm512_fmadd_ps(p, r, set(P[3]));
+        p = _mm512_fmadd_ps(p, r, set(P[4]));
+        p = _mm512_fmadd_ps(p, r, set(P[5]));
+        (_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, set(1.0))), n)
     }
 }
