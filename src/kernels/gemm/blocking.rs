@@ -97,13 +97,17 @@ pub fn block_sizes(mr: usize, nr: usize, g: usize, a_bytes: usize, b_bytes: usiz
     Blocking { kc, mc, nc }
 }
 
-/// The depth of pre-packed B blocks ([`super::PackedB`]): an explicit KC (in `over`, then the
-/// environment), else twice [`block_sizes`]' L1 rule, at most 1024. Packed once, the panels are
-/// read from L2 at any depth, and deeper blocks halve the passes over C and the A packing:
-/// `tjgemm --cpu-time --prepacked`, 1 thread, Zen 3, four alternating rounds, KC 384 vs 768:
-/// 512x1536x384 94.4–96.5 vs 95.9–97.9, 512x1536x1536 92.7–95.4 vs 94.3–97.9, 2048³ 92.9–95.0
-/// vs 94.7–97.0, 16x1536x1536 96.6–96.9 vs 99.0–99.3 GFLOP/s; shapes with K ≤ 384 unchanged.
-pub fn prepacked_kc(nr: usize, g: usize, b_bytes: usize, over: Blocking) -> usize {
+/// The depth of packed B blocks on the packed path, pre-packed ([`super::PackedB`]) or packed per
+/// call: an explicit KC (in `over`, then the environment), else twice [`block_sizes`]' L1 rule,
+/// at most 1024. The panels are read from L2 at any depth, and deeper blocks halve the passes
+/// over C and the A packing. `tjgemm --cpu-time`, 1 thread, KC from the L1 rule vs twice it:
+/// pre-packed on Zen 3 (four alternating rounds, KC 384 vs 768) 512x1536x384 94.4–96.5 vs
+/// 95.9–97.9, 512x1536x1536 92.7–95.4 vs 94.3–97.9, 2048³ 92.9–95.0 vs 94.7–97.0,
+/// 16x1536x1536 96.6–96.9 vs 99.0–99.3 GFLOP/s, K ≤ 384 unchanged; packed per call on a Xeon
+/// with AVX-512 (48 KiB L1, 2 MiB L2; KC 288 vs 576) 1024³ 145 vs 151, 2048³ 139 vs 149,
+/// 128x1536x1536 125 vs 133, 512x1536x1536 139 vs 147. The direct path keeps the L1 rule (its
+/// re-packed panel lives in L1: KC 384 instead of 192 there cost 14% at 16x1536x1536).
+pub fn packed_kc(nr: usize, g: usize, b_bytes: usize, over: Blocking) -> usize {
     let deep = l1_depth(2 * cache_sizes().l1d * 3 / 4, nr, b_bytes);
     round_up(pick(over.kc, env_blocking().kc, deep), g)
 }
@@ -144,10 +148,10 @@ mod tests {
 
     #[test]
     fn prepacked_depth_is_explicit_or_deeper_than_the_l1_rule() {
-        assert_eq!(prepacked_kc(16, 2, 4, Blocking { kc: 7, mc: 0, nc: 0 }), 8);
+        assert_eq!(packed_kc(16, 2, 4, Blocking { kc: 7, mc: 0, nc: 0 }), 8);
         if env_blocking().kc == 0 {
             let plain = block_sizes(6, 16, 1, 4, 4, Blocking::default()).kc;
-            let deep = prepacked_kc(16, 1, 4, Blocking::default());
+            let deep = packed_kc(16, 1, 4, Blocking::default());
             assert!(deep == (2 * plain).min(1024) && deep.is_multiple_of(8), "{plain} {deep}");
         }
     }

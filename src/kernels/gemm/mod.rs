@@ -419,8 +419,10 @@ where
                 let blk = blocking::block_sizes(pf.mr, pf.nr, pf.g, size_of::<PA>(), size_of::<PB>(), over);
                 driver::run(pf, &job, &BSource::Prepacked(pp), blk, threads);
             } else {
-                let blk =
-                    blocking::block_sizes(fam.mr, fam.nr, fam.g, size_of::<PA>(), size_of::<PB>(), options.blocking);
+                // Packed B blocks as deep as pre-packed ones (MC follows).
+                let kc = blocking::packed_kc(fam.nr, fam.g, size_of::<PB>(), options.blocking);
+                let over = Blocking { kc, ..options.blocking };
+                let blk = blocking::block_sizes(fam.mr, fam.nr, fam.g, size_of::<PA>(), size_of::<PB>(), over);
                 driver::run(fam, &job, &BSource::Pack, blk, threads);
             }
         }
@@ -593,7 +595,7 @@ impl PackedB {
             Geometry::Wide => fams.get(1).copied().unwrap_or(fams[0]),
             _ => fams[0],
         };
-        let kc = blocking::prepacked_kc(family.nr, family.g, 4, options.blocking);
+        let kc = blocking::packed_kc(family.nr, family.g, 4, options.blocking);
         let view = RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs };
         // SAFETY: the extent of b was checked above.
         let panels = unsafe { PackedPanels::pack::<f32, f32>(family, view, k, n, kc) };
