@@ -23,6 +23,19 @@ pub fn gelu_f32(isa: FusedIsa, x: &[f32], y: &mut [f32], exact: bool, pool: Opti
 
 fn chunk(isa: FusedIsa, x: &[f32], y: &mut [f32], exact: bool) {
     #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        use super::vmath::avx512;
+        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F.
+        unsafe {
+            if exact {
+                avx512::map(x, y, |v| avx512::gelu_erf(v));
+            } else {
+                avx512::map(x, y, |v| avx512::gelu_tanh(v));
+            }
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
         // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
         unsafe { avx2::chunk(x, y, exact) };

@@ -54,6 +54,12 @@ pub fn softmax_f32(
 
 fn row(isa: FusedIsa, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F.
+        unsafe { avx512::row(x, y) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
         // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
         unsafe { avx2::row(x, y) };
@@ -238,6 +244,61 @@ mod avx2 {
                     *yr.add(j) *= *sp.add(j);
                 }
             }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::super::vmath::avx512::exp;
+
+    /// The lanes `i..min(i + 16, n)` as a mask.
+    #[inline]
+    fn lanes(i: usize, n: usize) -> __mmask16 {
+        let k = (n - i).min(16);
+        if k == 16 { !0 } else { (1u16 << k) - 1 }
+    }
+
+    /// One last-axis row: maximum (NaN-propagating), `e^(x − max)` stored and summed, scaled by
+    /// the reciprocal sum; partial vectors through masked loads and stores.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn row(x: &[f32], y: &mut [f32]) {
+        let n = x.len().min(y.len());
+        let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let (mut m, mut nan) = (ninf, 0u16);
+        let mut i = 0;
+        while i < n {
+            let k = lanes(i, n);
+            // SAFETY: the mask covers lanes i.. below n, inside x; the others read as −∞.
+            let v = unsafe { _mm512_mask_loadu_ps(ninf, k, xp.add(i)) };
+            nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            m = _mm512_max_ps(m, v);
+            i += 16;
+        }
+        let m = if nan != 0 { f32::NAN } else { _mm512_reduce_max_ps(m) };
+        let mv = _mm512_set1_ps(m);
+        let mut sum = _mm512_setzero_ps();
+        i = 0;
+        while i < n {
+            let k = lanes(i, n);
+            // SAFETY: as above, for x and y; masked-off lanes are neither read nor written.
+            unsafe {
+                let e = exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xp.add(i)), mv));
+                _mm512_mask_storeu_ps(yp.add(i), k, e);
+                sum = _mm512_mask_add_ps(sum, k, sum, e);
+            }
+            i += 16;
+        }
+        let iv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
+        i = 0;
+        while i < n {
+            let k = lanes(i, n);
+            // SAFETY: as above, for y.
+            unsafe { _mm512_mask_storeu_ps(yp.add(i), k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yp.add(i)), iv)) };
+            i += 16;
         }
     }
 }

@@ -98,6 +98,12 @@ pub fn gelu_tanh_scalar(x: f32) -> f32 {
 /// `exp` of every element of `x` into `y` (the shorter length) on the given path.
 pub fn exp_f32(isa: super::FusedIsa, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if isa.checked() == super::FusedIsa::Avx512 {
+        // SAFETY: `checked()` confirmed AVX-512F.
+        unsafe { avx512::exp_slice(x, y) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.checked().avx2() {
         // SAFETY: `checked()` confirmed AVX2 and FMA.
         unsafe { avx2::exp_slice(x, y) };
@@ -290,5 +296,95 @@ pub mod avx512 {
         p = _mm512_fmadd_ps(p, r, set(P[4]));
         p = _mm512_fmadd_ps(p, r, set(P[5]));
         (_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, set(1.0))), n)
+    }
+
+    /// `exp` of 16 lanes: the range reduction and polynomial of [`super::avx2::exp`], scaled by
+    /// 2ⁿ in one rounding (`vscalefps`, so results in the subnormal range are rounded once).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn exp(x: __m512) -> __m512 {
+        let set = _mm512_set1_ps;
+        // max_ps returns its second operand for NaN lanes: xc is finite.
+        let xc = _mm512_min_ps(_mm512_max_ps(x, set(EXP_LO)), set(EXP_HI));
+        let (e, n) = exp_reduced(xc);
+        let y = _mm512_scalef_ps(e, n);
+        _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
+    }
+
+    /// Exact GELU of 16 lanes (see [`super::gelu_erf_scalar`]).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn gelu_erf(x: __m512) -> __m512 {
+        let set = _mm512_set1_ps;
+        let xc = _mm512_min_ps(_mm512_max_ps(x, set(-15.0)), set(15.0));
+        let a = _mm512_mul_ps(_mm512_abs_ps(xc), set(std::f32::consts::FRAC_1_SQRT_2));
+        let t = _mm512_div_ps(set(1.0), _mm512_fmadd_ps(set(0.5), a, set(1.0)));
+        let mut p = set(ERFC[9]);
+        for i in (0..9).rev() {
+            p = _mm512_fmadd_ps(p, t, set(ERFC[i]));
+        }
+        let x2 = _mm512_mul_ps(xc, xc);
+        let lo = _mm512_fmsub_ps(xc, xc, x2);
+        let h = _mm512_mul_ps(set(-0.5), x2);
+        let s = _mm512_add_ps(h, p);
+        let err = _mm512_add_ps(_mm512_sub_ps(h, s), p);
+        let e = exp(s);
+        let corr = _mm512_fnmadd_ps(set(0.5), lo, err);
+        let ec = _mm512_fmadd_ps(e, corr, e);
+        let half_erfc = _mm512_mul_ps(_mm512_mul_ps(set(0.5), t), ec);
+        let pos = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(xc, _mm512_setzero_ps());
+        let phi = _mm512_mask_blend_ps(pos, half_erfc, _mm512_sub_ps(set(1.0), half_erfc));
+        // NaN lanes: x·Φ stays NaN since Φ is finite.
+        _mm512_mul_ps(x, phi)
+    }
+
+    /// Tanh GELU of 16 lanes (see [`super::gelu_tanh_scalar`]).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn gelu_tanh(x: __m512) -> __m512 {
+        let set = _mm512_set1_ps;
+        let x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+        let inner = _mm512_fmadd_ps(set(0.044_715), x3, x);
+        let m2u = _mm512_mul_ps(set(-2.0 * SQRT_2_OVER_PI), inner);
+        _mm512_div_ps(x, _mm512_add_ps(set(1.0), exp(m2u)))
+    }
+
+    /// `f` applied to every element of `x` into `y` (the shorter length), the last partial
+    /// vector through masked loads and stores.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F; `f` must be safe to call on such a CPU.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub fn map(x: &[f32], y: &mut [f32], f: impl Fn(__m512) -> __m512) {
+        let n = x.len().min(y.len());
+        let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+        let mut i = 0;
+        while i < n {
+            let k = (n - i).min(16);
+            let mask: __mmask16 = if k == 16 { !0 } else { (1u16 << k) - 1 };
+            // SAFETY: the mask covers lanes i..i+k with i + k ≤ n, inside both slices; masked
+            // lanes are neither read nor written.
+            unsafe { _mm512_mask_storeu_ps(yp.add(i), mask, f(_mm512_maskz_loadu_ps(mask, xp.add(i)))) };
+            i += k;
+        }
+    }
+
+    /// `exp` of every element of `x` into `y` (the shorter length).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub fn exp_slice(x: &[f32], y: &mut [f32]) {
+        map(x, y, |v| exp(v));
     }
 }
