@@ -67,6 +67,12 @@ pub fn layer_norm_f32(
     for_units(pool, &mut y[..total], n, 8 * n, |first, ys| {
         let xs = &x[first * n..first * n + ys.len()];
         #[cfg(target_arch = "x86_64")]
+        if isa == FusedIsa::Avx512 {
+            // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F.
+            unsafe { avx512::rows(&p, xs, ys, stream) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if isa.avx2() {
             // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
             unsafe { avx2::rows(&p, xs, ys, stream) };
@@ -449,6 +455,177 @@ mod avx2 {
             let xr = &x[r * n..(r + 1) * n];
             let next = if r + 1 < count { Some(&x[(r + 1) * n..(r + 2) * n]) } else { None };
             let m = (sum(xr) / n as f64) as f32;
+            let (sd, qd) = shifted_sums(xr, m);
+            let (mh, ml, rstd) = finish_stats(m, sd, qd, n, p.eps);
+            normalise(p, xr, &mut y[r * n..(r + 1) * n], next, mh, ml, rstd, stream);
+        }
+        if stream {
+            // Orders the non-temporal stores before the task ends.
+            _mm_sfence();
+        }
+    }
+}
+
+/// The trailing-row passes on 16 lanes (AVX-512F): the same three passes and f32-then-f64
+/// summation as the AVX2 path (at most 8 f32 terms per lane before widening), partial vectors
+/// through masked loads and stores.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{RowParams, finish_stats};
+
+    /// Floats per block of the main sums: 4 accumulators of 16 lanes, 4 values per lane.
+    const BLOCK: usize = 256;
+    /// Floats per block of the remainder: 1 accumulator of 16 lanes, 8 values per lane.
+    const TAIL_BLOCK: usize = 128;
+
+    /// The lanes `i..min(i + 16, n)` as a mask.
+    #[inline(always)]
+    fn lanes(i: usize, n: usize) -> __mmask16 {
+        let k = (n - i).min(16);
+        if k == 16 { !0 } else { (1u16 << k) - 1 }
+    }
+
+    /// Adds the 16 f32 lanes of `v` into the 8 f64 lanes of `acc`.
+    #[inline(always)]
+    fn widen_add(acc: __m512d, v: __m512) -> __m512d {
+        // SAFETY: register-only intrinsics; the callers are compiled with AVX-512F enabled.
+        unsafe {
+            let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+            let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
+            _mm512_add_pd(acc, _mm512_add_pd(lo, hi))
+        }
+    }
+
+    /// (Σd, Σd²) with `d = x − m` rounded to f32 (with `m = 0`, Σd is Σx: `x − 0` is exact).
+    #[target_feature(enable = "avx512f")]
+    fn shifted_sums(x: &[f32], m: f32) -> (f64, f64) {
+        let n = x.len();
+        let p = x.as_ptr();
+        let vm = _mm512_set1_ps(m);
+        let (mut sacc, mut qacc) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+        let z = _mm512_setzero_ps();
+        let mut i = 0;
+        while i + BLOCK <= n {
+            let (mut s0, mut s1, mut s2, mut s3) = (z, z, z, z);
+            let (mut q0, mut q1, mut q2, mut q3) = (z, z, z, z);
+            let end = i + BLOCK;
+            while i < end {
+                // SAFETY: i + 64 ≤ end ≤ n.
+                let (d0, d1, d2, d3) = unsafe {
+                    (
+                        _mm512_sub_ps(_mm512_loadu_ps(p.add(i)), vm),
+                        _mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16)), vm),
+                        _mm512_sub_ps(_mm512_loadu_ps(p.add(i + 32)), vm),
+                        _mm512_sub_ps(_mm512_loadu_ps(p.add(i + 48)), vm),
+                    )
+                };
+                s0 = _mm512_add_ps(s0, d0);
+                s1 = _mm512_add_ps(s1, d1);
+                s2 = _mm512_add_ps(s2, d2);
+                s3 = _mm512_add_ps(s3, d3);
+                q0 = _mm512_fmadd_ps(d0, d0, q0);
+                q1 = _mm512_fmadd_ps(d1, d1, q1);
+                q2 = _mm512_fmadd_ps(d2, d2, q2);
+                q3 = _mm512_fmadd_ps(d3, d3, q3);
+                i += 64;
+            }
+            sacc = widen_add(sacc, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+            qacc = widen_add(qacc, _mm512_add_ps(_mm512_add_ps(q0, q1), _mm512_add_ps(q2, q3)));
+        }
+        while i < n {
+            let end = (i + TAIL_BLOCK).min(n);
+            let (mut s, mut q) = (z, z);
+            while i < end {
+                let k = lanes(i, end);
+                // SAFETY: the mask covers lanes i.. below end ≤ n; the others are 0 (d too).
+                let d = _mm512_maskz_sub_ps(k, unsafe { _mm512_maskz_loadu_ps(k, p.add(i)) }, vm);
+                s = _mm512_add_ps(s, d);
+                q = _mm512_fmadd_ps(d, d, q);
+                i += 16;
+            }
+            sacc = widen_add(sacc, s);
+            qacc = widen_add(qacc, q);
+        }
+        (_mm512_reduce_add_pd(sacc), _mm512_reduce_add_pd(qacc))
+    }
+
+    /// `y = ((x − mh) − ml)·(rstd·g) + b` for one row, prefetching `next` (the next row's
+    /// input) into L1 meanwhile; `stream`: non-temporal stores for the 64-byte aligned vectors.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    fn normalise(
+        p: &RowParams,
+        x: &[f32],
+        y: &mut [f32],
+        next: Option<&[f32]>,
+        mh: f32,
+        ml: f32,
+        rstd: f32,
+        stream: bool,
+    ) {
+        let n = x.len().min(y.len()).min(p.g.len()).min(p.b.len());
+        let (vh, vl, vr) = (_mm512_set1_ps(mh), _mm512_set1_ps(ml), _mm512_set1_ps(rstd));
+        let (xp, gp, bp, yp) = (x.as_ptr(), p.g.as_ptr(), p.b.as_ptr(), y.as_mut_ptr());
+        let at = |i: usize, k: __mmask16| {
+            // SAFETY: every call passes a mask of lanes i.. below n, the smallest of the lengths
+            // of x, g and b; masked-off lanes are not read.
+            unsafe {
+                let d = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xp.add(i)), vh), vl);
+                let s = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, gp.add(i)), vr);
+                _mm512_fmadd_ps(d, s, _mm512_maskz_loadu_ps(k, bp.add(i)))
+            }
+        };
+        let (np, nlen) = next.map_or((std::ptr::null(), 0), |s| (s.as_ptr(), s.len()));
+        // With `stream`, a masked head up to a 64-byte aligned y (the streaming store needs it).
+        let head = if stream { y.as_ptr().align_offset(64).min(n) } else { 0 };
+        if head > 0 {
+            let k = lanes(0, head);
+            // SAFETY: lanes 0..head < n of y.
+            unsafe { _mm512_mask_storeu_ps(yp, k, at(0, k)) };
+        }
+        let mut i = head;
+        while i + 16 <= n {
+            // SAFETY: i + 16 ≤ n; `np + i` is only prefetched and lies in the next row when
+            // i < nlen; with `stream`, yp + i is 64-byte aligned (i − head is a multiple of 16).
+            unsafe {
+                if i < nlen {
+                    _mm_prefetch::<_MM_HINT_T0>(np.add(i).cast());
+                }
+                let r = at(i, !0);
+                if stream {
+                    _mm512_stream_ps(yp.add(i), r);
+                } else {
+                    _mm512_storeu_ps(yp.add(i), r);
+                }
+            }
+            i += 16;
+        }
+        if i < n {
+            let k = lanes(i, n);
+            // SAFETY: the masked lanes i.. below n of y.
+            unsafe { _mm512_mask_storeu_ps(yp.add(i), k, at(i, k)) };
+        }
+        // The rest of the next row's prefetch (its length may exceed what the loop covered).
+        let mut j = i;
+        while j < nlen {
+            // SAFETY: j < nlen: inside the next row; a prefetch never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(np.add(j).cast()) };
+            j += 16;
+        }
+    }
+
+    /// The rows of `x` (whole rows of `p.n`) into `y`; `stream`: non-temporal stores for y,
+    /// fenced before returning.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn rows(p: &RowParams, x: &[f32], y: &mut [f32], stream: bool) {
+        let n = p.n;
+        let count = x.len().min(y.len()) / n;
+        for r in 0..count {
+            let xr = &x[r * n..(r + 1) * n];
+            let next = if r + 1 < count { Some(&x[(r + 1) * n..(r + 2) * n]) } else { None };
+            let m = (shifted_sums(xr, 0.0).0 / n as f64) as f32;
             let (sd, qd) = shifted_sums(xr, m);
             let (mh, ml, rstd) = finish_stats(m, sd, qd, n, p.eps);
             normalise(p, xr, &mut y[r * n..(r + 1) * n], next, mh, ml, rstd, stream);

@@ -3,8 +3,9 @@
 //!
 //! Every kernel works on f32 slices (callers convert half types through f32), has an AVX2+FMA
 //! path and a portable one, selected by [`FusedIsa`], and splits its rows over a rayon pool when
-//! the work is large enough. Attention also has an AVX-512 path (16 lanes, wider micro-kernels);
-//! the other kernels run their AVX2 code on AVX-512 CPUs. See `docs/fused.md`.
+//! the work is large enough. Attention, GELU, last-axis softmax and trailing-axis layer norm also
+//! have an AVX-512 path (16 lanes; attention with wider micro-kernels); softmax over other axes
+//! and layer norm over leading axes run their AVX2 code on AVX-512 CPUs. See `docs/fused.md`.
 
 pub mod attention;
 pub mod gelu;
