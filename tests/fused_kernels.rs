@@ -143,6 +143,32 @@ fn softmax_via(isa: FusedIsa, x: &[f32], dims: &[usize], axis: usize) -> Vec<f32
 }
 
 #[test]
+fn softmax_down_columns_is_shifted_by_each_column_max() {
+    // Softmax over axis 0 of [3, 19] (19 columns: a full 16-lane vector and a partial one):
+    // column j holds (j, 100 + j, −∞), its maximum in the second row; shifted by anything less
+    // than 12 + j below that maximum, e^(100 + j − shift) would overflow. Expected:
+    // e^−100/(1 + e^−100) ≈ 3.7e−44, 1/(1 + e^−100) = 1 in f32, 0.
+    let cols = 19;
+    let mut x = vec![0f32; 3 * cols];
+    for j in 0..cols {
+        x[j] = j as f32;
+        x[cols + j] = 100.0 + j as f32;
+        x[2 * cols + j] = f32::NEG_INFINITY;
+    }
+    for isa in isas() {
+        let y = softmax_via(isa, &x, &[3, cols], 0);
+        for j in 0..cols {
+            let got = [y[j], y[cols + j], y[2 * cols + j]];
+            assert!(
+                (0.0..=1e-40).contains(&got[0]) && got[1] == 1.0 && got[2] == 0.0,
+                "{} column {j}: {got:?}",
+                isa.name()
+            );
+        }
+    }
+}
+
+#[test]
 fn softmax_hand_values_and_specials() {
     // softmax(1, 2, 3) = e^k/(e + e² + e³) = 0.09003057317, 0.24472847105, 0.66524095577; shifting by
     // 1000 changes nothing (stability).

@@ -209,6 +209,12 @@ struct Norm<'a> {
 /// Normalises one `[n, inner]` slab `x` into `y` (the ISA is chosen once per slab).
 fn strided_slab(isa: FusedIsa, norm: &Norm, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
+        unsafe { strided_slab_avx512(norm, x, y) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
         // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
         unsafe { strided_slab_avx2(norm, x, y) };
@@ -223,6 +229,13 @@ fn strided_slab(isa: FusedIsa, norm: &Norm, x: &[f32], y: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn strided_slab_avx2(norm: &Norm, x: &[f32], y: &mut [f32]) {
+    strided_slab_body(norm, x, y);
+}
+
+/// The portable body compiled with AVX-512F enabled (the column loops may use 16-lane vectors).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn strided_slab_avx512(norm: &Norm, x: &[f32], y: &mut [f32]) {
     strided_slab_body(norm, x, y);
 }
 

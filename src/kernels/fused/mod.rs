@@ -3,9 +3,9 @@
 //!
 //! Every kernel works on f32 slices (callers convert half types through f32), has an AVX2+FMA
 //! path and a portable one, selected by [`FusedIsa`], and splits its rows over a rayon pool when
-//! the work is large enough. Attention, GELU, last-axis softmax and trailing-axis layer norm also
-//! have an AVX-512 path (16 lanes; attention with wider micro-kernels); softmax over other axes
-//! and layer norm over leading axes run their AVX2 code on AVX-512 CPUs. See `docs/fused.md`.
+//! the work is large enough. Every kernel also has an AVX-512 path (16 lanes, masked tails;
+//! attention with wider micro-kernels; layer norm over leading axes is its portable body compiled
+//! with AVX-512 enabled, as its AVX2 path is with AVX2). See `docs/fused.md`.
 
 pub mod attention;
 pub mod gelu;

@@ -79,6 +79,12 @@ fn row(isa: FusedIsa, x: &[f32], y: &mut [f32]) {
 /// Softmax down the columns of an `[n, inner]` slab; `m` and `s` are `inner`-long scratch.
 fn columns(isa: FusedIsa, x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &mut [f32], s: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F.
+        unsafe { avx512::columns(x, y, n, inner, m, s) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
         // SAFETY: as in `row`.
         unsafe { avx2::columns(x, y, n, inner, m, s) };
@@ -261,6 +267,16 @@ mod avx512 {
         if k == 16 { !0 } else { (1u16 << k) - 1 }
     }
 
+    /// `f(i, mask)` for `i` = 0, 16, 32, … below `n`, the mask holding the lanes `i..min(i + 16, n)`.
+    #[inline(always)]
+    fn vectors(n: usize, mut f: impl FnMut(usize, __mmask16)) {
+        let mut i = 0;
+        while i < n {
+            f(i, lanes(i, n));
+            i += 16;
+        }
+    }
+
     /// One last-axis row: maximum (NaN-propagating), `e^(x − max)` stored and summed, scaled by
     /// the reciprocal sum; partial vectors through masked loads and stores.
     #[target_feature(enable = "avx512f")]
@@ -299,6 +315,54 @@ mod avx512 {
             // SAFETY: as above, for y.
             unsafe { _mm512_mask_storeu_ps(yp.add(i), k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yp.add(i)), iv)) };
             i += 16;
+        }
+    }
+
+    /// NaN-propagating lane maximum.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn vmax(a: __m512, b: __m512) -> __m512 {
+        _mm512_mask_mov_ps(_mm512_max_ps(a, b), _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), _mm512_set1_ps(f32::NAN))
+    }
+
+    /// Softmax down the columns of an `[n, inner]` slab (see `super::columns`), 16 columns at a
+    /// time.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn columns(x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &mut [f32], s: &mut [f32]) {
+        assert!(x.len() >= n * inner && y.len() >= n * inner && m.len() >= inner && s.len() >= inner);
+        let (xp, yp, mp, sp) = (x.as_ptr(), y.as_mut_ptr(), m.as_mut_ptr(), s.as_mut_ptr());
+        m[..inner].copy_from_slice(&x[..inner]);
+        s[..inner].fill(0.0);
+        // SAFETY: x and y hold n·inner values, m and s at least inner (asserted); every access
+        // is masked to the lanes i.. below inner of a row (`vectors`).
+        unsafe {
+            for k in 1..n {
+                let xr = xp.add(k * inner);
+                vectors(inner, |i, km| {
+                    let v = vmax(_mm512_maskz_loadu_ps(km, mp.add(i)), _mm512_maskz_loadu_ps(km, xr.add(i)));
+                    _mm512_mask_storeu_ps(mp.add(i), km, v);
+                });
+            }
+            for k in 0..n {
+                let (xr, yr) = (xp.add(k * inner), yp.add(k * inner));
+                vectors(inner, |i, km| {
+                    let d = _mm512_sub_ps(_mm512_maskz_loadu_ps(km, xr.add(i)), _mm512_maskz_loadu_ps(km, mp.add(i)));
+                    let e = exp(d);
+                    _mm512_mask_storeu_ps(yr.add(i), km, e);
+                    _mm512_mask_storeu_ps(sp.add(i), km, _mm512_add_ps(_mm512_maskz_loadu_ps(km, sp.add(i)), e));
+                });
+            }
+            vectors(inner, |i, km| {
+                let r = _mm512_div_ps(_mm512_set1_ps(1.0), _mm512_maskz_loadu_ps(km, sp.add(i)));
+                _mm512_mask_storeu_ps(sp.add(i), km, r);
+            });
+            for k in 0..n {
+                let yr = yp.add(k * inner);
+                vectors(inner, |i, km| {
+                    let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, yr.add(i)), _mm512_maskz_loadu_ps(km, sp.add(i)));
+                    _mm512_mask_storeu_ps(yr.add(i), km, v);
+                });
+            }
         }
     }
 }
