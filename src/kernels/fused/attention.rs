@@ -417,7 +417,7 @@ fn rows_finite(isa: FusedIsa, v: &[f32], n: usize, vs: usize, vd: usize) -> bool
 }
 
 /// Calls the micro-kernel `$f::<R>$args` whose const row count `R` is `$nr`, one of the listed
-/// counts (`micro_tiles` never passes another).
+/// counts (the callers cap `$nr` at the ISA's `ROWS`, the largest listed).
 #[cfg(target_arch = "x86_64")]
 macro_rules! with_rows {
     ([$($r:literal)*], $nr:expr, $m:ident::$f:ident, $args:tt) => {
