@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tensorjit::api::{AttentionConfig, DotConfig};
-use tensorjit::ir::op::AttentionLayout;
+use tensorjit::ir::op::{Activation, AttentionLayout, DenseLayout};
 use tensorjit::runtime::jit::{JitBackend, JitExecutable};
 use tensorjit::{Backend, Buffer, DType, Executable, Function, Shape, Value};
 
@@ -323,6 +323,38 @@ fn main() {
         let (ft, st) = time_pair(&fe, &se, &[&x], reps);
         let name = format!("gelu {} [4096,1536]", if exact { "erf" } else { "tanh" });
         print_row(&Row { name, fused_s: ft, std_s: st, bytes: 8 * 4096 * 1536, flops: 0.0 });
+    }
+    // FusedDense x [512, 768] · w [768, 3072] + bias, with ReLU and with exact GELU (`dense+gelu`), against
+    // DotGeneral + broadcast bias Add + the activation from standard ops.
+    for (act, tag) in [(Activation::Relu, "relu"), (Activation::Gelu, "gelu")] {
+        let name = format!("dense+{tag} 512x768x3072");
+        if !want(&name) {
+            continue;
+        }
+        let (m, k, n) = (512i64, 768i64, 3072i64);
+        let x = buf(&[m as usize, k as usize], 6);
+        let w = buf(&[k as usize, n as usize], 7);
+        let bias = buf(&[n as usize], 8);
+        let params = |f: &Function| -> R<(Value, Value, Value)> {
+            Ok((f.parameter("x", f32s(&[m, k]))?, f.parameter("w", f32s(&[k, n]))?, f.parameter("b", f32s(&[n]))?))
+        };
+        let fe = compile(&b, |f| {
+            let (x, w, bb) = params(f)?;
+            Ok(vec![f.fused_dense(x, w, Some(bb), act, DenseLayout::InputOutputs)?])
+        });
+        let se = compile(&sb, |f| {
+            let (x, w, bb) = params(f)?;
+            let y = f.matmul(x, w)?;
+            let y = f.add(y, f.broadcast_in_dim(bb, &f32s(&[m, n]), &[1])?)?;
+            Ok(vec![match act {
+                Activation::Relu => f.max(y, f.broadcast_in_dim(f.scalar(0f32)?, &f32s(&[m, n]), &[])?)?,
+                _ => gelu_erf_std(f, y)?,
+            }])
+        });
+        let (ft, st) = time_pair(&fe, &se, &[&x, &w, &bias], reps);
+        let bytes = 4 * (m * k + k * n + n + m * n) as usize;
+        let flops = 2.0 * (m * k * n) as f64;
+        print_row(&Row { name, fused_s: ft, std_s: st, bytes, flops });
     }
     // Attention, BHSD, H 12, d 64.
     let batches: &[(i64, i64)] = if full {
