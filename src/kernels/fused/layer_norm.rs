@@ -486,19 +486,13 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
+    use super::super::vmath::avx512::lanes;
     use super::{RowParams, finish_stats};
 
     /// Floats per block of the main sums: 4 accumulators of 16 lanes, 4 values per lane.
     const BLOCK: usize = 256;
     /// Floats per block of the remainder: 1 accumulator of 16 lanes, 8 values per lane.
     const TAIL_BLOCK: usize = 128;
-
-    /// The lanes `i..min(i + 16, n)` as a mask.
-    #[inline(always)]
-    fn lanes(i: usize, n: usize) -> __mmask16 {
-        let k = (n - i).min(16);
-        if k == 16 { !0 } else { (1u16 << k) - 1 }
-    }
 
     /// Adds the 16 f32 lanes of `v` into the 8 f64 lanes of `acc`.
     #[inline(always)]

@@ -258,14 +258,7 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::super::vmath::avx512::exp;
-
-    /// The lanes `i..min(i + 16, n)` as a mask.
-    #[inline]
-    fn lanes(i: usize, n: usize) -> __mmask16 {
-        let k = (n - i).min(16);
-        if k == 16 { !0 } else { (1u16 << k) - 1 }
-    }
+    use super::super::vmath::avx512::{exp, lanes};
 
     /// `f(i, mask)` for `i` = 0, 16, 32, … below `n`, the mask holding the lanes `i..min(i + 16, n)`.
     #[inline(always)]

@@ -358,6 +358,13 @@ pub mod avx512 {
         _mm512_div_ps(x, _mm512_add_ps(set(1.0), exp(m2u)))
     }
 
+    /// The lanes `i..min(i + 16, n)` as a mask (`i < n`).
+    #[inline(always)]
+    pub fn lanes(i: usize, n: usize) -> __mmask16 {
+        let k = (n - i).min(16);
+        if k == 16 { !0 } else { (1u16 << k) - 1 }
+    }
+
     /// `f` applied to every element of `x` into `y` (the shorter length), the last partial
     /// vector through masked loads and stores.
     ///
@@ -370,12 +377,11 @@ pub mod avx512 {
         let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
         let mut i = 0;
         while i < n {
-            let k = (n - i).min(16);
-            let mask: __mmask16 = if k == 16 { !0 } else { (1u16 << k) - 1 };
-            // SAFETY: the mask covers lanes i..i+k with i + k ≤ n, inside both slices; masked
-            // lanes are neither read nor written.
+            let mask = lanes(i, n);
+            // SAFETY: the mask covers lanes i.. below n, inside both slices; masked lanes are
+            // neither read nor written.
             unsafe { _mm512_mask_storeu_ps(yp.add(i), mask, f(_mm512_maskz_loadu_ps(mask, xp.add(i)))) };
-            i += k;
+            i += 16;
         }
     }
 
