@@ -116,8 +116,8 @@ fn exp_max_error() {
         eprintln!("exp {}: {} points, max rel error {worst:.3e}, {worst_ulp:.2} ulp", isa.name(), xs.len());
         assert!(worst < 2.5e-7, "{}: max relative error {worst:e}", isa.name());
         // Special values.
-        let sp = [0.0f32, 1.0, f32::NEG_INFINITY, f32::INFINITY, f32::NAN, -200.0, 100.0, 88.8, -0.0];
-        let mut out = [0f32; 9];
+        let sp = [0.0f32, 1.0, f32::NEG_INFINITY, f32::INFINITY, f32::NAN, -200.0, 100.0, 88.8, -0.0, -87.4, -87.3];
+        let mut out = [0f32; 11];
         exp_f32(isa, &sp, &mut out);
         assert_eq!(out[0], 1.0);
         assert!((out[1] - std::f32::consts::E).abs() <= 2.0 * f32::EPSILON * std::f32::consts::E);
@@ -128,6 +128,11 @@ fn exp_max_error() {
         assert_eq!(out[6], f32::INFINITY);
         assert_eq!(out[7], f32::INFINITY);
         assert_eq!(out[8], 1.0);
+        // Results below 2⁻¹²⁶ are flushed to 0 (no subnormal result or operand downstream);
+        // e^−87.3 = 1.2e-38 is just above it.
+        assert_eq!(out[9], 0.0, "{}", isa.name());
+        let want = (-87.3f32 as f64).exp();
+        assert!((out[10] as f64 - want).abs() <= 2e-7 * want, "{}: {:e}", isa.name(), out[10]);
     }
 }
 
@@ -393,12 +398,14 @@ fn gelu_hand_values_and_specials() {
         let y = gelu_via(isa, &[1.0, 0.0], false);
         assert_close("gelu tanh", &y, &[0.841_192, 0.0], 3e-7, 0.0);
         for exact in [true, false] {
-            let y = gelu_via(isa, &[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -100.0, 100.0, 1e30], exact);
+            let y = gelu_via(isa, &[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -100.0, 100.0, 1e30, -13.0], exact);
             assert_eq!(y[0], f32::INFINITY);
             assert!(y[1].is_nan() && y[2].is_nan(), "−∞·0 and NaN give NaN: {y:?}");
             assert_eq!(y[3], 0.0);
             assert_eq!(y[4], 100.0);
             assert_eq!(y[5], 1e30);
+            // −13·Φ(−13) = −7.9e-38 and the tanh form's −13/(1 + e^{2u}) ≈ −1e-70: flushed to 0.
+            assert_eq!(y[6], 0.0, "{} exact={exact}", isa.name());
         }
     }
 }

@@ -748,7 +748,7 @@ mod avx2 {
     use crate::kernels::fused::vmath::avx2::exp_reduced;
 
     /// Smallest argument of [`exp_nonpos`] with a normal result (e^x ≥ 2⁻¹²⁶).
-    const EXP_MIN: f32 = -87.33;
+    use crate::kernels::fused::vmath::EXP_FLUSH as EXP_MIN;
 
     /// Broadcast rows per micro-kernel call: keys of `Q·Kᵀ`, value columns of `P·V`
     /// (6 rows × 16 query lanes = 12 accumulators).
@@ -1062,7 +1062,7 @@ mod avx512 {
     /// Broadcast rows per micro-kernel call (12 rows × 2 vectors = 24 accumulators).
     pub(super) const ROWS: usize = 12;
     /// Smallest argument of [`exp_nonpos`] with a normal result (e^x ≥ 2⁻¹²⁶).
-    const EXP_MIN: f32 = -87.33;
+    use crate::kernels::fused::vmath::EXP_FLUSH as EXP_MIN;
 
     /// Transposed scores of `R` key rows against `NV` vectors of query lanes; `mx` (`NV`
     /// vectors) becomes the maximum of itself and the new scores (see `avx2::qk_r`).
