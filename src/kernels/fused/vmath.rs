@@ -1,6 +1,7 @@
-//! Vector math for the fused kernels: an f32 `exp` (Cephes-style range reduction and a degree-6
-//! polynomial) and the GELU kernels, each in an AVX2+FMA form (8 lanes) and a portable scalar form
-//! that follows the same algorithm.
+//! Vector math for the fused kernels and the GEMM epilogue: an f32 `exp` (Cephes-style range
+//! reduction and a degree-6 polynomial), the GELU forms and the other activations. Each algorithm
+//! is written once over a lane vocabulary (`vector_math!`) and instantiated for AVX2+FMA (8 lanes)
+//! and AVX-512F (16 lanes); a portable scalar form follows the same algorithm.
 //!
 //! `exp` error (measured by `tests/fused_kernels.rs::exp_max_error` against f64 `exp` over every
 //! 64th f32 in [-87.3, 88.7]): max relative error 1.19e-7 (1.27 ulp) on the normal range.
@@ -127,253 +128,392 @@ pub fn exp_f32(isa: super::FusedIsa, x: &[f32], y: &mut [f32]) {
     y.iter_mut().zip(x).for_each(|(o, &v)| *o = exp_scalar(v));
 }
 
-/// AVX2+FMA versions. Every function requires a CPU with AVX2 and FMA (checked by the callers
+/// The algorithms on vectors, written once over a per-ISA lane vocabulary: the module that
+/// invokes this macro defines `ops` (`V`, `M`, `LANES` and the primitives below, each
+/// `#[inline]` with the module's target features) and gets `exp`, the GELU forms, the other
+/// activations and the slice loops in its ISA. `$feat` is the target-feature list every function
+/// is compiled with.
+///
+/// Primitives: `splat`, `zero`, `add`, `sub`, `mul`, `div`, `min`/`max` (x86 semantics: the
+/// second operand where either is NaN), `fmadd(a, b, c) = a·b + c`, `fnmadd = c − a·b`,
+/// `fmsub = a·b − c`, `abs`, `round` (to nearest even), comparisons `lt`/`ge` (ordered) and
+/// `is_nan` giving a mask `M`, `select(m, a, b)` (`a` where `m`), `scale2(e, n) = e·2ⁿ` for
+/// integer-valued `n ∈ [−126, 128]`, `hsum`, full `load`/`store` and `load_part`/`store_part`
+/// of the first `k < LANES` lanes (the others read as 0, never written).
+#[cfg(target_arch = "x86_64")]
+macro_rules! vector_math {
+    ($feat:literal) => {
+        use super::{ERFC, EXP_FLUSH, EXP_HI, GELU_HI, GELU_LO, LN2_HI, LN2_LO, LOG2E, P, SQRT_2_OVER_PI};
+        use ops::*;
+        pub use ops::{LANES, M, V, hsum};
+
+        /// The core shared by the exp variants: for finite `xc`, `xc = n·ln 2 + r` (Cody–Waite,
+        /// |r| ≤ ln2/2) and `e^r` by the polynomial; returns `(e^r, n)` with `n` integer-valued.
+        /// The caller scales by 2ⁿ.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn exp_reduced(xc: V) -> (V, V) {
+            let n = round(mul(xc, splat(LOG2E)));
+            let r = fnmadd(n, splat(LN2_HI), xc);
+            let r = fnmadd(n, splat(LN2_LO), r);
+            let mut p = splat(P[0]);
+            for &c in &P[1..] {
+                p = fmadd(p, r, splat(c));
+            }
+            (fmadd(p, mul(r, r), add(r, splat(1.0))), n)
+        }
+
+        /// `exp` of every lane: results below 2⁻¹²⁶ flushed to 0, above 88.73 +∞, NaN kept.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn exp(x: V) -> V {
+            // max returns its second operand for NaN lanes: xc is finite.
+            let xc = min(max(x, splat(EXP_FLUSH)), splat(EXP_HI));
+            let (e, n) = exp_reduced(xc);
+            let y = select(lt(x, splat(EXP_FLUSH)), zero(), scale2(e, n));
+            select(is_nan(x), x, y)
+        }
+
+        /// Exact GELU of every lane (see [`super::gelu_erf_scalar`]).
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn gelu_erf(x: V) -> V {
+            let xc = min(max(x, splat(GELU_LO)), splat(GELU_HI));
+            let a = mul(abs(xc), splat(std::f32::consts::FRAC_1_SQRT_2));
+            let t = div(splat(1.0), fmadd(splat(0.5), a, splat(1.0)));
+            let mut p = splat(ERFC[9]);
+            for &c in ERFC[..9].iter().rev() {
+                p = fmadd(p, t, splat(c));
+            }
+            // −a² = −x²/2 in double-f32: x² = x2 + lo exactly.
+            let x2 = mul(xc, xc);
+            let lo = fmsub(xc, xc, x2);
+            let h = mul(splat(-0.5), x2);
+            let s = add(h, p);
+            let err = add(sub(h, s), p);
+            let e = exp(s);
+            let ec = fmadd(e, fnmadd(splat(0.5), lo, err), e);
+            let half_erfc = mul(mul(splat(0.5), t), ec);
+            let phi = select(ge(xc, zero()), sub(splat(1.0), half_erfc), half_erfc);
+            let phi = select(lt(x, splat(GELU_LO)), zero(), phi);
+            // NaN lanes: x·Φ stays NaN since Φ is finite.
+            mul(x, phi)
+        }
+
+        /// Tanh GELU of every lane (see [`super::gelu_tanh_scalar`]).
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn gelu_tanh(x: V) -> V {
+            let inner = fmadd(splat(0.044_715), mul(mul(x, x), x), x);
+            let m2u = mul(splat(-2.0 * SQRT_2_OVER_PI), inner);
+            div(x, add(splat(1.0), exp(m2u)))
+        }
+
+        /// `max(x, 0)` with NaN kept.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn relu(x: V) -> V {
+            select(lt(x, zero()), zero(), x)
+        }
+
+        /// `1 / (1 + e^−x)`.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn sigmoid(x: V) -> V {
+            div(splat(1.0), add(splat(1.0), exp(sub(zero(), x))))
+        }
+
+        /// `x / (1 + e^−x)`.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn silu(x: V) -> V {
+            div(x, add(splat(1.0), exp(sub(zero(), x))))
+        }
+
+        /// `tanh`: `1 − 2/(e^{2x} + 1)`, and the odd Taylor polynomial to x⁷ where |x| < 0.125
+        /// (where the subtraction cancels).
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn tanh(x: V) -> V {
+            let big = sub(splat(1.0), div(splat(2.0), add(exp(add(x, x)), splat(1.0))));
+            let x2 = mul(x, x);
+            let p = fmadd(x2, splat(-17.0 / 315.0), splat(2.0 / 15.0));
+            let p = fmadd(x2, p, splat(-1.0 / 3.0));
+            let small = fmadd(mul(x, x2), p, x);
+            select(lt(abs(x), splat(0.125)), small, big)
+        }
+
+        /// `x · clamp(x/6 + 1/2, 0, 1)`, NaN kept.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn hard_swish(x: V) -> V {
+            let g = fmadd(x, splat(1.0 / 6.0), splat(0.5));
+            let g = min(max(g, zero()), splat(1.0));
+            mul(x, select(is_nan(x), x, g))
+        }
+
+        /// `f` applied to every element of `x` into `y` (the shorter length), the last partial
+        /// vector through masked loads and stores.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features; `f` must be safe to call on it.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn map(x: &[f32], y: &mut [f32], f: impl Fn(V) -> V) {
+            let n = x.len().min(y.len());
+            let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+            let mut i = 0;
+            while i + LANES <= n {
+                // SAFETY: lanes i..i + LANES lie below n, inside both slices.
+                unsafe { store(yp.add(i), f(load(xp.add(i)))) };
+                i += LANES;
+            }
+            if i < n {
+                // SAFETY: the first n − i lanes from i lie inside both slices.
+                unsafe { store_part(yp.add(i), n - i, f(load_part(xp.add(i), n - i))) };
+            }
+        }
+
+        /// `f` applied to every element of `xs` in place (see [`map`]).
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features; `f` must be safe to call on it.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn map_in_place(xs: &mut [f32], f: impl Fn(V) -> V) {
+            let n = xs.len();
+            let p = xs.as_mut_ptr();
+            let mut i = 0;
+            while i + LANES <= n {
+                // SAFETY: lanes i..i + LANES lie below n, inside the slice.
+                unsafe { store(p.add(i), f(load(p.add(i)))) };
+                i += LANES;
+            }
+            if i < n {
+                // SAFETY: the first n − i lanes from i lie inside the slice.
+                unsafe { store_part(p.add(i), n - i, f(load_part(p.add(i), n - i))) };
+            }
+        }
+
+        /// `exp` of every element of `x` into `y` (the shorter length).
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[target_feature(enable = $feat)]
+        pub fn exp_slice(x: &[f32], y: &mut [f32]) {
+            map(x, y, |v| exp(v));
+        }
+
+        /// `x[i] = exp(x[i] − m)` in place; returns the sum of the results.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[target_feature(enable = $feat)]
+        pub fn exp_shift_sum(x: &mut [f32], m: f32) -> f32 {
+            let n = x.len();
+            let p = x.as_mut_ptr();
+            let mv = splat(m);
+            let mut acc = zero();
+            let mut i = 0;
+            while i + LANES <= n {
+                // SAFETY: i + LANES ≤ n.
+                unsafe {
+                    let e = exp(sub(load(p.add(i)), mv));
+                    store(p.add(i), e);
+                    acc = add(acc, e);
+                }
+                i += LANES;
+            }
+            let mut s = hsum(acc);
+            if i < n {
+                // SAFETY: the first n − i lanes from i lie inside the slice.
+                let e = unsafe { exp(sub(load_part(p.add(i), n - i), mv)) };
+                // SAFETY: as above.
+                unsafe { store_part(p.add(i), n - i, e) };
+                s += x[i..].iter().sum::<f32>();
+            }
+            s
+        }
+    };
+}
+
+/// AVX2+FMA (8 lanes). Every function requires a CPU with AVX2 and FMA (checked by the callers
 /// through [`super::FusedIsa`]).
 #[cfg(target_arch = "x86_64")]
 pub mod avx2 {
-    use std::arch::x86_64::*;
-
-    use super::*;
-
-    /// `exp` of 8 lanes.
+    /// The 8-lane vocabulary of `vector_math!` (whose comment documents each primitive).
     ///
     /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub fn exp(x: __m256) -> __m256 {
-        let set = _mm256_set1_ps;
-        // max_ps returns its second operand for NaN lanes: xc is finite.
-        let xc = _mm256_min_ps(_mm256_max_ps(x, set(EXP_FLUSH)), set(EXP_HI));
-        let (e, n) = exp_reduced(xc);
-        let ni = _mm256_cvtps_epi32(n);
-        let n1 = _mm256_srai_epi32::<1>(ni);
-        let n2 = _mm256_sub_epi32(ni, n1);
-        let bias = _mm256_set1_epi32(127);
-        let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
-        let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
-        let y = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
-        let y = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x, set(EXP_FLUSH)), y);
-        _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x))
-    }
+    /// Every function requires a CPU with AVX2 and FMA.
+    #[allow(missing_docs, clippy::missing_safety_doc)]
+    pub mod ops {
+        use std::arch::x86_64::*;
 
-    /// The core shared by the exp variants: for finite `xc`, `xc = n·ln 2 + r` (Cody–Waite,
-    /// |r| ≤ ln2/2) and `e^r` by the degree-7 polynomial; returns `(e^r, n)` with `n`
-    /// integer-valued. The caller scales by 2ⁿ.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub fn exp_reduced(xc: __m256) -> (__m256, __m256) {
-        let set = _mm256_set1_ps;
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(xc, set(LOG2E)));
-        let r = _mm256_fnmadd_ps(n, set(LN2_HI), xc);
-        let r = _mm256_fnmadd_ps(n, set(LN2_LO), r);
-        let mut p = set(P[0]);
-        p = _mm256_fmadd_ps(p, r, set(P[1]));
-        p = _mm256_fmadd_ps(p, r, set(P[2]));
-        p = _mm256_fmadd_ps(p, r, set(P[3]));
-        p = _mm256_fmadd_ps(p, r, set(P[4]));
-        p = _mm256_fmadd_ps(p, r, set(P[5]));
-        (_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set(1.0))), n)
-    }
+        /// One vector of f32 lanes.
+        pub type V = __m256;
+        /// A lane mask (all-ones or all-zeros lanes).
+        pub type M = __m256;
+        /// Lanes per vector.
+        pub const LANES: usize = 8;
 
-    /// Exact GELU of 8 lanes (see [`super::gelu_erf_scalar`]).
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub fn gelu_erf(x: __m256) -> __m256 {
-        let set = _mm256_set1_ps;
-        let xc = _mm256_min_ps(_mm256_max_ps(x, set(GELU_LO)), set(GELU_HI));
-        let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-        let a = _mm256_mul_ps(_mm256_and_ps(xc, absmask), set(std::f32::consts::FRAC_1_SQRT_2));
-        let t = _mm256_div_ps(set(1.0), _mm256_fmadd_ps(set(0.5), a, set(1.0)));
-        let mut p = set(ERFC[9]);
-        for i in (0..9).rev() {
-            p = _mm256_fmadd_ps(p, t, set(ERFC[i]));
+        macro_rules! binary {
+            ($($name:ident = $intr:ident),*) => {$(
+                #[inline]
+                #[target_feature(enable = "avx2,fma")]
+                pub fn $name(a: V, b: V) -> V {
+                    $intr(a, b)
+                }
+            )*};
         }
-        let x2 = _mm256_mul_ps(xc, xc);
-        let lo = _mm256_fmsub_ps(xc, xc, x2);
-        let h = _mm256_mul_ps(set(-0.5), x2);
-        let s = _mm256_add_ps(h, p);
-        let err = _mm256_add_ps(_mm256_sub_ps(h, s), p);
-        let e = exp(s);
-        let corr = _mm256_fnmadd_ps(set(0.5), lo, err);
-        let ec = _mm256_fmadd_ps(e, corr, e);
-        let half_erfc = _mm256_mul_ps(_mm256_mul_ps(set(0.5), t), ec);
-        let pos = _mm256_cmp_ps::<_CMP_GE_OQ>(xc, _mm256_setzero_ps());
-        let phi = _mm256_blendv_ps(half_erfc, _mm256_sub_ps(set(1.0), half_erfc), pos);
-        let phi = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x, set(GELU_LO)), phi);
-        // NaN lanes: x·Φ stays NaN since Φ is finite.
-        _mm256_mul_ps(x, phi)
-    }
-
-    /// Tanh GELU of 8 lanes (see [`super::gelu_tanh_scalar`]).
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub fn gelu_tanh(x: __m256) -> __m256 {
-        let set = _mm256_set1_ps;
-        let x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-        let inner = _mm256_fmadd_ps(set(0.044_715), x3, x);
-        let m2u = _mm256_mul_ps(set(-2.0 * SQRT_2_OVER_PI), inner);
-        _mm256_div_ps(x, _mm256_add_ps(set(1.0), exp(m2u)))
-    }
-
-    /// Sum of the 8 lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
-
-    /// `x[i] = exp(x[i] − m)` in place; returns the sum of the results.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub fn exp_shift_sum(x: &mut [f32], m: f32) -> f32 {
-        let n = x.len();
-        let mv = _mm256_set1_ps(m);
-        let mut acc = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 ≤ n.
-            unsafe {
-                let e = exp(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), mv));
-                _mm256_storeu_ps(x.as_mut_ptr().add(i), e);
-                acc = _mm256_add_ps(acc, e);
-            }
-            i += 8;
+        binary!(add = _mm256_add_ps, sub = _mm256_sub_ps, mul = _mm256_mul_ps, div = _mm256_div_ps);
+        binary!(min = _mm256_min_ps, max = _mm256_max_ps);
+        macro_rules! ternary {
+            ($($name:ident = $intr:ident),*) => {$(
+                #[inline]
+                #[target_feature(enable = "avx2,fma")]
+                pub fn $name(a: V, b: V, c: V) -> V {
+                    $intr(a, b, c)
+                }
+            )*};
         }
-        let mut s = hsum(acc);
-        for v in &mut x[i..] {
-            *v = exp_scalar(*v - m);
-            s += *v;
+        ternary!(fmadd = _mm256_fmadd_ps, fnmadd = _mm256_fnmadd_ps, fmsub = _mm256_fmsub_ps);
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn splat(x: f32) -> V {
+            _mm256_set1_ps(x)
         }
-        s
-    }
-
-    /// `exp` of every element of `x` into `y` (equal lengths).
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub fn exp_slice(x: &[f32], y: &mut [f32]) {
-        let n = x.len().min(y.len());
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 ≤ n ≤ both lengths; unaligned loads/stores.
-            unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(i), exp(_mm256_loadu_ps(x.as_ptr().add(i)))) };
-            i += 8;
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn zero() -> V {
+            _mm256_setzero_ps()
         }
-        for j in i..n {
-            y[j] = exp_scalar(x[j]);
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn abs(x: V) -> V {
+            _mm256_andnot_ps(_mm256_set1_ps(-0.0), x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn round(x: V) -> V {
+            _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn lt(a: V, b: V) -> M {
+            _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn ge(a: V, b: V) -> M {
+            _mm256_cmp_ps::<_CMP_GE_OQ>(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn is_nan(a: V) -> M {
+            _mm256_cmp_ps::<_CMP_UNORD_Q>(a, a)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn select(m: M, a: V, b: V) -> V {
+            _mm256_blendv_ps(b, a, m)
+        }
+        /// `e·2ⁿ` as two exponent-field scalings by 2^⌊n/2⌋ and 2^⌈n/2⌉ (each a normal float for
+        /// n ∈ [−126, 128]).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn scale2(e: V, n: V) -> V {
+            let ni = _mm256_cvtps_epi32(n);
+            let n1 = _mm256_srai_epi32::<1>(ni);
+            let n2 = _mm256_sub_epi32(ni, n1);
+            let bias = _mm256_set1_epi32(127);
+            let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
+            let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
+            _mm256_mul_ps(_mm256_mul_ps(e, s1), s2)
+        }
+        /// Sum of the 8 lanes.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn hsum(v: V) -> f32 {
+            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            _mm_cvtss_f32(s)
+        }
+        /// The first `k` lanes set.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn first(k: usize) -> __m256i {
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(k as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+        }
+        /// # Safety
+        /// `p..p + 8` must be readable.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn load(p: *const f32) -> V {
+            // SAFETY: the caller's contract.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        /// # Safety
+        /// `p..p + 8` must be writable.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn store(p: *mut f32, v: V) {
+            // SAFETY: the caller's contract.
+            unsafe { _mm256_storeu_ps(p, v) }
+        }
+        /// # Safety
+        /// `p..p + k` must be readable (`k ≤ 8`); the other lanes are 0 and not touched.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn load_part(p: *const f32, k: usize) -> V {
+            // SAFETY: the caller's contract; masked-off lanes are not accessed.
+            unsafe { _mm256_maskload_ps(p, first(k)) }
+        }
+        /// # Safety
+        /// `p..p + k` must be writable (`k ≤ 8`); the other lanes are not touched.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn store_part(p: *mut f32, k: usize, v: V) {
+            // SAFETY: the caller's contract; masked-off lanes are not accessed.
+            unsafe { _mm256_maskstore_ps(p, first(k), v) }
         }
     }
+
+    vector_math!("avx2,fma");
 }
 
-/// AVX-512F versions (16 lanes) of the exp core. Every function requires a CPU with AVX-512F
-/// (checked by the callers through [`super::FusedIsa`]).
+/// AVX-512F (16 lanes). Every function requires a CPU with AVX-512F (checked by the callers
+/// through [`super::FusedIsa`]).
 #[cfg(target_arch = "x86_64")]
 pub mod avx512 {
-    use std::arch::x86_64::*;
-
-    use super::*;
-
-    /// [`super::avx2::exp_reduced`] on 16 lanes: for finite `xc`, `(e^r, n)` with
-    /// `xc = n·ln 2 + r`, |r| ≤ ln2/2, `n` integer-valued; the caller scales by 2ⁿ.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub fn exp_reduced(xc: __m512) -> (__m512, __m512) {
-        let set = _mm512_set1_ps;
-        let n =
-            _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(xc, set(LOG2E)));
-        let r = _mm512_fnmadd_ps(n, set(LN2_HI), xc);
-        let r = _mm512_fnmadd_ps(n, set(LN2_LO), r);
-        let mut p = set(P[0]);
-        p = _mm512_fmadd_ps(p, r, set(P[1]));
-        p = _mm512_fmadd_ps(p, r, set(P[2]));
-        p = _mm512_fmadd_ps(p, r, set(P[3]));
-        p = _mm512_fmadd_ps(p, r, set(P[4]));
-        p = _mm512_fmadd_ps(p, r, set(P[5]));
-        (_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, set(1.0))), n)
-    }
-
-    /// `exp` of 16 lanes: the range reduction and polynomial of [`super::avx2::exp`], scaled by
-    /// 2ⁿ in one rounding (`vscalefps`, so results in the subnormal range are rounded once).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub fn exp(x: __m512) -> __m512 {
-        let set = _mm512_set1_ps;
-        // max_ps returns its second operand for NaN lanes: xc is finite.
-        let xc = _mm512_min_ps(_mm512_max_ps(x, set(EXP_FLUSH)), set(EXP_HI));
-        let (e, n) = exp_reduced(xc);
-        let y = _mm512_maskz_mov_ps(!_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, set(EXP_FLUSH)), _mm512_scalef_ps(e, n));
-        _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
-    }
-
-    /// Exact GELU of 16 lanes (see [`super::gelu_erf_scalar`]).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub fn gelu_erf(x: __m512) -> __m512 {
-        let set = _mm512_set1_ps;
-        let xc = _mm512_min_ps(_mm512_max_ps(x, set(GELU_LO)), set(GELU_HI));
-        let a = _mm512_mul_ps(_mm512_abs_ps(xc), set(std::f32::consts::FRAC_1_SQRT_2));
-        let t = _mm512_div_ps(set(1.0), _mm512_fmadd_ps(set(0.5), a, set(1.0)));
-        let mut p = set(ERFC[9]);
-        for i in (0..9).rev() {
-            p = _mm512_fmadd_ps(p, t, set(ERFC[i]));
-        }
-        let x2 = _mm512_mul_ps(xc, xc);
-        let lo = _mm512_fmsub_ps(xc, xc, x2);
-        let h = _mm512_mul_ps(set(-0.5), x2);
-        let s = _mm512_add_ps(h, p);
-        let err = _mm512_add_ps(_mm512_sub_ps(h, s), p);
-        let e = exp(s);
-        let corr = _mm512_fnmadd_ps(set(0.5), lo, err);
-        let ec = _mm512_fmadd_ps(e, corr, e);
-        let half_erfc = _mm512_mul_ps(_mm512_mul_ps(set(0.5), t), ec);
-        let pos = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(xc, _mm512_setzero_ps());
-        let phi = _mm512_mask_blend_ps(pos, half_erfc, _mm512_sub_ps(set(1.0), half_erfc));
-        let phi = _mm512_maskz_mov_ps(!_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, set(GELU_LO)), phi);
-        // NaN lanes: x·Φ stays NaN since Φ is finite.
-        _mm512_mul_ps(x, phi)
-    }
-
-    /// Tanh GELU of 16 lanes (see [`super::gelu_tanh_scalar`]).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub fn gelu_tanh(x: __m512) -> __m512 {
-        let set = _mm512_set1_ps;
-        let x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-        let inner = _mm512_fmadd_ps(set(0.044_715), x3, x);
-        let m2u = _mm512_mul_ps(set(-2.0 * SQRT_2_OVER_PI), inner);
-        _mm512_div_ps(x, _mm512_add_ps(set(1.0), exp(m2u)))
-    }
+    use std::arch::x86_64::__mmask16;
 
     /// The lanes `i..min(i + 16, n)` as a mask (`i < n`).
     #[inline(always)]
@@ -382,32 +522,127 @@ pub mod avx512 {
         if k == 16 { !0 } else { (1u16 << k) - 1 }
     }
 
-    /// `f` applied to every element of `x` into `y` (the shorter length), the last partial
-    /// vector through masked loads and stores.
+    /// The 16-lane vocabulary of `vector_math!` (whose comment documents each primitive).
     ///
     /// # Safety
-    /// The CPU must support AVX-512F; `f` must be safe to call on such a CPU.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub fn map(x: &[f32], y: &mut [f32], f: impl Fn(__m512) -> __m512) {
-        let n = x.len().min(y.len());
-        let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-        let mut i = 0;
-        while i < n {
-            let mask = lanes(i, n);
-            // SAFETY: the mask covers lanes i.. below n, inside both slices; masked lanes are
-            // neither read nor written.
-            unsafe { _mm512_mask_storeu_ps(yp.add(i), mask, f(_mm512_maskz_loadu_ps(mask, xp.add(i)))) };
-            i += 16;
+    /// Every function requires a CPU with AVX-512F.
+    #[allow(missing_docs, clippy::missing_safety_doc)]
+    pub mod ops {
+        use std::arch::x86_64::*;
+
+        /// One vector of f32 lanes.
+        pub type V = __m512;
+        /// A lane mask (one bit per lane).
+        pub type M = __mmask16;
+        /// Lanes per vector.
+        pub const LANES: usize = 16;
+
+        macro_rules! binary {
+            ($($name:ident = $intr:ident),*) => {$(
+                #[inline]
+                #[target_feature(enable = "avx512f")]
+                pub fn $name(a: V, b: V) -> V {
+                    $intr(a, b)
+                }
+            )*};
+        }
+        binary!(add = _mm512_add_ps, sub = _mm512_sub_ps, mul = _mm512_mul_ps, div = _mm512_div_ps);
+        binary!(min = _mm512_min_ps, max = _mm512_max_ps);
+        macro_rules! ternary {
+            ($($name:ident = $intr:ident),*) => {$(
+                #[inline]
+                #[target_feature(enable = "avx512f")]
+                pub fn $name(a: V, b: V, c: V) -> V {
+                    $intr(a, b, c)
+                }
+            )*};
+        }
+        ternary!(fmadd = _mm512_fmadd_ps, fnmadd = _mm512_fnmadd_ps, fmsub = _mm512_fmsub_ps);
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn splat(x: f32) -> V {
+            _mm512_set1_ps(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn zero() -> V {
+            _mm512_setzero_ps()
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn abs(x: V) -> V {
+            _mm512_abs_ps(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn round(x: V) -> V {
+            _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn lt(a: V, b: V) -> M {
+            _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn ge(a: V, b: V) -> M {
+            _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn is_nan(a: V) -> M {
+            _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn select(m: M, a: V, b: V) -> V {
+            _mm512_mask_blend_ps(m, b, a)
+        }
+        /// `e·2ⁿ` in one rounding (`vscalefps`).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn scale2(e: V, n: V) -> V {
+            _mm512_scalef_ps(e, n)
+        }
+        /// Sum of the 16 lanes.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn hsum(v: V) -> f32 {
+            _mm512_reduce_add_ps(v)
+        }
+        /// # Safety
+        /// `p..p + 16` must be readable.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn load(p: *const f32) -> V {
+            // SAFETY: the caller's contract.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        /// # Safety
+        /// `p..p + 16` must be writable.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn store(p: *mut f32, v: V) {
+            // SAFETY: the caller's contract.
+            unsafe { _mm512_storeu_ps(p, v) }
+        }
+        /// # Safety
+        /// `p..p + k` must be readable (`k ≤ 16`); the other lanes are 0 and not touched.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn load_part(p: *const f32, k: usize) -> V {
+            // SAFETY: the caller's contract; masked-off lanes are not accessed.
+            unsafe { _mm512_maskz_loadu_ps(super::lanes(0, k), p) }
+        }
+        /// # Safety
+        /// `p..p + k` must be writable (`k ≤ 16`); the other lanes are not touched.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn store_part(p: *mut f32, k: usize, v: V) {
+            // SAFETY: the caller's contract; masked-off lanes are not accessed.
+            unsafe { _mm512_mask_storeu_ps(p, super::lanes(0, k), v) }
         }
     }
 
-    /// `exp` of every element of `x` into `y` (the shorter length).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub fn exp_slice(x: &[f32], y: &mut [f32]) {
-        map(x, y, |v| exp(v));
-    }
+    vector_math!("avx512f");
 }

@@ -324,192 +324,36 @@ use x86::{act_f32_avx2, act_f32_avx512};
 
 /// Hand-vectorised activations for the x86 epilogue. The epilogue runs them on one tile row at a
 /// time (16 to 48 values), too short for the compiler's vectorised loops, which unroll 4 × 16
-/// wide and leave such rows to their scalar remainder. The GELU forms and `exp` are the fused
-/// kernels' (`fused::vmath`), so `FusedDense` with GELU gives the values of `FusedGelu`.
+/// wide and leave such rows to their scalar remainder. They are the fused kernels' vector math
+/// (`fused::vmath`), so `FusedDense` with GELU gives the values of `FusedGelu`.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use std::arch::x86_64::*;
-
     use super::Activation;
-    use crate::kernels::fused::vmath::{avx2 as v8, avx512 as v16};
+    use crate::kernels::fused::vmath::{avx2, avx512};
 
-    /// Runs `$body` (a function of one vector) over `$xs` in place, `$w` lanes at a time, the
-    /// last partial vector through the masked `$load`/`$store` with mask `$mask(i, n)`.
-    macro_rules! in_place {
-        ($xs:expr, $w:expr, $mask:expr, $load:expr, $store:expr, $body:expr) => {{
-            let n = $xs.len();
-            let p = $xs.as_mut_ptr();
-            let mut i = 0;
-            while i < n {
-                let m = $mask(i, n);
-                // SAFETY: the mask covers the lanes i.. below n, inside the slice; masked-off
-                // lanes are neither read nor written.
-                unsafe { $store(p.add(i), m, $body($load(p.add(i), m))) };
-                i += $w;
-            }
-        }};
-    }
-
-    /// One `match` per call, each arm its own loop.
+    /// One `match` per call, each arm its own loop over `xs` in the ISA module `$isa`.
     macro_rules! per_activation {
-        ($act:expr, $run:ident, $ops:ident) => {
+        ($act:expr, $xs:expr, $isa:ident) => {
             match $act {
                 Activation::None => {}
-                Activation::Relu => $run!(|v| $ops::relu(v)),
-                Activation::GeluErf => $run!(|v| $ops::gelu_erf(v)),
-                Activation::GeluTanh => $run!(|v| $ops::gelu_tanh(v)),
-                Activation::Silu => $run!(|v| $ops::silu(v)),
-                Activation::Sigmoid => $run!(|v| $ops::sigmoid(v)),
-                Activation::Tanh => $run!(|v| $ops::tanh(v)),
-                Activation::HardSwish => $run!(|v| $ops::hard_swish(v)),
+                Activation::Relu => $isa::map_in_place($xs, |v| $isa::relu(v)),
+                Activation::GeluErf => $isa::map_in_place($xs, |v| $isa::gelu_erf(v)),
+                Activation::GeluTanh => $isa::map_in_place($xs, |v| $isa::gelu_tanh(v)),
+                Activation::Silu => $isa::map_in_place($xs, |v| $isa::silu(v)),
+                Activation::Sigmoid => $isa::map_in_place($xs, |v| $isa::sigmoid(v)),
+                Activation::Tanh => $isa::map_in_place($xs, |v| $isa::tanh(v)),
+                Activation::HardSwish => $isa::map_in_place($xs, |v| $isa::hard_swish(v)),
             }
         };
-    }
-
-    /// The activations on 16 lanes, from the fused kernels' `exp` and GELU.
-    mod f16x {
-        use super::*;
-
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        pub fn relu(x: __m512) -> __m512 {
-            // 0 where x < 0; NaN and everything else pass through.
-            _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps()), _mm512_setzero_ps())
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        pub fn gelu_erf(x: __m512) -> __m512 {
-            v16::gelu_erf(x)
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        pub fn gelu_tanh(x: __m512) -> __m512 {
-            v16::gelu_tanh(x)
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        pub fn sigmoid(x: __m512) -> __m512 {
-            let one = _mm512_set1_ps(1.0);
-            _mm512_div_ps(one, _mm512_add_ps(one, v16::exp(_mm512_sub_ps(_mm512_setzero_ps(), x))))
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        pub fn silu(x: __m512) -> __m512 {
-            let one = _mm512_set1_ps(1.0);
-            _mm512_div_ps(x, _mm512_add_ps(one, v16::exp(_mm512_sub_ps(_mm512_setzero_ps(), x))))
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        pub fn tanh(x: __m512) -> __m512 {
-            let set = _mm512_set1_ps;
-            // 1 − 2/(e^{2x} + 1), and the odd Taylor polynomial where |x| < 0.125 (cancellation).
-            let big = _mm512_sub_ps(
-                set(1.0),
-                _mm512_div_ps(set(2.0), _mm512_add_ps(v16::exp(_mm512_add_ps(x, x)), set(1.0))),
-            );
-            let x2 = _mm512_mul_ps(x, x);
-            let p = _mm512_fmadd_ps(x2, set(-17.0 / 315.0), set(2.0 / 15.0));
-            let p = _mm512_fmadd_ps(x2, p, set(-1.0 / 3.0));
-            let small = _mm512_fmadd_ps(_mm512_mul_ps(x, x2), p, x);
-            let near0 = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(_mm512_abs_ps(x), set(0.125));
-            _mm512_mask_mov_ps(big, near0, small)
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        pub fn hard_swish(x: __m512) -> __m512 {
-            let set = _mm512_set1_ps;
-            // x · clamp(x/6 + 1/2, 0, 1); max/min return their second operand for NaN, so the
-            // clamp is written with x's term first and NaN survives the product.
-            let g = _mm512_fmadd_ps(x, set(1.0 / 6.0), set(0.5));
-            let g = _mm512_min_ps(_mm512_max_ps(g, _mm512_setzero_ps()), set(1.0));
-            let g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x);
-            _mm512_mul_ps(x, g)
-        }
-    }
-
-    /// The activations on 8 lanes (AVX2 + FMA).
-    mod f8x {
-        use super::*;
-
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        pub fn relu(x: __m256) -> __m256 {
-            let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
-            _mm256_andnot_ps(neg, x)
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        pub fn gelu_erf(x: __m256) -> __m256 {
-            v8::gelu_erf(x)
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        pub fn gelu_tanh(x: __m256) -> __m256 {
-            v8::gelu_tanh(x)
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        pub fn sigmoid(x: __m256) -> __m256 {
-            let one = _mm256_set1_ps(1.0);
-            _mm256_div_ps(one, _mm256_add_ps(one, v8::exp(_mm256_sub_ps(_mm256_setzero_ps(), x))))
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        pub fn silu(x: __m256) -> __m256 {
-            let one = _mm256_set1_ps(1.0);
-            _mm256_div_ps(x, _mm256_add_ps(one, v8::exp(_mm256_sub_ps(_mm256_setzero_ps(), x))))
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        pub fn tanh(x: __m256) -> __m256 {
-            let set = _mm256_set1_ps;
-            let big =
-                _mm256_sub_ps(set(1.0), _mm256_div_ps(set(2.0), _mm256_add_ps(v8::exp(_mm256_add_ps(x, x)), set(1.0))));
-            let x2 = _mm256_mul_ps(x, x);
-            let p = _mm256_fmadd_ps(x2, set(-17.0 / 315.0), set(2.0 / 15.0));
-            let p = _mm256_fmadd_ps(x2, p, set(-1.0 / 3.0));
-            let small = _mm256_fmadd_ps(_mm256_mul_ps(x, x2), p, x);
-            let abs = _mm256_andnot_ps(set(-0.0), x);
-            _mm256_blendv_ps(big, small, _mm256_cmp_ps::<_CMP_LT_OQ>(abs, set(0.125)))
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        pub fn hard_swish(x: __m256) -> __m256 {
-            let set = _mm256_set1_ps;
-            let g = _mm256_fmadd_ps(x, set(1.0 / 6.0), set(0.5));
-            let g = _mm256_min_ps(_mm256_max_ps(g, _mm256_setzero_ps()), set(1.0));
-            let g = _mm256_blendv_ps(g, x, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
-            _mm256_mul_ps(x, g)
-        }
-    }
-
-    /// The first `min(n − i, 8)` lanes set, as an AVX2 mask vector.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn mask8(i: usize, n: usize) -> __m256i {
-        let k = (n - i).min(8) as i32;
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
     }
 
     /// `act` on every element of `xs` with AVX-512 (16 lanes, masked tail).
     ///
     /// # Safety
     /// The CPU must support AVX-512F.
-    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[target_feature(enable = "avx512f")]
     pub(super) fn act_f32_avx512(act: Activation, xs: &mut [f32]) {
-        macro_rules! run {
-            ($f:expr) => {
-                in_place!(
-                    xs,
-                    16,
-                    v16::lanes,
-                    |p, m| _mm512_maskz_loadu_ps(m, p),
-                    |p, m, v| _mm512_mask_storeu_ps(p, m, v),
-                    $f
-                )
-            };
-        }
-        per_activation!(act, run, f16x)
+        per_activation!(act, xs, avx512)
     }
 
     /// `act` on every element of `xs` with AVX2 (8 lanes, masked tail).
@@ -518,12 +362,7 @@ mod x86 {
     /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn act_f32_avx2(act: Activation, xs: &mut [f32]) {
-        macro_rules! run {
-            ($f:expr) => {
-                in_place!(xs, 8, mask8, |p, m| _mm256_maskload_ps(p, m), |p, m, v| _mm256_maskstore_ps(p, m, v), $f)
-            };
-        }
-        per_activation!(act, run, f8x)
+        per_activation!(act, xs, avx2)
     }
 }
 
