@@ -351,10 +351,24 @@ fn main() {
                 _ => gelu_erf_std(f, y)?,
             }])
         });
+        // The GEMM alone (the same DotGeneral, no bias, no activation), to show what the bias and
+        // activation cost on top of it in each form.
+        let ge = compile(&sb, |f| {
+            let (x, w, _) = params(f)?;
+            Ok(vec![f.matmul(x, w)?])
+        });
         let (ft, st) = time_pair(&fe, &se, &[&x, &w, &bias], reps);
+        let (gt, _) = time_pair(&ge, &fe, &[&x, &w, &bias], reps);
         let bytes = 4 * (m * k + k * n + n + m * n) as usize;
         let flops = 2.0 * (m * k * n) as f64;
         print_row(&Row { name, fused_s: ft, std_s: st, bytes, flops });
+        println!(
+            "{:<34} GEMM alone {:.3} ms: bias + {tag} add {:.3} ms fused, {:.3} ms decomposed",
+            "",
+            gt * 1e3,
+            (ft - gt) * 1e3,
+            (st - gt) * 1e3
+        );
     }
     // Attention, BHSD, H 12, d 64.
     let batches: &[(i64, i64)] = if full {
