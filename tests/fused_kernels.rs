@@ -182,6 +182,15 @@ fn softmax_hand_values_and_specials() {
         let x = [1.0f32, 2.0, 3.0, 1000.0, 1001.0, 1002.0];
         let y = softmax_via(isa, &x, &[2, 3], 1);
         assert_close("softmax rows", &y, &[e, e].concat(), 3e-7, 0.0);
+        // Shifted by −1000, in a row of 19 and in columns of 3 × 19 (every vector loop's partial
+        // tail): the maximum must come from the values, not from the padding lanes.
+        let x: Vec<f32> = (0..19).map(|j| [-999.0, -998.0, -997.0][j % 3]).collect();
+        let s19 = 7.0 * 0.090_030_57 + 6.0 * 0.244_728_47 + 6.0 * 0.665_240_96;
+        let want: Vec<f32> = (0..19).map(|j| e[j % 3] / s19).collect();
+        assert_close("softmax row of 19 at −1000", &softmax_via(isa, &x, &[19], 0), &want, 3e-7, 0.0);
+        let cols: Vec<f32> = (0..3).flat_map(|k| [-999.0f32, -998.0, -997.0][k..k + 1].repeat(19)).collect();
+        let want: Vec<f32> = (0..3).flat_map(|k| [e[k]].repeat(19)).collect();
+        assert_close("softmax columns at −1000", &softmax_via(isa, &cols, &[3, 19], 0), &want, 3e-7, 0.0);
         // Axis 0 of [[0, 0], [1, 1]]: each column is softmax(0, 1) = (1/(1+e), e/(1+e)).
         let s = 1.0 / (1.0 + std::f32::consts::E);
         let y = softmax_via(isa, &[0.0, 0.0, 1.0, 1.0], &[2, 2], 0);

@@ -113,249 +113,136 @@ fn columns(isa: FusedIsa, x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &
     }
 }
 
+/// The vector paths, written once over `vmath`'s lane vocabulary and instantiated per ISA.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
+macro_rules! softmax_simd {
+    ($isa:ident, $feat:literal) => {
+        mod $isa {
+            use super::super::vmath::$isa::{exp, ops::*};
+            use super::nan_max;
 
-    use super::super::vmath::avx2::{exp, hsum};
-    use super::super::vmath::exp_scalar;
-    use super::nan_max;
+            /// The `k = min(LANES, n − i)` lanes at `p` (the caller's `i`), the others as `fill`.
+            ///
+            /// # Safety
+            /// `p..p + min(k, LANES)` must be readable.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn load_n(p: *const f32, k: usize, fill: V) -> V {
+                // SAFETY: the caller's contract; a partial load touches only the first k lanes.
+                unsafe { if k >= LANES { load(p) } else { select(first(k), load_part(p, k), fill) } }
+            }
 
-    /// NaN-propagating lane maximum (an all-ones lane is a NaN).
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn vmax(a: __m256, b: __m256) -> __m256 {
-        _mm256_or_ps(_mm256_max_ps(a, b), _mm256_cmp_ps::<_CMP_UNORD_Q>(a, b))
-    }
+            /// Stores the first `min(k, LANES)` lanes of `v` at `p`.
+            ///
+            /// # Safety
+            /// `p..p + min(k, LANES)` must be writable.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn store_n(p: *mut f32, k: usize, v: V) {
+                // SAFETY: the caller's contract; a partial store touches only the first k lanes.
+                unsafe { if k >= LANES { store(p, v) } else { store_part(p, k, v) } }
+            }
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn hmax(v: __m256) -> f32 {
-        let mut a = [0f32; 8];
-        // SAFETY: `a` holds 8 floats.
-        unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) };
-        a.iter().fold(f32::NEG_INFINITY, |m, &x| nan_max(m, x))
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn row(x: &[f32], y: &mut [f32]) {
-        let n = x.len().min(y.len());
-        let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-        let mut m0 = _mm256_set1_ps(f32::NEG_INFINITY);
-        let mut m1 = m0;
-        let mut i = 0;
-        // SAFETY: indices stay below n, the length of both slices.
-        unsafe {
-            while i + 16 <= n {
-                m0 = vmax(m0, _mm256_loadu_ps(xp.add(i)));
-                m1 = vmax(m1, _mm256_loadu_ps(xp.add(i + 8)));
-                i += 16;
-            }
-            if i + 8 <= n {
-                m0 = vmax(m0, _mm256_loadu_ps(xp.add(i)));
-                i += 8;
-            }
-        }
-        let mut m = hmax(vmax(m0, m1));
-        for &v in &x[i..n] {
-            m = nan_max(m, v);
-        }
-        let mv = _mm256_set1_ps(m);
-        let mut s0 = _mm256_setzero_ps();
-        let mut s1 = s0;
-        i = 0;
-        // SAFETY: as for the first unsafe block of this function (same bounds).
-        unsafe {
-            while i + 16 <= n {
-                let e0 = exp(_mm256_sub_ps(_mm256_loadu_ps(xp.add(i)), mv));
-                let e1 = exp(_mm256_sub_ps(_mm256_loadu_ps(xp.add(i + 8)), mv));
-                _mm256_storeu_ps(yp.add(i), e0);
-                _mm256_storeu_ps(yp.add(i + 8), e1);
-                s0 = _mm256_add_ps(s0, e0);
-                s1 = _mm256_add_ps(s1, e1);
-                i += 16;
-            }
-            if i + 8 <= n {
-                let e0 = exp(_mm256_sub_ps(_mm256_loadu_ps(xp.add(i)), mv));
-                _mm256_storeu_ps(yp.add(i), e0);
-                s0 = _mm256_add_ps(s0, e0);
-                i += 8;
-            }
-        }
-        let mut sum = hsum(_mm256_add_ps(s0, s1));
-        for j in i..n {
-            y[j] = exp_scalar(x[j] - m);
-            sum += y[j];
-        }
-        let inv = 1.0 / sum;
-        let iv = _mm256_set1_ps(inv);
-        i = 0;
-        // SAFETY: as for the first unsafe block of this function (same bounds).
-        unsafe {
-            while i + 8 <= n {
-                _mm256_storeu_ps(yp.add(i), _mm256_mul_ps(_mm256_loadu_ps(yp.add(i)), iv));
-                i += 8;
-            }
-        }
-        y[i..n].iter_mut().for_each(|v| *v *= inv);
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn columns(x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &mut [f32], s: &mut [f32]) {
-        let v8 = inner / 8 * 8;
-        let (xp, yp, mp, sp) = (x.as_ptr(), y.as_mut_ptr(), m.as_mut_ptr(), s.as_mut_ptr());
-        m.copy_from_slice(&x[..inner]);
-        s.fill(0.0);
-        // SAFETY: x and y hold n·inner values, m and s hold inner; the vector loops stop at
-        // v8 ≤ inner.
-        unsafe {
-            for k in 1..n {
-                let xr = xp.add(k * inner);
+            /// `f(i, n − i)` for `i` = 0, LANES, 2·LANES, … below `n`.
+            #[inline(always)]
+            fn vectors(n: usize, mut f: impl FnMut(usize, usize)) {
                 let mut i = 0;
-                while i < v8 {
-                    _mm256_storeu_ps(mp.add(i), vmax(_mm256_loadu_ps(mp.add(i)), _mm256_loadu_ps(xr.add(i))));
-                    i += 8;
-                }
-                for j in v8..inner {
-                    *mp.add(j) = nan_max(*mp.add(j), *xr.add(j));
+                while i < n {
+                    f(i, n - i);
+                    i += LANES;
                 }
             }
-            for k in 0..n {
-                let (xr, yr) = (xp.add(k * inner), yp.add(k * inner));
+
+            /// NaN-propagating maximum of the lanes.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            fn hmax(v: V) -> f32 {
+                let mut a = [0f32; LANES];
+                // SAFETY: `a` holds LANES floats.
+                unsafe { store(a.as_mut_ptr(), v) };
+                a.iter().fold(f32::NEG_INFINITY, |m, &x| nan_max(m, x))
+            }
+
+            /// One last-axis row: maximum, `e^(x − max)` stored and summed, scaled by the
+            /// reciprocal sum; the last partial vector through masked loads and stores. The lane
+            /// maximum (`max`) may drop a NaN: its `exp`, the sum and so every output are NaN
+            /// anyway, as for a maximum of ±∞.
+            #[target_feature(enable = $feat)]
+            pub(super) fn row(x: &[f32], y: &mut [f32]) {
+                let n = x.len().min(y.len());
+                let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+                let ninf = splat(f32::NEG_INFINITY);
+                let mut m = ninf;
                 let mut i = 0;
-                while i < v8 {
-                    let e = exp(_mm256_sub_ps(_mm256_loadu_ps(xr.add(i)), _mm256_loadu_ps(mp.add(i))));
-                    _mm256_storeu_ps(yr.add(i), e);
-                    _mm256_storeu_ps(sp.add(i), _mm256_add_ps(_mm256_loadu_ps(sp.add(i)), e));
-                    i += 8;
+                while i < n {
+                    // SAFETY: the lanes i..min(i + LANES, n) lie inside x.
+                    m = max(m, unsafe { load_n(xp.add(i), n - i, ninf) });
+                    i += LANES;
                 }
-                for j in v8..inner {
-                    let e = exp_scalar(*xr.add(j) - *mp.add(j));
-                    *yr.add(j) = e;
-                    *sp.add(j) += e;
+                let mv = splat(hmax(m));
+                let mut sum = zero();
+                i = 0;
+                while i < n {
+                    let k = n - i;
+                    // SAFETY: as above, for x and y.
+                    let e = unsafe { exp(sub(load_n(xp.add(i), k, zero()), mv)) };
+                    // SAFETY: as above.
+                    unsafe { store_n(yp.add(i), k, e) };
+                    sum = add(sum, if k >= LANES { e } else { select(first(k), e, zero()) });
+                    i += LANES;
+                }
+                let iv = splat(1.0 / hsum(sum));
+                i = 0;
+                while i < n {
+                    // SAFETY: as above, for y.
+                    unsafe { store_n(yp.add(i), n - i, mul(load_n(yp.add(i), n - i, zero()), iv)) };
+                    i += LANES;
+                }
+            }
+
+            /// Softmax down the columns of an `[n, inner]` slab (see `super::columns`), LANES
+            /// columns at a time.
+            #[target_feature(enable = $feat)]
+            pub(super) fn columns(x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &mut [f32], s: &mut [f32]) {
+                assert!(x.len() >= n * inner && y.len() >= n * inner && m.len() >= inner && s.len() >= inner);
+                let (xp, yp, mp, sp) = (x.as_ptr(), y.as_mut_ptr(), m.as_mut_ptr(), s.as_mut_ptr());
+                m[..inner].copy_from_slice(&x[..inner]);
+                s[..inner].fill(0.0);
+                // SAFETY (every block below): x and y hold n·inner values, m and s at least
+                // inner (asserted); each access covers the lanes i..min(i + LANES, inner) of a
+                // row.
+                for k in 1..n {
+                    let xr = xp.wrapping_add(k * inner);
+                    // SAFETY: see above.
+                    vectors(inner, |i, kk| unsafe {
+                        let v = max(load_n(mp.add(i), kk, zero()), load_n(xr.add(i), kk, zero()));
+                        store_n(mp.add(i), kk, v);
+                    });
+                }
+                for k in 0..n {
+                    let (xr, yr) = (xp.wrapping_add(k * inner), yp.wrapping_add(k * inner));
+                    // SAFETY: see above.
+                    vectors(inner, |i, kk| unsafe {
+                        let e = exp(sub(load_n(xr.add(i), kk, zero()), load_n(mp.add(i), kk, zero())));
+                        store_n(yr.add(i), kk, e);
+                        store_n(sp.add(i), kk, add(load_n(sp.add(i), kk, zero()), e));
+                    });
+                }
+                // SAFETY: see above.
+                vectors(inner, |i, kk| unsafe {
+                    store_n(sp.add(i), kk, div(splat(1.0), load_n(sp.add(i), kk, splat(1.0))));
+                });
+                for k in 0..n {
+                    let yr = yp.wrapping_add(k * inner);
+                    // SAFETY: see above.
+                    vectors(inner, |i, kk| unsafe {
+                        store_n(yr.add(i), kk, mul(load_n(yr.add(i), kk, zero()), load_n(sp.add(i), kk, zero())));
+                    });
                 }
             }
         }
-        s.iter_mut().for_each(|v| *v = 1.0 / *v);
-        // SAFETY: as for the first unsafe block of this function (same bounds).
-        unsafe {
-            for k in 0..n {
-                let yr = yp.add(k * inner);
-                let mut i = 0;
-                while i < v8 {
-                    _mm256_storeu_ps(yr.add(i), _mm256_mul_ps(_mm256_loadu_ps(yr.add(i)), _mm256_loadu_ps(sp.add(i))));
-                    i += 8;
-                }
-                for j in v8..inner {
-                    *yr.add(j) *= *sp.add(j);
-                }
-            }
-        }
-    }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    use super::super::vmath::avx512::{exp, lanes};
-
-    /// `f(i, mask)` for `i` = 0, 16, 32, … below `n`, the mask holding the lanes `i..min(i + 16, n)`.
-    #[inline(always)]
-    fn vectors(n: usize, mut f: impl FnMut(usize, __mmask16)) {
-        let mut i = 0;
-        while i < n {
-            f(i, lanes(i, n));
-            i += 16;
-        }
-    }
-
-    /// One last-axis row: maximum (NaN-propagating), `e^(x − max)` stored and summed, scaled by
-    /// the reciprocal sum; partial vectors through masked loads and stores.
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn row(x: &[f32], y: &mut [f32]) {
-        let n = x.len().min(y.len());
-        let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
-        let (mut m, mut nan) = (ninf, 0u16);
-        let mut i = 0;
-        while i < n {
-            let k = lanes(i, n);
-            // SAFETY: the mask covers lanes i.. below n, inside x; the others read as −∞.
-            let v = unsafe { _mm512_mask_loadu_ps(ninf, k, xp.add(i)) };
-            nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-            m = _mm512_max_ps(m, v);
-            i += 16;
-        }
-        let m = if nan != 0 { f32::NAN } else { _mm512_reduce_max_ps(m) };
-        let mv = _mm512_set1_ps(m);
-        let mut sum = _mm512_setzero_ps();
-        i = 0;
-        while i < n {
-            let k = lanes(i, n);
-            // SAFETY: as above, for x and y; masked-off lanes are neither read nor written.
-            unsafe {
-                let e = exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xp.add(i)), mv));
-                _mm512_mask_storeu_ps(yp.add(i), k, e);
-                sum = _mm512_mask_add_ps(sum, k, sum, e);
-            }
-            i += 16;
-        }
-        let iv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
-        i = 0;
-        while i < n {
-            let k = lanes(i, n);
-            // SAFETY: as above, for y.
-            unsafe { _mm512_mask_storeu_ps(yp.add(i), k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yp.add(i)), iv)) };
-            i += 16;
-        }
-    }
-
-    /// NaN-propagating lane maximum.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn vmax(a: __m512, b: __m512) -> __m512 {
-        _mm512_mask_mov_ps(_mm512_max_ps(a, b), _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), _mm512_set1_ps(f32::NAN))
-    }
-
-    /// Softmax down the columns of an `[n, inner]` slab (see `super::columns`), 16 columns at a
-    /// time.
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn columns(x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &mut [f32], s: &mut [f32]) {
-        assert!(x.len() >= n * inner && y.len() >= n * inner && m.len() >= inner && s.len() >= inner);
-        let (xp, yp, mp, sp) = (x.as_ptr(), y.as_mut_ptr(), m.as_mut_ptr(), s.as_mut_ptr());
-        m[..inner].copy_from_slice(&x[..inner]);
-        s[..inner].fill(0.0);
-        // SAFETY: x and y hold n·inner values, m and s at least inner (asserted); every access
-        // is masked to the lanes i.. below inner of a row (`vectors`).
-        unsafe {
-            for k in 1..n {
-                let xr = xp.add(k * inner);
-                vectors(inner, |i, km| {
-                    let v = vmax(_mm512_maskz_loadu_ps(km, mp.add(i)), _mm512_maskz_loadu_ps(km, xr.add(i)));
-                    _mm512_mask_storeu_ps(mp.add(i), km, v);
-                });
-            }
-            for k in 0..n {
-                let (xr, yr) = (xp.add(k * inner), yp.add(k * inner));
-                vectors(inner, |i, km| {
-                    let d = _mm512_sub_ps(_mm512_maskz_loadu_ps(km, xr.add(i)), _mm512_maskz_loadu_ps(km, mp.add(i)));
-                    let e = exp(d);
-                    _mm512_mask_storeu_ps(yr.add(i), km, e);
-                    _mm512_mask_storeu_ps(sp.add(i), km, _mm512_add_ps(_mm512_maskz_loadu_ps(km, sp.add(i)), e));
-                });
-            }
-            vectors(inner, |i, km| {
-                let r = _mm512_div_ps(_mm512_set1_ps(1.0), _mm512_maskz_loadu_ps(km, sp.add(i)));
-                _mm512_mask_storeu_ps(sp.add(i), km, r);
-            });
-            for k in 0..n {
-                let yr = yp.add(k * inner);
-                vectors(inner, |i, km| {
-                    let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, yr.add(i)), _mm512_maskz_loadu_ps(km, sp.add(i)));
-                    _mm512_mask_storeu_ps(yr.add(i), km, v);
-                });
-            }
-        }
-    }
-}
+softmax_simd!(avx2, "avx2,fma");
+softmax_simd!(avx512, "avx512f");

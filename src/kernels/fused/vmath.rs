@@ -136,8 +136,9 @@ pub fn exp_f32(isa: super::FusedIsa, x: &[f32], y: &mut [f32]) {
 ///
 /// Primitives: `splat`, `zero`, `add`, `sub`, `mul`, `div`, `min`/`max` (x86 semantics: the
 /// second operand where either is NaN), `fmadd(a, b, c) = a·b + c`, `fnmadd = c − a·b`,
-/// `fmsub = a·b − c`, `abs`, `round` (to nearest even), comparisons `lt`/`ge` (ordered) and
-/// `is_nan` giving a mask `M`, `select(m, a, b)` (`a` where `m`), `scale2(e, n) = e·2ⁿ` for
+/// `fmsub = a·b − c`, `abs`, `round` (to nearest even), comparisons `lt`/`ge` (ordered),
+/// and `is_nan` giving a mask `M`, `first(k)` (the first `k` lanes),
+/// `select(m, a, b)` (`a` where `m`), `scale2(e, n) = e·2ⁿ` for
 /// integer-valued `n ∈ [−126, 128]`, `hsum`, full `load`/`store` and `load_part`/`store_part`
 /// of the first `k < LANES` lanes (the others read as 0, never written).
 #[cfg(target_arch = "x86_64")]
@@ -441,6 +442,11 @@ pub mod avx2 {
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
+        pub fn first(k: usize) -> M {
+            _mm256_castsi256_ps(first_i(k))
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
         pub fn select(m: M, a: V, b: V) -> V {
             _mm256_blendv_ps(b, a, m)
         }
@@ -469,7 +475,7 @@ pub mod avx2 {
         /// The first `k` lanes set.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        fn first(k: usize) -> __m256i {
+        fn first_i(k: usize) -> __m256i {
             _mm256_cmpgt_epi32(_mm256_set1_epi32(k as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
         }
         /// # Safety
@@ -494,7 +500,7 @@ pub mod avx2 {
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn load_part(p: *const f32, k: usize) -> V {
             // SAFETY: the caller's contract; masked-off lanes are not accessed.
-            unsafe { _mm256_maskload_ps(p, first(k)) }
+            unsafe { _mm256_maskload_ps(p, first_i(k)) }
         }
         /// # Safety
         /// `p..p + k` must be writable (`k ≤ 8`); the other lanes are not touched.
@@ -502,7 +508,7 @@ pub mod avx2 {
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn store_part(p: *mut f32, k: usize, v: V) {
             // SAFETY: the caller's contract; masked-off lanes are not accessed.
-            unsafe { _mm256_maskstore_ps(p, first(k), v) }
+            unsafe { _mm256_maskstore_ps(p, first_i(k), v) }
         }
     }
 
@@ -592,6 +598,11 @@ pub mod avx512 {
         #[target_feature(enable = "avx512f")]
         pub fn is_nan(a: V) -> M {
             _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, a)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn first(k: usize) -> M {
+            super::lanes(0, k)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
