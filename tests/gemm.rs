@@ -117,16 +117,7 @@ fn f32_direct_path_rejects_column_major_b() {
 
 #[test]
 fn f32_fused_epilogue() {
-    let acts = [
-        Activation::None,
-        Activation::Relu,
-        Activation::GeluErf,
-        Activation::GeluTanh,
-        Activation::Silu,
-        Activation::Sigmoid,
-        Activation::Tanh,
-        Activation::HardSwish,
-    ];
+    let acts = Activation::ALL;
     for isa in isas() {
         for path in forced_paths() {
             for act in acts {

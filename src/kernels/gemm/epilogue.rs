@@ -36,6 +36,20 @@ pub enum Activation {
     HardSwish,
 }
 
+impl Activation {
+    /// Every activation, [`Activation::None`] first.
+    pub const ALL: [Activation; 8] = [
+        Activation::None,
+        Activation::Relu,
+        Activation::GeluErf,
+        Activation::GeluTanh,
+        Activation::Silu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::HardSwish,
+    ];
+}
+
 /// An optional bias added before the activation.
 #[derive(Clone, Copy, Debug, Default)]
 pub enum Bias<'a, T> {
@@ -380,16 +394,8 @@ mod tests {
 
     #[test]
     fn f32_activations_are_within_documented_error() {
-        let acts = [
-            Activation::Relu,
-            Activation::GeluErf,
-            Activation::GeluTanh,
-            Activation::Silu,
-            Activation::Sigmoid,
-            Activation::Tanh,
-            Activation::HardSwish,
-        ];
-        for act in acts {
+        let acts = &Activation::ALL[1..];
+        for &act in acts {
             let mut worst = 0.0f64;
             let mut x = -20.0f32;
             while x <= 20.0 {
@@ -418,18 +424,10 @@ mod tests {
     #[test]
     fn slice_activations_on_every_isa_path() {
         use super::super::isa::isa_supported;
-        let acts = [
-            Activation::Relu,
-            Activation::GeluErf,
-            Activation::GeluTanh,
-            Activation::Silu,
-            Activation::Sigmoid,
-            Activation::Tanh,
-            Activation::HardSwish,
-        ];
+        let acts = &Activation::ALL[1..];
         let isas = [Isa::Generic, Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| isa_supported(i));
         for isa in isas {
-            for act in acts {
+            for &act in acts {
                 for n in 1..=50usize {
                     // Values spread over [-14, 14] with a different offset per length.
                     let xs: Vec<f32> = (0..n).map(|i| ((i * 37 + n * 11) % 113) as f32 / 4.0 - 14.0).collect();
