@@ -37,6 +37,7 @@ fn chunk(isa: FusedIsa, x: &[f32], y: &mut [f32], exact: bool) {
             }
         }
     }
+    let _ = isa;
     if exact {
         y.iter_mut().zip(x).for_each(|(o, &v)| *o = gelu_erf_scalar(v));
     } else {

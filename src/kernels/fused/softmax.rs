@@ -244,5 +244,7 @@ macro_rules! softmax_simd {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
 softmax_simd!(avx2, "avx2,fma");
+#[cfg(target_arch = "x86_64")]
 softmax_simd!(avx512, "avx512f");
