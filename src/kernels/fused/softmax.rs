@@ -118,30 +118,8 @@ fn columns(isa: FusedIsa, x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &
 macro_rules! softmax_simd {
     ($isa:ident, $feat:literal) => {
         mod $isa {
-            use super::super::vmath::$isa::{exp, ops::*};
+            use super::super::vmath::$isa::{exp, load_n, ops::*, store_n};
             use super::nan_max;
-
-            /// The `k = min(LANES, n − i)` lanes at `p` (the caller's `i`), the others as `fill`.
-            ///
-            /// # Safety
-            /// `p..p + min(k, LANES)` must be readable.
-            #[inline]
-            #[target_feature(enable = $feat)]
-            unsafe fn load_n(p: *const f32, k: usize, fill: V) -> V {
-                // SAFETY: the caller's contract; a partial load touches only the first k lanes.
-                unsafe { if k >= LANES { load(p) } else { select(first(k), load_part(p, k), fill) } }
-            }
-
-            /// Stores the first `min(k, LANES)` lanes of `v` at `p`.
-            ///
-            /// # Safety
-            /// `p..p + min(k, LANES)` must be writable.
-            #[inline]
-            #[target_feature(enable = $feat)]
-            unsafe fn store_n(p: *mut f32, k: usize, v: V) {
-                // SAFETY: the caller's contract; a partial store touches only the first k lanes.
-                unsafe { if k >= LANES { store(p, v) } else { store_part(p, k, v) } }
-            }
 
             /// `f(i, n − i)` for `i` = 0, LANES, 2·LANES, … below `n`.
             #[inline(always)]

@@ -280,6 +280,47 @@ macro_rules! vector_math {
             mul(x, select(is_nan(x), x, g))
         }
 
+        /// The `k` lanes at `p` if `k < LANES`, else a whole vector; the other lanes as `fill`.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features; `p..p + min(k, LANES)` must be
+        /// readable.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub unsafe fn load_n(p: *const f32, k: usize, fill: V) -> V {
+            // SAFETY: the caller's contract; a partial load touches only the first k lanes.
+            unsafe { if k >= LANES { load(p) } else { select(first(k), load_part(p, k), fill) } }
+        }
+
+        /// Stores the first `min(k, LANES)` lanes of `v` at `p`.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features; `p..p + min(k, LANES)` must be
+        /// writable.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub unsafe fn store_n(p: *mut f32, k: usize, v: V) {
+            // SAFETY: the caller's contract; a partial store touches only the first k lanes.
+            unsafe { if k >= LANES { store(p, v) } else { store_part(p, k, v) } }
+        }
+
+        /// `y[i] = f(x[i])` for `i < n`, a vector at a time, the last one partial. `x` and `y`
+        /// may be the same pointer.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features; `x..x + n` must be readable and
+        /// `y..y + n` writable; `f` must be safe to call on this CPU.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn map_raw(x: *const f32, y: *mut f32, n: usize, f: impl Fn(V) -> V) {
+            let mut i = 0;
+            while i < n {
+                // SAFETY: the lanes i..min(i + LANES, n) lie inside both ranges.
+                unsafe { store_n(y.add(i), n - i, f(load_n(x.add(i), n - i, zero()))) };
+                i += LANES;
+            }
+        }
+
         /// `f` applied to every element of `x` into `y` (the shorter length), the last partial
         /// vector through masked loads and stores.
         ///
@@ -288,18 +329,8 @@ macro_rules! vector_math {
         #[inline]
         #[target_feature(enable = $feat)]
         pub fn map(x: &[f32], y: &mut [f32], f: impl Fn(V) -> V) {
-            let n = x.len().min(y.len());
-            let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-            let mut i = 0;
-            while i + LANES <= n {
-                // SAFETY: lanes i..i + LANES lie below n, inside both slices.
-                unsafe { store(yp.add(i), f(load(xp.add(i)))) };
-                i += LANES;
-            }
-            if i < n {
-                // SAFETY: the first n − i lanes from i lie inside both slices.
-                unsafe { store_part(yp.add(i), n - i, f(load_part(xp.add(i), n - i))) };
-            }
+            // SAFETY: n is the shorter length.
+            unsafe { map_raw(x.as_ptr(), y.as_mut_ptr(), x.len().min(y.len()), f) }
         }
 
         /// `f` applied to every element of `xs` in place (see [`map`]).
@@ -309,18 +340,9 @@ macro_rules! vector_math {
         #[inline]
         #[target_feature(enable = $feat)]
         pub fn map_in_place(xs: &mut [f32], f: impl Fn(V) -> V) {
-            let n = xs.len();
             let p = xs.as_mut_ptr();
-            let mut i = 0;
-            while i + LANES <= n {
-                // SAFETY: lanes i..i + LANES lie below n, inside the slice.
-                unsafe { store(p.add(i), f(load(p.add(i)))) };
-                i += LANES;
-            }
-            if i < n {
-                // SAFETY: the first n − i lanes from i lie inside the slice.
-                unsafe { store_part(p.add(i), n - i, f(load_part(p.add(i), n - i))) };
-            }
+            // SAFETY: one slice read and written lane for lane.
+            unsafe { map_raw(p, p, xs.len(), f) }
         }
 
         /// `exp` of every element of `x` into `y` (the shorter length).
