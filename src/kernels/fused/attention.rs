@@ -601,7 +601,7 @@ fn softmax_tile(
                 // SAFETY: AVX-512F confirmed by `checked()`; lanes x..x+16 ≤ Q_BLOCK of the nk
                 // rows of st and of m, l, alpha (asserted above).
                 unsafe {
-                    avx512::softmax16(
+                    avx512::softmax_lanes(
                         st.as_mut_ptr().add(x),
                         nk,
                         tmax.map(|t| t.as_ptr().add(x)),
@@ -617,7 +617,7 @@ fn softmax_tile(
             // SAFETY: AVX2+FMA confirmed by `checked()`; lanes x..x+8 ≤ Q_BLOCK of the nk rows
             // of st and of m, l, alpha (asserted above).
             unsafe {
-                avx2::softmax8(
+                avx2::softmax_lanes(
                     st.as_mut_ptr().add(x),
                     nk,
                     tmax.map(|t| t.as_ptr().add(x)),
@@ -740,15 +740,74 @@ fn pv(
     }
 }
 
+/// The online-softmax update of one vector of query lanes, written once over `vmath`'s lane
+/// vocabulary (`online_softmax!(features, isa)` inside each ISA module defines
+/// `softmax_lanes`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! online_softmax {
+    ($feat:literal, $isa:ident) => {
+        /// Online-softmax update of `LANES` query lanes (see `super::softmax_tile`): with the
+        /// running maximum `m` and the tile's maximum `mx` (`tmax`, else found here), `μ = max(m,
+        /// mx)` (0 where it is −∞: nothing visible yet), scores `s ← e^(s − μ)`, `α = e^(m − μ)`,
+        /// `l ← l·α + Σ s`, `m ← μ`.
+        ///
+        /// NaN: a maximum found with `max` may drop a NaN score, but every NaN reaches `l`
+        /// (`e^NaN` is NaN in `exp_nonpos`; a NaN `m` makes `α` NaN; a +∞ maximum makes the
+        /// exponent of its own key ∞ − ∞), and a lane whose `l` is NaN gets `m` = NaN, so its
+        /// output row is NaN (never taken for a fully masked row).
+        ///
+        /// # Safety
+        /// The CPU has the module's features; `st` points at `LANES` lanes of `nk` rows
+        /// `Q_BLOCK` apart; `m`, `l`, `alpha` and `tmax` hold `LANES` values each.
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn softmax_lanes(
+            st: *mut f32,
+            nk: usize,
+            tmax: Option<*const f32>,
+            m: *mut f32,
+            l: *mut f32,
+            alpha: *mut f32,
+        ) {
+            use crate::kernels::fused::vmath::$isa::{exp_nonpos, ops::*};
+            let ninf = splat(f32::NEG_INFINITY);
+            // SAFETY: the caller's contract.
+            unsafe {
+                let mo = load(m);
+                let mx = match tmax {
+                    Some(t) => load(t),
+                    None => {
+                        let mut mx = ninf;
+                        for j in 0..nk {
+                            mx = max(mx, load(st.add(j * Q_BLOCK)));
+                        }
+                        mx
+                    }
+                };
+                let mx = max(mo, mx);
+                // Lanes with nothing visible (−∞ ≥ mx: mx is −∞) shift by 0: their −∞ scores
+                // give 0, α = e^(−∞) = 0. A NaN mx is kept.
+                let mu = select(ge(ninf, mx), zero(), mx);
+                let al = exp_nonpos(sub(mo, mu));
+                let mut sum = zero();
+                for j in 0..nk {
+                    let e = exp_nonpos(sub(load(st.add(j * Q_BLOCK)), mu));
+                    store(st.add(j * Q_BLOCK), e);
+                    sum = add(sum, e);
+                }
+                let ln = fmadd(load(l), al, sum);
+                store(l, ln);
+                store(m, select(is_nan(ln), splat(f32::NAN), mx));
+                store(alpha, al);
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
     use super::Q_BLOCK;
-    use crate::kernels::fused::vmath::avx2::exp_reduced;
-
-    /// Smallest argument of [`exp_nonpos`] with a normal result (e^x ≥ 2⁻¹²⁶).
-    use crate::kernels::fused::vmath::EXP_FLUSH as EXP_MIN;
 
     /// Broadcast rows per micro-kernel call: keys of `Q·Kᵀ`, value columns of `P·V`
     /// (6 rows × 16 query lanes = 12 accumulators).
@@ -756,7 +815,7 @@ mod avx2 {
 
     /// Transposed scores of `R` (1..=6) key rows against 16 query lanes; `mx` (16 lanes)
     /// becomes the maximum of itself and the new scores (`max_ps` order: a NaN score may be
-    /// dropped, see `softmax8`).
+    /// dropped, see `softmax_lanes`).
     ///
     /// # Safety
     /// AVX2+FMA; `qt` points at lane h of a `d × Q_BLOCK` packed block with h + 16 ≤ Q_BLOCK;
@@ -859,77 +918,7 @@ mod avx2 {
         }
     }
 
-    /// `e^x` for `x ≤ 0` (the softmax exponents): the algorithm of `vmath::avx2::exp` (same
-    /// range reduction and polynomial) with a single power-of-two scale, results below 2⁻¹²⁶
-    /// (x < −87.33, −∞ included) flushed to 0. NaN lanes give NaN.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn exp_nonpos(x: __m256) -> __m256 {
-        let set = _mm256_set1_ps;
-        // max_ps returns its second operand for NaN lanes: a NaN x stays NaN through the
-        // polynomial and the final product.
-        let xc = _mm256_max_ps(set(EXP_MIN), x);
-        let (e, n) = exp_reduced(xc);
-        // n ∈ [−126, 0]: 2ⁿ is a normal float.
-        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-            _mm256_cvtps_epi32(n),
-            _mm256_set1_epi32(127),
-        )));
-        let y = _mm256_mul_ps(e, scale);
-        _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x, set(EXP_MIN)), y)
-    }
-
-    /// Online-softmax update of 8 query lanes (see `super::softmax_tile`); `tmax`, when given,
-    /// holds the tile's maximum score per lane (else it is found here).
-    ///
-    /// NaN: a maximum found with `max_ps` may drop a NaN score, but every NaN reaches `l`
-    /// (`e^NaN` is NaN in [`exp_nonpos`]; a NaN `m` makes `α` NaN; a +∞ maximum makes the
-    /// exponent of its own key ∞ − ∞), and a lane whose `l` is NaN gets `m` = NaN, so its output
-    /// row is NaN (never taken for a fully masked row).
-    ///
-    /// # Safety
-    /// AVX2+FMA; `st` points at 8 lanes of `nk` rows `Q_BLOCK` apart; `m`, `l`, `alpha` and
-    /// `tmax` hold 8 values each.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn softmax8(
-        st: *mut f32,
-        nk: usize,
-        tmax: Option<*const f32>,
-        m: *mut f32,
-        l: *mut f32,
-        alpha: *mut f32,
-    ) {
-        let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
-        // SAFETY: the caller's contract.
-        unsafe {
-            let mo = _mm256_loadu_ps(m);
-            let mx = match tmax {
-                Some(t) => _mm256_loadu_ps(t),
-                None => {
-                    let mut mx = ninf;
-                    for j in 0..nk {
-                        mx = _mm256_max_ps(mx, _mm256_loadu_ps(st.add(j * Q_BLOCK)));
-                    }
-                    mx
-                }
-            };
-            let mx = _mm256_max_ps(mo, mx);
-            // Lanes with nothing visible shift by 0: their −∞ scores give 0, α = e^(−∞) = 0.
-            let mu = _mm256_blendv_ps(mx, _mm256_setzero_ps(), _mm256_cmp_ps::<_CMP_EQ_OQ>(mx, ninf));
-            let al = exp_nonpos(_mm256_sub_ps(mo, mu));
-            let mut sum = _mm256_setzero_ps();
-            for j in 0..nk {
-                let e = exp_nonpos(_mm256_sub_ps(_mm256_loadu_ps(st.add(j * Q_BLOCK)), mu));
-                _mm256_storeu_ps(st.add(j * Q_BLOCK), e);
-                sum = _mm256_add_ps(sum, e);
-            }
-            let ln = _mm256_fmadd_ps(_mm256_loadu_ps(l), al, sum);
-            let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(ln, ln);
-            _mm256_storeu_ps(l, ln);
-            _mm256_storeu_ps(m, _mm256_blendv_ps(mx, _mm256_set1_ps(f32::NAN), nan));
-            _mm256_storeu_ps(alpha, al);
-        }
-    }
+    online_softmax!("avx2,fma", avx2);
 
     /// Transposes an 8×8 block: lane i of row j of the result is lane j of row i of `r`.
     #[inline]
@@ -1055,14 +1044,11 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::Q_BLOCK;
-    use crate::kernels::fused::vmath::avx512::exp_reduced;
 
     /// f32 lanes of one vector.
     pub(super) const LANES: usize = 16;
     /// Broadcast rows per micro-kernel call (12 rows × 2 vectors = 24 accumulators).
     pub(super) const ROWS: usize = 12;
-    /// Smallest argument of [`exp_nonpos`] with a normal result (e^x ≥ 2⁻¹²⁶).
-    use crate::kernels::fused::vmath::EXP_FLUSH as EXP_MIN;
 
     /// Transposed scores of `R` key rows against `NV` vectors of query lanes; `mx` (`NV`
     /// vectors) becomes the maximum of itself and the new scores (see `avx2::qk_r`).
@@ -1239,62 +1225,5 @@ mod avx512 {
         unsafe { pv::<2, R>(p, nk, v, vs, acc, alpha, first) }
     }
 
-    /// `e^x` for `x ≤ 0` on 16 lanes, as `avx2::exp_nonpos`: results below 2⁻¹²⁶ (x < −87.33,
-    /// −∞ included) are 0, NaN lanes give NaN.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn exp_nonpos(x: __m512) -> __m512 {
-        let set = _mm512_set1_ps;
-        // max_ps returns its second operand for NaN lanes: a NaN x stays NaN.
-        let (e, n) = exp_reduced(_mm512_max_ps(set(EXP_MIN), x));
-        // n ∈ [−126, 0]: e·2ⁿ is normal.
-        let y = _mm512_scalef_ps(e, n);
-        _mm512_maskz_mov_ps(!_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, set(EXP_MIN)), y)
-    }
-
-    /// Online-softmax update of 16 query lanes, as `avx2::softmax8` (same NaN handling).
-    ///
-    /// # Safety
-    /// AVX-512F; `st` points at 16 lanes of `nk` rows `Q_BLOCK` apart; `m`, `l`, `alpha` and
-    /// `tmax` hold 16 values each.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn softmax16(
-        st: *mut f32,
-        nk: usize,
-        tmax: Option<*const f32>,
-        m: *mut f32,
-        l: *mut f32,
-        alpha: *mut f32,
-    ) {
-        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
-        // SAFETY: the caller's contract.
-        unsafe {
-            let mo = _mm512_loadu_ps(m);
-            let mx = match tmax {
-                Some(t) => _mm512_loadu_ps(t),
-                None => {
-                    let mut mx = ninf;
-                    for j in 0..nk {
-                        mx = _mm512_max_ps(mx, _mm512_loadu_ps(st.add(j * Q_BLOCK)));
-                    }
-                    mx
-                }
-            };
-            let mx = _mm512_max_ps(mo, mx);
-            // Lanes with nothing visible shift by 0: their −∞ scores give 0, α = e^(−∞) = 0.
-            let mu = _mm512_maskz_mov_ps(!_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(mx, ninf), mx);
-            let al = exp_nonpos(_mm512_sub_ps(mo, mu));
-            let mut sum = _mm512_setzero_ps();
-            for j in 0..nk {
-                let e = exp_nonpos(_mm512_sub_ps(_mm512_loadu_ps(st.add(j * Q_BLOCK)), mu));
-                _mm512_storeu_ps(st.add(j * Q_BLOCK), e);
-                sum = _mm512_add_ps(sum, e);
-            }
-            let ln = _mm512_fmadd_ps(_mm512_loadu_ps(l), al, sum);
-            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(ln, ln);
-            _mm512_storeu_ps(l, ln);
-            _mm512_storeu_ps(m, _mm512_mask_mov_ps(mx, nan, _mm512_set1_ps(f32::NAN)));
-            _mm512_storeu_ps(alpha, al);
-        }
-    }
+    online_softmax!("avx512f", avx512);
 }

@@ -15,14 +15,14 @@
 //! accumulators together), added into f64: the relative error of Σd² is ≲ 1e-6 worst case
 //! (≈ 1e-7 typically), so `rstd` is within ≲ 5e-7 relative of the exact value, below the
 //! f32 roundings of the last pass for rows with |y| of a few units. Outputs of at least
-//! `STREAM_MIN_BYTES` (4 MiB) are written with non-temporal stores on the AVX2 path: skipping the
+//! `STREAM_MIN_BYTES` (4 MiB) are written with non-temporal stores on the vector paths: skipping the
 //! read-for-ownership of y and the write-back of dirty lines through the caches measured
 //! 1.1–1.5× faster for outputs of 6–24 MiB on a 2-core Zen 3 (32 MiB L3, shared); smaller
 //! outputs use ordinary stores, so that the consumer finds them in cache.
 
 use super::{FusedIsa, for_units};
 
-/// Bytes of output from which the AVX2 path writes y with non-temporal stores (eight
+/// Bytes of output from which the vector paths write y with non-temporal stores (eight
 /// times a 512 KiB L2: such an output mostly leaves the private caches before it is read).
 const STREAM_MIN_BYTES: usize = 4 << 20;
 
@@ -279,367 +279,154 @@ fn strided_slab_body(norm: &Norm, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// The trailing-row passes, written once over `vmath`'s lane vocabulary and instantiated per
+/// ISA: blocks of 4 accumulators x LANES lanes (8 values per lane on AVX2, 4 on AVX-512) and
+/// tail blocks of 8 values per lane through masked loads, each widened into f64; the last pass
+/// with a masked head (to a vector-aligned y when streaming) and tail.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
+macro_rules! layer_norm_simd {
+    ($isa:ident, $feat:literal) => {
+        mod $isa {
+            use super::super::vmath::$isa::{load_n, ops::*, store_n};
+            use super::{RowParams, finish_stats};
 
-    use super::{RowParams, finish_stats};
+            /// Floats per block of the main sums: 4 accumulators of LANES lanes.
+            const BLOCK: usize = 256;
+            /// Floats per block of the remainder: 1 accumulator, 8 values per lane.
+            const TAIL_BLOCK: usize = 8 * LANES;
 
-    /// Floats per block of the sums: 4 accumulators of 8 lanes, 8 values per lane.
-    const BLOCK: usize = 256;
-
-    /// Adds the 8 f32 lanes of `v` into the 4 f64 lanes of `acc`.
-    #[inline(always)]
-    fn widen_add(acc: __m256d, v: __m256) -> __m256d {
-        // SAFETY: register-only intrinsics; the callers are compiled with AVX2+FMA enabled.
-        unsafe {
-            let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-            let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
-            _mm256_add_pd(acc, _mm256_add_pd(lo, hi))
-        }
-    }
-
-    /// The sum of the 4 lanes of `v`.
-    #[inline(always)]
-    fn hsum(v: __m256d) -> f64 {
-        let mut a = [0f64; 4];
-        // SAFETY: `a` holds 4 doubles; AVX is enabled in every caller.
-        unsafe { _mm256_storeu_pd(a.as_mut_ptr(), v) };
-        (a[0] + a[1]) + (a[2] + a[3])
-    }
-
-    /// Σx of a row.
-    #[target_feature(enable = "avx2,fma")]
-    fn sum(x: &[f32]) -> f64 {
-        let n = x.len();
-        let p = x.as_ptr();
-        let mut acc = _mm256_setzero_pd();
-        let mut i = 0;
-        while i + BLOCK <= n {
-            let (mut a0, mut a1, mut a2, mut a3) =
-                (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
-            let end = i + BLOCK;
-            while i < end {
-                // SAFETY: i + 32 ≤ end ≤ n.
-                unsafe {
-                    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(i)));
-                    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(i + 8)));
-                    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(i + 16)));
-                    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(i + 24)));
+            /// (Σd, Σd²) with `d = x − m` rounded to f32 (with `m = 0`, Σd is Σx: `x − 0` is
+            /// exact).
+            #[target_feature(enable = $feat)]
+            fn shifted_sums(x: &[f32], m: f32) -> (f64, f64) {
+                let n = x.len();
+                let p = x.as_ptr();
+                let vm = splat(m);
+                let (mut sacc, mut qacc) = (zero_d(), zero_d());
+                let z = zero();
+                let mut i = 0;
+                while i + BLOCK <= n {
+                    let (mut s, mut q) = ([z; 4], [z; 4]);
+                    let end = i + BLOCK;
+                    while i < end {
+                        for u in 0..4 {
+                            // SAFETY: i + 4·LANES ≤ end ≤ n.
+                            let d = sub(unsafe { load(p.add(i + u * LANES)) }, vm);
+                            s[u] = add(s[u], d);
+                            q[u] = fmadd(d, d, q[u]);
+                        }
+                        i += 4 * LANES;
+                    }
+                    sacc = widen_add(sacc, add(add(s[0], s[1]), add(s[2], s[3])));
+                    qacc = widen_add(qacc, add(add(q[0], q[1]), add(q[2], q[3])));
                 }
-                i += 32;
+                while i < n {
+                    let end = (i + TAIL_BLOCK).min(n);
+                    let (mut s, mut q) = (z, z);
+                    while i < end {
+                        let k = end - i;
+                        // SAFETY: the lanes i..min(i + LANES, end) lie inside x; the others are
+                        // m, so their d is 0.
+                        let d = sub(unsafe { load_n(p.add(i), k, vm) }, vm);
+                        s = add(s, d);
+                        q = fmadd(d, d, q);
+                        i += LANES;
+                    }
+                    sacc = widen_add(sacc, s);
+                    qacc = widen_add(qacc, q);
+                }
+                (hsum_d(sacc), hsum_d(qacc))
             }
-            acc = widen_add(acc, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        }
-        while i + 8 <= n {
-            // SAFETY: i + 8 ≤ n.
-            acc = widen_add(acc, unsafe { _mm256_loadu_ps(p.add(i)) });
-            i += 8;
-        }
-        let mut s = hsum(acc);
-        for &v in &x[i..] {
-            s += f64::from(v);
-        }
-        s
-    }
 
-    /// (Σd, Σd²) with `d = x − m` rounded to f32.
-    #[target_feature(enable = "avx2,fma")]
-    fn shifted_sums(x: &[f32], m: f32) -> (f64, f64) {
-        let n = x.len();
-        let p = x.as_ptr();
-        let vm = _mm256_set1_ps(m);
-        let (mut sacc, mut qacc) = (_mm256_setzero_pd(), _mm256_setzero_pd());
-        let mut i = 0;
-        while i + BLOCK <= n {
-            let z = _mm256_setzero_ps();
-            let (mut s0, mut s1, mut s2, mut s3) = (z, z, z, z);
-            let (mut q0, mut q1, mut q2, mut q3) = (z, z, z, z);
-            let end = i + BLOCK;
-            while i < end {
-                // SAFETY: i + 32 ≤ end ≤ n.
-                let (d0, d1, d2, d3) = unsafe {
-                    (
-                        _mm256_sub_ps(_mm256_loadu_ps(p.add(i)), vm),
-                        _mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), vm),
-                        _mm256_sub_ps(_mm256_loadu_ps(p.add(i + 16)), vm),
-                        _mm256_sub_ps(_mm256_loadu_ps(p.add(i + 24)), vm),
-                    )
+            /// `y = ((x − mh) − ml)·(rstd·g) + b` for one row, prefetching `next` (the next
+            /// row's input) into L1 meanwhile; `stream`: non-temporal stores for the aligned
+            /// vectors.
+            #[target_feature(enable = $feat)]
+            #[allow(clippy::too_many_arguments)]
+            fn normalise(
+                p: &RowParams,
+                x: &[f32],
+                y: &mut [f32],
+                next: Option<&[f32]>,
+                mh: f32,
+                ml: f32,
+                rstd: f32,
+                stream: bool,
+            ) {
+                let n = x.len().min(y.len()).min(p.g.len()).min(p.b.len());
+                let (vh, vl, vr) = (splat(mh), splat(ml), splat(rstd));
+                let (xp, gp, bp, yp) = (x.as_ptr(), p.g.as_ptr(), p.b.as_ptr(), y.as_mut_ptr());
+                // The lanes i..min(i + LANES, i + k) of the result.
+                let at = |i: usize, k: usize| {
+                    // SAFETY: every call passes lanes i..i + min(k, LANES) below n, the smallest
+                    // of the lengths of x, g and b.
+                    unsafe {
+                        let d = sub(sub(load_n(xp.add(i), k, zero()), vh), vl);
+                        fmadd(d, mul(load_n(gp.add(i), k, zero()), vr), load_n(bp.add(i), k, zero()))
+                    }
                 };
-                s0 = _mm256_add_ps(s0, d0);
-                s1 = _mm256_add_ps(s1, d1);
-                s2 = _mm256_add_ps(s2, d2);
-                s3 = _mm256_add_ps(s3, d3);
-                q0 = _mm256_fmadd_ps(d0, d0, q0);
-                q1 = _mm256_fmadd_ps(d1, d1, q1);
-                q2 = _mm256_fmadd_ps(d2, d2, q2);
-                q3 = _mm256_fmadd_ps(d3, d3, q3);
-                i += 32;
-            }
-            sacc = widen_add(sacc, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-            qacc = widen_add(qacc, _mm256_add_ps(_mm256_add_ps(q0, q1), _mm256_add_ps(q2, q3)));
-        }
-        while i + 8 <= n {
-            // SAFETY: i + 8 ≤ n.
-            let d = _mm256_sub_ps(unsafe { _mm256_loadu_ps(p.add(i)) }, vm);
-            sacc = widen_add(sacc, d);
-            qacc = widen_add(qacc, _mm256_mul_ps(d, d));
-            i += 8;
-        }
-        let (mut s, mut q) = (hsum(sacc), hsum(qacc));
-        for &v in &x[i..] {
-            let d = f64::from(v - m);
-            s += d;
-            q += d * d;
-        }
-        (s, q)
-    }
-
-    /// `y = ((x − mh) − ml)·(rstd·g) + b` for one row, prefetching `next` (the next row's
-    /// input, same length or shorter) into L1 meanwhile; `stream`: non-temporal stores.
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    fn normalise(
-        p: &RowParams,
-        x: &[f32],
-        y: &mut [f32],
-        next: Option<&[f32]>,
-        mh: f32,
-        ml: f32,
-        rstd: f32,
-        stream: bool,
-    ) {
-        let (g, b) = (p.g, p.b);
-        let n = x.len().min(y.len()).min(g.len()).min(b.len());
-        let scalar = |y: &mut [f32], j: usize| y[j] = ((x[j] - mh) - ml) * (rstd * g[j]) + b[j];
-        // Scalar head up to a 32-byte aligned y when streaming (the streaming store needs it).
-        let head = if stream { (y.as_ptr().align_offset(32)).min(n) } else { 0 };
-        for j in 0..head {
-            scalar(y, j);
-        }
-        let (vh, vl, vr) = (_mm256_set1_ps(mh), _mm256_set1_ps(ml), _mm256_set1_ps(rstd));
-        let (xp, gp, bp, yp) = (x.as_ptr(), g.as_ptr(), b.as_ptr(), y.as_mut_ptr());
-        let np = next.map_or(std::ptr::null(), |s| s.as_ptr());
-        let nlen = next.map_or(0, |s| s.len());
-        let mut i = head;
-        while i + 16 <= n {
-            // SAFETY: i + 16 ≤ n, the smallest of the four lengths; `np + i` is only prefetched
-            // (never dereferenced) and lies inside the next row when i < nlen; with `stream`,
-            // yp + i is 32-byte aligned (i − head is a multiple of 16 floats).
-            unsafe {
-                if i < nlen {
-                    _mm_prefetch::<_MM_HINT_T0>(np.add(i).cast());
+                let (np, nlen) = next.map_or((std::ptr::null(), 0), |s| (s.as_ptr(), s.len()));
+                // With `stream`, a partial head up to a vector-aligned y (the streaming store
+                // needs it).
+                let head = if stream { y.as_ptr().align_offset(4 * LANES).min(n) } else { 0 };
+                if head > 0 {
+                    // SAFETY: lanes 0..head < n of y.
+                    unsafe { store_n(yp, head, at(0, head)) };
                 }
-                let d0 = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(xp.add(i)), vh), vl);
-                let d1 = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(xp.add(i + 8)), vh), vl);
-                let s0 = _mm256_mul_ps(_mm256_loadu_ps(gp.add(i)), vr);
-                let s1 = _mm256_mul_ps(_mm256_loadu_ps(gp.add(i + 8)), vr);
-                let r0 = _mm256_fmadd_ps(d0, s0, _mm256_loadu_ps(bp.add(i)));
-                let r1 = _mm256_fmadd_ps(d1, s1, _mm256_loadu_ps(bp.add(i + 8)));
+                let mut i = head;
+                while i + LANES <= n {
+                    if i < nlen {
+                        prefetch(np.wrapping_add(i));
+                    }
+                    let r = at(i, LANES);
+                    // SAFETY: i + LANES ≤ n; with `stream`, yp + i is vector-aligned (i − head is
+                    // a multiple of LANES).
+                    unsafe {
+                        if stream {
+                            store_stream(yp.add(i), r);
+                        } else {
+                            store(yp.add(i), r);
+                        }
+                    }
+                    i += LANES;
+                }
+                if i < n {
+                    // SAFETY: the lanes i..n of y.
+                    unsafe { store_n(yp.add(i), n - i, at(i, n - i)) };
+                }
+                // The rest of the next row's prefetch (its length may exceed what the loop
+                // covered).
+                let mut j = i;
+                while j < nlen {
+                    prefetch(np.wrapping_add(j));
+                    j += 16;
+                }
+            }
+
+            /// The rows of `x` (whole rows of `p.n`) into `y`; `stream`: non-temporal stores
+            /// for y, fenced before returning.
+            #[target_feature(enable = $feat)]
+            pub(super) fn rows(p: &RowParams, x: &[f32], y: &mut [f32], stream: bool) {
+                let n = p.n;
+                let count = x.len().min(y.len()) / n;
+                for r in 0..count {
+                    let xr = &x[r * n..(r + 1) * n];
+                    let next = if r + 1 < count { Some(&x[(r + 1) * n..(r + 2) * n]) } else { None };
+                    let m = (shifted_sums(xr, 0.0).0 / n as f64) as f32;
+                    let (sd, qd) = shifted_sums(xr, m);
+                    let (mh, ml, rstd) = finish_stats(m, sd, qd, n, p.eps);
+                    normalise(p, xr, &mut y[r * n..(r + 1) * n], next, mh, ml, rstd, stream);
+                }
                 if stream {
-                    _mm256_stream_ps(yp.add(i), r0);
-                    _mm256_stream_ps(yp.add(i + 8), r1);
-                } else {
-                    _mm256_storeu_ps(yp.add(i), r0);
-                    _mm256_storeu_ps(yp.add(i + 8), r1);
+                    // Orders the non-temporal stores before the task ends.
+                    sfence();
                 }
             }
-            i += 16;
         }
-        // The rest of the next row's prefetch (its length may exceed what the loop covered).
-        let mut k = i;
-        while k < nlen {
-            // SAFETY: k < nlen: inside the next row; a prefetch never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(np.add(k).cast()) };
-            k += 16;
-        }
-        for j in i..n {
-            scalar(y, j);
-        }
-    }
-
-    /// The rows of `x` (whole rows of `p.n`) into `y`; `stream`: non-temporal stores for y,
-    /// fenced before returning.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn rows(p: &RowParams, x: &[f32], y: &mut [f32], stream: bool) {
-        let n = p.n;
-        let count = x.len().min(y.len()) / n;
-        for r in 0..count {
-            let xr = &x[r * n..(r + 1) * n];
-            let next = if r + 1 < count { Some(&x[(r + 1) * n..(r + 2) * n]) } else { None };
-            let m = (sum(xr) / n as f64) as f32;
-            let (sd, qd) = shifted_sums(xr, m);
-            let (mh, ml, rstd) = finish_stats(m, sd, qd, n, p.eps);
-            normalise(p, xr, &mut y[r * n..(r + 1) * n], next, mh, ml, rstd, stream);
-        }
-        if stream {
-            // Orders the non-temporal stores before the task ends.
-            _mm_sfence();
-        }
-    }
+    };
 }
 
-/// The trailing-row passes on 16 lanes (AVX-512F): the same three passes and f32-then-f64
-/// summation as the AVX2 path (at most 8 f32 terms per lane before widening), partial vectors
-/// through masked loads and stores.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    use super::super::vmath::avx512::lanes;
-    use super::{RowParams, finish_stats};
-
-    /// Floats per block of the main sums: 4 accumulators of 16 lanes, 4 values per lane.
-    const BLOCK: usize = 256;
-    /// Floats per block of the remainder: 1 accumulator of 16 lanes, 8 values per lane.
-    const TAIL_BLOCK: usize = 128;
-
-    /// Adds the 16 f32 lanes of `v` into the 8 f64 lanes of `acc`.
-    #[inline(always)]
-    fn widen_add(acc: __m512d, v: __m512) -> __m512d {
-        // SAFETY: register-only intrinsics; the callers are compiled with AVX-512F enabled.
-        unsafe {
-            let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-            let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
-            _mm512_add_pd(acc, _mm512_add_pd(lo, hi))
-        }
-    }
-
-    /// (Σd, Σd²) with `d = x − m` rounded to f32 (with `m = 0`, Σd is Σx: `x − 0` is exact).
-    #[target_feature(enable = "avx512f")]
-    fn shifted_sums(x: &[f32], m: f32) -> (f64, f64) {
-        let n = x.len();
-        let p = x.as_ptr();
-        let vm = _mm512_set1_ps(m);
-        let (mut sacc, mut qacc) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-        let z = _mm512_setzero_ps();
-        let mut i = 0;
-        while i + BLOCK <= n {
-            let (mut s0, mut s1, mut s2, mut s3) = (z, z, z, z);
-            let (mut q0, mut q1, mut q2, mut q3) = (z, z, z, z);
-            let end = i + BLOCK;
-            while i < end {
-                // SAFETY: i + 64 ≤ end ≤ n.
-                let (d0, d1, d2, d3) = unsafe {
-                    (
-                        _mm512_sub_ps(_mm512_loadu_ps(p.add(i)), vm),
-                        _mm512_sub_ps(_mm512_loadu_ps(p.add(i + 16)), vm),
-                        _mm512_sub_ps(_mm512_loadu_ps(p.add(i + 32)), vm),
-                        _mm512_sub_ps(_mm512_loadu_ps(p.add(i + 48)), vm),
-                    )
-                };
-                s0 = _mm512_add_ps(s0, d0);
-                s1 = _mm512_add_ps(s1, d1);
-                s2 = _mm512_add_ps(s2, d2);
-                s3 = _mm512_add_ps(s3, d3);
-                q0 = _mm512_fmadd_ps(d0, d0, q0);
-                q1 = _mm512_fmadd_ps(d1, d1, q1);
-                q2 = _mm512_fmadd_ps(d2, d2, q2);
-                q3 = _mm512_fmadd_ps(d3, d3, q3);
-                i += 64;
-            }
-            sacc = widen_add(sacc, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-            qacc = widen_add(qacc, _mm512_add_ps(_mm512_add_ps(q0, q1), _mm512_add_ps(q2, q3)));
-        }
-        while i < n {
-            let end = (i + TAIL_BLOCK).min(n);
-            let (mut s, mut q) = (z, z);
-            while i < end {
-                let k = lanes(i, end);
-                // SAFETY: the mask covers lanes i.. below end ≤ n; the others are 0 (d too).
-                let d = _mm512_maskz_sub_ps(k, unsafe { _mm512_maskz_loadu_ps(k, p.add(i)) }, vm);
-                s = _mm512_add_ps(s, d);
-                q = _mm512_fmadd_ps(d, d, q);
-                i += 16;
-            }
-            sacc = widen_add(sacc, s);
-            qacc = widen_add(qacc, q);
-        }
-        (_mm512_reduce_add_pd(sacc), _mm512_reduce_add_pd(qacc))
-    }
-
-    /// `y = ((x − mh) − ml)·(rstd·g) + b` for one row, prefetching `next` (the next row's
-    /// input) into L1 meanwhile; `stream`: non-temporal stores for the 64-byte aligned vectors.
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    fn normalise(
-        p: &RowParams,
-        x: &[f32],
-        y: &mut [f32],
-        next: Option<&[f32]>,
-        mh: f32,
-        ml: f32,
-        rstd: f32,
-        stream: bool,
-    ) {
-        let n = x.len().min(y.len()).min(p.g.len()).min(p.b.len());
-        let (vh, vl, vr) = (_mm512_set1_ps(mh), _mm512_set1_ps(ml), _mm512_set1_ps(rstd));
-        let (xp, gp, bp, yp) = (x.as_ptr(), p.g.as_ptr(), p.b.as_ptr(), y.as_mut_ptr());
-        let at = |i: usize, k: __mmask16| {
-            // SAFETY: every call passes a mask of lanes i.. below n, the smallest of the lengths
-            // of x, g and b; masked-off lanes are not read.
-            unsafe {
-                let d = _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xp.add(i)), vh), vl);
-                let s = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, gp.add(i)), vr);
-                _mm512_fmadd_ps(d, s, _mm512_maskz_loadu_ps(k, bp.add(i)))
-            }
-        };
-        let (np, nlen) = next.map_or((std::ptr::null(), 0), |s| (s.as_ptr(), s.len()));
-        // With `stream`, a masked head up to a 64-byte aligned y (the streaming store needs it).
-        let head = if stream { y.as_ptr().align_offset(64).min(n) } else { 0 };
-        if head > 0 {
-            let k = lanes(0, head);
-            // SAFETY: lanes 0..head < n of y.
-            unsafe { _mm512_mask_storeu_ps(yp, k, at(0, k)) };
-        }
-        let mut i = head;
-        while i + 16 <= n {
-            // SAFETY: i + 16 ≤ n; `np + i` is only prefetched and lies in the next row when
-            // i < nlen; with `stream`, yp + i is 64-byte aligned (i − head is a multiple of 16).
-            unsafe {
-                if i < nlen {
-                    _mm_prefetch::<_MM_HINT_T0>(np.add(i).cast());
-                }
-                let r = at(i, !0);
-                if stream {
-                    _mm512_stream_ps(yp.add(i), r);
-                } else {
-                    _mm512_storeu_ps(yp.add(i), r);
-                }
-            }
-            i += 16;
-        }
-        if i < n {
-            let k = lanes(i, n);
-            // SAFETY: the masked lanes i.. below n of y.
-            unsafe { _mm512_mask_storeu_ps(yp.add(i), k, at(i, k)) };
-        }
-        // The rest of the next row's prefetch (its length may exceed what the loop covered).
-        let mut j = i;
-        while j < nlen {
-            // SAFETY: j < nlen: inside the next row; a prefetch never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(np.add(j).cast()) };
-            j += 16;
-        }
-    }
-
-    /// The rows of `x` (whole rows of `p.n`) into `y`; `stream`: non-temporal stores for y,
-    /// fenced before returning.
-    #[target_feature(enable = "avx512f")]
-    pub(super) fn rows(p: &RowParams, x: &[f32], y: &mut [f32], stream: bool) {
-        let n = p.n;
-        let count = x.len().min(y.len()) / n;
-        for r in 0..count {
-            let xr = &x[r * n..(r + 1) * n];
-            let next = if r + 1 < count { Some(&x[(r + 1) * n..(r + 2) * n]) } else { None };
-            let m = (shifted_sums(xr, 0.0).0 / n as f64) as f32;
-            let (sd, qd) = shifted_sums(xr, m);
-            let (mh, ml, rstd) = finish_stats(m, sd, qd, n, p.eps);
-            normalise(p, xr, &mut y[r * n..(r + 1) * n], next, mh, ml, rstd, stream);
-        }
-        if stream {
-            // Orders the non-temporal stores before the task ends.
-            _mm_sfence();
-        }
-    }
-}
+layer_norm_simd!(avx2, "avx2,fma");
+#[cfg(target_arch = "x86_64")]
+layer_norm_simd!(avx512, "avx512f");

@@ -118,7 +118,7 @@ fn columns(isa: FusedIsa, x: &[f32], y: &mut [f32], n: usize, inner: usize, m: &
 macro_rules! softmax_simd {
     ($isa:ident, $feat:literal) => {
         mod $isa {
-            use super::super::vmath::$isa::{exp, load_n, ops::*, store_n};
+            use super::super::vmath::$isa::{exp, exp_shift_sum, load_n, map_in_place, ops::*, store_n};
             use super::nan_max;
 
             /// `f(i, n − i)` for `i` = 0, LANES, 2·LANES, … below `n`.
@@ -148,7 +148,7 @@ macro_rules! softmax_simd {
             #[target_feature(enable = $feat)]
             pub(super) fn row(x: &[f32], y: &mut [f32]) {
                 let n = x.len().min(y.len());
-                let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+                let xp = x.as_ptr();
                 let ninf = splat(f32::NEG_INFINITY);
                 let mut m = ninf;
                 let mut i = 0;
@@ -157,25 +157,8 @@ macro_rules! softmax_simd {
                     m = max(m, unsafe { load_n(xp.add(i), n - i, ninf) });
                     i += LANES;
                 }
-                let mv = splat(hmax(m));
-                let mut sum = zero();
-                i = 0;
-                while i < n {
-                    let k = n - i;
-                    // SAFETY: as above, for x and y.
-                    let e = unsafe { exp(sub(load_n(xp.add(i), k, zero()), mv)) };
-                    // SAFETY: as above.
-                    unsafe { store_n(yp.add(i), k, e) };
-                    sum = add(sum, if k >= LANES { e } else { select(first(k), e, zero()) });
-                    i += LANES;
-                }
-                let iv = splat(1.0 / hsum(sum));
-                i = 0;
-                while i < n {
-                    // SAFETY: as above, for y.
-                    unsafe { store_n(yp.add(i), n - i, mul(load_n(yp.add(i), n - i, zero()), iv)) };
-                    i += LANES;
-                }
+                let iv = splat(1.0 / exp_shift_sum(&x[..n], &mut y[..n], hmax(m)));
+                map_in_place(&mut y[..n], |v| mul(v, iv));
             }
 
             /// Softmax down the columns of an `[n, inner]` slab (see `super::columns`), LANES

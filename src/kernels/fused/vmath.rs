@@ -139,8 +139,12 @@ pub fn exp_f32(isa: super::FusedIsa, x: &[f32], y: &mut [f32]) {
 /// `fmsub = a·b − c`, `abs`, `round` (to nearest even), comparisons `lt`/`ge` (ordered),
 /// and `is_nan` giving a mask `M`, `first(k)` (the first `k` lanes),
 /// `select(m, a, b)` (`a` where `m`), `scale2(e, n) = e·2ⁿ` for
-/// integer-valued `n ∈ [−126, 128]`, `hsum`, full `load`/`store` and `load_part`/`store_part`
-/// of the first `k < LANES` lanes (the others read as 0, never written).
+/// integer-valued `n ∈ [−126, 128]` (`scale2_normal` the same for `n ∈ [−126, 127]`, where 2ⁿ
+/// is one normal float), `hsum`, full `load`/`store` and `load_part`/`store_part`
+/// of the first `k < LANES` lanes (the others read as 0, never written). Beside them, for
+/// kernels that sum in f64 or stream their output: `VD` (f64 lanes, half as many), `zero_d`,
+/// `widen_add(acc, v)` (every f32 lane of `v` added into the f64 lanes of `acc`), `hsum_d`,
+/// `store_stream` (a non-temporal store to a vector-aligned address), `sfence` and `prefetch`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! vector_math {
     ($feat:literal) => {
@@ -179,6 +183,21 @@ macro_rules! vector_math {
             let (e, n) = exp_reduced(xc);
             let y = select(lt(x, splat(EXP_FLUSH)), zero(), scale2(e, n));
             select(is_nan(x), x, y)
+        }
+
+        /// `e^x` for lanes `x ≤ 0` (softmax exponents after the maximum is taken off): `exp`
+        /// without the upper clamp, with one power-of-two scaling; results below 2⁻¹²⁶
+        /// (x < −87.33, −∞ included) are 0, NaN lanes NaN.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn exp_nonpos(x: V) -> V {
+            // max returns its second operand for NaN lanes: a NaN stays NaN to the end.
+            let (e, n) = exp_reduced(max(splat(EXP_FLUSH), x));
+            // n ∈ [−126, 0] here.
+            select(lt(x, splat(EXP_FLUSH)), zero(), scale2_normal(e, n))
         }
 
         /// Exact GELU of every lane (see [`super::gelu_erf_scalar`]).
@@ -354,35 +373,29 @@ macro_rules! vector_math {
             map(x, y, |v| exp(v));
         }
 
-        /// `x[i] = exp(x[i] − m)` in place; returns the sum of the results.
+        /// `y[i] = exp(x[i] − m)` for `i` below the shorter length; returns the sum of the
+        /// results (lane sums, then across the lanes). The last partial vector goes through
+        /// masked loads and stores.
         ///
         /// # Safety
         /// The CPU must have this module's target features.
         #[target_feature(enable = $feat)]
-        pub fn exp_shift_sum(x: &mut [f32], m: f32) -> f32 {
-            let n = x.len();
-            let p = x.as_mut_ptr();
+        pub fn exp_shift_sum(x: &[f32], y: &mut [f32], m: f32) -> f32 {
+            let n = x.len().min(y.len());
+            let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
             let mv = splat(m);
-            let mut acc = zero();
+            let mut sum = zero();
             let mut i = 0;
-            while i + LANES <= n {
-                // SAFETY: i + LANES ≤ n.
-                unsafe {
-                    let e = exp(sub(load(p.add(i)), mv));
-                    store(p.add(i), e);
-                    acc = add(acc, e);
-                }
+            while i < n {
+                let k = n - i;
+                // SAFETY: the lanes i..min(i + LANES, n) lie inside x and y.
+                let e = unsafe { exp(sub(load_n(xp.add(i), k, zero()), mv)) };
+                // SAFETY: as above.
+                unsafe { store_n(yp.add(i), k, e) };
+                sum = add(sum, if k >= LANES { e } else { select(first(k), e, zero()) });
                 i += LANES;
             }
-            let mut s = hsum(acc);
-            if i < n {
-                // SAFETY: the first n − i lanes from i lie inside the slice.
-                let e = unsafe { exp(sub(load_part(p.add(i), n - i), mv)) };
-                // SAFETY: as above.
-                unsafe { store_part(p.add(i), n - i, e) };
-                s += x[i..].iter().sum::<f32>();
-            }
-            s
+            hsum(sum)
         }
     };
 }
@@ -485,6 +498,14 @@ pub mod avx2 {
             let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
             _mm256_mul_ps(_mm256_mul_ps(e, s1), s2)
         }
+        /// `e·2ⁿ` with 2ⁿ built in the exponent field (n ∈ [−126, 127]).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn scale2_normal(e: V, n: V) -> V {
+            let bias = _mm256_set1_epi32(127);
+            let s = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), bias)));
+            _mm256_mul_ps(e, s)
+        }
         /// Sum of the 8 lanes.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -531,6 +552,44 @@ pub mod avx2 {
         pub unsafe fn store_part(p: *mut f32, k: usize, v: V) {
             // SAFETY: the caller's contract; masked-off lanes are not accessed.
             unsafe { _mm256_maskstore_ps(p, first_i(k), v) }
+        }
+        /// Four f64 lanes.
+        pub type VD = __m256d;
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn zero_d() -> VD {
+            _mm256_setzero_pd()
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn widen_add(acc: VD, v: V) -> VD {
+            let lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+            let hi = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
+            _mm256_add_pd(acc, _mm256_add_pd(lo, hi))
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn hsum_d(v: VD) -> f64 {
+            let s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd::<1>(v));
+            _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)))
+        }
+        /// # Safety
+        /// `p..p + 8` must be writable and 32-byte aligned.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn store_stream(p: *mut f32, v: V) {
+            // SAFETY: the caller's contract.
+            unsafe { _mm256_stream_ps(p, v) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn sfence() {
+            _mm_sfence()
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub fn prefetch(p: *const f32) {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast())
         }
     }
 
@@ -637,6 +696,11 @@ pub mod avx512 {
         pub fn scale2(e: V, n: V) -> V {
             _mm512_scalef_ps(e, n)
         }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn scale2_normal(e: V, n: V) -> V {
+            _mm512_scalef_ps(e, n)
+        }
         /// Sum of the 16 lanes.
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -674,6 +738,43 @@ pub mod avx512 {
         pub unsafe fn store_part(p: *mut f32, k: usize, v: V) {
             // SAFETY: the caller's contract; masked-off lanes are not accessed.
             unsafe { _mm512_mask_storeu_ps(p, super::lanes(0, k), v) }
+        }
+        /// Eight f64 lanes.
+        pub type VD = __m512d;
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn zero_d() -> VD {
+            _mm512_setzero_pd()
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn widen_add(acc: VD, v: V) -> VD {
+            let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+            let hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
+            _mm512_add_pd(acc, _mm512_add_pd(lo, hi))
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn hsum_d(v: VD) -> f64 {
+            _mm512_reduce_add_pd(v)
+        }
+        /// # Safety
+        /// `p..p + 16` must be writable and 64-byte aligned.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn store_stream(p: *mut f32, v: V) {
+            // SAFETY: the caller's contract.
+            unsafe { _mm512_stream_ps(p, v) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn sfence() {
+            _mm_sfence()
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub fn prefetch(p: *const f32) {
+            _mm_prefetch::<_MM_HINT_T0>(p.cast())
         }
     }
 
