@@ -84,10 +84,10 @@ def tjgemm_table(binary, quick, saved=None, prepacked=False):
             section = line
             continue
         f = line.split()
-        if "squares" in section and len(f) == 4 and f[0].isdigit():
+        if "squares" in section and len(f) >= 6 and f[0].isdigit():
             s = int(f[0])
-            table[("sq", s, s, s)] = (float(f[2]), None)
-        elif "transformer" in section and len(f) == 8 and f[0].isdigit():
+            table[("sq", s, s, s)] = (float(f[2]), float(f[4]))
+        elif "transformer" in section and len(f) >= 8 and f[0].isdigit():
             m, k, n = int(f[0]), int(f[1]), int(f[2])
             table[("tr", m, n, k)] = (float(f[4]), float(f[6]))
     peak = re.search(r"FMA peak.*?: ([0-9.]+) GFLOP/s", out)

@@ -3,8 +3,11 @@
 //!
 //! Usage: `cargo build --release --bin tjgemm && target/release/tjgemm [--quick] [--cpu-time]
 //! [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]
-//! [--prepacked] [--shapes MxKxN,... [--threads T] [--reps R]]`.
+//! [--prepacked] [--openblas LIB] [--shapes MxKxN,... [--threads T] [--reps R]]`.
 //! `--prepacked` packs B once before timing (`PackedB`, as the jit does for constant weights).
+//! `--openblas LIB` (Linux) also times OpenBLAS's `cblas_sgemm` from that shared library (for
+//! numpy's own copy: `python3 -c "import numpy, glob, os; print(glob.glob(os.path.dirname(
+//! numpy.__file__) + '.libs/*openblas*'))"`) in the same harness and prints tensorjit / OpenBLAS.
 //! Numbers are the best of several timed repetitions (the machine may be shared); with
 //! `--cpu-time` single-thread runs are timed in the thread's CPU time, which excludes time the
 //! thread was preempted by other processes (caches may still be disturbed).
@@ -143,24 +146,221 @@ fn now(cpu: bool) -> f64 {
     T0.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
-/// Best time of `f` over repetitions lasting about `budget` in total (at least 3 runs);
-/// measured in thread CPU time when `cpu` (single-threaded runs), else wall time.
+/// Best time of one call of `f` over samples lasting about `budget` in total (at least 3);
+/// measured in thread CPU time when `cpu` (single-threaded runs), else wall time. Each sample
+/// times a batch of calls lasting about 50 µs, so the clock's own cost (the thread CPU clock is
+/// a system call, about 0.3 µs in this VM) stays near 1% of a 64^3 product.
 fn best_time(budget: Duration, cpu: bool, mut f: impl FnMut()) -> f64 {
     f();
+    let t = now(cpu);
+    f();
+    let once = now(cpu) - t;
+    let batch = if once > 0.0 { ((50e-6 / once).ceil() as usize).clamp(1, 10_000) } else { 100 };
     let start = Instant::now();
     let mut best = f64::MAX;
     let mut runs = 0;
     while runs < 3 || (start.elapsed() < budget && runs < 1000) {
         let t = now(cpu);
-        f();
+        for _ in 0..batch {
+            f();
+        }
         // A zero (seen once in a VM's thread CPU clock) would read as infinite speed.
-        let d = now(cpu) - t;
+        let d = (now(cpu) - t) / batch as f64;
         if d > 0.0 {
             best = best.min(d);
         }
         runs += 1;
     }
     best
+}
+
+/// OpenBLAS's `cblas_sgemm`, loaded at run time (`--openblas LIB`) and timed in the same
+/// harness as tensorjit (same data, batching, clocks and threads): the baseline without the
+/// Python call overhead that numpy adds to small products (about 0.8 µs per call here).
+#[cfg(target_os = "linux")]
+mod openblas {
+    use std::ffi::{CString, c_char, c_int, c_void};
+
+    unsafe extern "C" {
+        fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
+        fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
+    }
+    /// `cblas_sgemm` with 64-bit integers (OpenBLAS built with INTERFACE64, as numpy's is).
+    type Sgemm64 = unsafe extern "C" fn(
+        c_int,
+        c_int,
+        c_int,
+        i64,
+        i64,
+        i64,
+        f32,
+        *const f32,
+        i64,
+        *const f32,
+        i64,
+        f32,
+        *mut f32,
+        i64,
+    );
+    /// `cblas_sgemm` with 32-bit integers (a distribution's libopenblas).
+    type Sgemm32 = unsafe extern "C" fn(
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        f32,
+        *const f32,
+        c_int,
+        *const f32,
+        c_int,
+        f32,
+        *mut f32,
+        c_int,
+    );
+    type SetThreads = unsafe extern "C" fn(c_int);
+    /// `cblas_sgemv` with 64-bit integers (numpy's choice for a vector times a matrix).
+    type Sgemv64 =
+        unsafe extern "C" fn(c_int, c_int, i64, i64, f32, *const f32, i64, *const f32, i64, f32, *mut f32, i64);
+
+    enum Sgemm {
+        I64(Sgemm64),
+        I32(Sgemm32),
+    }
+
+    pub struct Blas {
+        sgemm: Sgemm,
+        /// For M = 1 (as numpy calls it); the 64-bit-integer libraries only.
+        sgemv: Option<Sgemv64>,
+        set_threads: Option<SetThreads>,
+        /// The symbol used, for the report.
+        pub symbol: &'static str,
+    }
+
+    const ROW_MAJOR: c_int = 101;
+    const NO_TRANS: c_int = 111;
+
+    impl Blas {
+        /// Loads `path` and finds its sgemm (numpy's `scipy_`-prefixed 64-bit names first).
+        pub fn load(path: &str) -> Result<Blas, String> {
+            let cpath = CString::new(path).map_err(|e| e.to_string())?;
+            // SAFETY: dlopen with a valid C string; 2 = RTLD_NOW. A null handle is checked.
+            let h = unsafe { dlopen(cpath.as_ptr(), 2) };
+            if h.is_null() {
+                return Err(format!("dlopen {path} failed"));
+            }
+            let sym = |name: &str| {
+                let c = CString::new(name).expect("symbol name");
+                // SAFETY: dlsym on a live handle with a valid C string; null when absent.
+                let p = unsafe { dlsym(h, c.as_ptr()) };
+                (!p.is_null()).then_some(p)
+            };
+            let set_threads =
+                ["scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"]
+                    .into_iter()
+                    .find_map(sym)
+                    // SAFETY: these OpenBLAS entry points take one int and return nothing.
+                    .map(|p| unsafe { std::mem::transmute::<*mut c_void, SetThreads>(p) });
+            for (name, gemv) in [("scipy_cblas_sgemm64_", "scipy_cblas_sgemv64_"), ("cblas_sgemm64_", "cblas_sgemv64_")]
+            {
+                if let Some(p) = sym(name) {
+                    // SAFETY: the 64-bit-integer cblas_sgemm has the Sgemm64 signature.
+                    let f = unsafe { std::mem::transmute::<*mut c_void, Sgemm64>(p) };
+                    // SAFETY: the 64-bit-integer cblas_sgemv has the Sgemv64 signature.
+                    let sgemv = sym(gemv).map(|p| unsafe { std::mem::transmute::<*mut c_void, Sgemv64>(p) });
+                    return Ok(Blas { sgemm: Sgemm::I64(f), sgemv, set_threads, symbol: name });
+                }
+            }
+            if let Some(p) = sym("cblas_sgemm") {
+                // SAFETY: the standard cblas_sgemm has the Sgemm32 signature.
+                let f = unsafe { std::mem::transmute::<*mut c_void, Sgemm32>(p) };
+                return Ok(Blas { sgemm: Sgemm::I32(f), sgemv: None, set_threads, symbol: "cblas_sgemm" });
+            }
+            Err(format!("{path}: no cblas_sgemm"))
+        }
+
+        /// Sets OpenBLAS's thread count (1: it runs on the calling thread).
+        pub fn threads(&self, n: usize) {
+            if let Some(f) = self.set_threads {
+                // SAFETY: OpenBLAS's set_num_threads with a positive count.
+                unsafe { f(n as c_int) };
+            }
+        }
+
+        /// C = A·B for row-major m x k, k x n and m x n (for m = 1, sgemv when the library has
+        /// the 64-bit one: y = Bᵀ·x, as numpy computes a vector times a matrix).
+        pub fn sgemm(&self, m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+            assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+            if let (1, Some(f)) = (m, self.sgemv) {
+                const TRANS: c_int = 112;
+                // SAFETY: B is k x n row-major (lda n), x holds k values, y holds n.
+                unsafe {
+                    f(
+                        ROW_MAJOR,
+                        TRANS,
+                        k as i64,
+                        n as i64,
+                        1.0,
+                        b.as_ptr(),
+                        n as i64,
+                        a.as_ptr(),
+                        1,
+                        0.0,
+                        c.as_mut_ptr(),
+                        1,
+                    )
+                };
+                return;
+            }
+            // SAFETY: the slices cover the row-major extents given (checked above).
+            unsafe {
+                match self.sgemm {
+                    Sgemm::I64(f) => f(
+                        ROW_MAJOR,
+                        NO_TRANS,
+                        NO_TRANS,
+                        m as i64,
+                        n as i64,
+                        k as i64,
+                        1.0,
+                        a.as_ptr(),
+                        k as i64,
+                        b.as_ptr(),
+                        n as i64,
+                        0.0,
+                        c.as_mut_ptr(),
+                        n as i64,
+                    ),
+                    Sgemm::I32(f) => f(
+                        ROW_MAJOR,
+                        NO_TRANS,
+                        NO_TRANS,
+                        m as c_int,
+                        n as c_int,
+                        k as c_int,
+                        1.0,
+                        a.as_ptr(),
+                        k as c_int,
+                        b.as_ptr(),
+                        n as c_int,
+                        0.0,
+                        c.as_mut_ptr(),
+                        n as c_int,
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// Before a multi-thread measurement: a pause for the other library's idle workers (OpenBLAS
+/// spin-waits ~0.1 s after a parallel call, rayon briefly) to go to sleep, so that they do not
+/// hold one of the cores while this run's threads need both.
+fn settle(threads: usize) {
+    if threads > 1 {
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 struct Bench {
@@ -172,6 +372,8 @@ struct Bench {
     /// B packed once outside the timed runs (constant weights).
     prepacked: bool,
     pool2: rayon::ThreadPool,
+    #[cfg(target_os = "linux")]
+    blas: Option<openblas::Blas>,
 }
 
 impl Bench {
@@ -196,12 +398,37 @@ impl Bench {
         };
         // One thread runs on the calling thread (timed in its CPU time when --cpu-time);
         // two threads run on a 2-thread pool, timed by the wall clock.
+        settle(threads);
         let t = if threads == 1 {
             best_time(self.budget, self.cpu, run)
         } else {
             self.pool2.install(|| best_time(self.budget, false, &mut run))
         };
         2.0 * (m * n * k) as f64 / t / 1e9
+    }
+
+    fn has_openblas(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.blas.is_some();
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
+    /// OpenBLAS's GFLOP/s for the same product on `threads` threads (None without `--openblas`).
+    fn openblas(&self, m: usize, n: usize, k: usize, threads: usize) -> Option<f64> {
+        #[cfg(target_os = "linux")]
+        if let Some(blas) = &self.blas {
+            let (a, b) = (data(m * k, 1), data(k * n, 2));
+            let mut c = vec![0.0f32; m * n];
+            blas.threads(threads);
+            settle(threads);
+            // One thread: OpenBLAS runs on the calling thread (its CPU time, as for tensorjit).
+            let t = best_time(self.budget, self.cpu && threads == 1, || blas.sgemm(m, n, k, &a, &b, &mut c));
+            blas.threads(1);
+            return Some(2.0 * (m * n * k) as f64 / t / 1e9);
+        }
+        let _ = (m, n, k, threads);
+        None
     }
 
     fn bf16(&self, m: usize, n: usize, k: usize) -> f64 {
@@ -261,6 +488,20 @@ fn main() {
         cpu: args.iter().any(|a| a == "--cpu-time"),
         prepacked: args.iter().any(|a| a == "--prepacked"),
         pool2: rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool"),
+        #[cfg(target_os = "linux")]
+        blas: match args.iter().position(|a| a == "--openblas").and_then(|i| args.get(i + 1)) {
+            Some(path) => match openblas::Blas::load(path) {
+                Ok(b) => {
+                    println!("# baseline: OpenBLAS {} from {path}, timed in this harness", b.symbol);
+                    Some(b)
+                }
+                Err(e) => {
+                    eprintln!("tjgemm: --openblas: {e}");
+                    std::process::exit(2);
+                }
+            },
+            None => None,
+        },
     };
     println!("# {}", dispatch_summary());
     println!("# caches: {:?}", cache_sizes());
@@ -292,7 +533,14 @@ fn main() {
             let runs: Vec<String> = (0..reps).map(|_| format!("{:.1}", bench.f32(m, n, k, threads))).collect();
             let best = runs.iter().filter_map(|r| r.parse::<f64>().ok()).fold(0.0, f64::max);
             let pct = 100.0 * best / peak / threads as f64;
-            println!("{m:>5} {k:>5} {n:>5} {name:>22} t{threads} best {best:>6.1} ({pct:.1}%) runs {}", runs.join(" "));
+            let base = match bench.openblas(m, n, k, threads) {
+                Some(ob) => format!("  openblas {ob:.1} ratio {:.2}", best / ob),
+                None => String::new(),
+            };
+            println!(
+                "{m:>5} {k:>5} {n:>5} {name:>22} t{threads} best {best:>6.1} ({pct:.1}%) runs {}{base}",
+                runs.join(" ")
+            );
         }
         return;
     }
@@ -306,17 +554,38 @@ fn main() {
         }
         return;
     }
-    println!("\n## f32 squares (1 thread)");
-    println!("{:>6} {:>22} {:>10} {:>8}", "size", "kernel", "GFLOP/s", "% peak");
+    // With --openblas, each row ends with OpenBLAS's figures and tensorjit / OpenBLAS.
+    let ob_head = if bench.has_openblas() {
+        format!(" {:>9} {:>6} {:>9} {:>6}", "OB 1 thr", "ratio", "OB 2 thr", "ratio")
+    } else {
+        String::new()
+    };
+    let ob_cols =
+        |m: usize, n: usize, k: usize, g1: f64, g2: f64| match (bench.openblas(m, n, k, 1), bench.openblas(m, n, k, 2))
+        {
+            (Some(o1), Some(o2)) => format!(" {o1:>9.1} {:>6.2} {o2:>9.1} {:>6.2}", g1 / o1, g2 / o2),
+            _ => String::new(),
+        };
+    println!("\n## f32 squares (GFLOP/s; % of 1-thread peak, 2-thread % of 2x peak)");
+    println!("{:>6} {:>22} {:>9} {:>7} {:>9} {:>7}{ob_head}", "size", "kernel", "1 thr", "%", "2 thr", "%");
     let squares: &[usize] = if quick { &[64, 256, 512, 1024] } else { &[64, 128, 256, 512, 1024, 2048] };
     for &s in squares {
-        let g = bench.f32(s, s, s, 1);
+        let g1 = bench.f32(s, s, s, 1);
+        let g2 = bench.f32(s, s, s, 2);
         let name = f32_kernel_name(isa, s, s, Geometry::Auto);
-        println!("{s:>6} {name:>22} {g:>10.1} {:>7.1}%", 100.0 * g / peak);
+        println!(
+            "{s:>6} {name:>22} {g1:>9.1} {:>6.1}% {g2:>9.1} {:>6.1}%{}",
+            100.0 * g1 / peak,
+            50.0 * g2 / peak,
+            ob_cols(s, s, s, g1, g2)
+        );
     }
 
     println!("\n## f32 transformer shapes (GFLOP/s; % of 1-thread peak, 2-thread % of 2x peak)");
-    println!("{:>5} {:>5} {:>5} {:>22} {:>9} {:>7} {:>9} {:>7}", "M", "K", "N", "kernel", "1 thr", "%", "2 thr", "%");
+    println!(
+        "{:>5} {:>5} {:>5} {:>22} {:>9} {:>7} {:>9} {:>7}{ob_head}",
+        "M", "K", "N", "kernel", "1 thr", "%", "2 thr", "%"
+    );
     let ms: &[usize] = if quick { &[1, 16, 128, 512] } else { &[1, 16, 128, 512, 4096] };
     for &m in ms {
         for &k in &[384usize, 1536] {
@@ -325,9 +594,10 @@ fn main() {
                 let g2 = bench.f32(m, n, k, 2);
                 let name = if m == 1 { "gemv" } else { f32_kernel_name(isa, m, n, Geometry::Auto) };
                 println!(
-                    "{m:>5} {k:>5} {n:>5} {name:>22} {g1:>9.1} {:>6.1}% {g2:>9.1} {:>6.1}%",
+                    "{m:>5} {k:>5} {n:>5} {name:>22} {g1:>9.1} {:>6.1}% {g2:>9.1} {:>6.1}%{}",
                     100.0 * g1 / peak,
-                    50.0 * g2 / peak
+                    50.0 * g2 / peak,
+                    ob_cols(m, n, k, g1, g2)
                 );
             }
         }

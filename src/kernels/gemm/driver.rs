@@ -149,7 +149,7 @@ impl<PB: Copy> PackedPanels<PB> {
             unsafe {
                 let dst = buf.as_mut_ptr().add(pc * n_pad);
                 let src = b.offset(pc, 0);
-                pack_panels::<TI, PB>(src.ptr, src.cs, src.rs, n, kcb, nr, g, dst);
+                pack_panels::<TI, PB>(src.ptr, src.cs, src.rs, n, kcb, nr, g, dst, fam.isa);
                 if fam.needs_colsum {
                     colsum_correction(
                         dst.cast::<i8>(),
@@ -283,7 +283,17 @@ unsafe fn run_serial<TI, PA, PB, T>(
         v.resize(round_up(n, nr), T::ZERO);
         v
     });
-    let mut apack = AlignedBuf::<PA>::zeroed(mc_blk * kc_blk);
+    // A row-major A on the direct path is read in place: packing it cost a fifth of a 64^3
+    // product. Not when its rows are a multiple of 4 KiB apart (then a tile's 14 rows share one
+    // L1 set of 12 ways) unless all of A fits half of L1. Measured (1 thread, GFLOP/s, in place
+    // vs packed): 64^3 153 vs 112, 64x384x384 164-169 vs 160, M = 16 shapes within the noise.
+    let l1d = super::blocking::cache_sizes().l1d;
+    let a_in_place = matches!(bsrc, BSource::Direct)
+        && fam.reads_a_in_place()
+        && PA::IDENTITY
+        && job.a.cs == 1
+        && (!(job.a.rs * size_of::<PA>()).is_multiple_of(4096) || m * k * size_of::<PA>() <= l1d / 2);
+    let mut apack = AlignedBuf::<PA>::zeroed(if a_in_place { 0 } else { mc_blk * kc_blk });
     // Direct: the edge panel, then one panel of scratch (see the jr loop).
     let mut bpack = AlignedBuf::<PB>::zeroed(match bsrc {
         BSource::Pack => nc_blk * kc_blk,
@@ -291,7 +301,9 @@ unsafe fn run_serial<TI, PA, PB, T>(
         BSource::Prepacked(_) => 0,
     });
     let mut colsum = vec![0i32; if fam.needs_colsum { nc_blk } else { 0 }];
-    let mut tmp = [T::ZERO; TMP_TILE];
+    // The edge-tile buffer, made at the first edge tile (zeroing 4 KiB was 2% of a 32^3 call).
+    let mut tmp: Vec<T> = Vec::new();
+    let prefetch_c = m * n * size_of::<T>() > l1d / 2;
 
     for jc in (0..n).step_by(nc_blk) {
         let nc = nc_blk.min(n - jc);
@@ -313,6 +325,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
                             nr,
                             g,
                             bpack.as_mut_ptr(),
+                            fam.isa,
                         );
                         if fam.needs_colsum {
                             colsum_correction(bpack.as_ptr().cast::<i8>(), nc, kg, nr, g, &mut colsum);
@@ -322,7 +335,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
                         if nc % nr != 0 {
                             let j0 = nc - nc % nr;
                             let s = bsrc_blk.offset(0, j0);
-                            pack_panels::<TI, PB>(s.ptr, s.cs, s.rs, nc - j0, kc, nr, 1, bpack.as_mut_ptr());
+                            pack_panels::<TI, PB>(s.ptr, s.cs, s.rs, nc - j0, kc, nr, 1, bpack.as_mut_ptr(), fam.isa);
                         }
                     }
                     BSource::Prepacked(_) => {}
@@ -331,8 +344,12 @@ unsafe fn run_serial<TI, PA, PB, T>(
             for ic in (0..m).step_by(mc_blk) {
                 let mc = mc_blk.min(m - ic);
                 let asrc = job.a.offset(ic, pc);
-                // SAFETY: the A block lies inside A; apack holds mc_blk x kc_blk elements.
-                unsafe { pack_panels::<TI, PA>(asrc.ptr, asrc.rs, asrc.cs, mc, kc, mr, g, apack.as_mut_ptr()) };
+                if !a_in_place {
+                    // SAFETY: the A block lies inside A; apack holds mc_blk x kc_blk elements.
+                    unsafe {
+                        pack_panels::<TI, PA>(asrc.ptr, asrc.rs, asrc.cs, mc, kc, mr, g, apack.as_mut_ptr(), fam.isa)
+                    };
+                }
                 // Direct with several row tiles per panel and B rows a page or more apart: each
                 // full panel is copied into L1 scratch once and every tile reads it contiguously
                 // from there, instead of each tile walking B a row stride apart (a cache line and
@@ -346,7 +363,17 @@ unsafe fn run_serial<TI, PA, PB, T>(
                         // SAFETY: the kc x nr panel lies inside B; the scratch half of bpack holds
                         // nr * kc_blk elements.
                         unsafe {
-                            pack_panels::<TI, PB>(s.ptr, s.cs, s.rs, nr, kc, nr, 1, bpack.as_mut_ptr().add(nr * kc_blk))
+                            pack_panels::<TI, PB>(
+                                s.ptr,
+                                s.cs,
+                                s.rs,
+                                nr,
+                                kc,
+                                nr,
+                                1,
+                                bpack.as_mut_ptr().add(nr * kc_blk),
+                                fam.isa,
+                            )
                         };
                     }
                     // SAFETY: panel pointers stay inside the packed buffers / B (see BSource).
@@ -384,9 +411,15 @@ unsafe fn run_serial<TI, PA, PB, T>(
                         let mr_eff = mr.min(mc - ir);
                         let mut t = TileArgs {
                             kgroups: kg,
-                            // SAFETY: panel ir/mr of the packed A block.
-                            a: unsafe { apack.as_ptr().add(ir * kg * g) },
-                            a_kstride: mr * g,
+                            // Row ir of the A block in place (PA is TI there), or panel ir/mr of
+                            // the packed A block.
+                            a: if a_in_place {
+                                asrc.offset(ir, 0).ptr.cast::<PA>()
+                            } else {
+                                apack.as_ptr().wrapping_add(ir * kg * g)
+                            },
+                            a_kstride: if a_in_place { 1 } else { mr * g },
+                            a_rs: if a_in_place { job.a.rs } else { g },
                             b: bptr,
                             b_kstride: bks,
                             c: std::ptr::null_mut(),
@@ -411,8 +444,11 @@ unsafe fn run_serial<TI, PA, PB, T>(
                             t.c = cblk.ptr;
                             t.rsc = job.c.rs;
                             // The tile reads or writes C only after its k loop: fetching the
-                            // rows now hides the cache misses behind the FMAs.
-                            prefetch_tile(cblk.ptr, job.c.rs, mr_eff, nr);
+                            // rows now hides the cache misses behind the FMAs (a C that fits
+                            // half of L1 is there already: 28 prefetches a tile were 2% of 64^3).
+                            if prefetch_c {
+                                prefetch_tile(cblk.ptr, job.c.rs, mr_eff, nr);
+                            }
                             // SAFETY: the full mr_eff x nr tile of C is in bounds; the CPU has
                             // the family's features (checked when the family was chosen).
                             unsafe {
@@ -425,6 +461,9 @@ unsafe fn run_serial<TI, PA, PB, T>(
                                 }
                             }
                         } else {
+                            if tmp.is_empty() {
+                                tmp = vec![T::ZERO; TMP_TILE];
+                            }
                             // SAFETY: only the mr_eff x nr_eff valid part of C is read and
                             // written; the kernel works on the local tile buffer.
                             unsafe {

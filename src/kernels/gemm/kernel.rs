@@ -17,8 +17,12 @@ use half::{bf16, f16};
 pub(crate) struct TileArgs<PA, PB, T> {
     pub kgroups: usize,
     pub a: *const PA,
-    /// Elements between consecutive k groups of the A panel (`MR_max * g`).
+    /// Elements between consecutive k groups of the A panel (`MR_max * g` packed, 1 when A is
+    /// read in place).
     pub a_kstride: usize,
+    /// Elements between the rows of the A panel: `g` packed; A's row stride when a row-major
+    /// A is read in place (only with `g == 1`, see [`Family::reads_a_in_place`]).
+    pub a_rs: usize,
     pub b: *const PB,
     /// Elements between consecutive k groups of the B panel (`nr * g` packed, `rsb` direct).
     pub b_kstride: usize,
@@ -52,6 +56,12 @@ pub(crate) struct Family<PA: 'static, PB: 'static, T: 'static> {
 }
 
 impl<PA, PB, T> Family<PA, PB, T> {
+    /// Whether the tiles honour [`TileArgs::a_rs`] other than `g` (every tile but SME's, which
+    /// loads each k's A rows as one vector).
+    pub fn reads_a_in_place(&self) -> bool {
+        self.g == 1 && self.isa != Isa::Sme
+    }
+
     /// Estimated cycles per k step of one `rows x nr` tile: bounded by FMA issue (2 per
     /// cycle), loads (2 per cycle: B vectors + A broadcasts) and the FMA latency (about 4
     /// cycles: each accumulator gets one FMA per k step, so small tiles stall).
@@ -157,6 +167,10 @@ impl<T: Copy> AlignedBuf<T> {
     pub fn zeroed(len: usize) -> Self {
         assert!(std::mem::align_of::<T>() <= 64, "AlignedBuf: element alignment above 64");
         let lines = (len * std::mem::size_of::<T>()).div_ceil(64);
+        if lines == 0 {
+            // Nothing to hold: leave the pooled buffers to the requests that need them.
+            return AlignedBuf { blocks: Vec::new(), len, _t: std::marker::PhantomData };
+        }
         let mut blocks = POOL.with(|p| {
             let mut p = p.borrow_mut();
             // The smallest buffer that fits, so a small request does not take the big one
@@ -257,7 +271,7 @@ pub(crate) unsafe fn generic_tile<T: Scalar, const MR: usize, const NR: usize>(t
         for _ in 0..t.kgroups {
             let bv: [T; NR] = std::ptr::read_unaligned(b.cast());
             for (i, row) in acc.iter_mut().enumerate() {
-                let av = *a.add(i);
+                let av = *a.add(i * t.a_rs);
                 for (x, &bj) in row.iter_mut().zip(bv.iter()) {
                     *x = T::mul_add(av, bj, *x);
                 }
@@ -315,7 +329,7 @@ where
             for (i, row) in acc.iter_mut().enumerate() {
                 for (j, x) in row.iter_mut().enumerate() {
                     for q in 0..G {
-                        let av: T = (*a.add(i * G + q)).widen();
+                        let av: T = (*a.add(i * t.a_rs + q)).widen();
                         let bv: T = (*b.add(j * G + q)).widen();
                         *x = T::mul_add(av, bv, *x);
                     }

@@ -2,13 +2,32 @@
 //! element type on the way: bf16/f16 → f32, i8 → u8 + 128, …). Strides are absorbed here, so
 //! transposed operands never need a materialised transpose.
 
+use super::isa::Isa;
 use super::kernel::PackFrom;
+
+/// `$call` (which names the width `$W`) with `$W` the compile-time constant equal to `$w` when
+/// `$w` is one of the listed widths, giving `true`; `false` (nothing called) otherwise. The
+/// copy loops are instantiated for the panel widths the kernels use.
+macro_rules! dispatch_width {
+    ($w:expr, [$($n:literal),*], |$W:ident| $call:expr) => {
+        match $w {
+            $($n => {
+                const $W: usize = $n;
+                $call;
+                true
+            })*
+            _ => false,
+        }
+    };
+}
 
 /// Packs `rows` x `kc` of a strided matrix (`src[r * rs + k * cs]`) into panels of `w` rows:
 /// panel `p` starts at `dst + p * ceil(kc/g) * w * g` and holds, for each group of `g` k values,
 /// `w` rows of `g` consecutive k values. Rows past `rows` and k past `kc` are `PA::PAD`.
 ///
-/// A is packed with `(rs, cs) = (rsa, csa)`; B with its transpose view `(csb, rsb)`.
+/// A is packed with `(rs, cs) = (rsa, csa)`; B with its transpose view `(csb, rsb)`. With
+/// `isa` AVX-512, f32 sources with unit k stride (row-major A, column-major B) are transposed in
+/// registers 16 x 16 at a time instead of gathered element by element.
 ///
 /// # Safety
 /// `src` is readable at every `r * rs + k * cs` for `r < rows`, `k < kc`; `dst` is writable for
@@ -23,6 +42,7 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
     w: usize,
     g: usize,
     dst: *mut PA,
+    isa: Isa,
 ) {
     let kgroups = kc.div_ceil(g);
     // SAFETY: every read is at r * rs + k * cs with r < rows and k < kc; every write is inside
@@ -50,6 +70,8 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
                             *d.add(i) = PA::PAD;
                         }
                     }
+                } else if transpose_panel::<TI, PA>(isa, s0, rs, cs, kc, w, rw, pd) {
+                    // Rows with unit k stride: transposed in vector registers.
                 } else if rw == w && pack_rows_fixed::<TI, PA>(s0, rs, cs, kc, w, pd) {
                     // Full panel of a common width: done with the unrolled copy.
                 } else {
@@ -77,6 +99,114 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
                     }
                 }
             }
+        }
+    }
+}
+
+/// One panel of `rw <= w` source rows `rs` apart, each with unit k stride (row-major A,
+/// column-major B), for f32 on AVX-512: see [`x86_transpose::panel_f32`]. Returns false
+/// (nothing written) for other types, strides or ISAs.
+///
+/// # Safety
+/// As [`pack_panels`] for one panel of `rw` rows.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn transpose_panel<TI: Copy, PA: PackFrom<TI>>(
+    isa: Isa,
+    s0: *const TI,
+    rs: usize,
+    cs: usize,
+    kc: usize,
+    w: usize,
+    rw: usize,
+    pd: *mut PA,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // IDENTITY with 4-byte elements is f32 -> f32 (a bit copy, padding 0.0 = all zero bits).
+        let f32_copy = PA::IDENTITY && size_of::<TI>() == 4 && size_of::<PA>() == 4;
+        if isa == Isa::Avx512 && f32_copy && cs == 1 && rs != 1 && rw > 0 {
+            // SAFETY: Avx512 is chosen only on CPUs with AVX-512F; the extents are the caller's.
+            unsafe { x86_transpose::panel_f32(s0.cast::<f32>(), rs, kc, w, rw, pd.cast::<f32>()) };
+            return true;
+        }
+    }
+    let _ = (isa, s0, rs, cs, kc, w, rw, pd);
+    false
+}
+
+/// The AVX-512 transposing pack.
+#[cfg(target_arch = "x86_64")]
+mod x86_transpose {
+    use std::arch::x86_64::*;
+
+    /// Packs a panel of `w` rows (`rw` of them read, `rs` apart, unit k stride; the rest 0.0)
+    /// k-major into `pd` (`kc * w` values): 16 rows x 16 k at a time are loaded as 16 vectors
+    /// (masked past `kc`, so nothing past the source is touched), transposed in registers and
+    /// stored as 16 vectors of one k each, masked to the panel's width.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `s0[i * rs + k]` is readable for `i < rw`, `k < kc`; `pd` is
+    /// writable for `kc * w` values.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn panel_f32(s0: *const f32, rs: usize, kc: usize, w: usize, rw: usize, pd: *mut f32) {
+        for c0 in (0..w).step_by(16) {
+            let rows = rw.saturating_sub(c0).min(16);
+            let lanes = (w - c0).min(16);
+            let store_mask = ((1u32 << lanes) - 1) as __mmask16;
+            for k0 in (0..kc).step_by(16) {
+                let kn = (kc - k0).min(16);
+                let load_mask = ((1u32 << kn) - 1) as __mmask16;
+                // SAFETY: row c0 + i < rw and k0 + lane < kc for every unmasked lane (masked
+                // lanes are neither read nor faulted on); stores cover k < kc and lanes < w - c0.
+                unsafe {
+                    let r: [__m512; 16] = std::array::from_fn(|i| {
+                        if i < rows {
+                            _mm512_maskz_loadu_ps(load_mask, s0.add((c0 + i) * rs + k0))
+                        } else {
+                            _mm512_setzero_ps()
+                        }
+                    });
+                    let o = transpose16(r);
+                    for (k, v) in o.iter().enumerate().take(kn) {
+                        _mm512_mask_storeu_ps(pd.add((k0 + k) * w + c0), store_mask, *v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The 16 x 16 transpose: `o[k]` lane `i` = `r[i]` lane `k`. Pairs of rows interleave by
+    /// 32 bits, then pairs of pairs by 64 bits (giving, in each 128-bit lane `l`, rows 4q..4q+3
+    /// at one k of 4l..4l+3), then the 128-bit lanes of four such vectors are transposed.
+    #[inline(always)]
+    fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+        // SAFETY: register-only shuffles; the enclosing function enables AVX-512F.
+        unsafe {
+            let t: [__m512; 16] = std::array::from_fn(|x| {
+                let (a, b) = (r[x & !1], r[x | 1]);
+                if x % 2 == 0 { _mm512_unpacklo_ps(a, b) } else { _mm512_unpackhi_ps(a, b) }
+            });
+            // u[4q + j]: lane l holds rows 4q..4q+3 at k = 4l + j.
+            let u: [__m512; 16] = std::array::from_fn(|x| {
+                let (q, j) = (x / 4, x % 4);
+                let a = _mm512_castps_pd(t[4 * q + j / 2]);
+                let b = _mm512_castps_pd(t[4 * q + 2 + j / 2]);
+                _mm512_castpd_ps(if j % 2 == 0 { _mm512_unpacklo_pd(a, b) } else { _mm512_unpackhi_pd(a, b) })
+            });
+            let mut o = [_mm512_setzero_ps(); 16];
+            for j in 0..4 {
+                let (a, b, c, d) = (u[j], u[4 + j], u[8 + j], u[12 + j]);
+                let v0 = _mm512_shuffle_f32x4::<0x44>(a, b);
+                let v1 = _mm512_shuffle_f32x4::<0xEE>(a, b);
+                let v2 = _mm512_shuffle_f32x4::<0x44>(c, d);
+                let v3 = _mm512_shuffle_f32x4::<0xEE>(c, d);
+                o[j] = _mm512_shuffle_f32x4::<0x88>(v0, v2);
+                o[4 + j] = _mm512_shuffle_f32x4::<0xDD>(v0, v2);
+                o[8 + j] = _mm512_shuffle_f32x4::<0x88>(v1, v3);
+                o[12 + j] = _mm512_shuffle_f32x4::<0xDD>(v1, v3);
+            }
+            o
         }
     }
 }
@@ -115,19 +245,7 @@ unsafe fn pack_rows_fixed<TI: Copy, PA: PackFrom<TI>>(
         }
     }
     // SAFETY: forwarded contract.
-    unsafe {
-        match w {
-            4 => go::<TI, PA, 4>(s0, rs, cs, kc, pd),
-            6 => go::<TI, PA, 6>(s0, rs, cs, kc, pd),
-            8 => go::<TI, PA, 8>(s0, rs, cs, kc, pd),
-            14 => go::<TI, PA, 14>(s0, rs, cs, kc, pd),
-            16 => go::<TI, PA, 16>(s0, rs, cs, kc, pd),
-            24 => go::<TI, PA, 24>(s0, rs, cs, kc, pd),
-            32 => go::<TI, PA, 32>(s0, rs, cs, kc, pd),
-            _ => return false,
-        }
-    }
-    true
+    unsafe { dispatch_width!(w, [4, 6, 8, 14, 16, 24, 32], |W| go::<TI, PA, W>(s0, rs, cs, kc, pd)) }
 }
 
 /// A full panel of `w` contiguous elements per k (B's rows), with `w` a compile-time constant
@@ -167,17 +285,7 @@ unsafe fn pack_cols_fixed<TI: Copy, PA: PackFrom<TI>>(
         }
     }
     // SAFETY: forwarded contract.
-    unsafe {
-        match w {
-            8 => go::<TI, PA, 8>(s0, cs, kc, pd),
-            16 => go::<TI, PA, 16>(s0, cs, kc, pd),
-            24 => go::<TI, PA, 24>(s0, cs, kc, pd),
-            32 => go::<TI, PA, 32>(s0, cs, kc, pd),
-            48 => go::<TI, PA, 48>(s0, cs, kc, pd),
-            _ => return false,
-        }
-    }
-    true
+    unsafe { dispatch_width!(w, [8, 16, 24, 32, 48], |W| go::<TI, PA, W>(s0, cs, kc, pd)) }
 }
 
 /// `W` contiguous elements from `s`, converted, to `d`: a plain copy when no conversion is
@@ -245,17 +353,7 @@ unsafe fn pack_cols_rowwise<TI: Copy, PA: PackFrom<TI>>(
     }
     let np = rows / w;
     // SAFETY: forwarded contract.
-    unsafe {
-        match w {
-            8 => go::<TI, PA, 8>(src, cs, np, kc, dst),
-            16 => go::<TI, PA, 16>(src, cs, np, kc, dst),
-            24 => go::<TI, PA, 24>(src, cs, np, kc, dst),
-            32 => go::<TI, PA, 32>(src, cs, np, kc, dst),
-            48 => go::<TI, PA, 48>(src, cs, np, kc, dst),
-            _ => return 0,
-        }
-    }
-    np
+    unsafe { if dispatch_width!(w, [8, 16, 24, 32, 48], |W| go::<TI, PA, W>(src, cs, np, kc, dst)) { np } else { 0 } }
 }
 
 /// `-128 ×` the column sums of packed i8 B panels (`cols` columns padded to panels of `w`, each
@@ -298,7 +396,7 @@ mod tests {
         let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
         let mut d = [9.0f32; 8];
         // SAFETY: 3 rows x 2 k at strides (2, 1) lie in `a`; 2 panels of 2x2 fit `d`.
-        unsafe { pack_panels::<f32, f32>(a.as_ptr(), 2, 1, 3, 2, 2, 1, d.as_mut_ptr()) };
+        unsafe { pack_panels::<f32, f32>(a.as_ptr(), 2, 1, 3, 2, 2, 1, d.as_mut_ptr(), Isa::Generic) };
         assert_eq!(d, [1.0, 3.0, 2.0, 4.0, 5.0, 0.0, 6.0, 0.0]);
     }
 
@@ -308,7 +406,40 @@ mod tests {
         let a = [1i8, -2, 3];
         let mut d = [7u8; 4];
         // SAFETY: 1 row x 3 k at strides (3, 1) lie in `a`; 1 panel of 2 groups x 1 x 2 fits `d`.
-        unsafe { pack_panels::<i8, u8>(a.as_ptr(), 3, 1, 1, 3, 1, 2, d.as_mut_ptr()) };
+        unsafe { pack_panels::<i8, u8>(a.as_ptr(), 3, 1, 1, 3, 1, 2, d.as_mut_ptr(), Isa::Generic) };
         assert_eq!(d, [129, 126, 131, 0]);
+    }
+
+    /// The AVX-512 transposing pack against the definition: every panel width the kernels use
+    /// (and odd ones), partial panels, k tails of every length mod 16, and a row stride that
+    /// is not a multiple of 16. Each value encodes its (row, k), so a misplaced one is named.
+    #[test]
+    fn transposing_pack_matches_the_definition() {
+        if !super::super::isa::isa_supported(Isa::Avx512) {
+            return;
+        }
+        for w in [1usize, 4, 8, 13, 14, 16, 17, 24, 32, 48] {
+            for rows in [1, w.saturating_sub(1).max(1), w, 2 * w + 3] {
+                for kc in [1usize, 2, 15, 16, 17, 31, 33, 64] {
+                    let rs = kc + 3;
+                    let src: Vec<f32> = (0..rows * rs).map(|x| ((x / rs) * 1000 + x % rs) as f32).collect();
+                    let panels = rows.div_ceil(w);
+                    let mut got = vec![-1.0f32; panels * kc * w];
+                    // SAFETY: rows x kc at strides (rs, 1) lie in `src`; `got` holds the panels.
+                    unsafe {
+                        pack_panels::<f32, f32>(src.as_ptr(), rs, 1, rows, kc, w, 1, got.as_mut_ptr(), Isa::Avx512)
+                    };
+                    for p in 0..panels {
+                        for k in 0..kc {
+                            for i in 0..w {
+                                let r = p * w + i;
+                                let want = if r < rows { (r * 1000 + k) as f32 } else { 0.0 };
+                                assert_eq!(got[(p * kc + k) * w + i], want, "w {w} rows {rows} kc {kc} row {r} k {k}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

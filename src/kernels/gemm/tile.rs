@@ -1,5 +1,5 @@
 //! The register-tile template shared by every SIMD ISA: `simd_tile!` stamps an `MR x NV·W`
-//! microkernel (k loop, then VNNI correction, scale, accumulate into C, bias, store) from a
+//! microkernel (k loop over packed or in-place A and B, then VNNI correction, scale, accumulate into C, bias, store) from a
 //! per-ISA vocabulary macro (`W`, `G`, `zero`, `load_b`, `bcast_a`, `madd`, `splat`, `mul`,
 //! `add`, `fma`, `load_c`, `store_c`, `load_colsum`).
 
@@ -31,15 +31,15 @@ macro_rules! simd_tile {
             unsafe {
                 let mut acc = [[$v!(zero); NV]; MR];
                 let (mut a, mut b) = (t.a, t.b);
-                // One k step: NV vectors of B, MR broadcasts of A, MR·NV FMAs.
+                // One k step: NV vectors of B, MR broadcasts of A (rows `$ars` apart), MR·NV FMAs.
                 macro_rules! step {
-                    () => {{
+                    ($ars:expr) => {{
                         let mut bv = [$v!(zero_b); NV];
                         for (j, x) in bv.iter_mut().enumerate() {
                             *x = $v!(load_b, b.add(j * W * G));
                         }
                         for (i, row) in acc.iter_mut().enumerate() {
-                            let av = $v!(bcast_a, a.add(i * G));
+                            let av = $v!(bcast_a, a.add(i * $ars));
                             for (x, &bj) in row.iter_mut().zip(bv.iter()) {
                                 *x = $v!(madd, *x, av, bj);
                             }
@@ -48,24 +48,38 @@ macro_rules! simd_tile {
                         b = b.add(t.b_kstride);
                     }};
                 }
-                if t.b_kstride == NV * W * G {
-                    // A packed panel: contiguous, the hardware prefetchers follow it.
-                    for _ in 0..t.kgroups {
-                        step!();
-                    }
-                } else {
-                    // B rows read in place (the direct path) come from L2/L3 a row stride
-                    // apart, often a page or more, which the hardware prefetchers do not
-                    // follow: fetch every line of the row a few k steps ahead.
-                    let row_bytes = NV * W * G * size_of_val(&*b);
-                    for _ in 0..t.kgroups {
-                        let ahead = b.wrapping_add($crate::kernels::gemm::tile::B_PREFETCH * t.b_kstride).cast::<u8>();
-                        for off in (0..row_bytes).step_by(64) {
-                            $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(off));
+                // The k loop for A rows `$ars` apart.
+                macro_rules! k_loop {
+                    ($ars:expr) => {{
+                        if t.b_kstride == NV * W * G {
+                            // A packed panel: contiguous, the hardware prefetchers follow it.
+                            for _ in 0..t.kgroups {
+                                step!($ars);
+                            }
+                        } else {
+                            // B rows read in place (the direct path) come from L2/L3 a row stride
+                            // apart, often a page or more, which the hardware prefetchers do not
+                            // follow: fetch every line of the row a few k steps ahead.
+                            let row_bytes = NV * W * G * size_of_val(&*b);
+                            for _ in 0..t.kgroups {
+                                let ahead =
+                                    b.wrapping_add($crate::kernels::gemm::tile::B_PREFETCH * t.b_kstride).cast::<u8>();
+                                for off in (0..row_bytes).step_by(64) {
+                                    $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(off));
+                                }
+                                $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(row_bytes - 1));
+                                step!($ars);
+                            }
                         }
-                        $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(row_bytes - 1));
-                        step!();
-                    }
+                    }};
+                }
+                if t.a_rs == G {
+                    // A packed: the row offsets are constants.
+                    k_loop!(G);
+                } else {
+                    // A read in place (row-major, unit k stride).
+                    let ars = t.a_rs;
+                    k_loop!(ars);
                 }
                 // The VNNI correction completes the product, so it comes before alpha.
                 if !t.colsum.is_null() {
