@@ -183,7 +183,7 @@ const TMP_TILE: usize = 1024;
 /// apart and the panel serves several row tiles. Measured (M = 16, 1 thread, GFLOP/s, in place
 /// vs copied): N = 384 f32 rows (1.5 KB) 81 vs 68, N = 768 (3 KB) 76 vs 69, N = 1536 (6 KB) 57 vs
 /// 66, N = 3072 (12 KB) 31-35 vs 47-52.
-const REPACK_MIN_ROW_BYTES: usize = 4096;
+pub(crate) const REPACK_MIN_ROW_BYTES: usize = 4096;
 
 /// Runs `job` with `fam`, on up to `threads` threads of the current rayon pool.
 pub(crate) fn run<TI, PA, PB, T>(

@@ -340,15 +340,28 @@ fn choose_family<PA, PB, T>(
     best
 }
 
-/// Whether B rows `row_bytes` apart suit the direct path beyond 64 rows of A: rows copied to
-/// scratch (a page or more apart, see the driver), or rows whose panel lines spread over the L1
-/// sets (not a multiple of 1 KiB apart, where a deep panel crowds 4 or fewer sets). Measured
-/// (1 thread, GFLOP/s, direct vs packed): 128x64x64 145 vs 118, 128^3 160 vs 138, 192^3 164 vs
-/// 153, 128x1536x384 156 vs 142, 128x1536x1536 138 vs 132; but 128x64x256 137 vs 141 and
-/// 512x64x512 143 vs 150 (rows 1 and 2 KiB apart); from 256 rows packing pays (256x384x384 161
-/// vs 166).
-fn direct_b_rows_fit(row_bytes: usize) -> bool {
-    row_bytes >= 4096 || !row_bytes.is_multiple_of(1024)
+/// Whether an `m`-row problem with B rows `row_bytes` apart suits the direct path (B read in
+/// place) rather than packing, on a core with `l2` bytes of L2 and tiles of `mr` rows.
+///
+/// - Rows a page or more apart with more than one row tile: the driver copies each panel to
+///   scratch, a kc-line walk a row stride apart whose misses the copy waits on; packing the
+///   block row by row instead streams B. That copy paid only with a large L2 (Xeon, 2 MiB:
+///   128x1536x1536 138 vs 132 GFLOP/s packed); on Zen 3 (512 KiB L2; 1 thread, direct vs
+///   packed) 16x384x1536 60 vs 72, 16x768x3072 47 vs 69, 48x1536x1536 75-78 vs 83, 64x768x3072
+///   75 vs 85, 8x384x1536 48 vs 57.
+/// - Up to 64 rows otherwise (A in place or packed once, B straight from its rows).
+/// - 65 to 192 rows where B's rows spread over the L1 sets: on the Xeon (direct vs packed)
+///   128x64x64 145 vs 118, 128^3 160 vs 138, 192^3 164 vs 153, 128x1536x384 156 vs 142; but
+///   128x64x256 137 vs 141 and 512x64x512 143 vs 150 (rows 1 and 2 KiB apart), and from 256
+///   rows packing pays (256x384x384 161 vs 166). Zen 3, three alternating rounds: 96^3 93 vs
+///   84, 72x384x384 94.5 vs 89, 128x384x384 92.5 vs 91, 160x384x384 93.5 vs 92.5, 192^3 91 vs
+///   91, 128x1536x384 90 vs 92.
+fn direct_suits(m: usize, mr: usize, row_bytes: usize, l2: usize) -> bool {
+    let big_l2 = l2 >= 1 << 20;
+    if row_bytes >= driver::REPACK_MIN_ROW_BYTES && m > mr && !big_l2 {
+        return false;
+    }
+    m <= 64 || (m <= 192 && (row_bytes >= 4096 || !row_bytes.is_multiple_of(1024)))
 }
 
 /// A matrix-vector routine for one input/output type.
@@ -382,7 +395,7 @@ where
                 Path::Naive
             } else if (m == 1 || n == 1) && gemv.is_some() && packed.is_none() {
                 Path::Gemv
-            } else if direct_ok && (m <= 64 || (m <= 192 && direct_b_rows_fit(job.b.rs * size_of::<TI>()))) {
+            } else if direct_ok && direct_suits(m, fam.mr, job.b.rs * size_of::<TI>(), blocking::cache_sizes().l2) {
                 Path::Direct
             } else {
                 Path::Packed
@@ -637,6 +650,23 @@ mod tests {
 
     /// Runs an i8 problem through the scalar model of the VNNI layout (packing in quads,
     /// +128 offset, column-sum correction, k blocks not multiple of 4) and checks it exactly.
+    #[test]
+    fn direct_path_choice_follows_the_l2() {
+        let (zen3, xeon) = (512 << 10, 2 << 20);
+        // B rows 6 KiB apart, several row tiles: copied panels pay only with a large L2.
+        assert!(!direct_suits(16, 6, 6144, zen3));
+        assert!(direct_suits(16, 6, 6144, xeon));
+        // One row tile reads B in place at any row stride.
+        assert!(direct_suits(6, 6, 6144, zen3));
+        assert!(direct_suits(128, 6, 1536, zen3));
+        assert!(!direct_suits(128, 6, 6144, zen3));
+        assert!(direct_suits(128, 6, 6144, xeon));
+        // Rows a multiple of 1 KiB apart crowd the L1 sets beyond 64 rows.
+        assert!(direct_suits(64, 6, 1024, xeon));
+        assert!(!direct_suits(128, 6, 1024, xeon));
+        assert!(!direct_suits(193, 6, 1536, xeon));
+    }
+
     #[test]
     fn vnni_layout_model_is_exact() {
         for &(m, n, k, kc) in &[(1, 1, 1, 4), (5, 33, 7, 4), (7, 65, 30, 8), (13, 40, 129, 12), (4, 3, 2, 0)] {

@@ -10,12 +10,23 @@
 /// vocabularies of the tests, which model instructions this CPU may lack).
 macro_rules! simd_tile {
     (@soft $fname:ident, $v:ident, $PA:ty, $PB:ty, $T:ty) => {
-        simd_tile!(@emit [] $fname, $v, $PA, $PB, $T);
+        simd_tile!(@emit [] [] $fname, $v, $PA, $PB, $T);
     };
-    ($fname:ident, $feat:literal, $v:ident, $PA:ty, $PB:ty, $T:ty) => {
-        simd_tile!(@emit [#[target_feature(enable = $feat)]] $fname, $v, $PA, $PB, $T);
+    ($fname:ident, $feat:literal, $v:ident, $PA:ty, $PB:ty, $T:ty $(, row = $row:ident)?) => {
+        simd_tile!(@emit [#[target_feature(enable = $feat)]] [$($row)?] $fname, $v, $PA, $PB, $T);
     };
-    (@emit [$(#[$attr:meta])*] $fname:ident, $v:ident, $PA:ty, $PB:ty, $T:ty) => {
+    // One row of a k step: `acc[i][j] += a_i · b_j` for the NV vectors of B. A vocabulary may
+    // supply its own (`row = macro`), e.g. in inline asm where the compiler's schedule spills.
+    (@row [] $v:ident, $row:expr, $ap:expr, $bv:expr) => {{
+        let av = $v!(bcast_a, $ap);
+        for (x, &bj) in $row.iter_mut().zip($bv.iter()) {
+            *x = $v!(madd, *x, av, bj);
+        }
+    }};
+    (@row [$rm:ident] $v:ident, $row:expr, $ap:expr, $bv:expr) => {
+        $rm!($v, $row, $ap, $bv)
+    };
+    (@emit [$(#[$attr:meta])*] [$($rm:ident)?] $fname:ident, $v:ident, $PA:ty, $PB:ty, $T:ty) => {
         /// One register tile (see [`TileArgs`]).
         ///
         /// # Safety
@@ -39,10 +50,7 @@ macro_rules! simd_tile {
                             *x = $v!(load_b, b.add(j * W * G));
                         }
                         for (i, row) in acc.iter_mut().enumerate() {
-                            let av = $v!(bcast_a, a.add(i * $ars));
-                            for (x, &bj) in row.iter_mut().zip(bv.iter()) {
-                                *x = $v!(madd, *x, av, bj);
-                            }
+                            simd_tile!(@row [$($rm)?] $v, row, a.add(i * $ars), &bv);
                         }
                         a = a.add(t.a_kstride);
                         b = b.add(t.b_kstride);
