@@ -648,8 +648,6 @@ impl PackedB {
 mod tests {
     use super::*;
 
-    /// Runs an i8 problem through the scalar model of the VNNI layout (packing in quads,
-    /// +128 offset, column-sum correction, k blocks not multiple of 4) and checks it exactly.
     #[test]
     fn direct_path_choice_follows_the_l2() {
         let (zen3, xeon) = (512 << 10, 2 << 20);
@@ -667,6 +665,8 @@ mod tests {
         assert!(!direct_suits(193, 6, 1536, xeon));
     }
 
+    /// Runs an i8 problem through the scalar model of the VNNI layout (packing in quads,
+    /// +128 offset, column-sum correction, k blocks not multiple of 4) and checks it exactly.
     #[test]
     fn vnni_layout_model_is_exact() {
         for &(m, n, k, kc) in &[(1, 1, 1, 4), (5, 33, 7, 4), (7, 65, 30, 8), (13, 40, 129, 12), (4, 3, 2, 0)] {
