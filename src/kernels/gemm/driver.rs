@@ -183,7 +183,13 @@ const TMP_TILE: usize = 1024;
 /// apart and the panel serves several row tiles. Measured (M = 16, 1 thread, GFLOP/s, in place
 /// vs copied): N = 384 f32 rows (1.5 KB) 81 vs 68, N = 768 (3 KB) 76 vs 69, N = 1536 (6 KB) 57 vs
 /// 66, N = 3072 (12 KB) 31-35 vs 47-52.
-pub(crate) const REPACK_MIN_ROW_BYTES: usize = 4096;
+const REPACK_MIN_ROW_BYTES: usize = 4096;
+
+/// Whether the Direct path copies each B panel to scratch: B's rows `row_bytes` apart are at
+/// least [`REPACK_MIN_ROW_BYTES`] and the `rows` rows of the A block span several `mr`-row tiles.
+pub(crate) fn copies_b_panels(rows: usize, mr: usize, row_bytes: usize) -> bool {
+    rows > mr && row_bytes >= REPACK_MIN_ROW_BYTES
+}
 
 /// Runs `job` with `fam`, on up to `threads` threads of the current rayon pool.
 pub(crate) fn run<TI, PA, PB, T>(
@@ -354,8 +360,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
                 // full panel is copied into L1 scratch once and every tile reads it contiguously
                 // from there, instead of each tile walking B a row stride apart (a cache line and
                 // a page per k, which the hardware prefetchers do not follow across pages).
-                let repack =
-                    matches!(bsrc, BSource::Direct) && mc > mr && job.b.rs * size_of::<TI>() >= REPACK_MIN_ROW_BYTES;
+                let repack = matches!(bsrc, BSource::Direct) && copies_b_panels(mc, mr, job.b.rs * size_of::<TI>());
                 for jr in (0..nc).step_by(nr) {
                     let nr_eff = nr.min(nc - jr);
                     if repack && nr_eff == nr {

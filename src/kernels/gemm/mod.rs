@@ -358,7 +358,7 @@ fn choose_family<PA, PB, T>(
 ///   91, 128x1536x384 90 vs 92.
 fn direct_suits(m: usize, mr: usize, row_bytes: usize, l2: usize) -> bool {
     let big_l2 = l2 >= 1 << 20;
-    if row_bytes >= driver::REPACK_MIN_ROW_BYTES && m > mr && !big_l2 {
+    if driver::copies_b_panels(m, mr, row_bytes) && !big_l2 {
         return false;
     }
     m <= 64 || (m <= 192 && (row_bytes >= 4096 || !row_bytes.is_multiple_of(1024)))

@@ -323,12 +323,7 @@ macro_rules! avx2_f32_row {
                 b2 = in(ymm_reg) *b2,
                 options(pure, readonly, nostack, preserves_flags),
             ),
-            (row, bv) => {
-                let av = $v!(bcast_a, ap);
-                for (x, &bj) in row.iter_mut().zip(bv.iter()) {
-                    *x = $v!(madd, *x, av, bj);
-                }
-            }
+            (row, bv) => simd_tile!(@row [] $v, row, ap, bv),
         }
     }};
 }
