@@ -357,11 +357,11 @@ fn choose_family<PA, PB, T>(
 ///   84, 72x384x384 94.5 vs 89, 128x384x384 92.5 vs 91, 160x384x384 93.5 vs 92.5, 192^3 91 vs
 ///   91, 128x1536x384 90 vs 92.
 fn direct_suits(m: usize, mr: usize, row_bytes: usize, l2: usize) -> bool {
-    let big_l2 = l2 >= 1 << 20;
-    if driver::copies_b_panels(m, mr, row_bytes) && !big_l2 {
+    let copies = driver::copies_b_panels(m, mr, row_bytes);
+    if copies && l2 < 1 << 20 {
         return false;
     }
-    m <= 64 || (m <= 192 && (row_bytes >= 4096 || !row_bytes.is_multiple_of(1024)))
+    m <= 64 || (m <= 192 && (copies || !row_bytes.is_multiple_of(1024)))
 }
 
 /// A matrix-vector routine for one input/output type.
