@@ -318,6 +318,26 @@ fn prepacked_b_shape_mismatch_is_an_error() {
     assert!(e.unwrap_err().to_string().contains("packed 3x4"));
 }
 
+/// Runs one f64 product with `opts` and checks it against the f64 reference.
+fn run_f64(cs: Case, ep: Ep, opts: GemmOptions, what: &str) {
+    let p = problem(cs, ep);
+    let mut c = p.c.0.clone();
+    gemm_f64(
+        GemmArgs::new(
+            cs.m,
+            cs.n,
+            cs.k,
+            MatRef::new(&p.a.0, p.a.1, p.a.2),
+            MatRef::new(&p.b.0, p.b.1, p.b.2),
+            MatMut::new(&mut c, p.c.1, p.c.2),
+        )
+        .epilogue(epilogue(ep, &p.bias, ep.alpha, ep.beta))
+        .options(opts),
+    )
+    .unwrap();
+    check(what, cs, &c, &p, 1e-13);
+}
+
 #[test]
 fn f64_every_isa_and_path() {
     for isa in isas() {
@@ -332,30 +352,34 @@ fn f64_every_isa_and_path() {
                     }
                     let cs = Case { m, n, k, la: 1 - lb, lb, lc: 0 };
                     let ep = Ep { alpha: 0.5, beta: 1.0, bias: 1, act: Activation::GeluErf };
-                    let p = problem(cs, ep);
-                    let mut c = p.c.0.clone();
                     let opts = GemmOptions {
                         isa: Some(isa),
                         path,
                         blocking: Blocking { kc: 16, mc: 0, nc: 0 },
                         ..Default::default()
                     };
-                    gemm_f64(
-                        GemmArgs::new(
-                            m,
-                            n,
-                            k,
-                            MatRef::new(&p.a.0, p.a.1, p.a.2),
-                            MatRef::new(&p.b.0, p.b.1, p.b.2),
-                            MatMut::new(&mut c, p.c.1, p.c.2),
-                        )
-                        .epilogue(epilogue(ep, &p.bias, 0.5, 1.0))
-                        .options(opts),
-                    )
-                    .unwrap();
-                    check(&format!("f64 {isa:?} {path:?}"), cs, &c, &p, 1e-13);
+                    run_f64(cs, ep, opts, &format!("f64 {isa:?} {path:?}"));
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn f64_direct_path_with_b_rows_a_page_apart() {
+    // f64 rows of 520 and more are over 4 KiB apart: the first row tile of each panel copies it
+    // for the others (several K blocks, an edge panel, row remainders).
+    for isa in isas() {
+        for &(m, n, k) in &[(13, 520, 21), (9, 530, 5)] {
+            let cs = Case { m, n, k, la: 0, lb: 0, lc: 0 };
+            let ep = Ep { alpha: 0.5, beta: 1.0, bias: 2, act: Activation::Tanh };
+            let opts = GemmOptions {
+                isa: Some(isa),
+                path: Path::Direct,
+                blocking: Blocking { kc: 8, mc: 0, nc: 0 },
+                ..Default::default()
+            };
+            run_f64(cs, ep, opts, &format!("f64 {isa:?} direct"));
         }
     }
 }

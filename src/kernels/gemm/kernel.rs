@@ -26,6 +26,9 @@ pub(crate) struct TileArgs<PA, PB, T> {
     pub b: *const PB,
     /// Elements between consecutive k groups of the B panel (`nr * g` packed, `rsb` direct).
     pub b_kstride: usize,
+    /// When non-null, the tile also stores each k group of B it loads here, `nr * g` elements
+    /// a group: the direct path's first row tile packs a strided panel for the tiles after it.
+    pub b_copy: *mut PB,
     pub c: *mut T,
     pub rsc: usize,
     pub alpha: T,
@@ -60,6 +63,11 @@ impl<PA, PB, T> Family<PA, PB, T> {
     /// loads each k's A rows as one vector).
     pub fn reads_a_in_place(&self) -> bool {
         self.g == 1 && self.isa != Isa::Sme
+    }
+
+    /// Whether the tiles honour [`TileArgs::b_copy`] (the SME tile, in asm, does not).
+    pub fn copies_b_in_tile(&self) -> bool {
+        self.isa != Isa::Sme
     }
 
     /// Estimated cycles per k step of one `rows x nr` tile: bounded by FMA issue (2 per
@@ -267,9 +275,13 @@ pub(crate) unsafe fn generic_tile<T: Scalar, const MR: usize, const NR: usize>(t
     // SAFETY: the caller guarantees the panels hold `kgroups` steps at the given strides and
     // that `c` (and the non-null bias pointers) cover the MR x NR tile.
     unsafe {
-        let (mut a, mut b) = (t.a, t.b);
+        let (mut a, mut b, mut bc) = (t.a, t.b, t.b_copy);
         for _ in 0..t.kgroups {
             let bv: [T; NR] = std::ptr::read_unaligned(b.cast());
+            if !bc.is_null() {
+                std::ptr::write_unaligned(bc.cast(), bv);
+                bc = bc.add(NR);
+            }
             for (i, row) in acc.iter_mut().enumerate() {
                 let av = *a.add(i * t.a_rs);
                 for (x, &bj) in row.iter_mut().zip(bv.iter()) {

@@ -343,12 +343,13 @@ fn choose_family<PA, PB, T>(
 /// Whether an `m`-row problem with B rows `row_bytes` apart suits the direct path (B read in
 /// place) rather than packing, on a core with `l2` bytes of L2 and tiles of `mr` rows.
 ///
-/// - Rows a page or more apart with more than one row tile: the driver copies each panel to
-///   scratch, a kc-line walk a row stride apart whose misses the copy waits on; packing the
-///   block row by row instead streams B. That copy paid only with a large L2 (Xeon, 2 MiB:
-///   128x1536x1536 138 vs 132 GFLOP/s packed); on Zen 3 (512 KiB L2; 1 thread, direct vs
-///   packed) 16x384x1536 60 vs 72, 16x768x3072 47 vs 69, 48x1536x1536 75-78 vs 83, 64x768x3072
-///   75 vs 85, 8x384x1536 48 vs 57.
+/// - Rows a page or more apart with more than one row tile: the first row tile copies each
+///   panel to scratch as it goes, a kc-line walk a row stride apart; packing the block row by
+///   row instead streams B. The direct path paid only with a large L2 (Xeon, 2 MiB:
+///   128x1536x1536 138 vs 132 GFLOP/s packed, with a separate copy pass). On Zen 3 (512 KiB
+///   L2; 1 thread, best of three alternating rounds, direct vs packed) it is at best even:
+///   8x384x1536 56 vs 57, 16x384x1536 69 vs 69, 16x1536x1536 66 vs 64, 48x1536x1536 77 vs 75,
+///   but 16x768x3072 54 vs 64, 64x768x3072 72.5 vs 82, 128x1536x1536 78 vs 85.
 /// - Up to 64 rows otherwise (A in place or packed once, B straight from its rows).
 /// - 65 to 192 rows where B's rows spread over the L1 sets: on the Xeon (direct vs packed)
 ///   128x64x64 145 vs 118, 128^3 160 vs 138, 192^3 164 vs 153, 128x1536x384 156 vs 142; but

@@ -42,18 +42,38 @@ macro_rules! simd_tile {
             unsafe {
                 let mut acc = [[$v!(zero); NV]; MR];
                 let (mut a, mut b) = (t.a, t.b);
-                // One k step: NV vectors of B, MR broadcasts of A (rows `$ars` apart), MR·NV FMAs.
-                macro_rules! step {
-                    ($ars:expr) => {{
+                // One k step: NV vectors of B, MR broadcasts of A (rows `$ars` apart), MR·NV FMAs;
+                // with `$bc`, the B vectors are also stored there (and `$bc` advanced).
+                macro_rules! load_bv {
+                    () => {{
                         let mut bv = [$v!(zero_b); NV];
                         for (j, x) in bv.iter_mut().enumerate() {
                             *x = $v!(load_b, b.add(j * W * G));
                         }
+                        bv
+                    }};
+                }
+                macro_rules! fma_rows {
+                    ($ars:expr, $bv:ident) => {{
                         for (i, row) in acc.iter_mut().enumerate() {
-                            simd_tile!(@row [$($rm)?] $v, row, a.add(i * $ars), &bv);
+                            simd_tile!(@row [$($rm)?] $v, row, a.add(i * $ars), &$bv);
                         }
                         a = a.add(t.a_kstride);
                         b = b.add(t.b_kstride);
+                    }};
+                }
+                macro_rules! step {
+                    ($ars:expr) => {{
+                        let bv = load_bv!();
+                        fma_rows!($ars, bv);
+                    }};
+                    ($ars:expr, $bc:ident) => {{
+                        let bv = load_bv!();
+                        for (j, x) in bv.iter().enumerate() {
+                            $crate::kernels::gemm::tile::store_raw($bc.add(j * W * G), *x);
+                        }
+                        $bc = $bc.add(NV * W * G);
+                        fma_rows!($ars, bv);
                     }};
                 }
                 // The k loop for A rows `$ars` apart.
@@ -69,14 +89,28 @@ macro_rules! simd_tile {
                             // apart, often a page or more, which the hardware prefetchers do not
                             // follow: fetch every line of the row a few k steps ahead.
                             let row_bytes = NV * W * G * size_of_val(&*b);
-                            for _ in 0..t.kgroups {
-                                let ahead =
-                                    b.wrapping_add($crate::kernels::gemm::tile::B_PREFETCH * t.b_kstride).cast::<u8>();
-                                for off in (0..row_bytes).step_by(64) {
-                                    $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(off));
+                            macro_rules! prefetch_ahead {
+                                ($dist:expr) => {{
+                                    let ahead = b.wrapping_add($dist * t.b_kstride).cast::<u8>();
+                                    for off in (0..row_bytes).step_by(64) {
+                                        $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(off));
+                                    }
+                                    $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(row_bytes - 1));
+                                }};
+                            }
+                            if t.b_copy.is_null() {
+                                for _ in 0..t.kgroups {
+                                    prefetch_ahead!($crate::kernels::gemm::tile::B_PREFETCH);
+                                    step!($ars);
                                 }
-                                $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(row_bytes - 1));
-                                step!($ars);
+                            } else {
+                                // Also pack the panel for the row tiles after this one.
+                                let mut bc = t.b_copy;
+                                let dist = $crate::kernels::gemm::tile::B_PREFETCH_COPY;
+                                for _ in 0..t.kgroups {
+                                    prefetch_ahead!(dist);
+                                    step!($ars, bc);
+                                }
                             }
                         }
                     }};
@@ -142,8 +176,26 @@ macro_rules! simd_tile {
     };
 }
 
-/// How many k groups ahead the tiles prefetch B.
+/// Stores the vector `v` at `p` (unaligned): a tile's copy of the B vectors it loaded. `V`
+/// holds exactly the `W * G` elements at `p` (identity-packed families only).
+///
+/// # Safety
+/// `p` is writable for `size_of::<V>()` bytes.
+#[inline(always)]
+pub(crate) unsafe fn store_raw<P, V: Copy>(p: *mut P, v: V) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { p.cast::<V>().write_unaligned(v) }
+}
+
+/// How many k groups ahead the tiles prefetch B read in place. Further ahead cost the tiles
+/// that read B rows under 4 KiB apart (Zen 3, 1 thread, direct path: 16x384x384 81 GFLOP/s at
+/// 12, 72 at 32, 58 at 48).
 pub(crate) const B_PREFETCH: usize = 12;
+
+/// The prefetch distance of a tile that also copies its B panel ([`super::kernel::TileArgs::b_copy`]): rows a
+/// page or more apart, fetched from L3, need more time (Zen 3, 1 thread, GFLOP/s at 12 / 24 /
+/// 32: 16x768x3072 48 / 52-53 / 51-55, 16x384x1536 66-67 / 69 / 69).
+pub(crate) const B_PREFETCH_COPY: usize = 24;
 
 /// A read prefetch into L1 (a hint: never faults, any address); a no-op off x86-64.
 #[inline(always)]
