@@ -1,7 +1,8 @@
 //! The register-tile template shared by every SIMD ISA: `simd_tile!` stamps an `MR x NV·W`
-//! microkernel (k loop over packed or in-place A and B, then VNNI correction, scale, accumulate into C, bias, store) from a
-//! per-ISA vocabulary macro (`W`, `G`, `zero`, `load_b`, `bcast_a`, `madd`, `splat`, `mul`,
-//! `add`, `fma`, `load_c`, `store_c`, `load_colsum`).
+//! microkernel (k loop over packed or in-place A and B, optionally copying the B it loads, then
+//! VNNI correction, scale, accumulate into C, bias, store) from a per-ISA vocabulary macro
+//! (`W`, `G`, `zero`, `load_b`, `bcast_a`, `madd`, `splat`, `mul`, `add`, `fma`, `load_c`,
+//! `store_c`, `load_colsum`).
 
 /// The tile template: `MR` rows x `NV` vectors of `W` lanes; `$v` is the vocabulary macro.
 ///
