@@ -70,6 +70,7 @@ macro_rules! simd_tile {
                     }};
                     ($ars:expr, $bc:ident) => {{
                         let bv = load_bv!();
+                        debug_assert_eq!(size_of_val(&bv[0]), W * G * size_of::<$PB>());
                         for (j, x) in bv.iter().enumerate() {
                             $crate::kernels::gemm::tile::store_raw($bc.add(j * W * G), *x);
                         }
@@ -82,6 +83,8 @@ macro_rules! simd_tile {
                     ($ars:expr) => {{
                         if t.b_kstride == NV * W * G {
                             // A packed panel: contiguous, the hardware prefetchers follow it.
+                            // (Only panels read in place, rows a page or more apart, are copied.)
+                            debug_assert!(t.b_copy.is_null());
                             for _ in 0..t.kgroups {
                                 step!($ars);
                             }
