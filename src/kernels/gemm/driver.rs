@@ -367,8 +367,10 @@ unsafe fn run_serial<TI, PA, PB, T>(
                 let repack = matches!(bsrc, BSource::Direct) && copies_b_panels(mc, mr, job.b.rs * size_of::<TI>());
                 for jr in (0..nc).step_by(nr) {
                     let nr_eff = nr.min(nc - jr);
-                    let fuse = repack && nr_eff == nr && fam.copies_b_in_tile();
-                    if repack && nr_eff == nr && !fuse {
+                    let copy_panel = repack && nr_eff == nr;
+                    // The first row tile makes the copy itself where the family's tiles can.
+                    let fuse = copy_panel && fam.copies_b_in_tile();
+                    if copy_panel && !fuse {
                         let s = bsrc_blk.offset(0, jr);
                         // SAFETY: the kc x nr panel lies inside B; the scratch half of bpack holds
                         // nr * kc_blk elements.
@@ -419,6 +421,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
                     };
                     for ir in (0..mc).step_by(mr) {
                         let mr_eff = mr.min(mc - ir);
+                        let copies_here = fuse && ir == 0;
                         let mut t = TileArgs {
                             kgroups: kg,
                             // Row ir of the A block in place (PA is TI there), or panel ir/mr of
@@ -430,9 +433,9 @@ unsafe fn run_serial<TI, PA, PB, T>(
                             },
                             a_kstride: if a_in_place { 1 } else { mr * g },
                             a_rs: if a_in_place { job.a.rs } else { g },
-                            b: if fuse && ir == 0 { bsrc_blk.offset(0, jr).ptr.cast::<PB>() } else { bptr },
-                            b_kstride: if fuse && ir == 0 { job.b.rs } else { bks },
-                            b_copy: if fuse && ir == 0 {
+                            b: if copies_here { bsrc_blk.offset(0, jr).ptr.cast::<PB>() } else { bptr },
+                            b_kstride: if copies_here { job.b.rs } else { bks },
+                            b_copy: if copies_here {
                                 bpack.as_mut_ptr().wrapping_add(nr * kc_blk)
                             } else {
                                 std::ptr::null_mut()
