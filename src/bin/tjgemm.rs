@@ -535,12 +535,12 @@ fn main() {
             // lands on both; each side reports its best run.
             let (mut runs, mut ob_best) = (Vec::new(), None::<f64>);
             for _ in 0..reps {
-                runs.push(format!("{:.1}", bench.f32(m, n, k, threads)));
+                runs.push(bench.f32(m, n, k, threads));
                 if let Some(ob) = bench.openblas(m, n, k, threads) {
                     ob_best = Some(ob_best.map_or(ob, |b| b.max(ob)));
                 }
             }
-            let best = runs.iter().filter_map(|r| r.parse::<f64>().ok()).fold(0.0, f64::max);
+            let best = runs.iter().copied().fold(0.0, f64::max);
             let pct = 100.0 * best / peak / threads as f64;
             let base = match ob_best {
                 Some(ob) => format!("  openblas {ob:.1} ratio {:.2}", best / ob),
@@ -548,7 +548,7 @@ fn main() {
             };
             println!(
                 "{m:>5} {k:>5} {n:>5} {name:>22} t{threads} best {best:>6.1} ({pct:.1}%) runs {}{base}",
-                runs.join(" ")
+                runs.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(" ")
             );
         }
         return;

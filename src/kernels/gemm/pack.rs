@@ -273,11 +273,7 @@ unsafe fn pack_cols_fixed<TI: Copy, PA: PackFrom<TI>>(
                 let s = s0.add(k * cs);
                 // Every line of the row a few k ahead (first and last element cover a misaligned
                 // start).
-                let ahead = s.wrapping_add(AHEAD * cs);
-                for off in (0..W).step_by(64 / size_of::<TI>().max(1)) {
-                    super::tile::prefetch_read(ahead.wrapping_add(off));
-                }
-                super::tile::prefetch_read(ahead.wrapping_add(W - 1));
+                super::tile::prefetch_span(s.wrapping_add(AHEAD * cs).cast::<u8>(), W * size_of::<TI>());
                 // Whole-row values: one block read and one block write (no aliasing question
                 // between source and panel, so the copy becomes vector moves).
                 copy_row::<TI, PA, W>(s, pd.add(k * W));

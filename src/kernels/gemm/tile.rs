@@ -94,13 +94,12 @@ macro_rules! simd_tile {
                             // follow: fetch every line of the row a few k steps ahead.
                             let row_bytes = NV * W * G * size_of_val(&*b);
                             macro_rules! prefetch_ahead {
-                                ($dist:expr) => {{
-                                    let ahead = b.wrapping_add($dist * t.b_kstride).cast::<u8>();
-                                    for off in (0..row_bytes).step_by(64) {
-                                        $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(off));
-                                    }
-                                    $crate::kernels::gemm::tile::prefetch_read(ahead.wrapping_add(row_bytes - 1));
-                                }};
+                                ($dist:expr) => {
+                                    $crate::kernels::gemm::tile::prefetch_span(
+                                        b.wrapping_add($dist * t.b_kstride).cast::<u8>(),
+                                        row_bytes,
+                                    )
+                                };
                             }
                             if t.b_copy.is_null() {
                                 for _ in 0..t.kgroups {
@@ -196,10 +195,21 @@ pub(crate) unsafe fn store_raw<P, V: Copy>(p: *mut P, v: V) {
 /// 12, 72 at 32, 58 at 48).
 pub(crate) const B_PREFETCH: usize = 12;
 
-/// The prefetch distance of a tile that also copies its B panel ([`super::kernel::TileArgs::b_copy`]): rows a
-/// page or more apart, fetched from L3, need more time (Zen 3, 1 thread, GFLOP/s at 12 / 24 /
-/// 32: 16x768x3072 48 / 52-53 / 51-55, 16x384x1536 66-67 / 69 / 69).
+/// The prefetch distance of a tile that also copies its B panel
+/// ([`super::kernel::TileArgs::b_copy`]): rows a page or more apart, fetched from L3, need more
+/// time (Zen 3, 1 thread, GFLOP/s at 12 / 24 / 32: 16x768x3072 48 / 52-53 / 51-55,
+/// 16x384x1536 66-67 / 69 / 69).
 pub(crate) const B_PREFETCH_COPY: usize = 24;
+
+/// Prefetches every cache line of the `bytes` bytes at `p` into L1, the last byte included (a
+/// misaligned span touches one more line than `bytes / 64`).
+#[inline(always)]
+pub(crate) fn prefetch_span(p: *const u8, bytes: usize) {
+    for off in (0..bytes).step_by(64) {
+        prefetch_read(p.wrapping_add(off));
+    }
+    prefetch_read(p.wrapping_add(bytes - 1));
+}
 
 /// A read prefetch into L1 (a hint: never faults, any address); a no-op off x86-64.
 #[inline(always)]
