@@ -55,6 +55,31 @@ pub enum Error {
     /// Input/output failure (files, .npy).
     #[error("io: {0}")]
     Io(String),
+    /// An allocation failed (or would exceed the per-tensor limit of [`crate::limits`]).
+    #[error("{op}: out of memory: {bytes} bytes could not be allocated")]
+    OutOfMemory {
+        /// The op, file or component that needed the memory.
+        op: String,
+        /// The size of the failed allocation.
+        bytes: usize,
+    },
+    /// A documented limit of [`crate::limits`] was exceeded (nesting depth, tensor size, loop
+    /// iterations, thread count, input size).
+    #[error("{what}: limit exceeded: {msg}")]
+    Limit {
+        /// The op, file or component.
+        what: String,
+        /// Which limit and the offending value.
+        msg: String,
+    },
+    /// The execution was cancelled through its [`crate::api::CancelToken`]; the executable stays
+    /// usable.
+    #[error("execute: cancelled")]
+    Cancelled,
+    /// The execution ran past the deadline of its [`crate::api::ExecOptions`]; the executable
+    /// stays usable.
+    #[error("execute: deadline exceeded")]
+    DeadlineExceeded,
 }
 
 struct VerifyList<'a>(&'a [String]);
@@ -80,6 +105,16 @@ impl Error {
     /// An [`Error::NotImplemented`] for `op`.
     pub fn not_implemented(op: impl Into<String>, msg: impl Into<String>) -> Error {
         Error::NotImplemented { op: op.into(), msg: msg.into() }
+    }
+
+    /// An [`Error::Limit`] for `what`.
+    pub fn limit(what: impl Into<String>, msg: impl Into<String>) -> Error {
+        Error::Limit { what: what.into(), msg: msg.into() }
+    }
+
+    /// An [`Error::OutOfMemory`] for `op`.
+    pub fn out_of_memory(op: impl Into<String>, bytes: usize) -> Error {
+        Error::OutOfMemory { op: op.into(), bytes }
     }
 
     /// Whether this is a "not implemented" error (callers fall back to decompositions).

@@ -12,12 +12,14 @@ pub mod error;
 pub mod ir;
 pub mod jit;
 pub mod kernels;
+pub mod limits;
 pub mod lower;
 pub mod passes;
 pub mod runtime;
 
 pub use api::{
-    Backend, Buffer, Builder, Capabilities, Executable, Function, Value, list, new, new_with_config, register,
+    Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value, list, new,
+    new_with_config, register,
 };
 pub use error::{Error, Result};
 pub use ir::{DType, Element, OpType, Shape};

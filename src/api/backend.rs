@@ -2,6 +2,8 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use crate::api::buffer::Buffer;
 use crate::api::builder::Builder;
@@ -97,10 +99,76 @@ pub trait Executable: Send + Sync {
     /// Output shapes.
     fn output_shapes(&self) -> &[Shape];
     /// Runs with `inputs`; `donate[i]` lets the executable reuse input i's memory (the buffer
-    /// becomes unusable). `donate` may be empty (no donation).
-    fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>>;
+    /// becomes unusable). `donate` may be empty (no donation). Same as [`Executable::execute_with`]
+    /// with the default [`ExecOptions`] (no deadline, no cancellation).
+    fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>> {
+        self.execute_with(inputs, donate, &ExecOptions::default())
+    }
+    /// Runs with `inputs` under `opts`: the deadline and the cancellation token are checked
+    /// between plan steps and loop iterations, and a stopped run returns
+    /// [`Error::DeadlineExceeded`] or [`Error::Cancelled`] (the executable stays usable).
+    fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], opts: &ExecOptions) -> Result<Vec<Buffer>>;
     /// Releases resources; later executes fail.
     fn finalize(&self) {}
+}
+
+/// A handle that stops executions from another thread: clone it into [`ExecOptions::cancel`],
+/// call [`CancelToken::cancel`] anywhere, and every execution holding it returns
+/// [`Error::Cancelled`] at its next check (between plan steps and loop iterations).
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// A token that is not cancelled.
+    pub fn new() -> CancelToken {
+        CancelToken::default()
+    }
+
+    /// Requests cancellation of every execution holding this token (or a clone of it).
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`CancelToken::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Per-execution options of [`Executable::execute_with`].
+#[derive(Clone, Debug, Default)]
+pub struct ExecOptions {
+    /// Stop with [`Error::DeadlineExceeded`] once this instant has passed.
+    pub deadline: Option<Instant>,
+    /// Stop with [`Error::Cancelled`] once this token is cancelled.
+    pub cancel: Option<CancelToken>,
+}
+
+impl ExecOptions {
+    /// Options with a deadline `timeout` from now.
+    pub fn with_timeout(timeout: std::time::Duration) -> ExecOptions {
+        ExecOptions { deadline: Instant::now().checked_add(timeout), cancel: None }
+    }
+
+    /// Whether neither a deadline nor a token is set (nothing to check).
+    pub fn is_unbounded(&self) -> bool {
+        self.deadline.is_none() && self.cancel.is_none()
+    }
+
+    /// `Err(Cancelled)` or `Err(DeadlineExceeded)` when the run must stop, else `Ok`.
+    pub fn check(&self) -> Result<()> {
+        if let Some(c) = &self.cancel
+            && c.is_cancelled()
+        {
+            return Err(Error::Cancelled);
+        }
+        if let Some(d) = self.deadline
+            && Instant::now() >= d
+        {
+            return Err(Error::DeadlineExceeded);
+        }
+        Ok(())
+    }
 }
 
 /// Checks count, dtype and shape of `inputs` against the parameters (static shapes need equal

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::dynamic::{self, Bindings};
 use super::plan::Plan;
-use crate::api::backend::Executable;
+use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
@@ -60,7 +60,7 @@ impl Executable for InterpExecutable {
         &self.sig.output_shapes
     }
 
-    fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>> {
+    fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], _opts: &ExecOptions) -> Result<Vec<Buffer>> {
         let plan = self.plan()?;
         // The dynamic axes are bound before any buffer is taken, so a rejected call donates
         // nothing.

@@ -9,7 +9,7 @@ use crate::runtime::slot::FinalizeSlot;
 
 use super::loops::run_loop;
 use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed};
-use crate::api::backend::Executable;
+use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId};
@@ -90,10 +90,10 @@ impl Executable for JitExecutable {
         &self.sig.output_shapes
     }
 
-    fn execute(&self, inputs: &[&Buffer], donate: &[bool]) -> Result<Vec<Buffer>> {
+    fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], opts: &ExecOptions) -> Result<Vec<Buffer>> {
         let runner = self.runner()?;
         let (plan, pool) = match &*runner {
-            Runner::Interp(e) => return e.execute(inputs, donate),
+            Runner::Interp(e) => return e.execute_with(inputs, donate, opts),
             Runner::Plan { plan, pool } => (plan, pool.as_deref()),
         };
         let args = self.sig.take_inputs(inputs, donate, |_, _| Ok(()))?;

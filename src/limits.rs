@@ -1,0 +1,77 @@
+//! The documented resource limits of tensorjit, in one place: tensor size, nesting depth, input
+//! sizes and thread counts (docs/limits.md describes them for users).
+//!
+//! Every limit here turns a hostile or mistaken input into an [`Error`] naming the op, file or
+//! value, instead of a crash, an abort or an unbounded wait.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::error::{Error, Result};
+
+/// Deepest nesting of functions: closures inside closures and chains of `call`s. Enforced by the
+/// verifier and at compile time (and again at execution, for recursive calls).
+pub const MAX_NESTING: usize = 200;
+
+/// Deepest nesting the `.tjir` parser accepts in one expression: brackets of a literal, unary
+/// signs, nested attribute values, chained `=`.
+pub const MAX_PARSE_DEPTH: usize = 256;
+
+/// The largest tensor rank accepted anywhere.
+pub const MAX_RANK: usize = 64;
+
+/// The most threads a backend's pool may be given (`parallelism=N`).
+pub const MAX_THREADS: usize = 1024;
+
+/// The largest IR text file or `.npy` file the CLI reads (bytes).
+pub const MAX_INPUT_FILE_BYTES: u64 = 16 << 30;
+
+/// Default of [`max_tensor_bytes`]: `isize::MAX`, the largest allocation Rust can describe.
+pub const DEFAULT_MAX_TENSOR_BYTES: usize = isize::MAX as usize;
+
+/// 0 means "not set yet: read `TENSORJIT_MAX_TENSOR_BYTES` or use the default".
+static MAX_TENSOR_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// The largest byte size a tensor shape may have (process-wide): `TENSORJIT_MAX_TENSOR_BYTES`
+/// when set (a number of bytes, at most `isize::MAX`), otherwise [`DEFAULT_MAX_TENSOR_BYTES`],
+/// or what [`set_max_tensor_bytes`] last set.
+pub fn max_tensor_bytes() -> usize {
+    match MAX_TENSOR_BYTES.load(Ordering::Relaxed) {
+        0 => {
+            let v = std::env::var("TENSORJIT_MAX_TENSOR_BYTES")
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|&v| v > 0)
+                .map_or(DEFAULT_MAX_TENSOR_BYTES, |v| v.min(DEFAULT_MAX_TENSOR_BYTES));
+            MAX_TENSOR_BYTES.store(v, Ordering::Relaxed);
+            v
+        }
+        v => v,
+    }
+}
+
+/// Sets the process-wide per-tensor byte limit (clamped to `1..=isize::MAX`). Shapes created
+/// afterwards are checked against it; it returns the previous limit.
+pub fn set_max_tensor_bytes(bytes: usize) -> usize {
+    let prev = max_tensor_bytes();
+    MAX_TENSOR_BYTES.store(bytes.clamp(1, DEFAULT_MAX_TENSOR_BYTES), Ordering::Relaxed);
+    prev
+}
+
+/// Checks `depth` (1-based) against [`MAX_NESTING`] for `what`.
+pub fn check_nesting(what: &str, depth: usize) -> Result<()> {
+    if depth > MAX_NESTING {
+        return Err(Error::limit(what, format!("nested {depth} levels deep; at most {MAX_NESTING} are allowed")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_limit_is_inclusive() {
+        assert!(check_nesting("f", MAX_NESTING).is_ok());
+        assert!(matches!(check_nesting("f", MAX_NESTING + 1), Err(Error::Limit { .. })));
+    }
+}
