@@ -75,7 +75,7 @@ impl Executable for InterpExecutable {
         })?;
         let mut ctx = Ctx { plan: &plan, env: vec![None; plan.module.values.len()], bindings, depth: 0 };
         let outs = ctx.run_function(plan.module.main, args)?;
-        Ok(outs.into_iter().map(|t| Buffer::from_storage(t.shape, t.data)).collect())
+        outs.into_iter().map(|t| Buffer::from_storage(t.shape, t.data)).collect()
     }
 
     fn finalize(&self) {
@@ -302,6 +302,7 @@ impl Ctx<'_> {
         } else {
             (Cow::Borrowed(&node.op), Cow::Borrowed(np.out_shapes.as_slice()))
         };
+        crate::runtime::aligned::check_outputs(&op.op_type().to_string(), &out_shapes)?;
         let outs = crate::kernels::reference::eval(&op, inputs, &out_shapes)?;
         if outs.len() != out_shapes.len() {
             return Err(internal(format!(
