@@ -193,3 +193,27 @@ fn u8_iota_is_stored_at_one_byte_per_element() {
         assert_eq!(out[0].to_vec::<u8>().unwrap(), vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2], "{name}");
     }
 }
+
+#[test]
+fn dynamic_reshape_to_overflowing_sizes_is_an_error() {
+    // Sizes 2^32 · 2^32 from scalar operands, then an inferred axis: the known product overflows
+    // i64 (it used to panic); without an inferred axis the sizes do not match 2 elements; a
+    // zero-sized reshape [0, 2^62] holds nothing but is over the byte limit (zero counted as 1).
+    let reshape = |operands: &str, specs: &str, out: &str| {
+        format!(
+            "module @m\n\nfunc @main() {{\n  %0 = constant [] : f32[0]\n  %1 = constant [1.0, 2.0] : f32[2]\n  %2 = constant 4294967296 : i64[]\n  %3 = constant 4611686018427387904 : i64[]\n  %4 = dynamic_reshape {operands}, specs={specs} : {out}\n  return %4\n}}\n"
+        )
+    };
+    for name in BACKENDS {
+        for text in [
+            reshape("%1, %2, %2", "[a=?,b=?,c=*]", "f32[a=?,b=?,c=?]"),
+            reshape("%1, %2, %2", "[a=?,b=?]", "f32[a=?,b=?]"),
+            reshape("%0, %3", "[0,a=?]", "f32[0,a=?]"),
+        ] {
+            match run_text(name, &text) {
+                Err(Error::Invalid { op, .. }) => assert_eq!(op, "DynamicReshape", "{name}\n{text}"),
+                other => panic!("{name}: {other:?}\n{text}"),
+            }
+        }
+    }
+}

@@ -356,7 +356,7 @@ impl Ctx<'_> {
         }
         let total = x.len() as i64;
         if let Some(j) = inferred {
-            let known: i64 = dims.iter().filter(|&&d| d >= 0).product();
+            let known = dims.iter().filter(|&&d| d >= 0).try_fold(1i64, |a, &d| a.checked_mul(d)).unwrap_or(0);
             if known == 0 || total % known != 0 {
                 return Err(Error::invalid(
                     name,
@@ -375,7 +375,7 @@ impl Ctx<'_> {
 /// Zero-copy reshape of `x` to `dims` (row-major data is unchanged); checks the element count.
 fn reshape(name: &str, x: Tensor, dims: &[i64]) -> Result<Tensor> {
     let shape = Shape::new(x.shape.dtype, dims);
-    if shape.dims.iter().any(|&d| d < 0) || shape.size() != Some(x.len()) {
+    if shape.dims.iter().any(|&d| d < 0) || shape.size() != Some(x.len()) || shape.check_limits().is_err() {
         return Err(Error::invalid(name, format!("cannot reshape {} ({} elements) to {shape}", x.shape, x.len())));
     }
     Ok(Tensor { shape, data: x.data })
