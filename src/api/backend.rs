@@ -192,12 +192,44 @@ pub fn check_inputs(names: &[String], shapes: &[Shape], inputs: &[&Buffer], dona
         ));
     }
     for (i, ((name, want), got)) in names.iter().zip(shapes).zip(inputs).enumerate() {
+        let buf = got;
         let got = got.shape();
         let dims_ok = want.rank() == got.rank()
             && want.dims.iter().zip(&got.dims).all(|(&w, &g)| w == crate::ir::shape::DYNAMIC_DIM || w == g);
         if want.dtype != got.dtype || !dims_ok {
             return Err(Error::invalid("execute", format!("parameter {i} ({name:?}) expects {want}, got {got}")));
         }
+        // A donated or finalized buffer is reported when its storage is taken.
+        if let Ok(data) = buf.storage()
+            && got.byte_size() != Some(data.len())
+        {
+            return Err(Error::invalid(
+                "execute",
+                format!("parameter {i} ({name:?}): {} bytes of storage for shape {got}", data.len()),
+            ));
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::ir::dtype::DType;
+    use crate::runtime::aligned::AlignedBytes;
+
+    #[test]
+    fn check_inputs_rejects_storage_shorter_than_the_shape() {
+        let names = vec!["x".to_string()];
+        let shapes = vec![Shape::new(DType::Float32, &[4096])];
+        // 4 bytes of storage under an f32[4096] shape (16384 bytes): built unchecked, as only
+        // crate code can.
+        let bad = Buffer::wrap(shapes[0].clone(), Arc::new(AlignedBytes::from_bytes(&[0; 4])));
+        let e = check_inputs(&names, &shapes, &[&bad], &[]).unwrap_err().to_string();
+        assert!(e.contains("parameter 0 (\"x\")") && e.contains("4 bytes of storage"), "{e}");
+        let good = Buffer::from_slice(&vec![0f32; 4096], &[4096]).unwrap();
+        assert!(check_inputs(&names, &shapes, &[&good], &[]).is_ok());
+    }
 }

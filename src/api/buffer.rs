@@ -32,25 +32,31 @@ pub struct Buffer {
 impl Buffer {
     /// A buffer holding a copy of `data` with dims `dims` (`data.len()` must equal their product).
     pub fn from_slice<T: Element>(data: &[T], dims: &[usize]) -> Result<Buffer> {
-        let n: usize = dims.iter().product();
-        if n != data.len() {
+        if let Some(d) = dims.iter().find(|&&d| i64::try_from(d).is_err()) {
+            return Err(Error::invalid("Buffer::from_slice", format!("dimension {d} of {dims:?} exceeds i64::MAX")));
+        }
+        let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if n != Some(data.len()) {
+            let n = n.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string());
             return Err(Error::invalid(
                 "Buffer::from_slice",
                 format!("{} elements given for dims {dims:?} ({n} elements)", data.len()),
             ));
         }
-        Ok(Buffer::from_storage(Shape::from_usize(T::DTYPE, dims), Arc::new(AlignedBytes::from_slice(data))))
+        let shape = Shape::from_usize(T::DTYPE, dims);
+        shape.validate()?;
+        Ok(Buffer::wrap(shape, Arc::new(AlignedBytes::from_slice(data))))
     }
 
     /// A scalar buffer.
     pub fn scalar<T: Element>(value: T) -> Buffer {
-        Buffer::from_storage(Shape::scalar(T::DTYPE), Arc::new(AlignedBytes::from_slice(&[value])))
+        Buffer::wrap(Shape::scalar(T::DTYPE), Arc::new(AlignedBytes::from_slice(&[value])))
     }
 
     /// A buffer from raw little-endian bytes (packed layout for sub-byte dtypes).
     pub fn from_bytes(shape: Shape, bytes: &[u8]) -> Result<Buffer> {
         Buffer::check_bytes(&shape, bytes)?;
-        Ok(Buffer::from_storage(shape, Arc::new(AlignedBytes::from_bytes(bytes))))
+        Ok(Buffer::wrap(shape, Arc::new(AlignedBytes::from_bytes(bytes))))
     }
 
     /// Checks that `bytes` can be the data of a buffer of `shape` (static, supported dtype,
@@ -77,9 +83,26 @@ impl Buffer {
         Ok(())
     }
 
-    /// Wraps existing storage (length must match the shape; used by backends).
-    pub fn from_storage(shape: Shape, data: Arc<AlignedBytes>) -> Buffer {
-        debug_assert_eq!(shape.byte_size(), Some(data.len()), "Buffer::from_storage: size mismatch for {shape}");
+    /// Wraps existing storage (used by backends). Errors if the shape is invalid or dynamic, or
+    /// the storage length is not the shape's byte size.
+    pub fn from_storage(shape: Shape, data: Arc<AlignedBytes>) -> Result<Buffer> {
+        shape.validate()?;
+        if shape.byte_size() != Some(data.len()) {
+            return Err(Error::invalid(
+                "Buffer::from_storage",
+                format!(
+                    "{} bytes of storage for shape {shape} ({})",
+                    data.len(),
+                    shape.byte_size().map_or_else(|| "dynamic".to_string(), |b| format!("{b} bytes"))
+                ),
+            ));
+        }
+        Ok(Buffer::wrap(shape, data))
+    }
+
+    /// Wraps storage without checking that it matches `shape` (callers have checked; tests
+    /// build mismatched buffers with it to exercise the backends' own checks).
+    pub(crate) fn wrap(shape: Shape, data: Arc<AlignedBytes>) -> Buffer {
         Buffer { inner: Arc::new(Inner { shape, state: RwLock::new(State::Live(data)) }) }
     }
 
@@ -194,6 +217,25 @@ mod tests {
         b.finalize();
         assert!(matches!(b.to_vec::<i32>(), Err(Error::UseAfterFree { .. })));
         b.finalize();
+    }
+
+    #[test]
+    fn sizes_are_checked_without_wrapping() {
+        // f32[2^62] is 2^64 bytes: it used to wrap to 0 and accept an empty slice.
+        let huge = Shape::new(DType::Float32, &[1 << 62]);
+        assert!(matches!(Buffer::from_bytes(huge.clone(), &[]), Err(Error::Limit { .. })));
+        assert!(matches!(Buffer::check_bytes(&huge, &[]), Err(Error::Limit { .. })));
+        // 2^32 · 2^32 elements overflow usize: an error, not a panic.
+        assert!(Buffer::from_slice::<f32>(&[], &[1 << 32, 1 << 32]).is_err());
+        assert!(Buffer::from_slice::<f32>(&[], &[0, 1 << 63]).is_err());
+        // Storage of 4 bytes cannot be an f32[4096] (16384 bytes).
+        let four = Arc::new(AlignedBytes::from_bytes(&[0; 4]));
+        let e = Buffer::from_storage(Shape::new(DType::Float32, &[4096]), four.clone()).unwrap_err();
+        assert!(e.to_string().contains("4 bytes of storage") && e.to_string().contains("16384 bytes"), "{e}");
+        let b = Buffer::from_storage(Shape::new(DType::Int16, &[2]), four).unwrap();
+        assert_eq!(b.to_vec::<i16>().unwrap(), vec![0, 0]);
+        // A 0-byte storage for f32[2^62] (byte size saturated, then rejected by the limit).
+        assert!(Buffer::from_storage(huge, Arc::new(AlignedBytes::from_bytes(&[]))).is_err());
     }
 
     #[test]

@@ -189,7 +189,7 @@ impl Function {
     pub fn parameter(&self, name: &str, shape: Shape) -> Result<Value> {
         let mut st = lock(&self.state);
         self.open(&st, "parameter")?;
-        shape.validate().map_err(|e| Error::invalid("parameter", format!("{name:?}: {e}")))?;
+        shape.validate_for("parameter", &format!("{name:?}"))?;
         if !st.caps.dtypes.contains(&shape.dtype) {
             return Err(Error::not_implemented("parameter", format!("{name:?}: dtype {} not supported", shape.dtype)));
         }
@@ -202,8 +202,8 @@ impl Function {
 
     /// A constant holding a copy of `data` with dims `dims`.
     pub fn constant<T: Element>(&self, data: &[T], dims: &[usize]) -> Result<Value> {
-        let n: usize = dims.iter().product();
-        if n != data.len() {
+        let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX);
+        if n != data.len() || dims.iter().any(|&d| i64::try_from(d).is_err()) {
             return Err(Error::invalid(
                 "constant",
                 format!("{} elements given for dims {dims:?} ({n} elements)", data.len()),
@@ -223,8 +223,10 @@ impl Function {
             return Err(Error::invalid("constant", format!("shape {shape} is dynamic")));
         }
         // The buffer checks (size, Bool bytes, supported dtype), without a copy.
-        crate::api::buffer::Buffer::check_bytes(&shape, bytes)
-            .map_err(|e| Error::invalid("constant", e.to_string()))?;
+        crate::api::buffer::Buffer::check_bytes(&shape, bytes).map_err(|e| match e {
+            Error::Limit { msg, .. } => Error::limit("constant", msg),
+            e => Error::invalid("constant", e.to_string()),
+        })?;
         self.push(Op::Constant(ConstData(Arc::new(bytes.to_vec()))), &[], Some(vec![shape])).map(|v| v[0])
     }
 
@@ -295,7 +297,8 @@ impl Function {
                 crate::ir::infer::infer_shapes(&st.module, &op, &in_shapes)?
             }
         };
-        for s in &shapes {
+        for (k, s) in shapes.iter().enumerate() {
+            s.validate_for(&name, &format!("output {k}"))?;
             if !st.caps.dtypes.contains(&s.dtype) {
                 return Err(Error::not_implemented(
                     &name,

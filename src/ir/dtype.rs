@@ -177,9 +177,10 @@ impl DType {
         if self.is_packed() { 8 / self.bits() } else { 1 }
     }
 
-    /// Bytes needed to store `n` elements (packed: `ceil(n·bits/8)`).
+    /// Bytes needed to store `n` elements (packed: `ceil(n·bits/8)`), saturating at
+    /// `usize::MAX` (shapes that large are rejected by [`crate::ir::shape::Shape::validate`]).
     pub fn size_for(self, n: usize) -> usize {
-        if self.is_packed() { (n * self.bits()).div_ceil(8) } else { n * self.size() }
+        if self.is_packed() { n.div_ceil(self.values_per_byte()) } else { n.saturating_mul(self.size()) }
     }
 
     /// The class of this dtype.
@@ -428,6 +429,13 @@ mod tests {
         assert_eq!(Int2.size_for(5), 2);
         assert_eq!(Uint1.values_per_byte(), 8);
         assert_eq!(Float32.size_for(5), 20);
+        // Saturating, never wrapping: 2^62 f32 elements are 2^64 bytes.
+        assert_eq!(Float32.size_for(1 << 62), usize::MAX);
+        assert_eq!(Float32.size_for(1 << 61), 1 << 63);
+        // Packed sizes are exact up to usize::MAX elements: ceil((2^64 − 1)/2) = 2^63.
+        assert_eq!(Int4.size_for(usize::MAX), 1 << 63);
+        assert_eq!(Uint1.size_for(usize::MAX), (1 << 61));
+        assert_eq!(Int2.size_for(9), 3);
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
+use crate::limits;
 
 /// The sentinel for a dynamic dimension; such an axis must be named.
 pub const DYNAMIC_DIM: i64 = -1;
@@ -74,7 +75,8 @@ impl Shape {
         Ok(s)
     }
 
-    /// Checks the shape's own invariants: dims ≥ 0 or dynamic, dynamic axes named, names length.
+    /// Checks the shape's own invariants: dims ≥ 0 or dynamic, dynamic axes named, names length,
+    /// and the limits of [`Shape::check_limits`].
     pub fn validate(&self) -> Result<()> {
         if let Some(n) = &self.axis_names
             && n.len() != self.dims.len()
@@ -89,7 +91,55 @@ impl Shape {
                 return Err(Error::invalid("Shape", format!("dynamic axis {i} must be named")));
             }
         }
-        Ok(())
+        self.check_limits()
+    }
+
+    /// [`Shape::validate`] with errors attributed to `op` and prefixed by `what` (e.g.
+    /// `"output 0"`), keeping the kind: [`Error::Limit`] stays a limit, anything else becomes
+    /// [`Error::Invalid`].
+    pub fn validate_for(&self, op: &str, what: &str) -> Result<()> {
+        self.validate().map_err(|e| match e {
+            Error::Limit { msg, .. } => Error::limit(op, format!("{what}: {msg}")),
+            e => Error::invalid(op, format!("{what}: {e}")),
+        })
+    }
+
+    /// Checks the resource limits of [`crate::limits`]: rank at most [`limits::MAX_RANK`], and
+    /// the bytes of the product of the dims (zero-sized and dynamic dims counted as 1, so every
+    /// stride and partial product of any shape with the same nonzero dims fits as well) at most
+    /// [`limits::max_tensor_bytes`]. Errors are [`Error::Limit`] naming the shape.
+    pub fn check_limits(&self) -> Result<()> {
+        if self.rank() > limits::MAX_RANK {
+            return Err(Error::limit(
+                "Shape",
+                format!("rank {} exceeds the maximum rank {}", self.rank(), limits::MAX_RANK),
+            ));
+        }
+        let max = limits::max_tensor_bytes();
+        let bytes = self
+            .dims
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).unwrap_or(0).max(1)))
+            .and_then(|n| {
+                if self.dtype.is_packed() {
+                    Some(n.div_ceil(self.dtype.values_per_byte()))
+                } else {
+                    n.checked_mul(self.dtype.size().max(1))
+                }
+            });
+        match bytes {
+            Some(b) if b <= max => Ok(()),
+            Some(b) => Err(Error::limit(
+                "Shape",
+                format!(
+                    "shape {self} needs {b} bytes (zero dims counted as 1), more than the limit of {max} bytes per tensor"
+                ),
+            )),
+            None => Err(Error::limit(
+                "Shape",
+                format!("shape {self}: its byte size overflows usize (limit {max} bytes per tensor)"),
+            )),
+        }
     }
 
     /// Number of axes.
@@ -112,9 +162,14 @@ impl Shape {
         self.dims.contains(&DYNAMIC_DIM)
     }
 
-    /// Number of elements; `None` if dynamic.
+    /// Number of elements; `None` if dynamic. Saturates at `usize::MAX` instead of wrapping
+    /// (exact for every shape [`Shape::validate`] accepts).
     pub fn size(&self) -> Option<usize> {
-        if self.is_dynamic() { None } else { Some(self.dims.iter().map(|&d| d as usize).product()) }
+        if self.is_dynamic() {
+            None
+        } else {
+            Some(self.dims.iter().fold(1usize, |acc, &d| acc.saturating_mul(usize::try_from(d).unwrap_or(0))))
+        }
     }
 
     /// Number of elements of a shape known to be static (0 if dynamic).
@@ -122,7 +177,8 @@ impl Shape {
         self.size().unwrap_or(0)
     }
 
-    /// Storage bytes (packed dtypes use their packed size); `None` if dynamic.
+    /// Storage bytes (packed dtypes use their packed size); `None` if dynamic. Saturates at
+    /// `usize::MAX` instead of wrapping (exact for every shape [`Shape::validate`] accepts).
     pub fn byte_size(&self) -> Option<usize> {
         self.size().map(|n| self.dtype.size_for(n))
     }
@@ -178,6 +234,50 @@ mod tests {
         assert_eq!(Shape::scalar(DType::Int8).size(), Some(1));
         assert_eq!(Shape::new(DType::Int4, &[3]).byte_size(), Some(2));
         assert_eq!(Shape::new(DType::Float32, &[2, 0, 3]).size(), Some(0));
+    }
+
+    #[test]
+    fn sizes_saturate_instead_of_wrapping() {
+        // 2^62 f32 elements are 2^64 bytes: one more than usize::MAX, so the byte size saturates
+        // (it used to wrap to 0).
+        let s = Shape::new(DType::Float32, &[1 << 62]);
+        assert_eq!(s.size(), Some(1 << 62));
+        assert_eq!(s.byte_size(), Some(usize::MAX));
+        // 2^32 · 2^32 = 2^64 elements.
+        let s = Shape::new(DType::Float32, &[1 << 32, 1 << 32]);
+        assert_eq!(s.size(), Some(usize::MAX));
+        // A zero dim makes the product 0 even after a saturated partial product.
+        assert_eq!(Shape::new(DType::Float32, &[1 << 40, 1 << 40, 0]).size(), Some(0));
+        assert_eq!(Shape::new(DType::Float32, &[1 << 40, 1 << 40, 0]).byte_size(), Some(0));
+        // Exact where it fits: 3·5·7 f64 = 105 elements, 840 bytes.
+        assert_eq!(Shape::new(DType::Float64, &[3, 5, 7]).byte_size(), Some(840));
+    }
+
+    #[test]
+    fn validate_rejects_shapes_over_the_byte_limit() {
+        // Default limit isize::MAX = 2^63 − 1 bytes.
+        let ok = |dt, dims: &[i64]| Shape::new(dt, dims).validate().is_ok();
+        let limit = |dt, dims: &[i64]| matches!(Shape::new(dt, dims).validate(), Err(Error::Limit { .. }));
+        // (2^61 − 1)·4 = 2^63 − 4 bytes fit, 2^61·4 = 2^63 do not.
+        assert!(ok(DType::Float32, &[(1 << 61) - 1]));
+        assert!(limit(DType::Float32, &[1 << 61]));
+        assert!(limit(DType::Float32, &[1 << 62]));
+        assert!(limit(DType::Float32, &[1 << 32, 1 << 32]));
+        // u8: exactly 2^63 − 1 bytes is the limit itself.
+        assert!(ok(DType::Uint8, &[i64::MAX]));
+        assert!(limit(DType::Uint8, &[i64::MAX, 2]));
+        // Int4 packs two per byte: ceil((2^63 − 1)/2) = 2^62 bytes.
+        assert!(ok(DType::Int4, &[i64::MAX]));
+        // Zero dims count as 1: [0, 2^62] f32 holds nothing but its strides would overflow.
+        assert!(limit(DType::Float32, &[0, 1 << 62]));
+        assert!(ok(DType::Float32, &[0, 1 << 40]));
+        // Dynamic dims count as 1 too.
+        assert!(Shape::with_names(DType::Float32, &[-1, 1 << 62], &["b", ""]).is_err());
+        // Rank: 64 axes of size 1 are fine, 65 are not.
+        assert!(ok(DType::Float32, &[1; 64]));
+        assert!(limit(DType::Float32, &[1; 65]));
+        let e = Shape::new(DType::Float32, &[1 << 62]).validate().unwrap_err().to_string();
+        assert!(e.contains("(Float32)[4611686018427387904]"), "{e}");
     }
 
     #[test]

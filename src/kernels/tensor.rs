@@ -23,6 +23,14 @@ impl Tensor {
         Tensor { shape, data: Arc::new(AlignedBytes::zeroed(n)) }
     }
 
+    /// A zero-filled tensor, or [`Error::OutOfMemory`] (naming the shape) if the allocator
+    /// refuses its storage.
+    pub fn try_zeros(shape: Shape) -> Result<Tensor> {
+        let n = shape.byte_size().unwrap_or(0);
+        let data = AlignedBytes::try_zeroed(n).map_err(|_| Error::out_of_memory(format!("tensor {shape}"), n))?;
+        Ok(Tensor { shape, data: Arc::new(data) })
+    }
+
     /// A tensor from a typed vector (`T` must be the storage type of `shape.dtype`).
     pub fn from_vec<T: Element>(shape: Shape, data: &[T]) -> Result<Tensor> {
         if T::DTYPE != shape.dtype || shape.size() != Some(data.len()) {
@@ -61,5 +69,24 @@ impl Tensor {
     /// Mutable raw bytes (copies the data first if it is shared).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         Arc::make_mut(&mut self.data).as_bytes_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::dtype::DType;
+
+    #[test]
+    fn try_zeros_allocates_or_reports_out_of_memory() {
+        // [3, 5] i16: 15 elements of 2 bytes.
+        let t = Tensor::try_zeros(Shape::new(DType::Int16, &[3, 5])).unwrap();
+        assert_eq!((t.len(), t.bytes().len()), (15, 30));
+        assert!(t.typed::<i16>().iter().all(|&x| x == 0));
+        // 2^43 f32 elements are 2^45 bytes (32 TiB): refused by the allocator, not an abort.
+        match Tensor::try_zeros(Shape::new(DType::Float32, &[1 << 43])) {
+            Err(Error::OutOfMemory { bytes, .. }) => assert_eq!(bytes, 1 << 45),
+            other => panic!("{other:?}"),
+        }
     }
 }

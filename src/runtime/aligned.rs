@@ -21,7 +21,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+use crate::error::{Error, Result};
 use crate::ir::dtype::Element;
+use crate::ir::shape::Shape;
 
 /// The alignment of every tensor allocation, in bytes (a cache line; enough for AVX-512).
 pub const ALIGN: usize = 64;
@@ -35,25 +37,76 @@ pub const HUGE_MIN_BYTES: usize = 4 << 20;
 
 /// `n` zeroed lines. The allocation is made zeroed by the allocator (fresh pages from the
 /// operating system, untouched), so large ones can still be advised to use huge pages.
-fn zeroed_lines(n: usize) -> Vec<Line> {
-    let Ok(layout) = std::alloc::Layout::array::<Line>(n) else {
-        // More than isize::MAX bytes: let Vec report the capacity overflow.
-        return vec![Line([0; ALIGN]); n];
-    };
+/// `None` when the allocator refuses (or `n` lines exceed `isize::MAX` bytes).
+fn try_zeroed_lines(n: usize) -> Option<Vec<Line>> {
+    let layout = std::alloc::Layout::array::<Line>(n).ok()?;
     if layout.size() == 0 {
-        return Vec::new();
+        return Some(Vec::new());
     }
     // SAFETY: `layout` has a non-zero size.
     let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Line>();
     if p.is_null() {
-        std::alloc::handle_alloc_error(layout);
+        return None;
     }
     if layout.size() >= HUGE_MIN_BYTES {
         advise_huge_pages(p.cast::<u8>(), layout.size());
     }
     // SAFETY: `p` was allocated by the global allocator with the layout of `n` `Line`s (the
     // layout `Vec<Line>` uses for capacity `n`), and all its bytes are zero, a valid `Line`.
-    unsafe { Vec::from_raw_parts(p, n, n) }
+    Some(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
+/// [`try_zeroed_lines`] for infallible callers: a refused allocation aborts the process (as
+/// `Vec` does). The runtime uses the `try_` constructors instead.
+fn zeroed_lines(n: usize) -> Vec<Line> {
+    try_zeroed_lines(n).unwrap_or_else(|| match std::alloc::Layout::array::<Line>(n) {
+        Ok(layout) => std::alloc::handle_alloc_error(layout),
+        Err(_) => panic!("AlignedBytes: {n} lines of {ALIGN} bytes exceed isize::MAX bytes"),
+    })
+}
+
+/// Whether an allocation of `bytes` bytes (64-byte aligned) is possible now: the allocator is
+/// asked for it and it is freed at once, untouched (on Linux a large request is an address
+/// space reservation; an impossible one, larger than the system can ever map, is refused).
+pub fn can_allocate(bytes: usize) -> bool {
+    let Ok(layout) = std::alloc::Layout::from_size_align(bytes, ALIGN) else {
+        return false;
+    };
+    if bytes == 0 {
+        return true;
+    }
+    // SAFETY: `layout` has a non-zero size. `black_box` keeps the optimiser from eliding the
+    // unused allocation (which would make every probe succeed).
+    let p = std::hint::black_box(unsafe { std::alloc::alloc(layout) });
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: `p` was just allocated by the global allocator with `layout` and is not used.
+    unsafe { std::alloc::dealloc(p, layout) };
+    true
+}
+
+/// The output size from which [`check_outputs`] probes the allocator before a kernel runs.
+pub const PROBE_MIN_BYTES: usize = 64 << 20;
+
+/// Checks, before a kernel of `op` builds outputs of `shapes`, that each shape is within the
+/// limits of [`crate::limits`] and, when they total at least [`PROBE_MIN_BYTES`], that the
+/// allocator can provide that much ([`can_allocate`]), so that kernels which build their
+/// outputs in ordinary `Vec`s do not abort the process: [`Error::Limit`] or
+/// [`Error::OutOfMemory`] naming `op`.
+pub fn check_outputs(op: &str, shapes: &[Shape]) -> Result<()> {
+    let mut total = 0usize;
+    for s in shapes {
+        s.check_limits().map_err(|e| match e {
+            Error::Limit { msg, .. } => Error::limit(op, format!("output {msg}")),
+            other => other,
+        })?;
+        total = total.saturating_add(s.byte_size().unwrap_or(0));
+    }
+    if total >= PROBE_MIN_BYTES && !can_allocate(total) {
+        return Err(Error::out_of_memory(op, total));
+    }
+    Ok(())
 }
 
 /// Advises the kernel that the 2 MiB-aligned pages inside `[p, p + len)` may be backed by
@@ -102,7 +155,7 @@ fn pool() -> &'static Mutex<Pool> {
 
 /// A pooled allocation of exactly `lines` lines, if one is free.
 fn take_pooled(lines: usize) -> Option<Vec<Line>> {
-    if lines * ALIGN < POOL_MIN_BYTES {
+    if lines.saturating_mul(ALIGN) < POOL_MIN_BYTES {
         return None;
     }
     let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
@@ -163,7 +216,7 @@ impl std::fmt::Debug for AlignedBytes {
 }
 
 impl AlignedBytes {
-    /// `len` zero bytes.
+    /// `len` zero bytes (aborts the process if the allocator refuses; see [`Self::try_zeroed`]).
     pub fn zeroed(len: usize) -> AlignedBytes {
         let n = len.div_ceil(ALIGN);
         match take_pooled(n) {
@@ -172,6 +225,32 @@ impl AlignedBytes {
                 AlignedBytes { lines, len, pooled: true }
             }
             None => AlignedBytes { lines: zeroed_lines(n), len, pooled: true },
+        }
+    }
+
+    /// `len` zero bytes, or [`Error::OutOfMemory`] if the allocator refuses (pooled and advised
+    /// to use huge pages like [`Self::zeroed`]).
+    pub fn try_zeroed(len: usize) -> Result<AlignedBytes> {
+        let n = len.div_ceil(ALIGN);
+        match take_pooled(n) {
+            Some(mut lines) => {
+                lines.fill(Line([0; ALIGN]));
+                Ok(AlignedBytes { lines, len, pooled: true })
+            }
+            None => try_zeroed_lines(n)
+                .map(|lines| AlignedBytes { lines, len, pooled: true })
+                .ok_or_else(|| Error::out_of_memory("tensor buffer", len)),
+        }
+    }
+
+    /// [`Self::recycled`], or [`Error::OutOfMemory`] if the allocator refuses.
+    pub fn try_recycled(len: usize) -> Result<AlignedBytes> {
+        let n = len.div_ceil(ALIGN);
+        match take_pooled(n) {
+            Some(lines) => Ok(AlignedBytes { lines, len, pooled: true }),
+            None => try_zeroed_lines(n)
+                .map(|lines| AlignedBytes { lines, len, pooled: true })
+                .ok_or_else(|| Error::out_of_memory("tensor buffer", len)),
         }
     }
 
@@ -298,6 +377,29 @@ mod tests {
         let data: Vec<u32> = (0..(HUGE_MIN_BYTES / 4 + 3) as u32).collect();
         let b = AlignedBytes::from_slice(&data);
         assert_eq!(b.typed::<u32>(), &data[..]);
+    }
+
+    #[test]
+    fn impossible_allocations_are_errors() {
+        // 2^45 bytes (32 TiB) is more than any machine here can map; isize::MAX + 1 is more
+        // than any Rust allocation can describe.
+        for len in [1usize << 45, (isize::MAX as usize) + 1, usize::MAX] {
+            assert!(matches!(AlignedBytes::try_zeroed(len), Err(Error::OutOfMemory { bytes, .. }) if bytes == len));
+            assert!(matches!(AlignedBytes::try_recycled(len), Err(Error::OutOfMemory { .. })));
+            assert!(!can_allocate(len));
+        }
+        let a = AlignedBytes::try_zeroed(100).unwrap();
+        assert_eq!((a.len(), a.as_ptr() as usize % ALIGN), (100, 0));
+        assert!(a.as_bytes().iter().all(|&b| b == 0));
+        assert!(can_allocate(0) && can_allocate(4096));
+        let big = Shape::new(crate::ir::dtype::DType::Float32, &[1 << 43]);
+        match check_outputs("pad", &[big]) {
+            Err(Error::OutOfMemory { op, bytes }) => assert_eq!((op.as_str(), bytes), ("pad", 1 << 45)),
+            other => panic!("{other:?}"),
+        }
+        let over = Shape::new(crate::ir::dtype::DType::Float32, &[1 << 62]);
+        assert!(matches!(check_outputs("iota", &[over]), Err(Error::Limit { what, .. }) if what == "iota"));
+        assert!(check_outputs("add", &[Shape::new(crate::ir::dtype::DType::Float32, &[1 << 20])]).is_ok());
     }
 
     #[test]

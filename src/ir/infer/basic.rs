@@ -23,7 +23,7 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Vec<Shape>> {
                 format!("operand {i} has dtype {}, which is declared only and cannot hold data", s.dtype),
             ));
         }
-        s.validate().map_err(|e| Error::invalid(n, format!("operand {i}: {e}")))?;
+        s.validate_for(n, &format!("operand {i}"))?;
     }
     let single = |r: Result<Shape>| r.map(|s| vec![s]);
     match op {
@@ -441,7 +441,7 @@ fn where_(op: &str, cond: &Shape, t: &Shape, f: &Shape) -> Result<Shape> {
 }
 
 fn iota(op: &str, shape: &Shape, axis: usize) -> Result<Shape> {
-    shape.validate().map_err(|e| Error::invalid(op, format!("shape {shape}: {e}")))?;
+    shape.validate_for(op, &format!("shape {shape}"))?;
     check_target_dtype(op, shape.dtype)?;
     check_dtype(op, "shape", shape.dtype, Group::Ordered)?;
     if shape.is_scalar() {

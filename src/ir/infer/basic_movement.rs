@@ -167,7 +167,7 @@ pub(super) fn transpose(op: &str, x: &Shape, perm: &[usize]) -> Result<Shape> {
 /// (Whether new dynamic output axes use bound names is checked by the builder, which knows the
 /// parameters.)
 pub(super) fn broadcast_in_dim(op: &str, x: &Shape, shape: &Shape, axes: &[usize]) -> Result<Shape> {
-    shape.validate().map_err(|e| Error::invalid(op, format!("target shape {shape}: {e}")))?;
+    shape.validate_for(op, &format!("target shape {shape}"))?;
     if shape.dtype != x.dtype {
         return Err(Error::invalid(op, format!("target dtype {} differs from x dtype {}", shape.dtype, x.dtype)));
     }

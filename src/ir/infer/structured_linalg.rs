@@ -295,7 +295,7 @@ pub(super) fn rng_bit_generator(op: &str, state: &Shape, shape: &Shape) -> Resul
     if d.is_bool() || d.is_packed() || d.is_complex() || !(d.is_int() || d.is_float()) {
         bail!(op, "random values of dtype {d} are not supported (use an integer or float dtype)");
     }
-    shape.validate().map_err(|e| Error::invalid(op, format!("values shape: {e}")))?;
+    shape.validate_for(op, "values shape")?;
     if shape.is_dynamic() {
         bail!(op, "values shape {shape} must be static");
     }

@@ -170,7 +170,7 @@ fn store_vals(vals: &[Val], out: &Shape) -> Result<Tensor> {
     if dt.is_packed() {
         let (lo, hi) = packed_range(dt);
         let ints: Vec<i64> = vals.iter().map(|&v| packed_from_val(v, lo, hi)).collect();
-        let mut t = Tensor::zeros(out.clone());
+        let mut t = Tensor::try_zeros(out.clone())?;
         let bytes = pack_ints(dt, &ints);
         if t.bytes().len() != bytes.len() {
             return Err(Error::invalid(

@@ -70,7 +70,9 @@ pub(super) fn eval(op: &Op, inputs: &[Tensor], out_shapes: &[Shape]) -> Result<V
             let out = fused_attention::sdpa(&name, op, inputs, &out_shapes[0])?;
             // Any extra outputs (VJP states) are empty for this backend.
             let mut outs = vec![out];
-            outs.extend(out_shapes[1..].iter().map(|s| Tensor::zeros(s.clone())));
+            for s in &out_shapes[1..] {
+                outs.push(Tensor::try_zeros(s.clone())?);
+            }
             Ok(outs)
         }
         Op::FusedScaledDotProductAttentionVjp { .. } => {

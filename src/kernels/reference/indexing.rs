@@ -157,7 +157,7 @@ fn gather(name: &str, operand: &Tensor, indices: &Tensor, g: &GatherDims, out: &
 
     let ostrides = strides(&odims);
     let src = operand.bytes();
-    let mut t = Tensor::zeros(out.clone());
+    let mut t = Tensor::try_zeros(out.clone())?;
     let bytes = t.bytes_mut();
     let mut start = vec![0i64; r];
     let mut batch = vec![0usize; batch_out_axes.len()];

@@ -254,7 +254,7 @@ fn rng_bit_generator(name: &str, state: &Tensor, state_out: &Shape, values: &Sha
     for i in 0..nblocks {
         stream.extend_from_slice(&philox_block(counter.wrapping_add(i as u128), key));
     }
-    let mut t = Tensor::zeros(values.clone());
+    let mut t = Tensor::try_zeros(values.clone())?;
     let bytes = t.bytes_mut();
     for j in 0..n {
         match bits {

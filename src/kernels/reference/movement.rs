@@ -13,7 +13,7 @@ use crate::ir::op::{Op, PadAxis};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 
-use util::{arg, elem_size, expect_dims, for_each_index, from_i64_vec, out_shape, scalar_index, strides};
+use util::{arg, elem_size, expect_dims, for_each_index, from_i64_fn, from_i64_vec, out_shape, scalar_index, strides};
 
 pub(super) fn eval(op: &Op, inputs: &[Tensor], out_shapes: &[Shape]) -> Result<Vec<Tensor>> {
     let name = op.op_type().to_string();
@@ -68,20 +68,35 @@ fn map_elements(
     src: &[u8],
     fill: &[u8],
     mut f: impl FnMut(&[usize]) -> Option<usize>,
-) -> Tensor {
-    let mut out = Tensor::zeros(shape.clone());
+) -> Result<Tensor> {
+    let mut out = Tensor::try_zeros(shape.clone())?;
     let dims = shape.udims();
     let bytes = out.bytes_mut();
     let mut o = 0;
+    let mut bad = None;
     for_each_index(&dims, |idx| {
-        let dst = &mut bytes[o * esize..(o + 1) * esize];
-        match f(idx) {
-            Some(i) => dst.copy_from_slice(&src[i * esize..(i + 1) * esize]),
-            None => dst.copy_from_slice(fill),
+        let Some(dst) = bytes.get_mut(o * esize..(o + 1) * esize) else {
+            bad = bad.or(Some(o));
+            return;
+        };
+        let from = match f(idx) {
+            Some(i) => i.checked_mul(esize).and_then(|a| src.get(a..a.checked_add(esize)?)),
+            None => Some(fill),
+        };
+        match from {
+            Some(b) if b.len() == esize => dst.copy_from_slice(b),
+            _ => bad = bad.or(Some(o)),
         }
         o += 1;
     });
-    out
+    match bad {
+        // Operand data shorter than its shape (an unverified module's constant): an error.
+        Some(o) => Err(Error::invalid(
+            "movement",
+            format!("output element {o} of {shape} reads outside its operand ({} bytes)", src.len()),
+        )),
+        None => Ok(out),
+    }
 }
 
 fn reshape(name: &str, x: &Tensor, out: &Shape) -> Result<Tensor> {
@@ -102,7 +117,7 @@ fn transpose(name: &str, x: &Tensor, perm: &[usize], out: &Shape) -> Result<Tens
     expect_dims(name, "output", out, &out_dims)?;
     let st = strides(&dims);
     let pst: Vec<usize> = perm.iter().map(|&p| st[p]).collect();
-    Ok(map_elements(out, esize, x.bytes(), &[], |idx| Some(idx.iter().zip(&pst).map(|(i, s)| i * s).sum())))
+    map_elements(out, esize, x.bytes(), &[], |idx| Some(idx.iter().zip(&pst).map(|(i, s)| i * s).sum()))
 }
 
 fn broadcast_in_dim(name: &str, x: &Tensor, axes: &[usize], out: &Shape) -> Result<Tensor> {
@@ -125,9 +140,9 @@ fn broadcast_in_dim(name: &str, x: &Tensor, axes: &[usize], out: &Shape) -> Resu
         }
     }
     let st = strides(&dims);
-    Ok(map_elements(out, esize, x.bytes(), &[], |idx| {
+    map_elements(out, esize, x.bytes(), &[], |idx| {
         Some((0..dims.len()).map(|i| if dims[i] == 1 { 0 } else { idx[axes[i]] * st[i] }).sum())
-    }))
+    })
 }
 
 fn concatenate(name: &str, inputs: &[Tensor], axis: usize, out: &Shape) -> Result<Tensor> {
@@ -162,7 +177,7 @@ fn concatenate(name: &str, inputs: &[Tensor], axis: usize, out: &Shape) -> Resul
             bytes.extend_from_slice(&x.bytes()[o * block..(o + 1) * block]);
         }
     }
-    let mut t = Tensor::zeros(out.clone());
+    let mut t = Tensor::try_zeros(out.clone())?;
     t.bytes_mut().copy_from_slice(&bytes);
     Ok(t)
 }
@@ -192,9 +207,9 @@ fn slice(name: &str, x: &Tensor, starts: &[i64], limits: &[i64], steps: &[i64], 
     }
     expect_dims(name, "output", out, &out_dims)?;
     let st = strides(&dims);
-    Ok(map_elements(out, esize, x.bytes(), &[], |idx| {
+    map_elements(out, esize, x.bytes(), &[], |idx| {
         Some((0..rank).map(|a| (starts[a] as usize + idx[a] * step[a]) * st[a]).sum())
-    }))
+    })
 }
 
 /// Adjusted dynamic start (§9): negative → +dim, then clamped to `[0, dim − size]`.
@@ -230,9 +245,9 @@ fn dynamic_slice(name: &str, inputs: &[Tensor], sizes: &[i64], out: &Shape) -> R
     expect_dims(name, "output", out, &sizes)?;
     let starts = dynamic_starts(name, inputs, 1, &dims, &sizes)?;
     let st = strides(&dims);
-    Ok(map_elements(out, esize, x.bytes(), &[], |idx| {
+    map_elements(out, esize, x.bytes(), &[], |idx| {
         Some(idx.iter().enumerate().map(|(a, &i)| (starts[a] + i) * st[a]).sum())
-    }))
+    })
 }
 
 fn dynamic_update_slice(name: &str, inputs: &[Tensor], out: &Shape) -> Result<Tensor> {
@@ -280,7 +295,7 @@ fn pad(name: &str, x: &Tensor, fill: &Tensor, axes: &[PadAxis], out: &Shape) -> 
     }
     expect_dims(name, "output", out, &out_dims)?;
     let st = strides(&dims);
-    Ok(map_elements(out, esize, x.bytes(), fill.bytes(), |idx| {
+    map_elements(out, esize, x.bytes(), fill.bytes(), |idx| {
         let mut src = 0;
         for (a, &o) in idx.iter().enumerate() {
             let p = o as i64 - cfg[a].start;
@@ -291,7 +306,7 @@ fn pad(name: &str, x: &Tensor, fill: &Tensor, axes: &[PadAxis], out: &Shape) -> 
             src += (p / step) as usize * st[a];
         }
         Some(src)
-    }))
+    })
 }
 
 fn reverse(name: &str, x: &Tensor, axes: &[usize], out: &Shape) -> Result<Tensor> {
@@ -303,9 +318,9 @@ fn reverse(name: &str, x: &Tensor, axes: &[usize], out: &Shape) -> Result<Tensor
         *rev.get_mut(a).ok_or_else(|| Error::invalid(name, format!("axis {a} out of range for {}", x.shape)))? = true;
     }
     let st = strides(&dims);
-    Ok(map_elements(out, esize, x.bytes(), &[], |idx| {
+    map_elements(out, esize, x.bytes(), &[], |idx| {
         Some((0..dims.len()).map(|a| if rev[a] { dims[a] - 1 - idx[a] } else { idx[a] } * st[a]).sum())
-    }))
+    })
 }
 
 fn iota(name: &str, axis: usize, out: &Shape) -> Result<Tensor> {
@@ -317,9 +332,10 @@ fn iota(name: &str, axis: usize, out: &Shape) -> Result<Tensor> {
     if axis >= dims.len() {
         return Err(Error::invalid(name, format!("axis {axis} out of range for {out}")));
     }
-    let mut vals = Vec::with_capacity(out.num_elements());
-    for_each_index(&dims, |idx| vals.push(idx[axis] as i64));
-    from_i64_vec(name, out, &vals, false)
+    // Flat index i has coordinate (i / inner) % dims[axis] on `axis`, inner = Π dims[axis+1..].
+    let inner = dims[axis + 1..].iter().fold(1usize, |a, &d| a.saturating_mul(d));
+    let (inner, len) = (inner.max(1), dims[axis].max(1));
+    from_i64_fn(name, out, out.num_elements(), |i| ((i / inner) % len) as i64, false)
 }
 
 #[cfg(test)]

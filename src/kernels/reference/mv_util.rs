@@ -166,11 +166,15 @@ pub(crate) fn to_c64_vec(op: &str, t: &Tensor) -> Result<Vec<Complex64>> {
 }
 
 fn build<T: Element>(op: &str, shape: &Shape, n: usize, f: impl Fn(usize) -> T) -> Result<Tensor> {
-    if shape.size() != Some(n) {
-        return Err(Error::invalid(op, format!("{n} result values for output shape {shape}")));
+    if shape.size() != Some(n) || T::DTYPE != shape.dtype {
+        return Err(Error::invalid(op, format!("{n} {} result values for output shape {shape}", T::DTYPE)));
     }
-    let data: Vec<T> = (0..n).map(f).collect();
-    Tensor::from_vec(shape.clone(), &data)
+    // Written in place: the output is the only allocation, at the dtype's own size.
+    let mut t = Tensor::try_zeros(shape.clone())?;
+    for (i, x) in t.typed_mut::<T>().iter_mut().enumerate() {
+        *x = f(i);
+    }
+    Ok(t)
 }
 
 /// Converts `f64` values to a tensor of `shape` (§9: floats→ints saturate with NaN→0, BF16 via f32, F16 rounded
@@ -211,19 +215,30 @@ pub(crate) fn from_f32_vec(op: &str, shape: &Shape, v: &[f32]) -> Result<Tensor>
 /// Converts integer values to a tensor of `shape`: ints wrap (two's complement truncation), floats round to
 /// nearest (BF16 via f32). `unsigned` says whether the `i64`s hold `u64` bit patterns.
 pub(crate) fn from_i64_vec(op: &str, shape: &Shape, v: &[i64], unsigned: bool) -> Result<Tensor> {
-    let n = v.len();
-    let f = |i: usize| if unsigned { v[i] as u64 as f64 } else { v[i] as f64 };
-    let f32_of = |i: usize| if unsigned { v[i] as u64 as f32 } else { v[i] as f32 };
+    from_i64_fn(op, shape, v.len(), |i| v[i], unsigned)
+}
+
+/// [`from_i64_vec`] of the `n` values `g(0..n)`, computed while the output is written (no
+/// intermediate vector).
+pub(crate) fn from_i64_fn(
+    op: &str,
+    shape: &Shape,
+    n: usize,
+    g: impl Fn(usize) -> i64,
+    unsigned: bool,
+) -> Result<Tensor> {
+    let f = |i: usize| if unsigned { g(i) as u64 as f64 } else { g(i) as f64 };
+    let f32_of = |i: usize| if unsigned { g(i) as u64 as f32 } else { g(i) as f32 };
     match shape.dtype {
-        DType::Bool => build(op, shape, n, |i| v[i] != 0),
-        DType::Int8 => build(op, shape, n, |i| v[i] as i8),
-        DType::Int16 => build(op, shape, n, |i| v[i] as i16),
-        DType::Int32 => build(op, shape, n, |i| v[i] as i32),
-        DType::Int64 => build(op, shape, n, |i| v[i]),
-        DType::Uint8 => build(op, shape, n, |i| v[i] as u8),
-        DType::Uint16 => build(op, shape, n, |i| v[i] as u16),
-        DType::Uint32 => build(op, shape, n, |i| v[i] as u32),
-        DType::Uint64 => build(op, shape, n, |i| v[i] as u64),
+        DType::Bool => build(op, shape, n, |i| g(i) != 0),
+        DType::Int8 => build(op, shape, n, |i| g(i) as i8),
+        DType::Int16 => build(op, shape, n, |i| g(i) as i16),
+        DType::Int32 => build(op, shape, n, |i| g(i) as i32),
+        DType::Int64 => build(op, shape, n, &g),
+        DType::Uint8 => build(op, shape, n, |i| g(i) as u8),
+        DType::Uint16 => build(op, shape, n, |i| g(i) as u16),
+        DType::Uint32 => build(op, shape, n, |i| g(i) as u32),
+        DType::Uint64 => build(op, shape, n, |i| g(i) as u64),
         DType::Float16 => build(op, shape, n, |i| f16::from_f64(f(i))),
         DType::BFloat16 => build(op, shape, n, |i| bf16::from_f32(f32_of(i))),
         DType::Float32 => build(op, shape, n, f32_of),

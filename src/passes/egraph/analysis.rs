@@ -141,7 +141,7 @@ pub fn splat_value(shape: &Shape, data: &ConstData) -> Option<f64> {
     }
     let size = shape.dtype.size();
     let bytes = data.0.as_slice();
-    if bytes.len() != n * size {
+    if shape.byte_size() != Some(bytes.len()) {
         return None;
     }
     let first = &bytes[..size];
@@ -151,7 +151,7 @@ pub fn splat_value(shape: &Shape, data: &ConstData) -> Option<f64> {
 /// All elements of a constant as f64, in row-major order (None if undecodable).
 pub fn values(shape: &Shape, data: &ConstData) -> Option<Vec<f64>> {
     let n = shape.size()?;
-    if shape.dtype.is_packed() || data.0.len() != n * shape.dtype.size() {
+    if shape.dtype.is_packed() || shape.byte_size() != Some(data.0.len()) {
         return None;
     }
     (0..n).map(|i| element(shape.dtype, &data.0, i)).collect()

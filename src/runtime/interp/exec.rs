@@ -75,7 +75,7 @@ impl Executable for InterpExecutable {
         })?;
         let mut ctx = Ctx { plan: &plan, env: vec![None; plan.module.values.len()], bindings, depth: 0 };
         let outs = ctx.run_function(plan.module.main, args)?;
-        Ok(outs.into_iter().map(|t| Buffer::from_storage(t.shape, t.data)).collect())
+        outs.into_iter().map(|t| Buffer::from_storage(t.shape, t.data)).collect()
     }
 
     fn finalize(&self) {
@@ -302,6 +302,7 @@ impl Ctx<'_> {
         } else {
             (Cow::Borrowed(&node.op), Cow::Borrowed(np.out_shapes.as_slice()))
         };
+        crate::runtime::aligned::check_outputs(&op.op_type().to_string(), &out_shapes)?;
         let outs = crate::kernels::reference::eval(&op, inputs, &out_shapes)?;
         if outs.len() != out_shapes.len() {
             return Err(internal(format!(
@@ -355,7 +356,7 @@ impl Ctx<'_> {
         }
         let total = x.len() as i64;
         if let Some(j) = inferred {
-            let known: i64 = dims.iter().filter(|&&d| d >= 0).product();
+            let known = dims.iter().filter(|&&d| d >= 0).try_fold(1i64, |a, &d| a.checked_mul(d)).unwrap_or(0);
             if known == 0 || total % known != 0 {
                 return Err(Error::invalid(
                     name,
@@ -374,7 +375,7 @@ impl Ctx<'_> {
 /// Zero-copy reshape of `x` to `dims` (row-major data is unchanged); checks the element count.
 fn reshape(name: &str, x: Tensor, dims: &[i64]) -> Result<Tensor> {
     let shape = Shape::new(x.shape.dtype, dims);
-    if shape.dims.iter().any(|&d| d < 0) || shape.size() != Some(x.len()) {
+    if shape.dims.iter().any(|&d| d < 0) || shape.size() != Some(x.len()) || shape.check_limits().is_err() {
         return Err(Error::invalid(name, format!("cannot reshape {} ({} elements) to {shape}", x.shape, x.len())));
     }
     Ok(Tensor { shape, data: x.data })

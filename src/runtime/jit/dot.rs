@@ -601,7 +601,7 @@ impl FastKernel for GemmKernel {
             return Err(Error::invalid(op, format!("result shape {shape} does not match the product's dims {dims:?}")));
         }
         shape.dims = dims;
-        let mut out = Tensor::zeros(shape);
+        let mut out = Tensor::try_zeros(shape)?;
         let threads = pool.map_or(1, |p| p.current_num_threads());
         match pool {
             Some(p) => p.install(|| self.compute(&g, inputs, &mut out, threads))?,

@@ -113,7 +113,7 @@ impl Executable for JitExecutable {
             .iter()
             .map(|&v| {
                 let t = ex.env[v.index()].clone().ok_or_else(|| internal(format!("output {v} was not computed")))?;
-                Ok(Buffer::from_storage(t.shape, t.data))
+                Buffer::from_storage(t.shape, t.data)
             })
             .collect()
     }
@@ -271,6 +271,7 @@ fn run_kernel(plan: &Plan, s: &KernelStep, env: &mut [Option<Tensor>], pool: Opt
         })
         .collect::<Result<Vec<_>>>()?;
     let at = |e: Error| annotate(e, &plan.module, s.node);
+    crate::runtime::aligned::check_outputs(&s.op.op_type().to_string(), &s.out_shapes).map_err(at)?;
     let outs = match &s.fast {
         Some(k) => k.run(&inputs, &s.out_shapes, pool),
         None => crate::kernels::reference::eval(&s.op, &inputs, &s.out_shapes),

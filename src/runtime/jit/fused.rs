@@ -197,10 +197,10 @@ fn as_f32<'a>(name: &str, t: &'a Tensor) -> Result<Cow<'a, [f32]>> {
 /// must overwrite) and returns it as a tensor of `shape` (rounded once for the half types).
 fn with_output(name: &str, shape: &Shape, zero: bool, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<Tensor> {
     let mut out = if zero || shape.dtype != DType::Float32 {
-        Tensor::zeros(shape.clone())
+        Tensor::try_zeros(shape.clone())?
     } else {
         let bytes = shape.byte_size().unwrap_or(0);
-        Tensor { shape: shape.clone(), data: Arc::new(AlignedBytes::recycled(bytes)) }
+        Tensor { shape: shape.clone(), data: Arc::new(AlignedBytes::try_recycled(bytes)?) }
     };
     match shape.dtype {
         DType::Float32 => {

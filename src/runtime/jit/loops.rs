@@ -143,7 +143,8 @@ pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&r
                     .byte_size()
                     .ok_or_else(|| internal(format!("loop output {} has no static size", s.outputs[j])))?;
                 // The kernel writes every element of every output, so stale pooled bytes are fine.
-                let mut b = AlignedBytes::recycled(bytes);
+                let mut b = AlignedBytes::try_recycled(bytes)
+                    .map_err(|_| Error::out_of_memory(format!("loop output {}", s.outputs[j]), bytes))?;
                 out_ptrs.push(b.as_mut_ptr());
                 fresh.push(Some(b));
             }
