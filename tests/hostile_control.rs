@@ -304,7 +304,7 @@ func @main(%0 "x": f32[4], %1 "n": i32[]) {
         // When its result is used, the same bad size is still an error naming the op.
         let exe = compile(config, live);
         let e = exe.execute(&[&x, &i32s(7)], &[]).err().unwrap_or_else(|| panic!("{config}: no error"));
-        assert!(e.to_string().contains("dynamic_reshape"), "{config}: {e}");
+        assert!(e.to_string().contains("DynamicReshape"), "{config}: {e}");
         // 1 + 2 + 3 − 4 = 2 with a valid size.
         let out = exe.execute(&[&x, &i32s(2)], &[]).unwrap();
         assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![2.0], "{config}");
@@ -330,7 +330,7 @@ func @main(%0 "x": f32[0,4], %1 "n": i32[]) {
         assert!(out[0].to_vec::<f32>().unwrap().is_empty());
         // A negative size is still rejected, naming the op.
         let e = exe.execute(&[&x, &i32s(-1)], &[]).err().unwrap_or_else(|| panic!("{config}: no error"));
-        assert!(e.to_string().contains("dynamic_reshape"), "{config}: {e}");
+        assert!(e.to_string().contains("DynamicReshape"), "{config}: {e}");
     }
 }
 
