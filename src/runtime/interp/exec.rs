@@ -32,6 +32,8 @@ const MAX_DEPTH: usize = 200;
 pub struct InterpExecutable {
     plan: FinalizeSlot<Plan>,
     sig: Signature,
+    /// Most iterations one `while` may run (`while_limit=N`); `None`: unbounded.
+    while_limit: Option<u64>,
 }
 
 impl InterpExecutable {
@@ -39,7 +41,14 @@ impl InterpExecutable {
     pub fn new(module: crate::ir::module::Module) -> Result<InterpExecutable> {
         let plan = Plan::new(module)?;
         let sig = Signature::of(&plan.module)?;
-        Ok(InterpExecutable { plan: FinalizeSlot::new(plan), sig })
+        Ok(InterpExecutable { plan: FinalizeSlot::new(plan), sig, while_limit: None })
+    }
+
+    /// Caps every `while` of this executable at `limit` iterations (the `while_limit` backend
+    /// option): one more is an [`Error::Limit`] naming the while node.
+    pub fn with_while_limit(mut self, limit: Option<u64>) -> InterpExecutable {
+        self.while_limit = limit;
+        self
     }
 
     fn plan(&self) -> Result<Arc<Plan>> {
@@ -60,7 +69,7 @@ impl Executable for InterpExecutable {
         &self.sig.output_shapes
     }
 
-    fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], _opts: &ExecOptions) -> Result<Vec<Buffer>> {
+    fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], opts: &ExecOptions) -> Result<Vec<Buffer>> {
         let plan = self.plan()?;
         // The dynamic axes are bound before any buffer is taken, so a rejected call donates
         // nothing.
@@ -73,7 +82,15 @@ impl Executable for InterpExecutable {
             }
             Ok(())
         })?;
-        let mut ctx = Ctx { plan: &plan, env: vec![None; plan.module.values.len()], bindings, depth: 0 };
+        let mut ctx = Ctx {
+            plan: &plan,
+            env: vec![None; plan.module.values.len()],
+            bindings,
+            depth: 0,
+            opts,
+            bounded: !opts.is_unbounded(),
+            while_limit: self.while_limit,
+        };
         let outs = ctx.run_function(plan.module.main, args)?;
         outs.into_iter().map(|t| Buffer::from_storage(t.shape, t.data)).collect()
     }
@@ -83,14 +100,47 @@ impl Executable for InterpExecutable {
     }
 }
 
-/// Adds the node and function to an error message, keeping its kind.
-fn annotate(e: Error, m: &Module, f: FuncId, n: NodeId) -> Error {
-    let at = format!("(at node {n} in {})", m.func_label(f));
+/// How a location starts in an error message.
+const AT: &str = " (at node ";
+
+/// Adds where an error happened to its message, keeping its kind and a bounded length: the
+/// innermost node `n` of function `f`, `nesting` levels below main, is recorded once (with that
+/// depth); the node of main it was reached from is added at the outermost level; the levels in
+/// between add nothing (an error raised 200 closures deep stays one short line).
+pub(crate) fn locate(e: Error, m: &Module, f: FuncId, n: NodeId, nesting: usize) -> Error {
+    let add = |msg: String| {
+        if !msg.contains(AT) {
+            let depth = if nesting == 0 { String::new() } else { format!(", {nesting} levels below main") };
+            format!("{msg}{AT}{n} in {}{depth})", m.func_label(f))
+        } else if nesting == 0 {
+            format!("{msg} (reached from node {n} in {})", m.func_label(f))
+        } else {
+            msg
+        }
+    };
     match e {
-        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("{msg} {at}") },
-        Error::NotImplemented { op, msg } => Error::NotImplemented { op, msg: format!("{msg} {at}") },
-        Error::Execution(msg) => Error::Execution(format!("{msg} {at}")),
+        Error::Invalid { op, msg } => Error::Invalid { op, msg: add(msg) },
+        Error::NotImplemented { op, msg } => Error::NotImplemented { op, msg: add(msg) },
+        Error::Execution(msg) => Error::Execution(add(msg)),
         other => other,
+    }
+}
+
+/// Counts one more iteration of the while node `n` (in `f`) against `limit`.
+pub(crate) fn count_iteration(
+    iterations: &mut u64,
+    limit: Option<u64>,
+    m: &Module,
+    f: FuncId,
+    n: NodeId,
+) -> Result<()> {
+    *iterations += 1;
+    match limit {
+        Some(max) if *iterations > max => Err(Error::limit(
+            format!("while (node {n} in {})", m.func_label(f)),
+            format!("more than {max} iterations (while_limit={max})"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -108,6 +158,12 @@ pub(crate) fn scalar_bool(op: OpType, what: &str, t: &Tensor) -> Result<bool> {
 
 /// The state of one execution.
 struct Ctx<'p> {
+    /// Deadline and cancellation of this execution.
+    opts: &'p ExecOptions,
+    /// Whether `opts` sets anything (checked between nodes and at every iteration).
+    bounded: bool,
+    /// Most iterations per `while`.
+    while_limit: Option<u64>,
     plan: &'p Plan,
     /// Live tensors by value id (values of every function on the current call path).
     env: Vec<Option<Tensor>>,
@@ -134,6 +190,9 @@ impl Ctx<'_> {
                 format!("{} arguments for {} parameters", args.len(), fd.params.len()),
             ));
         }
+        if self.bounded {
+            self.opts.check()?;
+        }
         if self.depth >= MAX_DEPTH {
             return Err(Error::Execution(format!(
                 "calls nested deeper than {MAX_DEPTH} levels in {} (recursive functions?)",
@@ -159,8 +218,17 @@ impl Ctx<'_> {
                 self.env[p.index()] = Some(t);
             }
         }
+        let nesting = self.depth - 1;
         for (pos, &n) in fd.body.iter().enumerate() {
-            self.run_node(f, pos, n).map_err(|e| annotate(e, m, f, n))?;
+            if self.bounded {
+                self.opts.check()?;
+            }
+            if !plan.nodes[n.index()].live {
+                // Nothing reads its results (every op is pure): not run, as the jit's DCE would
+                // remove it. Its operands' last uses are elsewhere, so nothing is dropped here.
+                continue;
+            }
+            self.run_node(f, pos, n).map_err(|e| locate(e, m, f, n, nesting))?;
         }
         let outputs = fd.outputs.as_deref().unwrap_or(&[]);
         let result = outputs.iter().map(|&v| self.get(v)).collect::<Result<Vec<_>>>()?;
@@ -203,12 +271,17 @@ impl Ctx<'_> {
             Op::Call { func } => self.run_function(*func, inputs)?,
             Op::While { cond, body } => {
                 let mut state = inputs;
+                let mut iterations = 0;
                 loop {
+                    if self.bounded {
+                        self.opts.check()?;
+                    }
                     let c = self.run_function(*cond, state.clone())?;
                     let go = c.first().ok_or_else(|| Error::invalid(name.to_string(), "condition returned nothing"))?;
                     if !scalar_bool(name, "the condition's result", go)? {
                         break;
                     }
+                    count_iteration(&mut iterations, self.while_limit, m, f, n)?;
                     state = self.run_function(*body, state)?;
                 }
                 state
@@ -338,8 +411,9 @@ impl Ctx<'_> {
                         .next()
                         .ok_or_else(|| Error::invalid(name, format!("missing the size operand of axis {axis:?}")))?;
                     let v = dynamic::scalar_i64(name, &format!("size of axis {axis:?}"), t)?;
-                    if v <= 0 {
-                        return Err(Error::invalid(name, format!("size of axis {axis:?} must be positive, got {v}")));
+                    // 0 is a valid size (static zero-sized axes are supported too).
+                    if v < 0 {
+                        return Err(Error::invalid(name, format!("size of axis {axis:?} is negative: {v}")));
                     }
                     dims.push(v);
                     new_names.push((axis.clone(), j));

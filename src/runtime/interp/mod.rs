@@ -2,10 +2,11 @@
 //! kernels of [`crate::kernels::reference`]. It is the semantic oracle of the other backends and
 //! the portable fallback (no JIT, no `unsafe`).
 //!
-//! Options (the part after `interp:` in the config string): `parallelism=N` and
-//! `ops_sequential` are accepted for compatibility with the other backends' configs; the
-//! interpreter runs each execution sequentially on the calling thread (concurrent `execute`
-//! calls on one executable run in parallel).
+//! Options (the part after `interp:` in the config string): `parallelism=N` (at most
+//! [`crate::limits::MAX_THREADS`]) and `ops_sequential` are accepted for compatibility with the
+//! other backends' configs; the interpreter runs each execution sequentially on the calling
+//! thread (concurrent `execute` calls on one executable run in parallel). `while_limit=N` caps
+//! every `while` at N iterations (one more is an [`Error::Limit`] naming the node).
 
 mod dynamic;
 mod exec;
@@ -26,7 +27,7 @@ use crate::ir::module::Module;
 use crate::ir::optype::{ALL_OP_TYPES, OpType};
 
 pub use exec::InterpExecutable;
-pub(crate) use exec::scalar_bool;
+pub(crate) use exec::{count_iteration, locate, scalar_bool};
 pub(crate) use plan::captures;
 pub(crate) use sort::sort;
 
@@ -34,7 +35,34 @@ pub(crate) use sort::sort;
 pub const NAME: &str = "interp";
 
 /// The options accepted in the config string.
-pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential"];
+pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "while_limit"];
+
+/// Parses the `while_limit=N` option of `backend` (a non-negative integer: the most iterations
+/// one `while` may run).
+pub(crate) fn parse_while_limit(backend: &str, v: Option<&str>) -> Result<u64> {
+    v.and_then(|n| n.parse::<u64>().ok()).ok_or_else(|| {
+        Error::Config(format!(
+            "backend {backend:?}: while_limit needs a non-negative integer (while_limit=N), got {:?}",
+            v.unwrap_or("")
+        ))
+    })
+}
+
+/// Parses the `parallelism=N` option of `backend`: 1 to [`crate::limits::MAX_THREADS`].
+pub(crate) fn parse_parallelism(backend: &str, v: Option<&str>) -> Result<usize> {
+    let max = crate::limits::MAX_THREADS;
+    match v.map(|v| v.parse::<usize>()) {
+        Some(Ok(n)) if (1..=max).contains(&n) => Ok(n),
+        Some(Ok(n)) if n > max => {
+            Err(Error::Config(format!("backend {backend:?}: parallelism={n} exceeds the limit of {max} threads")))
+        }
+        None => Err(Error::Config(format!("backend {backend:?}: parallelism needs a value (parallelism=N)"))),
+        _ => Err(Error::Config(format!(
+            "backend {backend:?}: parallelism must be a positive integer (at most {max}), got {:?}",
+            v.unwrap_or("")
+        ))),
+    }
+}
 
 /// Op types this backend does not execute: legacy/internal kinds without a builder method,
 /// collectives other than AllReduce, and the attention VJP (no reference kernel).
@@ -65,6 +93,8 @@ pub struct InterpBackend {
     me: Weak<InterpBackend>,
     caps: Capabilities,
     parallelism: Option<usize>,
+    /// Most iterations per `while` (`while_limit`).
+    while_limit: Option<u64>,
     config: String,
     finalized: AtomicBool,
 }
@@ -74,19 +104,11 @@ impl InterpBackend {
     /// Unknown options are an error listing the valid ones.
     pub fn new(config: &str) -> Result<Arc<InterpBackend>> {
         let mut parallelism = None;
+        let mut while_limit = None;
         for opt in parse_config(NAME, config, OPTIONS)? {
             match (opt.key.as_str(), opt.value.as_deref()) {
-                ("parallelism", Some(v)) => match v.parse::<usize>() {
-                    Ok(n) if n >= 1 => parallelism = Some(n),
-                    _ => {
-                        return Err(Error::Config(format!(
-                            "backend {NAME:?}: parallelism must be a positive integer, got {v:?}"
-                        )));
-                    }
-                },
-                ("parallelism", None) => {
-                    return Err(Error::Config(format!("backend {NAME:?}: parallelism needs a value (parallelism=N)")));
-                }
+                ("parallelism", v) => parallelism = Some(parse_parallelism(NAME, v)?),
+                ("while_limit", v) => while_limit = Some(parse_while_limit(NAME, v)?),
                 ("ops_sequential", None) => {}
                 (key, Some(v)) => {
                     return Err(Error::Config(format!("backend {NAME:?}: option {key:?} takes no value, got {v:?}")));
@@ -98,6 +120,7 @@ impl InterpBackend {
             me: me.clone(),
             caps: capabilities(),
             parallelism,
+            while_limit,
             config: config.to_string(),
             finalized: AtomicBool::new(false),
         }))
@@ -138,7 +161,7 @@ impl Backend for InterpBackend {
         if self.is_finalized() {
             return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
         }
-        Ok(Arc::new(InterpExecutable::new(module)?))
+        Ok(Arc::new(InterpExecutable::new(module)?.with_while_limit(self.while_limit)))
     }
 
     fn finalize(&self) {
@@ -163,6 +186,11 @@ mod tests {
         assert!(InterpBackend::new("parallelism=0").is_err());
         assert!(InterpBackend::new("parallelism=x").is_err());
         assert!(InterpBackend::new("parallelism").is_err());
+        assert!(InterpBackend::new("parallelism=1024,while_limit=0").is_ok());
+        let e = InterpBackend::new("parallelism=100000").err().unwrap().to_string();
+        assert!(e.contains("100000") && e.contains("1024"), "{e}");
+        assert!(InterpBackend::new("while_limit").is_err());
+        assert!(InterpBackend::new("while_limit=-1").is_err());
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub(super) struct NodePlan {
     pub out_shapes: Vec<Shape>,
     /// Whether each output is read later (or returned); unread outputs are not stored.
     pub keep: Vec<bool>,
+    /// Whether the node runs at all: some result is read by a node that runs or returned (every
+    /// op is pure, so a node nothing reads is skipped, as the jit's dead-code elimination
+    /// removes it; both backends then agree on a run-time error in dead code).
+    pub live: bool,
     /// The payload of a Constant node, ready to share.
     pub constant: Option<Arc<AlignedBytes>>,
 }
@@ -166,7 +170,25 @@ impl Plan {
                     };
                 }
             };
+            let outputs: BTreeSet<ValueId> = fd.outputs.iter().flatten().copied().collect();
+            // Live nodes, from the end: a node is live when a live node (or a callee it runs)
+            // reads one of its results or it is returned.
+            let mut needed = outputs.clone();
+            let mut live = vec![false; fd.body.len()];
+            for (pos, &n) in fd.body.iter().enumerate().rev() {
+                let node = m.node(n);
+                if node.outputs.is_empty() || node.outputs.iter().any(|v| needed.contains(v)) {
+                    live[pos] = true;
+                    needed.extend(node.inputs.iter().copied());
+                    for c in node.op.callees() {
+                        needed.extend(captures(m, c, &mut memo, &mut busy));
+                    }
+                }
+            }
             for (pos, &n) in fd.body.iter().enumerate() {
+                if !live[pos] {
+                    continue;
+                }
                 let node = m.node(n);
                 for &v in &node.inputs {
                     touch(v, pos, false, &mut last);
@@ -177,7 +199,6 @@ impl Plan {
                     }
                 }
             }
-            let outputs: BTreeSet<ValueId> = fd.outputs.iter().flatten().copied().collect();
             let used = |v: ValueId, last: &Vec<Option<(usize, bool)>>| {
                 outputs.contains(&v) || last.get(v.index()).copied().flatten().is_some()
             };
@@ -194,9 +215,10 @@ impl Plan {
             }
             let param_used = fd.params.iter().map(|&p| used(p, &last)).collect();
             let dynamic_params = fd.params.iter().any(|&p| m.shape(p).is_dynamic());
-            for &n in &fd.body {
+            for (pos, &n) in fd.body.iter().enumerate() {
                 let node = m.node(n);
                 let np = &mut nodes[n.index()];
+                np.live = live[pos];
                 np.keep = node.outputs.iter().map(|&v| used(v, &last)).collect();
                 np.out_shapes = node.outputs.iter().map(|&v| unnamed(m.shape(v))).collect();
                 np.dynamic = node.inputs.iter().chain(&node.outputs).any(|&v| m.shape(v).is_dynamic())

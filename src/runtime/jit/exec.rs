@@ -12,13 +12,13 @@ use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed
 use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
 use crate::error::{Error, Result};
-use crate::ir::module::{FuncId, Module, NodeId};
+use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::Op;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 use crate::runtime::aligned::AlignedBytes;
 use crate::runtime::interp::InterpExecutable;
-use crate::runtime::interp::scalar_bool;
+use crate::runtime::interp::{count_iteration, locate, scalar_bool};
 
 /// What an executable runs.
 pub(crate) enum Runner {
@@ -33,11 +33,14 @@ pub(crate) enum Runner {
 pub struct JitExecutable {
     runner: FinalizeSlot<Runner>,
     sig: Signature,
+    /// Most iterations one `while` may run (`while_limit=N`); `None`: unbounded.
+    while_limit: Option<u64>,
 }
 
 impl JitExecutable {
-    pub(crate) fn new(runner: Runner, sig: Signature) -> Self {
-        JitExecutable { runner: FinalizeSlot::new(runner), sig }
+    /// `while_limit` applies to the plan; an interpreter runner carries its own.
+    pub(crate) fn new(runner: Runner, sig: Signature, while_limit: Option<u64>) -> Self {
+        JitExecutable { runner: FinalizeSlot::new(runner), sig, while_limit }
     }
 
     /// Whether this executable runs on the flat plan of compiled loops (`false`: it was handed
@@ -107,7 +110,8 @@ impl Executable for JitExecutable {
                 env[p.index()] = Some(t);
             }
         }
-        let mut ex = Exec { plan, env, pool, depth: 0 };
+        let mut ex =
+            Exec { plan, env, pool, depth: 0, opts, bounded: !opts.is_unbounded(), while_limit: self.while_limit };
         ex.run_steps(main)?;
         main.outputs
             .iter()
@@ -137,6 +141,17 @@ struct Exec<'p> {
     env: Vec<Option<Tensor>>,
     pool: Option<&'p rayon::ThreadPool>,
     depth: usize,
+    /// Deadline and cancellation of this execution.
+    opts: &'p ExecOptions,
+    /// Whether `opts` sets anything (checked between steps and at every iteration).
+    bounded: bool,
+    /// Most iterations per `while`.
+    while_limit: Option<u64>,
+}
+
+/// Whether `v` is the result of a Constant node (loaded once per execution, never released).
+fn is_constant(m: &Module, v: ValueId) -> bool {
+    matches!(m.value(v).def, ValueDef::Node { node, .. } if matches!(m.node(node).op, Op::Constant(_)))
 }
 
 impl<'p> Exec<'p> {
@@ -144,9 +159,12 @@ impl<'p> Exec<'p> {
     fn run_steps(&mut self, fp: &'p FuncPlan) -> Result<()> {
         let plan = self.plan;
         for (i, step) in fp.steps.iter().enumerate() {
+            if self.bounded {
+                self.opts.check()?;
+            }
             match step {
                 Step::Loop(s) => run_loop(s, &mut self.env, self.pool)?,
-                Step::Kernel(s) => run_kernel(plan, s, &mut self.env, self.pool)?,
+                Step::Kernel(s) => run_kernel(plan, s, &mut self.env, self.pool, self.depth)?,
                 Step::Alias(s) => run_alias(s, &mut self.env)?,
                 Step::Call(s) => self.run_call(s)?,
             }
@@ -167,6 +185,9 @@ impl<'p> Exec<'p> {
                 m.func_label(f),
                 format!("{} arguments for {} parameters", args.len(), fp.params.len()),
             ));
+        }
+        if self.bounded {
+            self.opts.check()?;
         }
         if self.depth >= MAX_DEPTH {
             return Err(Error::Execution(format!(
@@ -190,8 +211,9 @@ impl<'p> Exec<'p> {
         }
         // The callee's own values are done; releasing them lets the caller hold the only
         // reference (a While state is then updated in place by the next iteration's loops).
+        // Its constants stay: they are loaded once per execution and the callee may run again.
         for &v in &fp.outputs {
-            if m.value(v).func == f {
+            if m.value(v).func == f && !is_constant(m, v) {
                 self.env[v.index()] = None;
             }
         }
@@ -206,17 +228,23 @@ impl<'p> Exec<'p> {
         let m = &plan.module;
         let name = m.node(s.node).op.op_type();
         let inputs = s.inputs.iter().map(|&v| slot(&self.env, v)).collect::<Result<Vec<_>>>()?;
-        let at = |e: Error| annotate(e, m, s.node);
+        let nesting = self.depth;
+        let at = |e: Error| annotate(e, m, s.node, nesting);
         let outs = match m.node(s.node).op {
             Op::Call { func } => self.run_function(func, inputs),
             Op::While { cond, body } => (|| {
                 let mut state = inputs;
+                let mut iterations = 0;
                 loop {
+                    if self.bounded {
+                        self.opts.check()?;
+                    }
                     let c = self.run_function(cond, state.clone())?;
                     let go = c.first().ok_or_else(|| Error::invalid(name.to_string(), "condition returned nothing"))?;
                     if !scalar_bool(name, "the condition's result", go)? {
                         break;
                     }
+                    count_iteration(&mut iterations, self.while_limit, m, node_func(m, s.node), s.node)?;
                     state = self.run_function(body, state)?;
                 }
                 Ok(state)
@@ -255,7 +283,13 @@ fn slot(env: &[Option<Tensor>], v: crate::ir::module::ValueId) -> Result<Tensor>
     env.get(v.index()).and_then(|t| t.clone()).ok_or_else(|| internal(format!("value {v} is not available")))
 }
 
-fn run_kernel(plan: &Plan, s: &KernelStep, env: &mut [Option<Tensor>], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+fn run_kernel(
+    plan: &Plan,
+    s: &KernelStep,
+    env: &mut [Option<Tensor>],
+    pool: Option<&rayon::ThreadPool>,
+    nesting: usize,
+) -> Result<()> {
     let packed = s.fast.as_ref().map_or(&[][..], |f| f.prepacked_operands());
     let inputs = s
         .inputs
@@ -270,7 +304,7 @@ fn run_kernel(plan: &Plan, s: &KernelStep, env: &mut [Option<Tensor>], pool: Opt
             }
         })
         .collect::<Result<Vec<_>>>()?;
-    let at = |e: Error| annotate(e, &plan.module, s.node);
+    let at = |e: Error| annotate(e, &plan.module, s.node, nesting);
     crate::runtime::aligned::check_outputs(&s.op.op_type().to_string(), &s.out_shapes).map_err(at)?;
     let outs = match &s.fast {
         Some(k) => k.run(&inputs, &s.out_shapes, pool),
@@ -307,14 +341,13 @@ fn run_alias(s: &AliasStep, env: &mut [Option<Tensor>]) -> Result<()> {
     Ok(())
 }
 
-/// Adds the node to an error message, keeping its kind.
-fn annotate(e: Error, m: &Module, node: NodeId) -> Error {
-    let func = m.node(node).outputs.first().or(m.node(node).inputs.first()).map(|&v| m.value(v).func);
-    let at = format!("(at node {node} in {})", func.map_or_else(|| m.func_label(m.main), |f| m.func_label(f)));
-    match e {
-        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("{msg} {at}") },
-        Error::NotImplemented { op, msg } => Error::NotImplemented { op, msg: format!("{msg} {at}") },
-        Error::Execution(msg) => Error::Execution(format!("{msg} {at}")),
-        other => other,
-    }
+/// The function of `node`.
+fn node_func(m: &Module, node: NodeId) -> FuncId {
+    m.node(node).outputs.first().or(m.node(node).inputs.first()).map_or(m.main, |&v| m.value(v).func)
+}
+
+/// Adds the node (`nesting` levels below main) to an error message, keeping its kind and a
+/// bounded length (see [`locate`]).
+fn annotate(e: Error, m: &Module, node: NodeId, nesting: usize) -> Error {
+    locate(e, m, node_func(m, node), node, nesting)
 }

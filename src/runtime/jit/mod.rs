@@ -3,8 +3,12 @@
 //! a persistent thread pool.
 //!
 //! Options (the part after `jit:` in the config string):
-//! - `parallelism=N`: threads of the backend's pool (default: the available cores); loops over
-//!   at least [`PARALLEL_MIN_ELEMENTS`] elements are split across them.
+//! - `parallelism=N`: threads of the backend's pool (default: the available cores), at most
+//!   [`crate::limits::MAX_THREADS`]; loops over at least [`PARALLEL_MIN_ELEMENTS`] elements are
+//!   split across them.
+//! - `while_limit=N`: every `while` may run at most N iterations; one more is an
+//!   [`Error::Limit`] naming the while node (default: unbounded; a deadline or a
+//!   [`crate::api::CancelToken`] in [`crate::api::ExecOptions`] stops a run too).
 //! - `ops_sequential`: accepted; steps always run one after another in this version.
 //! - `fusion=on|off`: run the egg fusion pass ([`crate::passes::egraph`]) that rewrites decomposed
 //!   Dense, LayerNorm, Softmax, GELU and attention into fused ops (default on).
@@ -51,13 +55,16 @@ pub use loops::PARALLEL_MIN_ELEMENTS;
 pub const NAME: &str = "jit";
 
 /// The options accepted in the config string.
-pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "dump", "fusion", "reductions", "streaming_stores"];
+pub const OPTIONS: &[&str] =
+    &["parallelism", "ops_sequential", "dump", "fusion", "reductions", "streaming_stores", "while_limit"];
 
 /// The Cranelift JIT backend.
 pub struct JitBackend {
     me: Weak<JitBackend>,
     caps: Capabilities,
     parallelism: usize,
+    /// Most iterations per `while` (`while_limit`).
+    while_limit: Option<u64>,
     dump: Option<PathBuf>,
     fusion: bool,
     /// Float Sum/Product reductions accumulate in element order (`reductions=ordered`).
@@ -78,17 +85,15 @@ impl JitBackend {
     /// Unknown options are an error listing the valid ones.
     pub fn new(config: &str) -> Result<Arc<JitBackend>> {
         let mut parallelism = None;
+        let mut while_limit = None;
         let mut dump = None;
         let mut fusion = true;
         let mut ordered_reductions = false;
         let mut stream_min_bytes = Some(loops::auto_stream_min_bytes());
         for opt in parse_config(NAME, config, OPTIONS)? {
             match (opt.key.as_str(), opt.value.as_deref()) {
-                ("parallelism", Some(v)) => match v.parse::<usize>() {
-                    Ok(n) if n >= 1 => parallelism = Some(n),
-                    _ => return Err(config_error(format!("parallelism must be a positive integer, got {v:?}"))),
-                },
-                ("parallelism", None) => return Err(config_error("parallelism needs a value (parallelism=N)".into())),
+                ("parallelism", v) => parallelism = Some(crate::runtime::interp::parse_parallelism(NAME, v)?),
+                ("while_limit", v) => while_limit = Some(crate::runtime::interp::parse_while_limit(NAME, v)?),
                 ("dump", Some(d)) if !d.is_empty() => dump = Some(PathBuf::from(d)),
                 ("dump", _) => return Err(config_error("dump needs a directory (dump=DIR)".into())),
                 ("ops_sequential", None) => {}
@@ -113,12 +118,14 @@ impl JitBackend {
                 _ => {}
             }
         }
-        let parallelism =
-            parallelism.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        let parallelism = parallelism.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(crate::limits::MAX_THREADS))
+        });
         Ok(Arc::new_cyclic(|me| JitBackend {
             me: me.clone(),
             caps: crate::runtime::interp::capabilities(),
             parallelism,
+            while_limit,
             dump,
             fusion,
             ordered_reductions,
@@ -187,7 +194,7 @@ impl JitBackend {
                 if let Some(d) = &dumper {
                     d.write("plan.txt", &format!("delegated to the interpreter: {why}\n"))?;
                 }
-                exec::Runner::Interp(InterpExecutable::new(module)?)
+                exec::Runner::Interp(InterpExecutable::new(module)?.with_while_limit(self.while_limit))
             }
             None => {
                 let plan = plan::build(
@@ -225,7 +232,7 @@ impl JitBackend {
                 exec::Runner::Plan { plan: Arc::new(plan), pool: self.pool()? }
             }
         };
-        Ok(JitExecutable::new(runner, sig))
+        Ok(JitExecutable::new(runner, sig, self.while_limit))
     }
 }
 
@@ -281,6 +288,11 @@ mod tests {
         assert!(e.contains("bogus") && e.contains("parallelism") && e.contains("dump"), "{e}");
         assert!(JitBackend::new("parallelism=0").is_err());
         assert!(JitBackend::new("parallelism").is_err());
+        assert_eq!(JitBackend::new("parallelism=1024").unwrap().parallelism(), 1024);
+        let e = JitBackend::new("parallelism=100000").err().unwrap().to_string();
+        assert!(e.contains("100000") && e.contains("1024"), "{e}");
+        assert!(JitBackend::new("while_limit=10").is_ok());
+        assert!(JitBackend::new("while_limit=x").is_err());
         assert!(JitBackend::new("dump").is_err());
         assert!(JitBackend::new("ops_sequential=1").is_err());
         assert_eq!(JitBackend::new("dump=/x").unwrap().dump_dir(), Some(PathBuf::from("/x")));
