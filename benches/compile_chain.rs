@@ -85,8 +85,13 @@ fn main() {
                     // Where jit's time goes: the pass pipeline (verification off, as in release).
                     let mut ctx = PassCtx { verify: false, ..PassCtx::default() };
                     let t = Instant::now();
-                    tensorjit::passes::optimize_with_fusion(&mut m, &mut ctx, Some(&EggConfig::default()))
+                    let report = tensorjit::passes::optimize_with_fusion(&mut m, &mut ctx, Some(&EggConfig::default()))
                         .expect("passes");
+                    if std::env::var_os("TJ_EGG_REPORT").is_some()
+                        && let Some(r) = report
+                    {
+                        println!("{r}");
+                    }
                     let total = t.elapsed();
                     let mut per_pass: Vec<(String, Duration)> = Vec::new();
                     for (pass, d, _) in &ctx.timings {
