@@ -602,8 +602,15 @@ impl Gen {
 fn build(name_k: usize, params: &[(usize, Vec<i64>, usize)], steps: &[Step], outs: &[u32]) -> (Module, bool) {
     let mut g = Gen { m: Module::new(NAMES[name_k % NAMES.len()]), vals: vec![], closures: false };
     let main = g.m.main;
+    let mut used: Vec<&str> = vec![];
     for (dk, dims, nk) in params {
-        let v = g.m.add_param(main, NAMES[nk % NAMES.len()], Shape::new(DTYPES[dk % DTYPES.len()], dims));
+        // Parameter names of one function must be distinct (verifier F5); a repeat is unnamed.
+        let name = NAMES[nk % NAMES.len()];
+        let name = if used.contains(&name) { "" } else { name };
+        if !name.is_empty() {
+            used.push(name);
+        }
+        let v = g.m.add_param(main, name, Shape::new(DTYPES[dk % DTYPES.len()], dims));
         g.vals.push(v);
     }
     for s in steps {

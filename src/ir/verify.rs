@@ -15,6 +15,8 @@
 //! - F4. The function has returned (`outputs` set) at least one value; each output is in range and
 //!   visible at the end of the body (a parameter, a body output, or a value available from an
 //!   ancestor, see N3).
+//! - F5. Parameter names of one function are distinct (the empty name, an unnamed parameter, may
+//!   repeat).
 //!
 //! Nodes (of the bodies; a node that left every body is dead and not checked)
 //! - N1. Body entries are in range; each node appears in exactly one body, the body of its `func`.
@@ -36,6 +38,18 @@
 //!   `infer_shapes` computes from the operand shapes; an inference error is a violation. (Not
 //!   run when an operand or callee is already broken, to avoid cascades.)
 //!
+//! Limits (checked first, by iterative walks; a violation is reported alone, as
+//! [`Error::Limit`] from [`verify`], because the other checks and every later stage of a compile
+//! assume bounded nesting)
+//! - L1. A function is nested at most [`MAX_NESTING`] levels deep in its parent chain (a named
+//!   function is level 1, its closures level 2, …).
+//! - L2. A chain of invocations (`call`, and the closures of `if`/`while`/`sort`) is at most
+//!   [`MAX_NESTING`] levels deep, counting the outermost function as level 1: what execution
+//!   would reject at run time is rejected here, before any compile stage walks the chain.
+//!
+//! Every walk here is iterative and the whole check is linear in the size of the module (the
+//! visibility of ancestor values, N3, is a lookup per operand, not a set per closure).
+//!
 //! Values
 //! - V1. Each value's `func` is in range and its `def` points back to it: `Param(i)` ⇒ it is the
 //!   i-th parameter of its function; `Node { node, output }` ⇒ it is that output of that node,
@@ -51,6 +65,7 @@ use crate::ir::op::Op;
 use crate::ir::shape::Shape;
 use crate::ir::text::Names;
 use crate::ir::text::format_shape;
+use crate::limits::MAX_NESTING;
 
 /// One violation, with the function and node it concerns (for mapping back to source lines).
 #[derive(Clone, Debug, PartialEq)]
@@ -63,17 +78,184 @@ pub struct Diagnostic {
     pub message: String,
 }
 
-/// Verifies `m`, returning every violation found as [`Error::Verify`].
+/// Verifies `m`, returning every violation found as [`Error::Verify`], or [`Error::Limit`] when
+/// functions are nested deeper than [`MAX_NESTING`] (L1, L2; then nothing else is checked).
 pub fn verify(m: &Module) -> Result<()> {
+    check_limits(m)?;
     let diags = verify_diagnostics(m);
     if diags.is_empty() { Ok(()) } else { Err(Error::Verify(diags.into_iter().map(|d| d.message).collect())) }
 }
 
 /// Every violation of `m`, in a deterministic order (module, functions in print order, values).
+/// A nesting limit violation (L1, L2) is the only diagnostic when there is one.
 pub fn verify_diagnostics(m: &Module) -> Vec<Diagnostic> {
-    let mut v = Verifier { m, names: Names::new(m), diags: Vec::new(), chain_ok: Vec::new(), avail: HashMap::new() };
+    if let Err(e) = check_limits(m) {
+        return vec![Diagnostic { func: None, node: None, message: e.to_string() }];
+    }
+    let mut v =
+        Verifier { m, names: Names::new(m), diags: Vec::new(), chain_ok: Vec::new(), vis: Visibility::default() };
     v.run();
     v.diags
+}
+
+/// How a parent chain ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Chain {
+    /// At a function without a parent; the number of functions on the chain (itself included).
+    Depth(usize),
+    /// At a parent id that is out of range.
+    OutOfRange(FuncId),
+    /// In a cycle.
+    Cycle,
+}
+
+/// The parent chain of every function, each function visited once (iteratively).
+fn parent_chains(m: &Module) -> Vec<Chain> {
+    let n = m.functions.len();
+    // None: not visited; Some(None): on the current path; Some(Some(c)): done.
+    let mut state: Vec<Option<Option<Chain>>> = vec![None; n];
+    let mut path: Vec<usize> = Vec::new();
+    for start in 0..n {
+        if state[start].is_some() {
+            continue;
+        }
+        path.clear();
+        let mut cur = start;
+        let end = loop {
+            match state[cur] {
+                Some(Some(c)) => break c,
+                Some(None) => break Chain::Cycle,
+                None => {}
+            }
+            state[cur] = Some(None);
+            path.push(cur);
+            match m.functions[cur].parent {
+                None => break Chain::Depth(0),
+                Some(p) if p.index() >= n => break Chain::OutOfRange(p),
+                Some(p) => cur = p.index(),
+            }
+        };
+        let mut c = end;
+        for &f in path.iter().rev() {
+            if let Chain::Depth(d) = c {
+                c = Chain::Depth(d + 1);
+            }
+            state[f] = Some(Some(c));
+        }
+    }
+    state.into_iter().map(|s| s.flatten().unwrap_or(Chain::Cycle)).collect()
+}
+
+/// The callees (in range, without repeats) of the nodes of each function's body.
+fn callee_lists(m: &Module) -> Vec<Vec<FuncId>> {
+    let n = m.functions.len();
+    m.functions
+        .iter()
+        .map(|fd| {
+            let mut out: Vec<FuncId> = Vec::new();
+            let mut seen: HashSet<FuncId> = HashSet::new();
+            for &nid in &fd.body {
+                if let Some(node) = m.nodes.get(nid.index()) {
+                    for c in node.op.callees() {
+                        if c.index() < n && seen.insert(c) {
+                            out.push(c);
+                        }
+                    }
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// L1 and L2: nesting of parent chains and of invocation chains, by iterative walks (broken
+/// chains and call cycles are left to F1 and N5).
+pub fn check_limits(m: &Module) -> Result<()> {
+    let label = |f: FuncId| {
+        let names = Names::new(m);
+        match m.functions.get(f.index()) {
+            Some(fd) if fd.is_closure() => format!("closure {}", names.func(f)),
+            _ => names.func(f),
+        }
+    };
+    let chains = parent_chains(m);
+    if let Some(f) = chains.iter().position(|c| matches!(c, Chain::Depth(d) if *d > MAX_NESTING)) {
+        let deepest = chains.iter().filter_map(|c| if let Chain::Depth(d) = c { Some(*d) } else { None }).max();
+        let d = deepest.unwrap_or(MAX_NESTING + 1);
+        // The first function past the limit is the one at level MAX_NESTING + 1 of its chain.
+        let mut g = FuncId(f as u32);
+        while let Chain::Depth(k) = chains[g.index()]
+            && k > MAX_NESTING + 1
+            && let Some(p) = m.functions[g.index()].parent
+        {
+            g = p;
+        }
+        return Err(Error::limit(
+            label(g),
+            format!("closures nested {d} levels deep (a named function is level 1); at most {MAX_NESTING} are allowed"),
+        ));
+    }
+    // L2: levels[f] = 1 + the deepest level among f's callees, by an iterative post-order walk;
+    // an edge back into the current path (recursion, reported by N5) is ignored.
+    let callees = callee_lists(m);
+    let n = m.functions.len();
+    let mut levels: Vec<usize> = vec![0; n];
+    let mut on_path = vec![false; n];
+    for start in 0..n {
+        if levels[start] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+        on_path[start] = true;
+        while let Some(&mut (f, ref mut k)) = stack.last_mut() {
+            if let Some(&c) = callees[f].get(*k) {
+                *k += 1;
+                let c = c.index();
+                if levels[c] == 0 && !on_path[c] {
+                    on_path[c] = true;
+                    stack.push((c, 0));
+                }
+            } else {
+                levels[f] = 1 + callees[f].iter().map(|c| levels[c.index()]).max().unwrap_or(0);
+                on_path[f] = false;
+                stack.pop();
+            }
+        }
+    }
+    let Some(top) = (0..n).filter(|&f| levels[f] > MAX_NESTING).max_by_key(|&f| (levels[f], f == m.main.index()))
+    else {
+        return Ok(());
+    };
+    // Follow the deepest chain down to the function at level MAX_NESTING + 1.
+    let mut g = top;
+    for _ in 0..MAX_NESTING {
+        match callees[g].iter().map(|c| c.index()).max_by_key(|&c| levels[c]) {
+            Some(c) if levels[c] + 1 == levels[g] => g = c,
+            _ => break,
+        }
+    }
+    let top_label = label(FuncId(top as u32));
+    Err(Error::limit(
+        label(FuncId(g as u32)),
+        format!(
+            "calls and closures nested {} levels deep from {top_label} ({top_label} is level 1); at most \
+             {MAX_NESTING} are allowed",
+            levels[top]
+        ),
+    ))
+}
+
+/// Where ancestor values are defined, for N3 (see [`Verifier::visible_from_ancestors`]).
+#[derive(Default)]
+struct Visibility {
+    /// For each value: the functions it is a parameter of, and `(function, body position)` of
+    /// the first node of each body that outputs it.
+    producers: HashMap<ValueId, Vec<(FuncId, Option<usize>)>>,
+    /// For each closure: the position in its parent's body of the first node that uses it.
+    first_use: Vec<Option<usize>>,
+    /// For the function being checked: its strict ancestors and, for each, the body position
+    /// before which its values are available.
+    cutoffs: HashMap<FuncId, usize>,
 }
 
 struct Verifier<'a> {
@@ -82,8 +264,8 @@ struct Verifier<'a> {
     diags: Vec<Diagnostic>,
     /// Whether the parent chain of each function is well formed (in range, acyclic).
     chain_ok: Vec<bool>,
-    /// Values of strict ancestors available inside each closure (memoised).
-    avail: HashMap<FuncId, HashSet<ValueId>>,
+    /// Definition sites for the visibility of ancestor values (N3).
+    vis: Visibility,
 }
 
 impl Verifier<'_> {
@@ -126,6 +308,7 @@ impl Verifier<'_> {
         self.check_module();
         self.check_parents();
         let owners = self.check_bodies();
+        self.index_definitions();
         for f in self.names.order.clone() {
             self.check_function(f, &owners);
         }
@@ -165,9 +348,9 @@ impl Verifier<'_> {
 
     // F1
     fn check_parents(&mut self) {
-        let n = self.m.functions.len();
-        self.chain_ok = vec![true; n];
-        for i in 0..n {
+        let chains = parent_chains(self.m);
+        self.chain_ok = chains.iter().map(|c| matches!(c, Chain::Depth(_))).collect();
+        for (i, chain) in chains.iter().enumerate() {
             let f = FuncId(i as u32);
             let fd = &self.m.functions[i];
             match (fd.is_closure(), fd.parent) {
@@ -177,34 +360,14 @@ impl Verifier<'_> {
                 }
                 _ => {}
             }
-            let mut cur = fd.parent;
-            let mut steps = 0;
-            while let Some(p) = cur {
-                if !self.func_ok(p) {
+            match *chain {
+                Chain::Depth(_) => {}
+                Chain::OutOfRange(p) => {
                     self.report(Some(f), None, format!("{}: parent {p} is out of range", self.flabel(f)));
-                    self.chain_ok[i] = false;
-                    break;
                 }
-                if p == f || steps > n {
+                Chain::Cycle => {
                     self.report(Some(f), None, format!("{}: is its own ancestor (parent cycle)", self.flabel(f)));
-                    self.chain_ok[i] = false;
-                    break;
                 }
-                steps += 1;
-                cur = self.m.functions[p.index()].parent;
-            }
-        }
-        // A function whose chain passes through a broken one is broken too.
-        for i in 0..n {
-            let mut cur = self.m.functions[i].parent;
-            let mut steps = 0;
-            while let Some(p) = cur {
-                if !self.func_ok(p) || !self.chain_ok[p.index()] || steps > n {
-                    self.chain_ok[i] = false;
-                    break;
-                }
-                steps += 1;
-                cur = self.m.functions[p.index()].parent;
             }
         }
     }
@@ -235,32 +398,68 @@ impl Verifier<'_> {
         owner
     }
 
-    /// Values of strict ancestors of `f` that `f` may read (see N3).
-    fn available(&mut self, f: FuncId) -> HashSet<ValueId> {
-        if let Some(s) = self.avail.get(&f) {
-            return s.clone();
-        }
-        let mut set = HashSet::new();
-        if let Some(p) = self.m.func(f).parent
-            && self.func_ok(p)
-            && self.chain_ok[f.index()]
-        {
-            set = self.available(p);
-            let pd = self.m.func(p);
-            set.extend(pd.params.iter().copied());
-            let first_use = pd
-                .body
-                .iter()
-                .position(|&n| self.m.nodes.get(n.index()).is_some_and(|node| node.op.callees().contains(&f)));
-            let end = first_use.unwrap_or(pd.body.len());
-            for &n in &pd.body[..end] {
-                if let Some(node) = self.m.nodes.get(n.index()) {
-                    set.extend(node.outputs.iter().copied());
+    /// Records where every value is defined (parameters, first producing node of each body) and
+    /// where each closure is first used in its parent, once for the whole module (N3).
+    fn index_definitions(&mut self) {
+        let m = self.m;
+        let nf = m.functions.len();
+        let mut producers: HashMap<ValueId, Vec<(FuncId, Option<usize>)>> = HashMap::new();
+        let mut first_use: Vec<Option<usize>> = vec![None; nf];
+        // (function, value) pairs already recorded for a node output: only the first counts.
+        let mut node_sites: HashSet<(FuncId, ValueId)> = HashSet::new();
+        for (i, fd) in m.functions.iter().enumerate() {
+            let f = FuncId(i as u32);
+            for &p in &fd.params {
+                producers.entry(p).or_default().push((f, None));
+            }
+            for (pos, &nid) in fd.body.iter().enumerate() {
+                let Some(node) = m.nodes.get(nid.index()) else { continue };
+                for &o in &node.outputs {
+                    if node_sites.insert((f, o)) {
+                        producers.entry(o).or_default().push((f, Some(pos)));
+                    }
+                }
+                for c in node.op.callees() {
+                    if let Some(cd) = m.functions.get(c.index())
+                        && cd.parent == Some(f)
+                        && first_use[c.index()].is_none()
+                    {
+                        first_use[c.index()] = Some(pos);
+                    }
                 }
             }
         }
-        self.avail.insert(f, set.clone());
-        set
+        self.vis.producers = producers;
+        self.vis.first_use = first_use;
+    }
+
+    /// Prepares [`Self::visible_from_ancestors`] for closure `f`: each strict ancestor with the
+    /// body position up to which its values are available in `f` (the ancestor's first node that,
+    /// through nested closures, uses `f`). At most [`MAX_NESTING`] steps (L1 holds).
+    fn enter_function(&mut self, f: FuncId) {
+        self.vis.cutoffs.clear();
+        if !self.chain_ok[f.index()] {
+            return;
+        }
+        let mut child = f;
+        while let Some(p) = self.m.functions[child.index()].parent {
+            let cut = self.vis.first_use[child.index()].unwrap_or(self.m.functions[p.index()].body.len());
+            self.vis.cutoffs.insert(p, cut);
+            child = p;
+        }
+    }
+
+    /// Whether `v` is a value of a strict ancestor of the function last entered that is
+    /// available there (see N3).
+    fn visible_from_ancestors(&self, v: ValueId) -> bool {
+        self.vis.producers.get(&v).is_some_and(|sites| {
+            sites.iter().any(|&(g, at)| {
+                self.vis.cutoffs.get(&g).is_some_and(|&cut| match at {
+                    None => true,
+                    Some(pos) => pos < cut,
+                })
+            })
+        })
     }
 
     fn check_shape(&mut self, f: FuncId, node: Option<NodeId>, what: &str, s: &Shape) -> bool {
@@ -286,6 +485,17 @@ impl Verifier<'_> {
             let msg = format!("{fl}: {} parameter names for {} parameters", fd.param_names.len(), fd.params.len());
             self.report(Some(f), None, msg);
         }
+        let mut by_name: HashMap<&str, usize> = HashMap::new();
+        for (i, name) in fd.param_names.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            if let Some(first) = by_name.insert(name.as_str(), i) {
+                by_name.insert(name.as_str(), first);
+                let msg = format!("{fl}: parameters {first} and {i} are both named {name:?} (names must be distinct)");
+                self.report(Some(f), None, msg);
+            }
+        }
         let mut defined: HashSet<ValueId> = HashSet::new();
         for (i, &p) in fd.params.iter().enumerate() {
             if !self.in_range(p) {
@@ -301,12 +511,13 @@ impl Verifier<'_> {
             self.check_shape(f, None, &format!("{fl}: parameter {}", self.val(p)), &vd.shape.clone());
             defined.insert(p);
         }
-        let from_ancestors = if fd.parent.is_some() { self.available(f) } else { HashSet::new() };
-        for (pos, &n) in fd.body.iter().enumerate() {
-            if n.index() >= m.nodes.len() || owners[n.index()] != Some(f) || fd.body[..pos].contains(&n) {
+        self.enter_function(f);
+        let mut seen: HashSet<NodeId> = HashSet::new();
+        for &n in &fd.body {
+            if n.index() >= m.nodes.len() || owners[n.index()] != Some(f) || !seen.insert(n) {
                 continue;
             }
-            self.check_node(f, n, &defined, &from_ancestors);
+            self.check_node(f, n, &defined);
             for &o in &m.node(n).outputs {
                 defined.insert(o);
             }
@@ -321,7 +532,7 @@ impl Verifier<'_> {
                 for (i, &o) in outs.iter().enumerate() {
                     if !self.in_range(o) {
                         self.report(Some(f), None, format!("{fl}: output {i} ({o}) is out of range"));
-                    } else if !defined.contains(&o) && !from_ancestors.contains(&o) {
+                    } else if !defined.contains(&o) && !self.visible_from_ancestors(o) {
                         let msg = format!("{fl}: output {i} ({}) {}", self.val(o), self.why_unavailable(f, o));
                         self.report(Some(f), None, msg);
                     }
@@ -345,7 +556,7 @@ impl Verifier<'_> {
         }
     }
 
-    fn check_node(&mut self, f: FuncId, n: NodeId, defined: &HashSet<ValueId>, from_ancestors: &HashSet<ValueId>) {
+    fn check_node(&mut self, f: FuncId, n: NodeId, defined: &HashSet<ValueId>) {
         let m = self.m;
         let node = m.node(n);
         let ctx = format!("{}: {}", self.flabel(f), self.nlabel(n));
@@ -376,7 +587,7 @@ impl Verifier<'_> {
             if !self.in_range(v) {
                 self.report(Some(f), Some(n), format!("{ctx}: operand {i} ({v}) is out of range"));
                 inputs_ok = false;
-            } else if !defined.contains(&v) && !from_ancestors.contains(&v) {
+            } else if !defined.contains(&v) && !self.visible_from_ancestors(v) {
                 let msg = format!("{ctx}: operand {i} ({}) {}", self.val(v), self.why_unavailable(f, v));
                 self.report(Some(f), Some(n), msg);
                 inputs_ok = false;

@@ -11,7 +11,7 @@ use std::hash::{Hash, Hasher};
 use crate::error::Result;
 use crate::ir::module::{Module, NodeId, ValueId};
 use crate::ir::op::Op;
-use crate::passes::rewrite::{remove_from_body, replace_all_uses};
+use crate::passes::rewrite::Edits;
 
 /// What makes two nodes equal: op with attributes, operands, output shapes.
 type Key = (String, Vec<ValueId>, String);
@@ -19,10 +19,12 @@ type Key = (String, Vec<ValueId>, String);
 /// Runs CSE; returns whether anything was merged.
 pub fn run(m: &mut Module) -> Result<bool> {
     let mut changed = false;
+    let mut edits = Edits::new();
     for f in 0..m.functions.len() {
         let mut seen: HashMap<Key, (NodeId, Vec<ValueId>)> = HashMap::new();
         let body = m.functions[f].body.clone();
         for n in body {
+            edits.resolve_inputs(m, n);
             let node = &m.nodes[n.index()];
             // The op's Debug form holds every attribute; constants are keyed by the length and a
             // hash of their bytes (never a text form of the payload: weights can be hundreds of
@@ -55,11 +57,10 @@ pub fn run(m: &mut Module) -> Result<bool> {
             };
             match seen.get(&key).filter(|(pn, _)| same_payload(*pn)) {
                 Some((_, prev)) => {
-                    let outs = node.outputs.clone();
-                    for (o, p) in outs.into_iter().zip(prev.clone()) {
-                        replace_all_uses(m, o, p);
+                    for (&o, &p) in node.outputs.iter().zip(prev) {
+                        edits.replace(o, p);
                     }
-                    remove_from_body(m, n);
+                    edits.remove(n);
                     changed = true;
                 }
                 None => {
@@ -68,5 +69,6 @@ pub fn run(m: &mut Module) -> Result<bool> {
             }
         }
     }
+    edits.apply(m);
     Ok(changed)
 }

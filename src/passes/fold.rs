@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::ir::module::{Module, ValueDef, ValueId};
+use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{ConstData, Op};
+use crate::ir::shape::Shape;
 use crate::kernels::reference;
 use crate::kernels::tensor::Tensor;
-use crate::passes::rewrite::{move_last_to, remove_from_body, replace_all_uses};
+use crate::passes::rewrite::Edits;
 use crate::runtime::aligned::AlignedBytes;
 
 /// Results with more elements than this are not folded (they would bloat the module).
@@ -46,50 +47,56 @@ fn foldable(op: &Op) -> bool {
 /// fails (e.g. not implemented) are left alone: the error, if any, surfaces at run time.
 pub fn run(m: &mut Module) -> Result<bool> {
     let mut changed = false;
+    // Replacements are applied in one sweep at the end and each body is rebuilt in one pass, so
+    // folding a long chain of constant ops stays linear.
+    let mut edits = Edits::new();
     for f in 0..m.functions.len() {
-        let mut pos = 0;
-        while pos < m.functions[f].body.len() {
-            let n = m.functions[f].body[pos];
-            let node = m.node(n).clone();
-            pos += 1;
-            if !foldable(&node.op) || node.inputs.is_empty() {
-                continue;
-            }
-            let out_shapes: Vec<_> = node.outputs.iter().map(|&o| m.shape(o).clone()).collect();
-            if out_shapes.iter().any(|s| s.size().is_none_or(|n| n > FOLD_LIMIT_ELEMENTS)) {
-                continue;
-            }
-            let mut inputs = Vec::with_capacity(node.inputs.len());
-            for &i in &node.inputs {
-                match constant_bytes(m, i) {
-                    Some(b) => {
-                        inputs.push(Tensor { shape: m.shape(i).clone(), data: Arc::new(AlignedBytes::from_bytes(b)) })
+        let func = FuncId(f as u32);
+        let old_body = std::mem::take(&mut m.functions[f].body);
+        for &n in &old_body {
+            edits.resolve_inputs(m, n);
+            match fold_node(m, n) {
+                Some(results) => {
+                    let node = m.node(n).clone();
+                    // The constants take the folded node's place.
+                    for ((out, t), shape) in node.outputs.iter().zip(results).zip(out_shapes(m, &node.outputs)) {
+                        let c = m.add_node(
+                            func,
+                            Op::Constant(ConstData(Arc::new(t.bytes().to_vec()))),
+                            vec![],
+                            vec![shape],
+                        );
+                        let new_v = m.node(c).outputs[0];
+                        edits.replace(*out, new_v);
                     }
-                    None => break,
+                    changed = true;
                 }
+                None => m.functions[f].body.push(n),
             }
-            if inputs.len() != node.inputs.len() {
-                continue;
-            }
-            let Ok(results) = reference::eval(&node.op, &inputs, &out_shapes) else { continue };
-            let func = node.func;
-            // Insert the constants where the folded node was, then drop it.
-            let at = pos - 1;
-            for (k, (out, t)) in node.outputs.iter().zip(results).enumerate() {
-                let c = m.add_node(
-                    func,
-                    Op::Constant(ConstData(Arc::new(t.bytes().to_vec()))),
-                    vec![],
-                    vec![out_shapes[k].clone()],
-                );
-                move_last_to(m, func, at + k);
-                let new_v = m.node(c).outputs[0];
-                replace_all_uses(m, *out, new_v);
-            }
-            remove_from_body(m, n);
-            pos = at + node.outputs.len();
-            changed = true;
         }
     }
+    edits.apply(m);
     Ok(changed)
+}
+
+fn out_shapes(m: &Module, outputs: &[ValueId]) -> Vec<Shape> {
+    outputs.iter().map(|&o| m.shape(o).clone()).collect()
+}
+
+/// The results of node `n` evaluated at compile time, when it can be folded.
+fn fold_node(m: &Module, n: NodeId) -> Option<Vec<Tensor>> {
+    let node = m.node(n);
+    if !foldable(&node.op) || node.inputs.is_empty() {
+        return None;
+    }
+    let out_shapes = out_shapes(m, &node.outputs);
+    if out_shapes.iter().any(|s| s.size().is_none_or(|n| n > FOLD_LIMIT_ELEMENTS)) {
+        return None;
+    }
+    let mut inputs = Vec::with_capacity(node.inputs.len());
+    for &i in &node.inputs {
+        let b = constant_bytes(m, i)?;
+        inputs.push(Tensor { shape: m.shape(i).clone(), data: Arc::new(AlignedBytes::from_bytes(b)) });
+    }
+    reference::eval(&node.op, &inputs, &out_shapes).ok()
 }

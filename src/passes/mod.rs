@@ -109,7 +109,10 @@ pub fn optimize_with_fusion(
 }
 
 /// Runs [`PIPELINE`] in rounds until a round changes nothing (at most [`MAX_ROUNDS`]).
+/// Fails with [`Error::Limit`] first when functions are nested deeper than
+/// [`crate::limits::MAX_NESTING`] (the passes assume bounded nesting).
 pub fn optimize(m: &mut Module, ctx: &mut PassCtx) -> Result<()> {
+    crate::ir::verify::check_limits(m)?;
     snapshot(ctx, "00-input".to_string(), m);
     rounds(m, ctx)
 }

@@ -18,7 +18,7 @@ use crate::ir::dtype::DType;
 use crate::ir::module::{Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{BinaryOp, Op, UnaryOp};
 use crate::passes::fold::constant_bytes;
-use crate::passes::rewrite::{remove_from_body, replace_all_uses};
+use crate::passes::rewrite::Edits;
 
 /// Little-endian bytes of the value `v` in `dtype` (integers and floats only).
 fn scalar_bytes(dtype: DType, v: f64) -> Option<Vec<u8>> {
@@ -139,17 +139,19 @@ fn rule(m: &Module, n: NodeId) -> Option<Rewrite> {
 /// Runs the simplifier to a fixpoint over every function; returns whether anything changed.
 pub fn run(m: &mut Module) -> Result<bool> {
     let mut changed = false;
+    let mut edits = Edits::new();
     for f in 0..m.functions.len() {
         let body = m.functions[f].body.clone();
         for n in body {
+            edits.resolve_inputs(m, n);
             if m.node(n).outputs.len() != 1 {
                 continue;
             }
             let out = m.node(n).outputs[0];
             match rule(m, n) {
                 Some(Rewrite::Value(v)) if m.shape(v) == m.shape(out) && m.is_visible(v, m.node(n).func) => {
-                    replace_all_uses(m, out, v);
-                    remove_from_body(m, n);
+                    edits.replace(out, v);
+                    edits.remove(n);
                     changed = true;
                 }
                 Some(Rewrite::Node(op, inputs)) => {
@@ -162,5 +164,6 @@ pub fn run(m: &mut Module) -> Result<bool> {
             }
         }
     }
+    edits.apply(m);
     Ok(changed)
 }

@@ -20,6 +20,7 @@ use crate::ir::text::lexer::{Label, Pos, Tok, Token, tokenize};
 use crate::ir::text::literal::{AttrMap, NumKind, Val, constant_bytes, parse_hex_bytes, reshape_dim};
 use crate::ir::text::names::{ACTIVATION, ARITH, ATTENTION_LAYOUT, DENSE_LAYOUT, FFT};
 use crate::ir::text::print::implied_kind;
+use crate::limits::MAX_PARSE_DEPTH;
 
 /// Where the parts of a parsed module were written (1-based lines), for diagnostics.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -383,10 +384,10 @@ impl Parser {
                     if attrs.items.iter().any(|(n, _, _, _)| *n == name) {
                         return Err(pos.err(format!("{}: attribute `{name}` is given twice", t.name())));
                     }
-                    let v = self.value()?;
+                    let v = self.value(0)?;
                     attrs.items.push((name, v, false, pos));
                 }
-                _ if t == OpType::Constant && payload.is_none() => payload = Some(self.value()?),
+                _ if t == OpType::Constant && payload.is_none() => payload = Some(self.value(0)?),
                 _ => {
                     return Err(self.err_expected(if t == OpType::Constant {
                         "an operand `%N`, the constant's value or an attribute `name=value`"
@@ -499,13 +500,21 @@ impl Parser {
         Ok(Shape { dtype, dims, axis_names })
     }
 
-    fn value(&mut self) -> Result<Val> {
+    /// One value; `depth` is how many values enclose it (brackets, unary signs, `name=`). At
+    /// most [`MAX_PARSE_DEPTH`] levels are accepted, so hostile nesting is a parse error and
+    /// not a stack overflow.
+    fn value(&mut self, depth: usize) -> Result<Val> {
         let pos = self.pos();
+        if depth > MAX_PARSE_DEPTH {
+            return Err(
+                pos.err(format!("value nested more than {MAX_PARSE_DEPTH} levels deep (brackets, signs or `name=`)"))
+            );
+        }
         let tok = self.peek().clone();
         let v = match tok {
             Tok::Punct('-') => {
                 self.next();
-                match self.value()? {
+                match self.value(depth + 1)? {
                     Val::Num { neg: false, kind, text, .. } => Val::Num { neg: true, kind, text, pos },
                     other => {
                         return Err(other
@@ -544,7 +553,7 @@ impl Parser {
             Tok::Ident(s) | Tok::Str(s) if *self.peek_at(1) == Tok::Punct('=') => {
                 self.next();
                 self.next();
-                let inner = self.value()?;
+                let inner = self.value(depth + 1)?;
                 Val::Named(s, Box::new(inner), pos)
             }
             Tok::Ident(s) => {
@@ -573,7 +582,7 @@ impl Parser {
                 let mut items = Vec::new();
                 if !self.eat_punct(close) {
                     loop {
-                        items.push(self.value()?);
+                        items.push(self.value(depth + 1)?);
                         if self.eat_punct(close) {
                             break;
                         }

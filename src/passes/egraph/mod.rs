@@ -94,7 +94,8 @@ pub struct EggReport {
     pub fused_ops: BTreeMap<String, usize>,
     /// Functions whose body was rewritten.
     pub rewritten: Vec<String>,
-    /// Functions left unchanged although rules fired, with the reason.
+    /// Functions left unchanged although rules fired, or whose e-graph is over the node limit
+    /// from the start (no runner could search it), with the reason.
     pub skipped: Vec<String>,
     /// Time spent converting functions into e-graphs.
     pub convert_time: Duration,
@@ -430,6 +431,13 @@ fn rewrite_function(m: &mut Module, f: FuncId, cfg: &EggConfig, external: &[bool
         }
     };
     let Converted { mut eg, order, class_of, orig } = conv;
+    // An e-graph over the node limit stops every runner before its first search (egg checks the
+    // limits first): nothing can fire, so skip the stages instead of paying for each runner's
+    // set-up and rebuild (seconds on a 200,000-node chain).
+    if eg.total_size() > cfg.node_limit {
+        report.skipped.push(format!("{label}: {} e-nodes exceed the node limit {}", eg.total_size(), cfg.node_limit));
+        return;
+    }
     let mut fusion_fired = false;
     for (stage_index, (stage, rules)) in rules::stage_rules().into_iter().enumerate() {
         let rewrites: Vec<_> = rules.into_iter().map(|r| r.rewrite()).collect();

@@ -111,41 +111,65 @@ fn check_ids(m: &Module) -> Result<()> {
 }
 
 /// Values used inside function `f` (and its callees, transitively) that `f` does not define:
-/// what a node invoking `f` implicitly reads.
+/// what a node invoking `f` implicitly reads. Memoised per function in `memo`; the walk over
+/// callees is iterative (an explicit stack), so a long chain of calls or nested closures cannot
+/// overflow the stack. `busy` marks functions being expanded: a callee already on the path (a
+/// call cycle, rejected by the verifier) is treated as capturing nothing.
 pub(crate) fn captures(
     m: &Module,
     f: FuncId,
-    memo: &mut Vec<Option<BTreeSet<ValueId>>>,
-    busy: &mut Vec<bool>,
+    memo: &mut [Option<BTreeSet<ValueId>>],
+    busy: &mut [bool],
 ) -> BTreeSet<ValueId> {
     if let Some(c) = &memo[f.index()] {
         return c.clone();
     }
-    if busy[f.index()] {
-        // A call cycle (rejected by the verifier); treat the inner occurrence as capturing nothing.
-        return BTreeSet::new();
-    }
-    busy[f.index()] = true;
-    let fd = m.func(f);
-    let mut used = BTreeSet::new();
-    for &n in &fd.body {
-        let node = m.node(n);
-        used.extend(node.inputs.iter().copied());
-        for c in node.op.callees() {
-            used.extend(captures(m, c, memo, busy));
+    // (function, whether its callees are already on the stack above it)
+    let mut stack: Vec<(FuncId, bool)> = vec![(f, false)];
+    while let Some((g, expanded)) = stack.pop() {
+        if memo[g.index()].is_some() {
+            continue;
         }
+        let fd = m.func(g);
+        if !expanded {
+            if busy[g.index()] {
+                continue;
+            }
+            busy[g.index()] = true;
+            stack.push((g, true));
+            for &n in &fd.body {
+                for c in m.node(n).op.callees() {
+                    if memo[c.index()].is_none() && !busy[c.index()] {
+                        stack.push((c, false));
+                    }
+                }
+            }
+            continue;
+        }
+        let mut used = BTreeSet::new();
+        for &n in &fd.body {
+            let node = m.node(n);
+            used.extend(node.inputs.iter().copied());
+            for c in node.op.callees() {
+                if let Some(inner) = &memo[c.index()] {
+                    used.extend(inner.iter().copied());
+                }
+            }
+        }
+        used.extend(fd.outputs.iter().flatten().copied());
+        used.retain(|&v| m.value(v).func != g);
+        busy[g.index()] = false;
+        memo[g.index()] = Some(used);
     }
-    used.extend(fd.outputs.iter().flatten().copied());
-    used.retain(|&v| m.value(v).func != f);
-    busy[f.index()] = false;
-    memo[f.index()] = Some(used.clone());
-    used
+    memo[f.index()].clone().unwrap_or_default()
 }
 
 impl Plan {
     /// Analyses `module` (which must be verified).
     pub(super) fn new(module: Module) -> Result<Plan> {
         check_ids(&module)?;
+        // Nesting deeper than execution allows is rejected here, before any walk over it.
+        crate::ir::verify::check_limits(&module)?;
         let m = &module;
         let nf = m.functions.len();
         let mut memo = vec![None; nf];

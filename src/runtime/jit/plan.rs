@@ -185,6 +185,7 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
     if m.func(m.main).outputs.is_none() {
         return Err(Error::invalid("compile", "main has not returned"));
     }
+    crate::ir::verify::check_limits(m)?;
     let nf = m.functions.len();
     let mut memo = vec![None; nf];
     let mut busy = vec![false; nf];
