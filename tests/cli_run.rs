@@ -138,7 +138,7 @@ fn input_mismatches_name_the_parameter() {
     let e = err(&[("x", dir.join("x.npy")), ("y", dir.join("y4.npy"))]);
     assert!(e.contains("\"y\"") && e.contains("[4]"), "shape: {e}");
     let e = err(&[("x", dir.join("x.npy")), ("y", dir.join("yi.npy"))]);
-    assert!(e.contains("\"y\"") && e.contains("i4"), "dtype: {e}");
+    assert!(e.contains("\"y\"") && e.contains("i32"), "dtype: {e}");
     let e = err(&[("x", dir.join("x.npy")), ("y", dir.join("missing.npy"))]);
     assert!(e.contains("missing.npy"), "no file: {e}");
     assert!(!out.exists(), "nothing written on error");
