@@ -7,7 +7,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use npyz::WriterBuilder;
-use tensorjit::runtime::cli_run::{RunOptions, Storage, run, run_command};
+use tensorjit::runtime::cli_run::{RunOptions, Storage, read_npy_bytes, read_text, run, run_command};
 use tensorjit::{DType, Shape};
 
 /// A fresh, empty scratch directory for one test.
@@ -138,7 +138,7 @@ fn input_mismatches_name_the_parameter() {
     let e = err(&[("x", dir.join("x.npy")), ("y", dir.join("y4.npy"))]);
     assert!(e.contains("\"y\"") && e.contains("[4]"), "shape: {e}");
     let e = err(&[("x", dir.join("x.npy")), ("y", dir.join("yi.npy"))]);
-    assert!(e.contains("\"y\"") && e.contains("i4"), "dtype: {e}");
+    assert!(e.contains("\"y\"") && e.contains("i32"), "dtype: {e}");
     let e = err(&[("x", dir.join("x.npy")), ("y", dir.join("missing.npy"))]);
     assert!(e.contains("missing.npy"), "no file: {e}");
     assert!(!out.exists(), "nothing written on error");
@@ -242,5 +242,181 @@ fn unknown_backend_is_an_error() {
     o.backend = Some("no_such_backend".into());
     let e = run(&o).unwrap_err().to_string();
     assert!(e.contains("no_such_backend"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A .npy file of format `version` with the header dict `dict` (padded to 64 bytes, as NumPy
+/// does) followed by `data`.
+fn npy_bytes(version: u8, dict: &str, data: &[u8]) -> Vec<u8> {
+    let prefix = if version == 1 { 10 } else { 12 };
+    let mut header = dict.to_string();
+    while !(prefix + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut b = b"\x93NUMPY".to_vec();
+    b.extend([version, 0]);
+    if version == 1 {
+        b.extend((header.len() as u16).to_le_bytes());
+    } else {
+        b.extend((header.len() as u32).to_le_bytes());
+    }
+    b.extend(header.as_bytes());
+    b.extend(data);
+    b
+}
+
+/// Runs the `tensorjit` binary; returns (exit code, stderr).
+fn tensorjit(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tensorjit"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("tensorjit runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    (out.status.code().expect("exited, not killed by a signal"), err)
+}
+
+#[test]
+fn npy_reader_decodes_byte_order_and_fortran_order() {
+    // >i4 [2, 3] in Fortran order: columns (1, 4), (2, 5), (3, 6), each big-endian.
+    let data: Vec<u8> = [1i32, 4, 2, 5, 3, 6].iter().flat_map(|v| v.to_be_bytes()).collect();
+    let f = npy_bytes(1, "{'descr': '>i4', 'fortran_order': True, 'shape': (2, 3), }", &data);
+    let b = read_npy_bytes(&f, "m.npy").unwrap().into_buffer().unwrap();
+    assert_eq!(b.shape(), &Shape::new(DType::Int32, &[2, 3]));
+    assert_eq!(b.to_vec::<i32>().unwrap(), vec![1, 2, 3, 4, 5, 6]);
+    // Big-endian complex: each half is swapped on its own.
+    let data: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_be_bytes()).collect();
+    let f = npy_bytes(2, "{'descr': '>c8', 'fortran_order': False, 'shape': (), }", &data);
+    let b = read_npy_bytes(&f, "c.npy").unwrap().into_buffer().unwrap();
+    assert_eq!(b.to_vec::<num_complex::Complex32>().unwrap(), vec![num_complex::Complex32::new(1.5, -2.0)]);
+}
+
+#[test]
+fn hostile_npy_headers_are_errors_naming_the_file() {
+    // A v2 header claiming 4 GiB in a 13-byte file: refused before any allocation.
+    let mut f = b"\x93NUMPY\x02\x00".to_vec();
+    f.extend(u32::MAX.to_le_bytes());
+    f.push(b'{');
+    assert_eq!(f.len(), 13);
+    let e = read_npy_bytes(&f, "huge_header.npy").unwrap_err().to_string();
+    assert!(e.contains("huge_header.npy") && e.contains("4294967295"), "{e}");
+    // A shape whose byte size overflows, and one that is far larger than the file.
+    let f = npy_bytes(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", &[]);
+    let e = read_npy_bytes(&f, "overflow.npy").unwrap_err().to_string();
+    assert!(e.contains("overflow.npy") && e.contains("limit"), "{e}");
+    // A dim beyond i64::MAX is refused even when another dim makes the array empty.
+    let f = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 9223372036854775808), }", &[]);
+    let e = read_npy_bytes(&f, "wide.npy").unwrap_err().to_string();
+    assert!(e.contains("wide.npy") && e.contains("limit"), "{e}");
+    let f = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", &[0; 8]);
+    let e = read_npy_bytes(&f, "short.npy").unwrap_err().to_string();
+    assert!(e.contains("short.npy") && e.contains("truncated") && e.contains("8"), "{e}");
+    // Trailing bytes after the data.
+    let f = npy_bytes(1, "{'descr': '<u1', 'fortran_order': False, 'shape': (2,), }", &[1, 2, 3]);
+    let e = read_npy_bytes(&f, "trailing.npy").unwrap_err().to_string();
+    assert!(e.contains("trailing.npy") && e.contains("1 trailing bytes"), "{e}");
+    // Malformed dicts, deep nesting and structured dtypes are errors, not panics.
+    for (dict, want) in [
+        ("{'descr': '<f4', 'shape': (2,), }", "needs the keys"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", "non-negative"),
+        ("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (), }", "True or False"),
+        ("{'descr': '<q9', 'fortran_order': False, 'shape': (), }", "unsupported .npy dtype"),
+        ("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (), }", "structured"),
+        (&format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", "(".repeat(100_000)), "integer"),
+    ] {
+        let e = read_npy_bytes(&npy_bytes(2, dict, &[]), "bad.npy").unwrap_err().to_string();
+        assert!(e.contains("bad.npy") && e.contains(want), "{dict:.80}: {e}");
+    }
+    let e = read_npy_bytes(b"\x93NUMPY\x01", "cut.npy").unwrap_err().to_string();
+    assert!(e.contains("cut.npy") && e.contains("ends within its magic string"), "{e}");
+}
+
+#[test]
+fn npy_data_is_checked_against_the_tensor_size_limit() {
+    let dir = scratch("limit");
+    // A dynamic axis, so that the module itself is within the limit.
+    let ir = write_ir(&dir, "limit", |main| {
+        let x = main.parameter("x", Shape::with_names(DType::Float32, &[-1], &["n"]).unwrap()).unwrap();
+        main.return_(&[x]).unwrap();
+    });
+    // 1200 data bytes, complete and well-formed, over a limit of 1000 bytes.
+    std::fs::write(
+        dir.join("x.npy"),
+        npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (300,), }", &[0; 1200]),
+    )
+    .unwrap();
+    let x = format!("x={}", dir.join("x.npy").display());
+    let out = dir.join("out");
+    let args = ["run", ir.to_str().unwrap(), "--input", &x, "--out", out.to_str().unwrap(), "--backend", "interp"];
+    let (code, err) = tensorjit(&args, &[("TENSORJIT_MAX_TENSOR_BYTES", "1000")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("x.npy") && err.contains("limit") && err.contains("1000 bytes"), "{err}");
+    // Within the default limit the same file runs.
+    let (code, err) = tensorjit(&args, &[]);
+    assert_eq!(code, 0, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn numeric_flags_are_bounded() {
+    for n in ["18446744073709551615", "1000000000000", "0", "-1", "1e3"] {
+        let (code, err) = tensorjit(&["run", "m.tjir", "--out", "o", "--repeat", n], &[]);
+        assert_eq!(code, 1, "--repeat {n}: {err}");
+        assert!(err.contains("--repeat") && err.contains("1000000"), "--repeat {n}: {err}");
+    }
+    let o = RunOptions { repeat: Some(usize::MAX), ..opts(PathBuf::from("m.tjir"), &[], PathBuf::from("o")) };
+    let e = run(&o).unwrap_err().to_string();
+    assert!(e.contains("--repeat"), "{e}");
+}
+
+#[test]
+fn input_files_are_read_in_bounded_chunks() {
+    // /dev/zero never ends: the first chunk's NUL byte stops the read.
+    let (code, err) = tensorjit(&["check", "/dev/zero"], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("/dev/zero") && err.contains("NUL byte at offset 0"), "{err}");
+    let e = read_text(&b"module @m\n\xff"[..], "bad.tjir").unwrap_err().to_string();
+    assert!(e.contains("bad.tjir") && e.contains("UTF-8") && e.contains("offset 10"), "{e}");
+    assert_eq!(read_text(&b"module @m\n"[..], "ok.tjir").unwrap(), "module @m\n");
+    let dir = scratch("textdir");
+    let (code, err) = tensorjit(&["fmt", dir.to_str().unwrap()], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is a directory"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn output_directory_is_checked_before_executing() {
+    let dir = scratch("outdir");
+    let ir = add_sum_ir(&dir);
+    write_npy(&dir.join("x.npy"), &[2, 3], &[0.0f32; 6]);
+    write_npy(&dir.join("y.npy"), &[3], &[0.0f32; 3]);
+    let x = format!("x={}", dir.join("x.npy").display());
+    let y = format!("y={}", dir.join("y.npy").display());
+    let run_to = |out: &str| tensorjit(&["run", ir.to_str().unwrap(), "-i", &x, "-i", &y, "--out", out], &[]);
+    let (code, err) = run_to("");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--out") && err.contains("empty"), "{err}");
+    let (code, err) = tensorjit(&["run", ir.to_str().unwrap(), "-i", &x, "-i", &y, "--out="], &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--out"), "{err}");
+    // A file where the directory should be, and a path below a file.
+    let file = dir.join("a_file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let (code, err) = run_to(file.to_str().unwrap());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a_file") && err.contains("not a directory"), "{err}");
+    let (code, err) = run_to(file.join("sub").to_str().unwrap());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a_file/sub") && err.contains("cannot create"), "{err}");
+    // The library checks it too, before executing.
+    let e = run(&opts(ir.clone(), &[("x", dir.join("x.npy")), ("y", dir.join("y.npy"))], PathBuf::new()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--out"), "{e}");
+    assert_eq!(run_to(dir.join("fresh").to_str().unwrap()).0, 0);
+    assert!(dir.join("fresh/out0.npy").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

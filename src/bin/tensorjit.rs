@@ -57,15 +57,10 @@ fn dispatch(args: &[String]) -> u8 {
     }
 }
 
-/// Reads `path` (`-` = standard input).
+/// Reads `path` (`-` = standard input) in bounded chunks: a NUL byte, invalid UTF-8 or more
+/// than `limits::MAX_INPUT_FILE_BYTES` bytes is an error naming the file.
 fn read_input(path: &str) -> Result<String, String> {
-    if path == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| format!("<stdin>: {e}"))?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
-    }
+    tensorjit::runtime::cli_run::read_text_file(std::path::Path::new(path)).map_err(|e| e.to_string())
 }
 
 /// Reads and parses `path`; on failure prints the error (with its position) and returns `None`.
