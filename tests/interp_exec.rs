@@ -434,9 +434,10 @@ fn barriers_and_single_device_all_reduce() {
 }
 
 #[test]
-fn kernel_errors_name_the_op() {
+fn hand_built_modules_are_verified_at_compile() {
     // A hand-built module (no builder checks): Add of f32[2] and f32[3] claiming an f32[2]
-    // result. The kernel (or shape check) rejects it at execution, naming the op.
+    // result. `Backend::compile` verifies what it is given, so it is rejected before any kernel
+    // runs, naming the node and the op.
     let mut m = Module::new("bad");
     let main = m.main;
     let a = m.add_param(main, "a", f32s(&[2]));
@@ -444,15 +445,12 @@ fn kernel_errors_name_the_op() {
     let n = m.add_node(main, Op::Binary(BinaryOp::Add), vec![a, c], vec![f32s(&[2])]);
     let out = m.node(n).outputs[0];
     m.func_mut(main).outputs = Some(vec![out]);
-    let exe = backend().compile(m).unwrap();
-    let e = exe
-        .execute(
-            &[&Buffer::from_slice(&[1.0f32, 2.0], &[2]).unwrap(), &Buffer::from_slice(&[1.0f32; 3], &[3]).unwrap()],
-            &[],
-        )
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("Add"), "{e}");
+    for b in [backend(), tensorjit::new_with_config("jit").unwrap()] {
+        let e = b.compile(m.clone()).err().expect("an invalid module must not compile");
+        assert!(matches!(e, tensorjit::Error::Verify(_)), "{e}");
+        let e = e.to_string();
+        assert!(e.contains("add") && e.contains("dimension 2 of lhs and 3 of rhs"), "{e}");
+    }
 }
 
 #[test]

@@ -47,7 +47,8 @@ pub trait Backend: Send + Sync + 'static {
     /// A new builder whose `compile` calls this backend. Implementations return
     /// `Builder::new(self_arc, name)`.
     fn builder(&self, name: &str) -> Builder;
-    /// Compiles a verified module.
+    /// Verifies `module` ([`crate::ir::verify::verify`]; it may come from anywhere, not only a
+    /// [`Builder`]) and compiles it.
     fn compile(&self, module: Module) -> Result<Arc<dyn Executable>>;
     /// Number of devices (1 for CPU backends).
     fn num_devices(&self) -> usize {

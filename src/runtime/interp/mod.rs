@@ -161,6 +161,7 @@ impl Backend for InterpBackend {
         if self.is_finalized() {
             return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
         }
+        crate::ir::verify::verify(&module)?;
         Ok(Arc::new(InterpExecutable::new(module)?.with_while_limit(self.while_limit)))
     }
 

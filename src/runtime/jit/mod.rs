@@ -175,6 +175,9 @@ impl JitBackend {
         if self.is_finalized() {
             return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
         }
+        // The module may come from anywhere (`Backend::compile` is public): the plan and the
+        // generated code rely on every invariant the verifier checks.
+        crate::ir::verify::verify(&module)?;
         let dumper = match self.dump_dir() {
             Some(d) => Some(dump::Dumper::new(&d, &module.name)?),
             None => None,
