@@ -420,6 +420,16 @@ fn rewrite_function(m: &mut Module, f: FuncId, cfg: &EggConfig, external: &[bool
     if m.func(f).outputs.is_none() || m.func(f).body.is_empty() {
         return;
     }
+    // The e-graph has one e-node per parameter and at least one per body node with a result
+    // (the usual case after CSE: nothing hash-conses together). Over the node limit no stage can
+    // run (below), so skip the conversion too: it and dropping the e-graph cost most of the pass
+    // on a 200,000-node chain.
+    let lower_bound =
+        m.func(f).params.len() + m.func(f).body.iter().filter(|n| !m.nodes[n.index()].outputs.is_empty()).count();
+    if lower_bound > cfg.node_limit {
+        report.skipped.push(format!("{label}: {lower_bound} e-nodes exceed the node limit {}", cfg.node_limit));
+        return;
+    }
     let t_convert = Instant::now();
     let conv = convert(m, f);
     report.convert_time += t_convert.elapsed();
