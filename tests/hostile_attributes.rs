@@ -209,7 +209,7 @@ fn pad(axes: &str, out: &str) -> String {
 #[test]
 fn pad_rejects_overflowing_sizes_and_negative_interior() {
     assert_rejected(&pad(&format!("({MAX},{MAX},0)"), "2"), "Pad", &["overflows"]);
-    assert_rejected(&pad(&format!("(0,0,-1)"), "2"), "Pad", &["interior"]);
+    assert_rejected(&pad("(0,0,-1)", "2"), "Pad", &["interior"]);
     assert_rejected(&pad(&format!("(-{MAX},0,0)"), "2"), "Pad", &["negative"]);
 }
 
