@@ -208,18 +208,23 @@ pub(super) fn broadcast_in_dim(op: &str, x: &Shape, shape: &Shape, axes: &[usize
 }
 
 /// Symbolic terms of a dynamic axis name: `"=a+b+10"` → (`[a, b]`, 10); `"a"` → (`[a]`, 0).
-fn sum_terms(name: &str, terms: &mut Vec<String>, constant: &mut i128) {
+fn sum_terms(op: &str, name: &str, terms: &mut Vec<String>, constant: &mut i128) -> Result<()> {
     match name.strip_prefix('=') {
         Some(sum) => {
             for t in sum.split('+').filter(|t| !t.is_empty()) {
                 match t.parse::<i128>() {
-                    Ok(c) => *constant += c,
+                    Ok(c) => {
+                        *constant = constant.checked_add(c).ok_or_else(|| {
+                            Error::invalid(op, format!("constant {c} of dynamic axis name {name:?} overflows the sum"))
+                        })?
+                    }
                     Err(_) => terms.push(t.to_string()),
                 }
             }
         }
         None => terms.push(name.to_string()),
     }
+    Ok(())
 }
 
 /// Concatenate (§4.5): ≥ 1 operand of one dtype and rank ≥ 1; dims other than `axis` equal. A
@@ -253,9 +258,11 @@ pub(super) fn concatenate(op: &str, inputs: &[&Shape], axis: usize) -> Result<Sh
     let mut constant: i128 = 0;
     for s in inputs {
         if s.dims[axis] == DYNAMIC_DIM {
-            sum_terms(s.axis_name(axis), &mut terms, &mut constant);
+            sum_terms(op, s.axis_name(axis), &mut terms, &mut constant)?;
         } else {
-            constant += s.dims[axis] as i128;
+            constant = constant
+                .checked_add(s.dims[axis] as i128)
+                .ok_or_else(|| Error::invalid(op, format!("axis {axis}: the concatenated size overflows")))?;
         }
     }
     if terms.is_empty() {

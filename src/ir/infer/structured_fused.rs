@@ -351,8 +351,10 @@ fn qkv_projection(op: &str, q_dim: i64, kv_dim: i64, flags: [bool; 3], inputs: &
         bail!(op, "x {x} must be [batch, in] and w_qkv {w} [in, q_dim + 2·kv_dim] of the same dtype");
     }
     unify(op, "input features (x vs w_qkv)", x, 1, w, 0)?;
-    if w.dims[1] != q_dim + 2 * kv_dim {
-        bail!(op, "w_qkv {w} must have {} = q_dim + 2·kv_dim columns", q_dim + 2 * kv_dim);
+    // i128: q_dim and kv_dim are unbounded attributes; once equal to a dim they are bounded by it.
+    let cols = q_dim as i128 + 2 * kv_dim as i128;
+    if w.dims[1] as i128 != cols {
+        bail!(op, "w_qkv {w} must have {cols} = q_dim {q_dim} + 2·kv_dim {kv_dim} columns");
     }
     let widths = [("bias_q", q_dim), ("bias_k", kv_dim), ("bias_v", kv_dim)];
     let present = widths.iter().zip(flags).filter(|(_, f)| *f).map(|(wd, _)| wd);

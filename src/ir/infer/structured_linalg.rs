@@ -1,6 +1,6 @@
 //! Shape inference for DotGeneral, ConvGeneral, FFT (§4.8), batch norm (§4.9) and RNGBitGenerator (§4.10).
 
-use super::window::{dilated, window_count};
+use super::window::{AxisWindow, checked_window_count};
 use super::{check_axes, make_shape, names, static_dim, unify};
 use crate::bail;
 use crate::error::{Error, Result};
@@ -142,7 +142,7 @@ pub(super) fn conv_general(op: &str, attrs: &Op, input: &Shape, kernel: &Shape) 
     let cin = static_dim(op, "input channels", input, axes.input_channels)?;
     let cin_k = kernel.dims[axes.kernel_input_channels];
     let cout = kernel.dims[axes.kernel_output_channels];
-    if cin % cg != 0 || cout % cg != 0 || cin != cin_k * cg {
+    if cin % cg != 0 || cout % cg != 0 || cin as i128 != cin_k as i128 * cg as i128 {
         bail!(
             op,
             "channels: input has {cin}, kernel has {cin_k} input and {cout} output channels, channel_groups {cg}: \
@@ -182,7 +182,15 @@ pub(super) fn conv_general(op: &str, attrs: &Op, input: &Shape, kernel: &Shape) 
             nm[oa] = input.axis_name(ia).to_string();
             continue;
         }
-        dims[oa] = window_count(lo + hi + dilated(d, in_dil[i]), dilated(k, k_dil[i]), strides[i]);
+        let geometry = AxisWindow {
+            dim: d,
+            padding: (lo, hi),
+            in_dil: in_dil[i],
+            window: k,
+            win_dil: k_dil[i],
+            stride: strides[i],
+        };
+        dims[oa] = checked_window_count(op, ia, &geometry)?;
     }
     Ok(make_shape(input.dtype, dims, nm))
 }

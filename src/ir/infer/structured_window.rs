@@ -2,7 +2,7 @@
 
 use super::{check_reduce_dtype, kind_name, make_shape, names};
 use crate::bail;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::op::ArithReduce;
 use crate::ir::shape::{DYNAMIC_DIM, Shape};
 
@@ -15,15 +15,63 @@ pub(super) struct WindowConfig<'a> {
     pub padding: &'a [(i64, i64)],
 }
 
-/// Size of an axis of `d` elements with `dil − 1` holes between neighbours.
-pub(super) fn dilated(d: i64, dil: i64) -> i64 {
-    if d <= 0 { 0 } else { (d - 1) * dil + 1 }
-}
-
 /// Number of window positions: `floor((padded − dilated window) / stride) + 1`, or 0 when the
 /// dilated window is larger than the padded input (XLA; not an error).
-pub(super) fn window_count(padded: i64, eff_window: i64, stride: i64) -> i64 {
+fn window_count(padded: i64, eff_window: i64, stride: i64) -> i64 {
     if padded < eff_window { 0 } else { (padded - eff_window) / stride + 1 }
+}
+
+/// The window geometry of one spatial axis, for [`checked_window_count`].
+pub(super) struct AxisWindow {
+    /// Input extent (static, ≥ 0).
+    pub dim: i64,
+    /// Low and high padding (may be negative for ConvGeneral).
+    pub padding: (i64, i64),
+    /// Input dilation (≥ 1).
+    pub in_dil: i64,
+    /// Window (kernel) extent (≥ 0).
+    pub window: i64,
+    /// Window (kernel) dilation (≥ 1).
+    pub win_dil: i64,
+    /// Stride (≥ 1).
+    pub stride: i64,
+}
+
+/// Number of window positions along `axis`, computed in i128 and bounded so that every quantity
+/// the kernels derive from it fits in i64. Errors name `op`, the axis and the values when
+/// `|lo| + |hi| + dilated input` or the dilated window does not fit in i64.
+///
+/// Why this makes the kernels' index arithmetic safe: they compute `padded = lo + hi +
+/// dilated(d, in_dil)` (every partial sum is bounded by `|lo| + |hi| + dilated ≤ i64::MAX`), the
+/// dilated window (checked here), and for output position `p < count` and window offset `q <
+/// window` the source position `p·stride + q·win_dil − lo`. Since `p·stride ≤ padded − eff_window`
+/// and `q·win_dil ≤ eff_window − 1`, the sum before subtracting `lo` is in `[0, padded − 1]`, and
+/// after it in `[−lo, hi + dilated − 1]`, both within `±(|lo| + |hi| + dilated)` — so in i64.
+pub(super) fn checked_window_count(op: &str, axis: usize, w: &AxisWindow) -> Result<i64> {
+    let AxisWindow { dim, padding: (lo, hi), in_dil, window, win_dil, stride } = *w;
+    if stride < 1 || in_dil < 1 || win_dil < 1 {
+        bail!(op, "axis {axis}: stride {stride}, input dilation {in_dil} and window dilation {win_dil} must be ≥ 1");
+    }
+    let dilated128 = |n: i64, dil: i64| if n <= 0 { 0 } else { (n as i128 - 1) * dil as i128 + 1 };
+    let dil_in = dilated128(dim, in_dil);
+    let extent = (lo as i128).abs() + (hi as i128).abs() + dil_in;
+    if extent > i64::MAX as i128 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "axis {axis}: padded input extent overflows (dim {dim}, input dilation {in_dil}, padding ({lo}, {hi}))"
+            ),
+        ));
+    }
+    let eff_window = dilated128(window, win_dil);
+    if eff_window > i64::MAX as i128 {
+        return Err(Error::invalid(
+            op,
+            format!("axis {axis}: dilated window extent overflows (window {window}, window dilation {win_dil})"),
+        ));
+    }
+    let padded = lo as i128 + hi as i128 + dil_in;
+    Ok(window_count(padded as i64, eff_window as i64, stride))
 }
 
 /// Takes list `v` if it has `rank` entries, the default when empty, else errors.
@@ -77,7 +125,8 @@ pub(super) fn reduce_window(op: &str, kind: ArithReduce, x: &Shape, cfg: &Window
             dims.push(DYNAMIC_DIM);
             continue;
         }
-        dims.push(window_count(lo + hi + dilated(d, id), dilated(w, wd), s));
+        let geometry = AxisWindow { dim: d, padding: (lo, hi), in_dil: id, window: w, win_dil: wd, stride: s };
+        dims.push(checked_window_count(op, i, &geometry)?);
     }
     Ok(make_shape(x.dtype, dims, nm))
 }

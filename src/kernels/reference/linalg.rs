@@ -303,7 +303,7 @@ fn conv_plan(name: &str, x: &Tensor, k: &Tensor, c: &ConvConfig, out: &Shape) ->
     let (cg, bg) = (c.channel_groups.max(1) as usize, c.batch_groups.max(1) as usize);
     let (b, cin) = (xd[ax.input_batch], xd[ax.input_channels]);
     let (cin_k, o) = (kd[ax.kernel_input_channels], kd[ax.kernel_output_channels]);
-    if (cg > 1 && bg > 1) || cin != cin_k * cg || o % cg != 0 || b % bg != 0 || o % bg != 0 {
+    if (cg > 1 && bg > 1) || cin_k.checked_mul(cg) != Some(cin) || o % cg != 0 || b % bg != 0 || o % bg != 0 {
         return Err(Error::invalid(
             name,
             format!(
@@ -316,6 +316,9 @@ fn conv_plan(name: &str, x: &Tensor, k: &Tensor, c: &ConvConfig, out: &Shape) ->
     out_dims[ax.output_channels] = o;
     for j in 0..s {
         let (lo, hi) = padding[j];
+        // No overflow: shape inference (run by the verifier before any kernel) rejects attributes
+        // unless |lo| + |hi| + the dilated input and the dilated kernel fit in i64
+        // (`checked_window_count` in src/ir/infer/structured_window.rs).
         let padded = lo + hi + dilated(xd[ax.input_spatial[j]] as i64, in_dil[j]);
         let window = dilated(kd[ax.kernel_spatial[j]] as i64, k_dil[j]);
         out_dims[ax.output_spatial[j]] = window_count(padded, window, stride[j]) as usize;
@@ -366,6 +369,9 @@ impl Kernel for ConvPlan {
                 let mut x_off = bb * self.x_batch;
                 for j in 0..q.len() {
                     let p = idx[self.out_spatial[j]] as i64;
+                    // In i64: p·stride ≤ padded − dilated kernel and q·k_dil ≤ dilated kernel − 1,
+                    // so `pos` lies in [−lo, hi + dilated input − 1], bounded by |lo| + |hi| +
+                    // dilated input ≤ i64::MAX (checked by shape inference).
                     let pos = p * self.stride[j] + q[j] * self.k_dil[j] - self.low[j];
                     if pos < 0 || pos % self.in_dil[j] != 0 || pos / self.in_dil[j] >= self.x_sizes[j] {
                         continue 'positions;

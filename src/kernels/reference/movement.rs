@@ -286,9 +286,10 @@ fn pad(name: &str, x: &Tensor, fill: &Tensor, axes: &[PadAxis], out: &Shape) -> 
     let cfg: Vec<PadAxis> = (0..dims.len()).map(|a| axes.get(a).copied().unwrap_or_default()).collect();
     let mut out_dims = Vec::with_capacity(dims.len());
     for (a, (p, &d)) in cfg.iter().zip(&dims).enumerate() {
-        let d = d as i64;
-        let n = d + p.start + p.end + (d - 1).max(0) * p.interior;
-        if p.interior < 0 || n < 0 {
+        // i128: the attributes may be near ±i64::MAX even when the resulting size is small.
+        let d = d as i128;
+        let n = d + p.start as i128 + p.end as i128 + (d - 1).max(0) * p.interior as i128;
+        if p.interior < 0 || n < 0 || n > i64::MAX as i128 {
             return Err(Error::invalid(name, format!("axis {a}: padding {p:?} of dim {d} gives size {n}")));
         }
         out_dims.push(n as usize);
@@ -298,9 +299,10 @@ fn pad(name: &str, x: &Tensor, fill: &Tensor, axes: &[PadAxis], out: &Shape) -> 
     map_elements(out, esize, x.bytes(), fill.bytes(), |idx| {
         let mut src = 0;
         for (a, &o) in idx.iter().enumerate() {
-            let p = o as i64 - cfg[a].start;
-            let step = cfg[a].interior + 1;
-            if p < 0 || p % step != 0 || p / step >= dims[a] as i64 {
+            // i128: `o − start` and `interior + 1` may leave i64 for huge (valid) attributes.
+            let p = o as i128 - cfg[a].start as i128;
+            let step = cfg[a].interior as i128 + 1;
+            if p < 0 || p % step != 0 || p / step >= dims[a] as i128 {
                 return None;
             }
             src += (p / step) as usize * st[a];

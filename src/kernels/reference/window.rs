@@ -96,6 +96,9 @@ impl Geometry {
         let in_dims = x.udims();
         let out_dims = (0..rank)
             .map(|a| {
+                // No overflow: shape inference (run by the verifier before any kernel) rejects
+                // attributes unless |lo| + |hi| + the dilated input and the dilated window fit in
+                // i64 (`checked_window_count` in src/ir/infer/structured_window.rs).
                 let padded = padding[a].0 + padding[a].1 + dilated(in_dims[a] as i64, in_dil[a]);
                 window_count(padded, dilated(window[a], win_dil[a]), stride[a]) as usize
             })
@@ -116,6 +119,9 @@ impl Geometry {
     fn source(&self, o: &[usize], w: &[usize], in_strides: &[usize]) -> Option<usize> {
         let mut flat = 0;
         for a in 0..o.len() {
+            // In i64: o·stride ≤ padded − dilated window and w·win_dil ≤ dilated window − 1, so the
+            // sum is in [0, padded − 1] and `pos` in [−lo, hi + dilated input − 1], bounded by
+            // |lo| + |hi| + dilated input, which shape inference keeps ≤ i64::MAX.
             let pos = o[a] as i64 * self.stride[a] + w[a] as i64 * self.win_dil[a] - self.low[a];
             if pos < 0 || pos % self.in_dil[a] != 0 || pos / self.in_dil[a] >= self.in_dims[a] as i64 {
                 return None;
