@@ -6,18 +6,36 @@
 
 mod random_program;
 
+use std::cell::Cell;
+
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 use random_program::{Outcome, check};
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64)
-    ))]
-
-    #[test]
-    fn jit_matches_interp_on_random_programs(bytes in prop::collection::vec(any::<u8>(), 0..160)) {
-        check(&bytes).map_err(TestCaseError::fail)?;
+/// The random cases: `PROPTEST_CASES` byte strings (64 by default), each built into a program
+/// and compared on both backends. Prints how many programs were compared and how many skipped
+/// (the builder rejected the bytes, or both backends failed alike), and fails if fewer than
+/// half were compared, so a generator that degenerates into skips cannot pass silently.
+#[test]
+fn jit_matches_interp_on_random_programs() {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64);
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases));
+    let compared = Cell::new(0u64);
+    let skipped = Cell::new(0u64);
+    let result = runner.run(&prop::collection::vec(any::<u8>(), 0..160), |bytes| {
+        match check(&bytes).map_err(TestCaseError::fail)? {
+            Outcome::Compared => compared.set(compared.get() + 1),
+            Outcome::Skipped => skipped.set(skipped.get() + 1),
+        }
+        Ok(())
+    });
+    let (compared, skipped) = (compared.get(), skipped.get());
+    println!("differential: {cases} cases: {compared} programs compared, {skipped} skipped");
+    if let Err(e) = result {
+        panic!("{e}");
     }
+    assert_eq!(compared + skipped, u64::from(cases), "every case is counted once");
+    assert!(compared * 2 >= u64::from(cases), "only {compared} of {cases} programs compared");
 }
 
 /// Fixed byte strings, so every run covers each dtype and the tails whatever the random cases
