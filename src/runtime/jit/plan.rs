@@ -178,14 +178,14 @@ pub(crate) struct PlanOptions {
     pub stream_min_bytes: Option<usize>,
 }
 
-/// Lowers `module` (verified, optimised, accepted by [`needs_interpreter`]): clusters every
-/// function, compiles every cluster, prepares fast kernels and computes liveness.
+/// Lowers `module` (verified by `compile_jit`, so within the nesting limit; optimised, accepted
+/// by [`needs_interpreter`]): clusters every function, compiles every cluster, prepares fast
+/// kernels and computes liveness.
 pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
     let m = &module;
     if m.func(m.main).outputs.is_none() {
         return Err(Error::invalid("compile", "main has not returned"));
     }
-    crate::ir::verify::check_limits(m)?;
     let nf = m.functions.len();
     let mut memo = vec![None; nf];
     let mut busy = vec![false; nf];
