@@ -93,18 +93,19 @@ pub const PROBE_MIN_BYTES: usize = 64 << 20;
 /// limits of [`crate::limits`] and, when they total at least [`PROBE_MIN_BYTES`], that the
 /// allocator can provide that much ([`can_allocate`]), so that kernels which build their
 /// outputs in ordinary `Vec`s do not abort the process: [`Error::Limit`] or
-/// [`Error::OutOfMemory`] naming `op`.
-pub fn check_outputs(op: &str, shapes: &[Shape]) -> Result<()> {
+/// [`Error::OutOfMemory`] naming `op`. `op` is only formatted on failure: this runs before
+/// every kernel step of every execution.
+pub fn check_outputs(op: impl std::fmt::Display, shapes: &[Shape]) -> Result<()> {
     let mut total = 0usize;
     for s in shapes {
         s.check_limits().map_err(|e| match e {
-            Error::Limit { msg, .. } => Error::limit(op, format!("output {msg}")),
+            Error::Limit { msg, .. } => Error::limit(op.to_string(), format!("output {msg}")),
             other => other,
         })?;
         total = total.saturating_add(s.byte_size().unwrap_or(0));
     }
     if total >= PROBE_MIN_BYTES && !can_allocate(total) {
-        return Err(Error::out_of_memory(op, total));
+        return Err(Error::out_of_memory(op.to_string(), total));
     }
     Ok(())
 }

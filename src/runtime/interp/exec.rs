@@ -375,7 +375,7 @@ impl Ctx<'_> {
         } else {
             (Cow::Borrowed(&node.op), Cow::Borrowed(np.out_shapes.as_slice()))
         };
-        crate::runtime::aligned::check_outputs(&op.op_type().to_string(), &out_shapes)?;
+        crate::runtime::aligned::check_outputs(op.op_type(), &out_shapes)?;
         let outs = crate::kernels::reference::eval(&op, inputs, &out_shapes)?;
         if outs.len() != out_shapes.len() {
             return Err(internal(format!(

@@ -305,7 +305,7 @@ fn run_kernel(
         })
         .collect::<Result<Vec<_>>>()?;
     let at = |e: Error| annotate(e, &plan.module, s.node, nesting);
-    crate::runtime::aligned::check_outputs(&s.op.op_type().to_string(), &s.out_shapes).map_err(at)?;
+    crate::runtime::aligned::check_outputs(s.op.op_type(), &s.out_shapes).map_err(at)?;
     let outs = match &s.fast {
         Some(k) => k.run(&inputs, &s.out_shapes, pool),
         None => crate::kernels::reference::eval(&s.op, &inputs, &s.out_shapes),
