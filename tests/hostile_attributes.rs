@@ -201,6 +201,38 @@ fn select_and_scatter_with_huge_valid_attributes_runs() {
     }
 }
 
+/// A window of 2^62 cells over 2^61 + 5 + 2^61 padded positions: the kernels walk only the
+/// cells that land on the 5 real elements (a walk over every cell would never finish).
+#[test]
+fn huge_windows_over_huge_padding_cost_the_operand_extent() {
+    let x: &[f32] = &[1.0, 5.0, 3.0, 4.0, 2.0];
+    let pad = format!("({P61},{P61})");
+    // (2^62 + 5 − 2^62)/5 + 1 = 2 windows, at padded 0..2^62 and 5..2^62 + 5; both hold x[0..5]
+    // (padded 2^61..2^61 + 5): sums 15, maxima 5.
+    let text = reduce_window("sum", P62, "5", "1", "1", &pad, "2");
+    for (name, got) in run_f32(&text, &[(x, &[5])]) {
+        assert_eq!(got, [15.0, 15.0], "{name}");
+    }
+    let text = reduce_window("max", P62, "5", "1", "1", &pad, "2");
+    for (name, got) in run_f32(&text, &[(x, &[5])]) {
+        assert_eq!(got, [5.0, 5.0], "{name}");
+    }
+    // Both windows select x[1] = 5, which receives 10 + 20.
+    let text = select_and_scatter(P62, "5", &pad, 2);
+    for (name, got) in run_f32(&text, &[(x, &[5]), (&[10.0, 20.0], &[2])]) {
+        assert_eq!(got, [0.0, 30.0, 0.0, 0.0, 0.0], "{name}");
+    }
+    // Window dilation 2^59 over the same padding: 8 cells spanning 7·2^59 + 1 positions, stride
+    // 2^59: (2^62 + 5 − 7·2^59 − 1)/2^59 + 1 = 2 windows, too sparse to hit more than one element.
+    // Window 0's cells sit at k·2^59 and cell 4 lands on padded 2^61 = x[0]; window 1's at
+    // (k + 1)·2^59, and cell 3 lands on x[0].
+    let p59 = "576460752303423488";
+    let text = reduce_window("sum", "8", p59, "1", p59, &pad, "2");
+    for (name, got) in run_f32(&text, &[(x, &[5])]) {
+        assert_eq!(got, [1.0, 1.0], "{name}");
+    }
+}
+
 fn pad(axes: &str, out: &str) -> String {
     let params = r#"%0 "x": f32[2], %1 "fill": f32[]"#;
     module(params, &format!("%9 = pad %0, %1, axes=[{axes}] : f32[{out}]"))

@@ -114,21 +114,77 @@ impl Geometry {
         })
     }
 
-    /// The operand element under window cell `w` of the window at output index `o`, if it is a real element
-    /// (not padding, not a dilation hole).
-    fn source(&self, o: &[usize], w: &[usize], in_strides: &[usize]) -> Option<usize> {
-        let mut flat = 0;
-        for a in 0..o.len() {
-            // In i64: o·stride ≤ padded − dilated window and w·win_dil ≤ dilated window − 1, so the
-            // sum is in [0, padded − 1] and `pos` in [−lo, hi + dilated input − 1], bounded by
-            // |lo| + |hi| + dilated input, which shape inference keeps ≤ i64::MAX.
-            let pos = o[a] as i64 * self.stride[a] + w[a] as i64 * self.win_dil[a] - self.low[a];
-            if pos < 0 || pos % self.in_dil[a] != 0 || pos / self.in_dil[a] >= self.in_dims[a] as i64 {
-                return None;
-            }
-            flat += (pos / self.in_dil[a]) as usize * in_strides[a];
+    /// The window cells of axis `a` that land on real operand elements (not padding, not a
+    /// dilation hole) for the window at output index `o`: `(cell, operand index)` pairs in
+    /// increasing cell order, written to `hits`. The walk covers the smaller of the window and the
+    /// operand axis, so a huge window over huge padding costs no more than the operand's extent.
+    fn axis_hits(&self, a: usize, o: usize, hits: &mut Vec<usize>) {
+        hits.clear();
+        let (n, w) = (self.in_dims[a] as i64, self.window[a] as i64);
+        if n == 0 || w == 0 {
+            return;
         }
-        Some(flat)
+        let (wd, id) = (self.win_dil[a], self.in_dil[a]);
+        // All in i64 without overflow: o·stride ≤ padded − dilated window, the dilated input
+        // (n−1)·id and lo are each ≤ padded, and shape inference keeps padded = lo + hi + dilated
+        // input ≤ i64::MAX (`checked_window_count` in src/ir/infer/structured_window.rs).
+        // Cell k sits at padded position start + k·wd, which is operand element i when
+        // start + k·wd − lo = i·id.
+        let start = o as i64 * self.stride[a];
+        let off = self.low[a] - start; // k·wd = i·id + off
+        if w <= n {
+            // Cells whose position falls inside the dilated operand: k·wd ∈ [off, (n−1)·id + off].
+            let first = if off <= 0 { 0 } else { (off + wd - 1) / wd };
+            let last_pos = (n - 1) * id + off;
+            if last_pos < 0 {
+                return;
+            }
+            let last = (last_pos / wd).min(w - 1);
+            for k in first..=last {
+                let rel = k * wd - off;
+                if rel % id == 0 {
+                    hits.push(k as usize);
+                    hits.push((rel / id) as usize);
+                }
+            }
+        } else {
+            for i in 0..n {
+                let kw = i * id + off;
+                if kw >= 0 && kw % wd == 0 && kw / wd < w {
+                    hits.push((kw / wd) as usize);
+                    hits.push(i as usize);
+                }
+            }
+        }
+    }
+
+    /// Calls `f(flat operand index)` for every window cell of output index `o` that lands on a
+    /// real operand element, in row-major window order (the last axis fastest). `hits` is scratch.
+    fn for_each_source(&self, o: &[usize], in_strides: &[usize], hits: &mut [Vec<usize>], mut f: impl FnMut(usize)) {
+        let rank = o.len();
+        for a in 0..rank {
+            self.axis_hits(a, o[a], &mut hits[a]);
+            if hits[a].is_empty() {
+                return;
+            }
+        }
+        // Odometer over the per-axis hit lists (each a flat list of (cell, index) pairs).
+        let mut pos = vec![0usize; rank];
+        loop {
+            f((0..rank).map(|a| hits[a][2 * pos[a] + 1] * in_strides[a]).sum());
+            let mut a = rank;
+            loop {
+                if a == 0 {
+                    return;
+                }
+                a -= 1;
+                pos[a] += 1;
+                if 2 * pos[a] < hits[a].len() {
+                    break;
+                }
+                pos[a] = 0;
+            }
+        }
     }
 }
 
@@ -144,14 +200,11 @@ fn reduce_window<T: Arith>(kind: ArithReduce, x: &Tensor, out: &Shape, g: &Geome
         ArithReduce::Max => (T::lowest(), T::max),
         ArithReduce::Min => (T::highest(), T::min),
     };
+    let mut hits = vec![Vec::new(); g.in_dims.len()];
     let mut vals = Vec::with_capacity(out.num_elements());
     for_each_index(&g.out_dims, |o| {
         let mut acc = init;
-        for_each_index(&g.window, |w| {
-            if let Some(i) = g.source(o, w, &st) {
-                acc = combine(acc, data[i].to_acc());
-            }
-        });
+        g.for_each_source(o, &st, &mut hits, |i| acc = combine(acc, data[i].to_acc()));
         vals.push(T::from_acc(acc));
     });
     let mut t = Tensor::zeros(out.clone());
@@ -165,16 +218,15 @@ fn select_and_scatter<T: Arith>(is_max: bool, x: &Tensor, source: &Tensor, g: &G
     let st = strides(&g.in_dims);
     let mut out = Tensor::zeros(x.shape.clone());
     let acc = out.typed_mut::<T>();
+    let mut hits = vec![Vec::new(); g.in_dims.len()];
     let mut s = 0;
     for_each_index(&g.out_dims, |o| {
         let mut kept: Option<usize> = None;
-        for_each_index(&g.window, |w| {
-            if let Some(i) = g.source(o, w, &st) {
-                kept = match kept {
-                    Some(k) if (is_max && T::ge(data[k], data[i])) || (!is_max && T::le(data[k], data[i])) => Some(k),
-                    _ => Some(i),
-                };
-            }
+        g.for_each_source(o, &st, &mut hits, |i| {
+            kept = match kept {
+                Some(k) if (is_max && T::ge(data[k], data[i])) || (!is_max && T::le(data[k], data[i])) => Some(k),
+                _ => Some(i),
+            };
         });
         if let Some(k) = kept {
             acc[k] = T::from_acc(T::add(acc[k].to_acc(), src[s].to_acc()));
