@@ -12,8 +12,8 @@ mod bert;
 use std::time::{Duration, Instant};
 
 use bert::Encoder;
+use tensorjit::backends::jit::JitBackend;
 use tensorjit::passes::egraph::{self, EggConfig};
-use tensorjit::runtime::jit::JitBackend;
 use tensorjit::{Backend, Buffer, DType, Executable, Shape};
 
 fn build(e: &Encoder, backend: &JitBackend) -> tensorjit::ir::module::Module {

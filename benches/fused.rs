@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tensorjit::api::{AttentionConfig, DotConfig};
+use tensorjit::backends::jit::{JitBackend, JitExecutable};
 use tensorjit::ir::op::{Activation, AttentionLayout, DenseLayout};
-use tensorjit::runtime::jit::{JitBackend, JitExecutable};
 use tensorjit::{Backend, Buffer, DType, Executable, Function, Shape, Value};
 
 // ---- counting allocator ------------------------------------------------------------------------

@@ -15,9 +15,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use tensorjit::backends::jit::{JitBackend, JitExecutable};
 use tensorjit::ir::module::Module;
-use tensorjit::runtime::aligned::AlignedBytes;
-use tensorjit::runtime::jit::{JitBackend, JitExecutable};
+use tensorjit::memory::AlignedBytes;
 use tensorjit::{Backend, Buffer, DType, Executable, Function, Shape, Value};
 
 type R<T> = tensorjit::Result<T>;
@@ -162,7 +162,7 @@ fn compile_time(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new(name, "cold"), |bch| {
             bch.iter_batched(
                 || {
-                    tensorjit::jit::clear_cache();
+                    tensorjit::codegen::clear_cache();
                     m.clone()
                 },
                 |m| b.compile_jit(m).expect("compile"),

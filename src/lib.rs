@@ -7,15 +7,18 @@
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod api;
-pub mod backendtest;
+pub mod backends;
+pub mod cli;
+pub mod codegen;
+#[cfg(feature = "compliance")]
+pub mod compliance;
 pub mod error;
 pub mod ir;
-pub mod jit;
 pub mod kernels;
 pub mod limits;
 pub mod lower;
+pub mod memory;
 pub mod passes;
-pub mod runtime;
 
 pub use api::{
     Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value, list, new,
@@ -27,7 +30,10 @@ pub use ir::{DType, Element, OpType, Shape};
 /// The backends compiled into the crate, registered at first use of the registry.
 fn builtin_backends() -> Vec<(String, api::registry::Constructor)> {
     vec![
-        (runtime::interp::NAME.to_string(), runtime::interp::InterpBackend::constructor as api::registry::Constructor),
-        (runtime::jit::NAME.to_string(), runtime::jit::JitBackend::constructor as api::registry::Constructor),
+        (
+            backends::interp::NAME.to_string(),
+            backends::interp::InterpBackend::constructor as api::registry::Constructor,
+        ),
+        (backends::jit::NAME.to_string(), backends::jit::JitBackend::constructor as api::registry::Constructor),
     ]
 }

@@ -1,4 +1,4 @@
-//! Tests of `tensorjit run` (the library side, `tensorjit::runtime::cli_run`): IR text written by
+//! Tests of `tensorjit run` (the library side, `tensorjit::cli`): IR text written by
 //! the printer, .npy inputs written with npyz, outputs read back and checked against values
 //! worked by hand.
 
@@ -7,7 +7,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use npyz::WriterBuilder;
-use tensorjit::runtime::cli_run::{RunOptions, Storage, read_npy_bytes, read_text, run, run_command};
+use tensorjit::cli::{RunOptions, Storage, read_npy_bytes, read_text, run, run_command};
 use tensorjit::{DType, Shape};
 
 /// A fresh, empty scratch directory for one test.

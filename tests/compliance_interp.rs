@@ -1,4 +1,4 @@
-//! Runs the whole compliance suite (`tensorjit::backendtest`) on the reference backend "interp":
+//! Runs the whole compliance suite (`tensorjit::compliance`) on the reference backend "interp":
 //! one test per case, e.g. `cargo test --test compliance_interp compliance::binary::`.
 
 tensorjit::compliance_tests!(tensorjit::new_with_config("interp"));
@@ -12,7 +12,7 @@ fn summary() {
         Ok(b) => b,
         Err(e) => panic!("cannot create the interp backend: {e}"),
     };
-    let s = tensorjit::backendtest::run_all(&backend);
+    let s = tensorjit::compliance::run_all(&backend);
     println!("{s}");
     assert!(s.failed.is_empty(), "{} compliance cases failed", s.failed.len());
 }

@@ -1,4 +1,4 @@
-//! Runs the whole compliance suite (`tensorjit::backendtest`) on the Cranelift backend "jit":
+//! Runs the whole compliance suite (`tensorjit::compliance`) on the Cranelift backend "jit":
 //! one test per case, e.g. `cargo test --test compliance_jit compliance::binary::`.
 //!
 //! A second instance runs the suite with `parallelism=1` (no thread pool), so both the pooled
@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use tensorjit::Backend;
-use tensorjit::runtime::jit::JitBackend;
+use tensorjit::backends::jit::JitBackend;
 
 fn jit(config: &str) -> tensorjit::Result<Arc<dyn Backend>> {
     JitBackend::constructor(config)
@@ -27,7 +27,7 @@ fn summary() {
         Ok(b) => b,
         Err(e) => panic!("cannot create the jit backend: {e}"),
     };
-    let s = tensorjit::backendtest::run_all(&backend);
+    let s = tensorjit::compliance::run_all(&backend);
     println!("{s}");
     assert!(s.failed.is_empty(), "{} compliance cases failed", s.failed.len());
 }

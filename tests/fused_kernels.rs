@@ -709,7 +709,7 @@ fn attention_long_sequence_online_softmax() {
 fn backends() -> &'static (Arc<dyn Backend>, Arc<dyn Backend>) {
     static B: std::sync::OnceLock<(Arc<dyn Backend>, Arc<dyn Backend>)> = std::sync::OnceLock::new();
     B.get_or_init(|| {
-        let jit = tensorjit::runtime::jit::JitBackend::constructor("parallelism=2").expect("jit");
+        let jit = tensorjit::backends::jit::JitBackend::constructor("parallelism=2").expect("jit");
         let interp = tensorjit::new_with_config("interp").expect("interp");
         (jit, interp)
     })
@@ -839,7 +839,7 @@ fn jit_end_to_end_matches_interp() {
 #[test]
 fn jit_plan_uses_fused_kernels() {
     let dir = std::env::temp_dir().join(format!("tensorjit-fused-plan-{}", std::process::id()));
-    let jit = tensorjit::runtime::jit::JitBackend::constructor(&format!("dump={}", dir.display())).expect("jit");
+    let jit = tensorjit::backends::jit::JitBackend::constructor(&format!("dump={}", dir.display())).expect("jit");
     let builder = jit.builder("plan");
     let f = builder.main();
     let x = f.parameter("x", Shape::new(DType::Float32, &[4, 16])).expect("x");

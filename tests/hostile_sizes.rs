@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tensorjit::ir::op::PadAxis;
 use tensorjit::ir::text::parse_module;
 use tensorjit::ir::verify::verify;
-use tensorjit::runtime::aligned::AlignedBytes;
+use tensorjit::memory::AlignedBytes;
 use tensorjit::{Backend, Buffer, DType, Error, Shape};
 
 const BACKENDS: [&str; 2] = ["interp", "jit"];

@@ -10,8 +10,8 @@ use std::sync::Arc;
 mod jit_support;
 
 use jit_support::{backend, compile, run};
+use tensorjit::backends::jit::JitBackend;
 use tensorjit::ir::op::CompareOp;
-use tensorjit::runtime::jit::JitBackend;
 use tensorjit::{Buffer, DType, Executable, Function, Shape, Value};
 
 fn param(f: &Function, name: &str, d: DType, dims: &[i64]) -> Value {
@@ -414,7 +414,7 @@ fn streaming_stores_write_the_same_values() {
             let (e_on, e_off) = (compile(&on, build), compile(&off, build));
             // Shorter loops may have no vector store to stream (a 1-element input is read as a
             // scalar); from 64 elements on every one of these loops has.
-            let streams = |e: &tensorjit::runtime::jit::JitExecutable| {
+            let streams = |e: &tensorjit::backends::jit::JitExecutable| {
                 assert!(n < 64 || e.num_streaming_loops() == 1, "n = {n}: not streaming");
             };
             streams(&e_on);

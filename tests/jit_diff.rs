@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 use proptest::prelude::*;
+use tensorjit::backends::jit::JitBackend;
 use tensorjit::ir::op::{BinaryOp, CompareOp, ReduceKind, UnaryOp};
-use tensorjit::runtime::jit::JitBackend;
 use tensorjit::{Backend, Buffer, Builder, DType, Executable, Function, Shape, Value};
 
 /// One random op, interpreted against the pool of values built so far.

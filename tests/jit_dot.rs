@@ -15,8 +15,8 @@ mod jit_support;
 use half::{bf16, f16};
 use jit_support::{backend, compile, run};
 use tensorjit::api::DotConfig;
+use tensorjit::backends::jit::{JitBackend, JitExecutable};
 use tensorjit::ir::op::{Activation, DenseLayout};
-use tensorjit::runtime::jit::{JitBackend, JitExecutable};
 use tensorjit::{Buffer, DType, Function, Shape, Value};
 
 /// Deterministic values, multiples of 1/4 in [-2, 2]: exact in bf16 and f16, and every product and

@@ -2,8 +2,8 @@
 //! compiled-kernel cache, and the typed instructions (ints, Bool, F16/BF16, conversions, index
 //! remappings, iota). Expected values are worked by hand from the catalogue's rules (§4, §9).
 
+use tensorjit::codegen;
 use tensorjit::ir::op::{BinaryOp, CompareOp, UnaryOp};
-use tensorjit::jit;
 use tensorjit::lower::{Access, ElemTy, Inst, Lit, LoopKernel, Ty};
 
 /// Plain-old-data element types the tests read and write.
@@ -32,7 +32,7 @@ fn elems<T: Pod>(b: &[u8]) -> Vec<T> {
 
 /// Runs `k` over `start..end` with raw input buffers; output `o` has `n` elements of its type.
 fn run_range(k: &LoopKernel, inputs: &[Vec<u8>], n: usize, start: usize, end: usize) -> Vec<Vec<u8>> {
-    let c = jit::compile(k).expect("compile");
+    let c = codegen::compile(k).expect("compile");
     let mut outs: Vec<Vec<u8>> =
         (0..k.outputs.len()).map(|o| vec![0u8; n * k.output_ty(o).expect("typed").bytes()]).collect();
     let mut ptrs: Vec<*mut u8> = inputs.iter().map(|s| s.as_ptr() as *mut u8).collect();
@@ -119,10 +119,10 @@ fn identical_kernels_compile_once() {
         vec![Inst::Load(0), Inst::Unary(UnaryOp::Sqrt, 0)],
         vec![1],
     );
-    let a = jit::compile(&k).unwrap();
-    let before = jit::compiled_count();
-    let b = jit::compile(&k.clone()).unwrap();
-    assert_eq!(jit::compiled_count(), before);
+    let a = codegen::compile(&k).unwrap();
+    let before = codegen::compiled_count();
+    let b = codegen::compile(&k.clone()).unwrap();
+    assert_eq!(codegen::compiled_count(), before);
     assert_eq!(a.clif, b.clif);
     let x = [4.0f64, 9.0, 2.25];
     let mut y = [0.0f64; 3];
@@ -215,7 +215,7 @@ fn vectorised_integer_arithmetic_wraps_for_every_tail_length() {
         ],
         vec![3, 4, 6],
     );
-    assert!(jit::compile(&k).unwrap().clif.contains("i32x4"), "an all-i32 kernel is vectorised");
+    assert!(codegen::compile(&k).unwrap().clif.contains("i32x4"), "an all-i32 kernel is vectorised");
     for n in [0usize, 1, 5, 16, 37] {
         let a: Vec<i32> = (0..n as i32).map(|i| i.wrapping_mul(0x3fff_ffff) ^ 0x55).collect();
         let b: Vec<i32> = (0..n as i32).map(|i| 7 - 3 * i).collect();
@@ -410,7 +410,7 @@ fn bool_kernels_vectorise_over_bytes() {
         ],
         vec![6, 8],
     );
-    assert!(jit::compile(&k).unwrap().clif.contains("i8x16"), "an all-Bool kernel is vectorised");
+    assert!(codegen::compile(&k).unwrap().clif.contains("i8x16"), "an all-Bool kernel is vectorised");
     let n = 37;
     let a: Vec<u8> = (0..n).map(|i| (i % 2) as u8).collect();
     let b: Vec<u8> = (0..n).map(|i| (i % 3 == 0) as u8).collect();
@@ -473,9 +473,9 @@ fn ill_typed_kernels_are_rejected() {
         vec![2],
     );
     assert!(k.validate().is_err());
-    assert!(jit::compile(&k).is_err());
+    assert!(codegen::compile(&k).is_err());
     let k = kernel(vec![Ty::Bool], vec![Access::Full], vec![Inst::Load(0), Inst::Unary(UnaryOp::Sqrt, 0)], vec![1]);
-    assert!(jit::compile(&k).is_err(), "sqrt of Bool is not an op the JIT emits");
+    assert!(codegen::compile(&k).is_err(), "sqrt of Bool is not an op the JIT emits");
 }
 
 /// Bias add (`[r, c]` + `b[c]`: innermost stride 1) and row broadcast (`x[r, c] − m[r]`:
@@ -501,7 +501,7 @@ fn strided_inputs_with_unit_or_zero_inner_stride_vectorise() {
             vec![4],
         );
         let vector = cols % 4 == 0;
-        assert_eq!(jit::compile(&k).unwrap().clif.contains("f32x4"), vector, "{rows}x{cols}");
+        assert_eq!(codegen::compile(&k).unwrap().clif.contains("f32x4"), vector, "{rows}x{cols}");
         let n = rows * cols;
         let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
         let bias: Vec<f32> = (0..cols).map(|c| 100.0 * (c + 1) as f32).collect();
@@ -532,7 +532,7 @@ fn vector_loop_halves_cover_every_range_exactly_once() {
         ],
         vec![4],
     );
-    assert!(jit::compile(&k).unwrap().clif.contains("f32x4"));
+    assert!(codegen::compile(&k).unwrap().clif.contains("f32x4"));
     let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let bias: Vec<f32> = (0..cols).map(|c| 1000.0 * (c + 1) as f32).collect();
     for (start, end) in [(0, n), (4, n), (0, n - 3), (8, 8 + 16 * 3), (12, 12 + 16 * 5 + 7), (16, 17), (4, 4 + 31)] {
@@ -579,7 +579,7 @@ fn bool_values_vectorise_in_32_bit_loops() {
         let n = rows * cols;
         let mut k = k.clone();
         k.inputs[3] = Access::Strided { dims: vec![rows as i64, cols as i64], strides: vec![1, 0] };
-        assert!(jit::compile(&k).unwrap().clif.contains("f32x4"), "rows={rows}: vectorised");
+        assert!(codegen::compile(&k).unwrap().clif.contains("f32x4"), "rows={rows}: vectorised");
         let x: Vec<f32> = (0..n).map(|i| if i % 7 == 3 { f32::NAN } else { (i % 5) as f32 - 2.0 }).collect();
         let y: Vec<f32> = (0..n).map(|i| (i % 3) as f32 - 1.0).collect();
         let keep: Vec<u8> = (0..n).map(|i| (i % 4 != 1) as u8).collect();
@@ -603,7 +603,7 @@ fn bool_values_vectorise_in_32_bit_loops() {
 /// Runs `c` over `start..end` with 16-byte aligned buffers (as the runtime's are): input `i` is
 /// `inputs[i]`, every output `n` elements of `out_bytes` bytes. Returns the outputs' bytes.
 fn run_aligned(
-    c: &jit::CompiledLoop,
+    c: &codegen::CompiledLoop,
     inputs: &[Vec<u8>],
     out_bytes: &[usize],
     n: usize,
@@ -657,9 +657,10 @@ fn streaming_kernels_write_what_the_ordinary_ones_write() {
     let f64k = binary_kernel(Ty::F64, BinaryOp::Div);
     let i8k = binary_kernel(Ty::I8, BinaryOp::Sub);
     for (k, w) in [(&k, 4usize), (&f64k, 8), (&i8k, 1)] {
-        let nt = jit::compile_streaming(k, false).expect("compile").expect("a vector kernel has a streaming variant");
+        let nt =
+            codegen::compile_streaming(k, false).expect("compile").expect("a vector kernel has a streaming variant");
         assert!(nt.clif.contains("fence"), "{}", nt.clif);
-        let plain = jit::compile(k).expect("compile");
+        let plain = codegen::compile(k).expect("compile");
         let n = 300;
         let a: Vec<u8> = (0..n * w).map(|i| (i * 7 % 251) as u8).collect();
         let b: Vec<u8> = (0..n * w).map(|i| (i * 13 % 241 + 3) as u8 | 0x40).collect();
@@ -674,7 +675,7 @@ fn streaming_kernels_write_what_the_ordinary_ones_write() {
     }
     // Spot-check the f32 values themselves at one element (worked by hand): a = 2, b = 3 gives
     // (6 − 1.5) max 0 = 4.5 and 5.
-    let nt = jit::compile_streaming(&k, false).unwrap().unwrap();
+    let nt = codegen::compile_streaming(&k, false).unwrap().unwrap();
     let a: Vec<u8> = bytes(&[2f32; 32]);
     let b: Vec<u8> = bytes(&[3f32; 32]);
     let got = run_aligned(&nt, &[a, b], &[4, 4], 32, 0, 32);
@@ -688,7 +689,7 @@ fn streaming_kernels_write_what_the_ordinary_ones_write() {
         outputs: vec![(tensorjit::ir::op::ReduceKind::Sum, 0)],
         ordered: false,
     });
-    assert!(jit::compile_streaming(&red, false).expect("compile").is_none());
+    assert!(codegen::compile_streaming(&red, false).expect("compile").is_none());
 }
 
 /// Every f16 and bf16 bit pattern converts to f32 exactly in the vector loop (four halves per
@@ -699,7 +700,7 @@ fn half_to_f32_vector_conversions_match_the_half_crate_on_every_pattern() {
     let pats: Vec<u16> = (0..=u16::MAX).collect();
     for from in [Ty::F16, Ty::BF16] {
         let k = convert_kernel(from, Ty::F32);
-        let clif = jit::compile(&k).unwrap().clif;
+        let clif = codegen::compile(&k).unwrap().clif;
         assert!(clif.contains("f32x4") && clif.contains("uwiden_low"), "{from:?} → F32 vectorised:\n{clif}");
         // 4..n − 2: the range starts past the array start and ends in a scalar tail.
         let out = elems::<f32>(&run_range(&k, &[bytes(&pats)], n, 4, n - 2)[0]);
@@ -723,7 +724,7 @@ fn every_half_pattern_survives_load_neg_store() {
     let pats: Vec<u16> = (0..=u16::MAX).collect();
     for ty in [Ty::F16, Ty::BF16] {
         let k = kernel(vec![ty], vec![Access::Full], vec![Inst::Load(0), Inst::Unary(UnaryOp::Neg, 0)], vec![1]);
-        assert!(jit::compile(&k).unwrap().clif.contains("f32x4"), "{ty:?}");
+        assert!(codegen::compile(&k).unwrap().clif.contains("f32x4"), "{ty:?}");
         let out = elems::<u16>(&run(&k, &[bytes(&pats)], n)[0]);
         let nan = |h: u16| {
             if ty == Ty::F16 { half::f16::from_bits(h).is_nan() } else { half::bf16::from_bits(h).is_nan() }
@@ -759,7 +760,7 @@ fn f32_to_half_vector_conversions_round_like_the_half_crate() {
             xs.extend([v, mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits() - 1)]);
         }
         let k = convert_kernel(Ty::F32, to);
-        let clif = jit::compile(&k).unwrap().clif;
+        let clif = codegen::compile(&k).unwrap().clif;
         assert!(clif.contains("f32x4") && clif.contains("unarrow"), "F32 → {to:?} vectorised:\n{clif}");
         let out = elems::<u16>(&run(&k, &[bytes(&xs)], xs.len())[0]);
         for (&x, &h) in xs.iter().zip(&out) {
@@ -788,7 +789,7 @@ fn half_arithmetic_vectorises_and_rounds_every_step() {
             ],
             vec![6],
         );
-        assert!(jit::compile(&k).unwrap().clif.contains("f32x4"), "{ty:?}");
+        assert!(codegen::compile(&k).unwrap().clif.contains("f32x4"), "{ty:?}");
         type Codec = (fn(f32) -> u16, fn(u16) -> f32);
         let (to, from): Codec = if ty == Ty::F16 {
             (|x| half::f16::from_f32(x).to_bits(), |h| half::f16::from_bits(h).to_f32())
@@ -830,7 +831,7 @@ fn half_row_reductions_vectorise() {
             ordered: false,
         }),
     };
-    let c = jit::compile(&k).unwrap();
+    let c = codegen::compile(&k).unwrap();
     assert!(c.clif.contains("f32x4"));
     let vals: Vec<f32> = (0..rows * red).map(|i| ((i * 7) % 23) as f32 - 11.0).collect();
     let x: Vec<u16> = vals.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
@@ -854,7 +855,7 @@ fn half_row_reductions_vectorise() {
 /// and i32 → f16 rounds the exact value once.
 #[test]
 fn same_width_int_bool_float_conversions_vectorise() {
-    let vec_of = |k: &LoopKernel| jit::compile(k).unwrap().clif.contains("x4");
+    let vec_of = |k: &LoopKernel| codegen::compile(k).unwrap().clif.contains("x4");
     let i = [16_777_217i32, -16_777_219, 0, -1, i32::MAX, i32::MIN, 7, 2049];
     let k = convert_kernel(Ty::I32, Ty::F32);
     assert!(vec_of(&k));

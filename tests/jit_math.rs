@@ -7,8 +7,8 @@
 //! this file. Pow and Atan2 also check a table of C99 Annex F special cases written by hand.
 //! Run `cargo test --test jit_math -- --nocapture` to see the measured maxima.
 
+use tensorjit::codegen;
 use tensorjit::ir::op::{BinaryOp, UnaryOp};
-use tensorjit::jit;
 use tensorjit::lower::{Access, ElemTy, Inst, LoopKernel};
 
 /// An element type under test: its bit-level distance and a few constants.
@@ -63,7 +63,7 @@ impl Elem for f64 {
 
 /// Runs a compiled kernel with `inputs` (each `n` long) and one output of `n` elements.
 fn run<T: Elem>(k: &LoopKernel, inputs: &[&[T]], n: usize) -> Vec<T> {
-    let c = jit::compile(k).expect("compile");
+    let c = codegen::compile(k).expect("compile");
     let mut out = vec![T::default(); n];
     let mut ptrs: Vec<*mut u8> = inputs.iter().map(|s| s.as_ptr() as *mut u8).collect();
     ptrs.push(out.as_mut_ptr() as *mut u8);

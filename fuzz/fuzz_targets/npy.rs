@@ -1,5 +1,5 @@
 //! Fuzz target `npy`: bytes → the `.npy` reader of `tensorjit run`
-//! (`cli_run::read_npy_bytes`), then the conversions to parameter buffers (native, bf16 from
+//! (`cli::read_npy_bytes`), then the conversions to parameter buffers (native, bf16 from
 //! uint16 bits or float32, packed Int4 from uint8 bytes). Errors are expected; a panic, an
 //! abort, a hang or a huge allocation is a finding, and so is an accepted file whose buffer
 //! does not hold exactly the bytes read.
@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tensorjit::runtime::cli_run::read_npy_bytes;
+use tensorjit::cli::read_npy_bytes;
 use tensorjit::{DType, Shape};
 
 fuzz_target!(|data: &[u8]| {

@@ -219,7 +219,7 @@ mod tests {
 
     use super::*;
     use crate::ir::dtype::DType;
-    use crate::runtime::aligned::AlignedBytes;
+    use crate::memory::AlignedBytes;
 
     #[test]
     fn check_inputs_rejects_storage_shorter_than_the_shape() {

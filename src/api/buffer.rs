@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use crate::error::{Error, Result};
 use crate::ir::dtype::{DType, Element};
 use crate::ir::shape::Shape;
-use crate::runtime::aligned::AlignedBytes;
+use crate::memory::AlignedBytes;
 
 #[derive(Debug)]
 enum State {

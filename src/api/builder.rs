@@ -209,7 +209,7 @@ impl Function {
                 format!("{} elements given for dims {dims:?} ({n} elements)", data.len()),
             ));
         }
-        self.constant_bytes(Shape::from_usize(T::DTYPE, dims), crate::runtime::aligned::element_bytes(data))
+        self.constant_bytes(Shape::from_usize(T::DTYPE, dims), crate::memory::element_bytes(data))
     }
 
     /// A scalar constant.

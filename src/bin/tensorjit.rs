@@ -43,7 +43,7 @@ fn dispatch(args: &[String]) -> u8 {
             println!("{USAGE}");
             0
         }
-        "run" => match tensorjit::runtime::cli_run::run_command(rest) {
+        "run" => match tensorjit::cli::run_command(rest) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -60,7 +60,7 @@ fn dispatch(args: &[String]) -> u8 {
 /// Reads `path` (`-` = standard input) in bounded chunks: a NUL byte, invalid UTF-8 or more
 /// than `limits::MAX_INPUT_FILE_BYTES` bytes is an error naming the file.
 fn read_input(path: &str) -> Result<String, String> {
-    tensorjit::runtime::cli_run::read_text_file(std::path::Path::new(path)).map_err(|e| e.to_string())
+    tensorjit::cli::read_text_file(std::path::Path::new(path)).map_err(|e| e.to_string())
 }
 
 /// Reads and parses `path`; on failure prints the error (with its position) and returns `None`.

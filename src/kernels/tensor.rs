@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::ir::dtype::Element;
 use crate::ir::shape::Shape;
-use crate::runtime::aligned::AlignedBytes;
+use crate::memory::AlignedBytes;
 
 /// A host tensor: a concrete shape and its data. Cloning shares the data.
 #[derive(Clone, Debug)]

@@ -8,7 +8,7 @@
 //! F64 — not complex or packed types). Members may have different dtypes and different dims
 //! (after a reshape). A node is *fusable* when it is one of:
 //!
-//! - `Binary` ops the JIT implements for the operand dtype ([`crate::jit::supports_typed`]):
+//! - `Binary` ops the JIT implements for the operand dtype ([`crate::codegen::supports_typed`]):
 //!   float Add, Sub, Mul, Div, Max, Min (and what `jit::math` adds); integer Add, Sub, Mul, Div,
 //!   Rem, Max, Min, bitwise And/Or/Xor and the three shifts; Bool logical And/Or/Xor;
 //! - `Unary` ops the JIT implements: float Neg, Abs, Sqrt, Rsqrt, Ceil, Floor, Round, Sign,
@@ -332,7 +332,7 @@ impl Analysis<'_> {
             let xs = m.shape(x);
             let combine = reduce_combine(*kind, ty)?;
             let acc = ty.compute_ty();
-            if xs.is_dynamic() || dt(x)? != ty || !crate::jit::supports_typed(&Inst::Binary(combine, 0, 0), acc) {
+            if xs.is_dynamic() || dt(x)? != ty || !crate::codegen::supports_typed(&Inst::Binary(combine, 0, 0), acc) {
                 return None;
             }
             return reduce_geometry(&xs.dims, axes).map(|geom| Fuse::Reduce { kind: *kind, x, geom });
@@ -340,13 +340,13 @@ impl Analysis<'_> {
         let fuse = match (&node.op, ins.as_slice()) {
             (Op::Binary(op), &[a, b]) => {
                 let t = dt(a)?;
-                if dt(b)? != t || t != ty || !crate::jit::supports_typed(&Inst::Binary(*op, 0, 0), t) {
+                if dt(b)? != t || t != ty || !crate::codegen::supports_typed(&Inst::Binary(*op, 0, 0), t) {
                     return None;
                 }
                 Fuse::Binary(*op, a, b)
             }
             (Op::Unary(op), &[x]) => {
-                if !crate::jit::supports_typed(&Inst::Unary(*op, 0), dt(x)?) {
+                if !crate::codegen::supports_typed(&Inst::Unary(*op, 0), dt(x)?) {
                     return None;
                 }
                 Fuse::Unary(*op, x)

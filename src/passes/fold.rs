@@ -9,8 +9,8 @@ use crate::ir::op::{ConstData, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::reference;
 use crate::kernels::tensor::Tensor;
+use crate::memory::AlignedBytes;
 use crate::passes::rewrite::Edits;
-use crate::runtime::aligned::AlignedBytes;
 
 /// Results with more elements than this are not folded (they would bloat the module).
 pub const FOLD_LIMIT_ELEMENTS: usize = 1 << 16;

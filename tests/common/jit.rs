@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use tensorjit::runtime::jit::{JitBackend, JitExecutable};
+use tensorjit::backends::jit::{JitBackend, JitExecutable};
 use tensorjit::{Backend, Buffer, Builder, Executable, Function, Value};
 
 /// A "jit" backend with `config` options (e.g. `"parallelism=2"`).

@@ -37,12 +37,12 @@ macro_rules! need {
         need!($b, [$($op),*], [])
     };
     ($b:expr, [$($op:ident),* $(,)?], [$($dt:ident),* $(,)?]) => {
-        if let Some(why) = $crate::backendtest::missing(
+        if let Some(why) = $crate::compliance::missing(
             $b,
             &[$($crate::ir::optype::OpType::$op),*],
             &[$($crate::ir::dtype::DType::$dt),*],
         ) {
-            return $crate::backendtest::skip(why);
+            return $crate::compliance::skip(why);
         }
     };
 }
@@ -53,13 +53,13 @@ macro_rules! for_types {
     ($b:expr, $f:ident, [$($t:ty),* $(,)?]) => {{
         let mut ran = 0usize;
         $(
-            if $crate::backendtest::has_dtype($b, <$t as $crate::ir::dtype::Element>::DTYPE) {
+            if $crate::compliance::has_dtype($b, <$t as $crate::ir::dtype::Element>::DTYPE) {
                 ran += 1;
                 $f::<$t>($b).map_err(|e| format!("[{}] {e}", <$t as $crate::ir::dtype::Element>::DTYPE))?;
             }
         )*
         if ran == 0 {
-            return $crate::backendtest::skip("none of the case's dtypes is supported");
+            return $crate::compliance::skip("none of the case's dtypes is supported");
         }
         Ok(())
     }};
@@ -179,7 +179,7 @@ pub fn run_all(backend: &Arc<dyn Backend>) -> Summary {
 
 /// Every case as `("group::name", fn)`, in the order of the generated tests.
 pub fn all_cases() -> &'static [(&'static str, CaseFn)] {
-    crate::__backendtest_cases!(list)
+    crate::__compliance_cases!(list)
 }
 
 /// What [`compliance_tests!`](crate::compliance_tests) accepts as the backend: a backend or a
@@ -221,9 +221,9 @@ macro_rules! compliance_tests {
             use super::*;
             fn backend() -> &'static ::std::sync::Arc<dyn $crate::Backend> {
                 static B: ::std::sync::OnceLock<::std::sync::Arc<dyn $crate::Backend>> = ::std::sync::OnceLock::new();
-                B.get_or_init(|| $crate::backendtest::IntoBackend::into_backend($ctor))
+                B.get_or_init(|| $crate::compliance::IntoBackend::into_backend($ctor))
             }
-            $crate::__backendtest_cases!(tests);
+            $crate::__compliance_cases!(tests);
         }
     };
 }
@@ -231,16 +231,16 @@ macro_rules! compliance_tests {
 /// Internal: expands the case list of the suite in the given mode (`tests` or `list`).
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __backendtest_expand {
+macro_rules! __compliance_expand {
     (tests; $($group:ident : [$($case:ident),* $(,)?];)*) => {
         $(
             mod $group {
                 $(
                     #[test]
                     fn $case() {
-                        $crate::backendtest::run_test(
+                        $crate::compliance::run_test(
                             concat!(stringify!($group), "::", stringify!($case)),
-                            $crate::backendtest::$group::$case,
+                            $crate::compliance::$group::$case,
                             super::backend(),
                         );
                     }
@@ -252,7 +252,7 @@ macro_rules! __backendtest_expand {
         &[$($(
             (
                 concat!(stringify!($group), "::", stringify!($case)),
-                $crate::backendtest::$group::$case as $crate::backendtest::CaseFn,
+                $crate::compliance::$group::$case as $crate::compliance::CaseFn,
             ),
         )*)*]
     };
@@ -261,9 +261,9 @@ macro_rules! __backendtest_expand {
 /// Internal: the list of every case, by group.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __backendtest_cases {
+macro_rules! __compliance_cases {
     ($mode:ident) => {
-        $crate::__backendtest_expand! { $mode;
+        $crate::__compliance_expand! { $mode;
             binary: [
                 add_bf16_scalars, add_shape1_broadcast, add_scalar_broadcast, add_u64_same_shape,
                 add_two_sided_broadcast, add_every_dtype, add_int_overflow_wraps, add_empty_tensors,

@@ -14,6 +14,8 @@ use super::dynamic::{self, Bindings};
 use super::plan::Plan;
 use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
+use crate::backends::signature::Signature;
+use crate::backends::slot::FinalizeSlot;
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueId};
@@ -21,8 +23,6 @@ use crate::ir::op::{Op, ReshapeDim, UnaryOp};
 use crate::ir::optype::OpType;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
-use crate::runtime::signature::Signature;
-use crate::runtime::slot::FinalizeSlot;
 
 /// Nesting limit for calls and closures (guards against call cycles in unverified modules).
 const MAX_DEPTH: usize = 200;
@@ -375,7 +375,7 @@ impl Ctx<'_> {
         } else {
             (Cow::Borrowed(&node.op), Cow::Borrowed(np.out_shapes.as_slice()))
         };
-        crate::runtime::aligned::check_outputs(op.op_type(), &out_shapes)?;
+        crate::memory::check_outputs(op.op_type(), &out_shapes)?;
         let outs = crate::kernels::reference::eval(&op, inputs, &out_shapes)?;
         if outs.len() != out_shapes.len() {
             return Err(internal(format!(

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, ValueId};
 use crate::ir::op::Op;
 use crate::ir::shape::Shape;
-use crate::runtime::aligned::AlignedBytes;
+use crate::memory::AlignedBytes;
 
 /// What the interpreter needs to know about one function.
 #[derive(Debug, Default)]
@@ -54,7 +54,7 @@ pub(super) struct Plan {
     pub nodes: Vec<NodePlan>,
 }
 
-pub(super) use crate::runtime::signature::unnamed;
+pub(super) use crate::backends::signature::unnamed;
 
 fn op_has_dynamic_attr(op: &Op) -> bool {
     match op {

@@ -4,21 +4,21 @@
 
 use std::sync::Arc;
 
-use crate::runtime::signature::Signature;
-use crate::runtime::slot::FinalizeSlot;
+use crate::backends::signature::Signature;
+use crate::backends::slot::FinalizeSlot;
 
 use super::loops::run_loop;
 use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed};
 use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
+use crate::backends::interp::InterpExecutable;
+use crate::backends::interp::{count_iteration, locate, scalar_bool};
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::Op;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
-use crate::runtime::aligned::AlignedBytes;
-use crate::runtime::interp::InterpExecutable;
-use crate::runtime::interp::{count_iteration, locate, scalar_bool};
+use crate::memory::AlignedBytes;
 
 /// What an executable runs.
 pub(crate) enum Runner {
@@ -254,7 +254,7 @@ impl<'p> Exec<'p> {
                 let branch = if scalar_bool(name, "pred", pred)? { then_branch } else { else_branch };
                 self.run_function(branch, vec![])
             })(),
-            Op::Sort { comparator, axis, .. } => crate::runtime::interp::sort(comparator, axis, &inputs, |c, args| {
+            Op::Sort { comparator, axis, .. } => crate::backends::interp::sort(comparator, axis, &inputs, |c, args| {
                 let r = self.run_function(c, args)?;
                 let r = r.first().ok_or_else(|| Error::invalid(name.to_string(), "comparator returned nothing"))?;
                 scalar_bool(name, "the comparator's result", r)
@@ -305,7 +305,7 @@ fn run_kernel(
         })
         .collect::<Result<Vec<_>>>()?;
     let at = |e: Error| annotate(e, &plan.module, s.node, nesting);
-    crate::runtime::aligned::check_outputs(s.op.op_type(), &s.out_shapes).map_err(at)?;
+    crate::memory::check_outputs(s.op.op_type(), &s.out_shapes).map_err(at)?;
     let outs = match &s.fast {
         Some(k) => k.run(&inputs, &s.out_shapes, pool),
         None => crate::kernels::reference::eval(&s.op, &inputs, &s.out_shapes),

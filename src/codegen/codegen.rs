@@ -54,8 +54,8 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlags, SourceLoc, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
+use crate::codegen::math::{self, Emit};
 use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
-use crate::jit::math::{self, Emit};
 use crate::lower::loop_kernel::{
     Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Ty, reduce_combine, reduce_identity,
 };

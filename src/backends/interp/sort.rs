@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::ir::module::FuncId;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
-use crate::runtime::aligned::AlignedBytes;
+use crate::memory::AlignedBytes;
 use std::sync::Arc;
 
 /// A stable bottom-up merge sort of `0..n` under `less` ("a goes strictly before b"). Unlike

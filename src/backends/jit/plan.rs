@@ -14,14 +14,14 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 pub(crate) use super::loops::LoopStep;
+use crate::backends::interp::captures;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueId};
 use crate::ir::op::{Op, UnaryOp};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::{Clustering, Item, cluster_function};
-use crate::runtime::aligned::AlignedBytes;
-use crate::runtime::interp::captures;
+use crate::memory::AlignedBytes;
 
 /// One node run by its reference kernel.
 pub(crate) struct KernelStep {
@@ -136,7 +136,7 @@ impl Plan {
     }
 }
 
-pub(crate) use crate::runtime::signature::unnamed;
+pub(crate) use crate::backends::signature::unnamed;
 
 fn internal(msg: String) -> Error {
     Error::invalid("jit compile", msg)
@@ -174,7 +174,7 @@ pub(crate) struct PlanOptions {
     /// reference kernels) instead of in vector partial sums.
     pub ordered: bool,
     /// Loops whose outputs take at least this many bytes also get a variant writing them with
-    /// non-temporal stores ([`crate::jit::compile_streaming`]); `None`: never.
+    /// non-temporal stores ([`crate::codegen::compile_streaming`]); `None`: never.
     pub stream_min_bytes: Option<usize>,
 }
 
@@ -257,14 +257,14 @@ fn build_function(
             Item::Cluster(ci) => {
                 let c = &clustering.clusters[ci];
                 let code = if opts.disasm {
-                    crate::jit::compile_with_disasm(&c.kernel)?
+                    crate::codegen::compile_with_disasm(&c.kernel)?
                 } else {
-                    crate::jit::compile(&c.kernel)?
+                    crate::codegen::compile(&c.kernel)?
                 };
                 let mut step = LoopStep::new(m, ci, c, code);
                 let out_bytes: usize = step.out_shapes.iter().filter_map(Shape::byte_size).sum();
                 if opts.stream_min_bytes.is_some_and(|min| out_bytes >= min && out_bytes > 0) {
-                    step.streaming = crate::jit::compile_streaming(&c.kernel, opts.disasm)?;
+                    step.streaming = crate::codegen::compile_streaming(&c.kernel, opts.disasm)?;
                 }
                 Step::Loop(step)
             }

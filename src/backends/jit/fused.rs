@@ -18,7 +18,7 @@ use crate::ir::shape::Shape;
 use crate::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast_strides};
 use crate::kernels::fused::{FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_strided_f32, softmax_f32};
 use crate::kernels::tensor::Tensor;
-use crate::runtime::aligned::AlignedBytes;
+use crate::memory::AlignedBytes;
 
 use super::fast::FastKernel;
 

@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::codegen::CompiledLoop;
 use crate::error::{Error, Result};
 use crate::ir::module::{Module, ValueId};
 use crate::ir::shape::Shape;
-use crate::jit::CompiledLoop;
 use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::Cluster;
 use crate::lower::loop_kernel::{Access, LoopKernel};
-use crate::runtime::aligned::AlignedBytes;
+use crate::memory::AlignedBytes;
 
 use super::plan::unnamed;
 

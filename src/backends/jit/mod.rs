@@ -16,7 +16,7 @@
 //!   vector partial sums (reassociated, like every vectorising compiler); `ordered` accumulates
 //!   each output in element order, bit-identical to the reference interpreter.
 //! - `streaming_stores=auto|on|off`: write a loop's outputs with non-temporal stores (no read of
-//!   each destination line before it is written; see [`crate::jit::compile_streaming`]) when they
+//!   each destination line before it is written; see [`crate::codegen::compile_streaming`]) when they
 //!   take at least the last-level cache's size (`auto`, the default), always (`on`), or never.
 //! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
 //!   [`dump`] and docs/debugging.md).
@@ -24,7 +24,7 @@
 //! Every function of the module (main, named functions, closures) gets its own plan; Call,
 //! While, If and Sort steps run the callees' plans. Current limitation: a module with AllReduce
 //! or dynamic shapes is optimised and then run by the interpreter
-//! ([`crate::runtime::interp::InterpExecutable`]) as a whole; its `plan.txt` dump says why.
+//! ([`crate::backends::interp::InterpExecutable`]) as a whole; its `plan.txt` dump says why.
 
 mod dot;
 pub mod dump;
@@ -41,12 +41,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use crate::api::backend::{Backend, Capabilities, Executable};
 use crate::api::builder::Builder;
 use crate::api::registry::parse_config;
+use crate::backends::interp::InterpExecutable;
+use crate::backends::signature::Signature;
 use crate::error::{Error, Result};
 use crate::ir::module::Module;
 use crate::passes::egraph::EggConfig;
 use crate::passes::{self, PassCtx};
-use crate::runtime::interp::InterpExecutable;
-use crate::runtime::signature::Signature;
 
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
@@ -92,8 +92,8 @@ impl JitBackend {
         let mut stream_min_bytes = Some(loops::auto_stream_min_bytes());
         for opt in parse_config(NAME, config, OPTIONS)? {
             match (opt.key.as_str(), opt.value.as_deref()) {
-                ("parallelism", v) => parallelism = Some(crate::runtime::interp::parse_parallelism(NAME, v)?),
-                ("while_limit", v) => while_limit = Some(crate::runtime::interp::parse_while_limit(NAME, v)?),
+                ("parallelism", v) => parallelism = Some(crate::backends::interp::parse_parallelism(NAME, v)?),
+                ("while_limit", v) => while_limit = Some(crate::backends::interp::parse_while_limit(NAME, v)?),
                 ("dump", Some(d)) if !d.is_empty() => dump = Some(PathBuf::from(d)),
                 ("dump", _) => return Err(config_error("dump needs a directory (dump=DIR)".into())),
                 ("ops_sequential", None) => {}
@@ -123,7 +123,7 @@ impl JitBackend {
         });
         Ok(Arc::new_cyclic(|me| JitBackend {
             me: me.clone(),
-            caps: crate::runtime::interp::capabilities(),
+            caps: crate::backends::interp::capabilities(),
             parallelism,
             while_limit,
             dump,
@@ -247,7 +247,7 @@ impl Backend for JitBackend {
     fn description(&self) -> String {
         let mut d = format!(
             "jit: Cranelift-compiled fused loops ({}) and reference kernels, parallelism={}",
-            crate::jit::host_isa_description(),
+            crate::codegen::host_isa_description(),
             self.parallelism
         );
         if !self.config.is_empty() {
