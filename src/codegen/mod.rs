@@ -5,7 +5,7 @@
 //! Compiled kernels live in one process-wide `JITModule` that is never freed, which is what makes
 //! the function pointers handed out valid for the life of the process.
 
-mod codegen;
+mod emit;
 pub mod math;
 mod stream;
 
@@ -22,7 +22,7 @@ use cranelift_module::{FuncId, Linkage, Module, ModuleReloc};
 use crate::error::{Error, Result};
 use crate::lower::loop_kernel::LoopKernel;
 
-pub use codegen::{supports, supports_typed};
+pub use emit::{supports, supports_typed};
 
 type KernelFn = unsafe extern "C" fn(args: *const *mut u8, start: usize, end: usize);
 
@@ -192,7 +192,7 @@ fn define(
     st.ctx.func.signature.call_conv = st.module.isa().default_call_conv();
     {
         let mut b = FunctionBuilder::new(&mut st.ctx.func, &mut st.fctx);
-        codegen::build(&mut b, k, ptr, vector, stream).map_err(|e| Error::not_implemented("jit", e))?;
+        emit::build(&mut b, k, ptr, vector, stream).map_err(|e| Error::not_implemented("jit", e))?;
         b.finalize();
     }
     let clif = st.ctx.func.display().to_string();
@@ -246,7 +246,7 @@ fn define_streaming(st: &mut JitState, id: FuncId, name: &str) -> std::result::R
         .buffer
         .get_srclocs_sorted()
         .iter()
-        .filter(|r| r.loc.bits() == codegen::STREAM_MARK)
+        .filter(|r| r.loc.bits() == emit::STREAM_MARK)
         .map(|r| (r.start as usize, r.end as usize))
         .collect();
     let align = code.buffer.alignment as u64;
