@@ -16,7 +16,7 @@ use tensorjit::backends::jit::JitBackend;
 use tensorjit::passes::egraph::{self, EggConfig};
 use tensorjit::{Backend, Buffer, DType, Executable, Shape};
 
-fn build(e: &Encoder, backend: &JitBackend) -> tensorjit::ir::module::Module {
+fn build(e: &Encoder, backend: &std::sync::Arc<JitBackend>) -> tensorjit::ir::module::Module {
     let builder = backend.builder("encoder");
     let main = builder.main();
     let x = main.parameter("x", Shape::new(DType::Float32, &[e.batch, e.seq, e.hidden])).expect("param");

@@ -83,7 +83,8 @@ fn f32s(dims: &[i64]) -> Shape {
 }
 
 fn compile(b: &Arc<JitBackend>, f: impl FnOnce(&Function) -> R<Vec<Value>>) -> JitExecutable {
-    let builder = b.builder("bench");
+    let dynb: Arc<dyn Backend> = b.clone();
+    let builder = dynb.builder("bench");
     let main = builder.main();
     let outs = f(&main).expect("build");
     main.return_(&outs).expect("return");

@@ -28,7 +28,7 @@ fn jit(config: &str) -> Arc<JitBackend> {
 
 /// Builds a module with `f` on a jit backend's builder.
 fn module(f: impl FnOnce(&Function) -> R<Vec<Value>>) -> Module {
-    let b = jit("parallelism=1");
+    let b: Arc<dyn Backend> = jit("parallelism=1");
     let builder = b.builder("bench");
     let main = builder.main();
     let outs = f(&main).expect("build");

@@ -3,8 +3,8 @@
 //! remappings, iota). Expected values are worked by hand from the catalogue's rules (§4, §9).
 
 use tensorjit::codegen;
+use tensorjit::codegen::{Access, ElemTy, Inst, Lit, LoopKernel, Ty};
 use tensorjit::ir::op::{BinaryOp, CompareOp, UnaryOp};
-use tensorjit::lower::{Access, ElemTy, Inst, Lit, LoopKernel, Ty};
 
 /// Plain-old-data element types the tests read and write.
 trait Pod: Copy + Default {
@@ -682,7 +682,7 @@ fn streaming_kernels_write_what_the_ordinary_ones_write() {
     assert_eq!((elems::<f32>(&got[0]), elems::<f32>(&got[1])), (vec![4.5; 32], vec![5.0; 32]));
 
     let mut red = LoopKernel::elementwise(ElemTy::F32, vec![Access::Full], vec![Inst::Load(0)], vec![]);
-    red.reduce = Some(tensorjit::lower::Reduction {
+    red.reduce = Some(tensorjit::codegen::Reduction {
         outer: 1,
         red: 64,
         inner: 1,
@@ -815,8 +815,8 @@ fn half_arithmetic_vectorises_and_rounds_every_step() {
 /// store): row max and row sum of small integers (exact in any order).
 #[test]
 fn half_row_reductions_vectorise() {
+    use tensorjit::codegen::Reduction;
     use tensorjit::ir::op::ReduceKind;
-    use tensorjit::lower::Reduction;
     let (rows, red) = (3usize, 37usize);
     let k = LoopKernel {
         in_tys: vec![Ty::F16],

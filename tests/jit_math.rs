@@ -8,8 +8,8 @@
 //! Run `cargo test --test jit_math -- --nocapture` to see the measured maxima.
 
 use tensorjit::codegen;
+use tensorjit::codegen::{Access, ElemTy, Inst, LoopKernel};
 use tensorjit::ir::op::{BinaryOp, UnaryOp};
-use tensorjit::lower::{Access, ElemTy, Inst, LoopKernel};
 
 /// An element type under test: its bit-level distance and a few constants.
 trait Elem: Copy + PartialEq + std::fmt::Debug + Default + 'static {

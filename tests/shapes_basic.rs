@@ -15,9 +15,9 @@ use tensorjit::{DType, Result, Shape};
 use DType::*;
 
 mod common;
-use common::{TestBackend, backend};
+use common::backend;
 
-fn setup() -> (Arc<TestBackend>, Builder, Function) {
+fn setup() -> (Arc<dyn Backend>, Builder, Function) {
     let be = backend();
     let b = be.builder("t");
     let f = b.main();

@@ -8,9 +8,7 @@
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tensorjit::api::{
-    AttentionConfig, Backend, Builder, ConvConfig, DotConfig, Function, GatherDims, ScatterDims, Value,
-};
+use tensorjit::api::{AttentionConfig, Builder, ConvConfig, DotConfig, Function, GatherDims, ScatterDims, Value};
 use tensorjit::ir::dtype::DType;
 use tensorjit::ir::op::{
     Activation, ArithReduce, AttentionLayout, ConvAxes, DenseLayout, FftType, GgmlType, Op, QuantScheme, Quantization,

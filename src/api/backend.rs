@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::api::buffer::Buffer;
-use crate::api::builder::Builder;
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
 use crate::ir::module::Module;
@@ -44,11 +43,8 @@ pub trait Backend: Send + Sync + 'static {
     fn description(&self) -> String;
     /// Supported ops, dtypes and features.
     fn capabilities(&self) -> &Capabilities;
-    /// A new builder whose `compile` calls this backend. Implementations return
-    /// `Builder::new(self_arc, name)`.
-    fn builder(&self, name: &str) -> Builder;
     /// Verifies `module` ([`crate::ir::verify::verify`]; it may come from anywhere, not only a
-    /// [`Builder`]) and compiles it.
+    /// [`Builder`](crate::api::Builder)) and compiles it.
     fn compile(&self, module: Module) -> Result<Arc<dyn Executable>>;
     /// Number of devices (1 for CPU backends).
     fn num_devices(&self) -> usize {

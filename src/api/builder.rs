@@ -40,6 +40,13 @@ pub(crate) struct State {
     pub(crate) compiled: bool,
 }
 
+impl dyn Backend {
+    /// A new builder named `name`, with an empty `main`, whose `compile` calls this backend.
+    pub fn builder(self: &Arc<Self>, name: &str) -> Builder {
+        Builder::new(Arc::clone(self), name)
+    }
+}
+
 /// Builds one module (computation) for a backend; `compile` hands it to that backend.
 pub struct Builder {
     state: Arc<Mutex<State>>,

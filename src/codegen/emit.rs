@@ -48,17 +48,17 @@
 //! value of its type and a store only re-encodes it. The half conversions stay in 32-bit lanes
 //! (see [`Cg::round`]); f16 subnormals pass through f32 subnormals, so a thread that runs with
 //! flush-to-zero / denormals-are-zero flushes them.
-//! Register representation: see [`crate::lower::loop_kernel`].
+//! Register representation: see [`crate::codegen::loop_kernel`].
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{AbiParam, Block, InstBuilder, MemFlags, SourceLoc, Type, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
-use crate::codegen::math::{self, Emit};
-use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
-use crate::lower::loop_kernel::{
+use crate::codegen::loop_kernel::{
     Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Ty, reduce_combine, reduce_identity,
 };
+use crate::codegen::math::{self, Emit};
+use crate::ir::op::{BinaryOp, CompareOp, UnaryOp};
 
 /// Vectors processed per iteration of the main loop of a short body.
 pub(crate) const UNROLL: i64 = 4;

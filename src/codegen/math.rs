@@ -19,8 +19,8 @@ use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::{BlockArg, ConstantData, InstBuilder, MemFlags, Type, Value, types};
 use cranelift_frontend::FunctionBuilder;
 
+use crate::codegen::loop_kernel::ElemTy;
 use crate::ir::op::{BinaryOp, UnaryOp};
-use crate::lower::loop_kernel::ElemTy;
 
 /// Flags for bitcasts between vector types: lanes in little-endian order (every target here).
 pub(crate) fn little_endian() -> MemFlags {

@@ -6,6 +6,7 @@
 //! the function pointers handed out valid for the life of the process.
 
 mod emit;
+pub mod loop_kernel;
 pub mod math;
 mod stream;
 
@@ -20,9 +21,9 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module, ModuleReloc};
 
 use crate::error::{Error, Result};
-use crate::lower::loop_kernel::LoopKernel;
 
 pub use emit::{supports, supports_typed};
+pub use loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Ty};
 
 type KernelFn = unsafe extern "C" fn(args: *const *mut u8, start: usize, end: usize);
 

@@ -5,7 +5,7 @@
 //! exactly when the matching `has_*` attribute is true, in the documented order.
 
 use crate::ir::dtype::DType;
-use crate::ir::module::FuncId;
+use crate::ir::ids::FuncId;
 use crate::ir::shape::Shape;
 
 /// Unary elementwise ops (§4.3). Operand: `x`.

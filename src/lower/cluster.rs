@@ -28,7 +28,7 @@
 //!   axes; a one-element operand is a broadcast scalar);
 //! - `Reduce` (every kind the JIT can combine for the dtype) over axes whose members of more than
 //!   one element are adjacent, iterating over its *operand's* elements: the kernel gets a
-//!   [`Reduction`] (see [`crate::lower::loop_kernel`]). All reductions of a cluster share one
+//!   [`Reduction`] (see [`crate::codegen::loop_kernel`]). All reductions of a cluster share one
 //!   `(outer, red, inner)` geometry, and their results cannot be read inside the cluster (a
 //!   reader closes it). A reduction that reads nothing of the open cluster runs first as a loop
 //!   of its own instead of closing it. Other axis sets run the reference kernel.
@@ -55,11 +55,11 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
+use crate::codegen::loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Reg, Ty, reduce_combine};
 use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{BinaryOp, CompareOp, Op, ReduceKind, UnaryOp};
 use crate::ir::shape::Shape;
-use crate::lower::loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Reg, Ty, reduce_combine};
 
 /// Largest number of member nodes in one cluster (bounds Cranelift compile time per kernel).
 pub const MAX_CLUSTER_NODES: usize = 512;

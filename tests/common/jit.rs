@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use tensorjit::backends::jit::{JitBackend, JitExecutable};
-use tensorjit::{Backend, Buffer, Builder, Executable, Function, Value};
+use tensorjit::{Buffer, Builder, Executable, Function, Value};
 
 /// A "jit" backend with `config` options (e.g. `"parallelism=2"`).
 pub fn backend(config: &str) -> Arc<JitBackend> {
@@ -13,7 +13,7 @@ pub fn backend(config: &str) -> Arc<JitBackend> {
 
 /// Builds `main` with `f`, returns it, and compiles it with `b` into the concrete executable.
 pub fn compile(b: &Arc<JitBackend>, f: impl FnOnce(&Function) -> tensorjit::Result<Vec<Value>>) -> JitExecutable {
-    let builder: Builder = b.builder("test");
+    let builder = Builder::new(b.clone(), "test");
     let main = builder.main();
     let outs = f(&main).expect("build");
     main.return_(&outs).expect("return");

@@ -1,8 +1,8 @@
 //! Shared test support: a build-only backend that supports every op and dtype and compiles nothing.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use tensorjit::api::{Backend, Builder, Capabilities, Executable};
+use tensorjit::api::{Backend, Capabilities, Executable};
 use tensorjit::ir::dtype::SUPPORTED_DTYPES;
 use tensorjit::ir::module::Module;
 use tensorjit::ir::optype::ALL_OP_TYPES;
@@ -10,7 +10,6 @@ use tensorjit::{Error, Result};
 
 /// A backend that supports everything at build time and compiles nothing.
 pub struct TestBackend {
-    me: Weak<TestBackend>,
     caps: Capabilities,
 }
 
@@ -24,10 +23,6 @@ impl Backend for TestBackend {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
     }
-    fn builder(&self, name: &str) -> Builder {
-        let me: Arc<dyn Backend> = self.me.upgrade().expect("the test backend is alive while it is used");
-        Builder::new(me, name)
-    }
     fn compile(&self, _module: Module) -> Result<Arc<dyn Executable>> {
         Err(Error::not_implemented("compile", "the test backend only builds"))
     }
@@ -38,9 +33,8 @@ impl Backend for TestBackend {
 }
 
 /// A new build-only backend with every op, every supported dtype, functions and dynamic axes.
-pub fn backend() -> Arc<TestBackend> {
-    Arc::new_cyclic(|me| TestBackend {
-        me: me.clone(),
+pub fn backend() -> Arc<dyn Backend> {
+    Arc::new(TestBackend {
         caps: Capabilities {
             operations: ALL_OP_TYPES.iter().copied().collect(),
             functions: true,

@@ -15,11 +15,10 @@ mod plan;
 mod sort;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
 
 use crate::api::backend::{Backend, Capabilities, Executable};
-use crate::api::builder::Builder;
 use crate::api::registry::parse_config;
 use crate::error::{Error, Result};
 use crate::ir::dtype::SUPPORTED_DTYPES;
@@ -90,7 +89,6 @@ pub fn capabilities() -> Capabilities {
 
 /// The reference interpreter backend.
 pub struct InterpBackend {
-    me: Weak<InterpBackend>,
     caps: Capabilities,
     parallelism: Option<usize>,
     /// Most iterations per `while` (`while_limit`).
@@ -100,6 +98,12 @@ pub struct InterpBackend {
 }
 
 impl InterpBackend {
+    /// A new builder named `name` whose `compile` calls this backend (as
+    /// [`Backend`]`::builder` does for `Arc<dyn Backend>`).
+    pub fn builder(self: &Arc<Self>, name: &str) -> crate::api::Builder {
+        crate::api::Builder::new(Arc::clone(self) as Arc<dyn Backend>, name)
+    }
+
     /// A backend from its option string (`""`, `"parallelism=4"`, `"ops_sequential"`, …).
     /// Unknown options are an error listing the valid ones.
     pub fn new(config: &str) -> Result<Arc<InterpBackend>> {
@@ -116,8 +120,7 @@ impl InterpBackend {
                 _ => {}
             }
         }
-        Ok(Arc::new_cyclic(|me| InterpBackend {
-            me: me.clone(),
+        Ok(Arc::new(InterpBackend {
             caps: capabilities(),
             parallelism,
             while_limit,
@@ -150,11 +153,6 @@ impl Backend for InterpBackend {
 
     fn capabilities(&self) -> &Capabilities {
         &self.caps
-    }
-
-    fn builder(&self, name: &str) -> Builder {
-        let me: Arc<dyn Backend> = self.me.upgrade().expect("InterpBackend is only ever created inside an Arc");
-        Builder::new(me, name)
     }
 
     fn compile(&self, module: Module) -> Result<Arc<dyn Executable>> {

@@ -8,11 +8,12 @@ use crate::backends::signature::Signature;
 use crate::backends::slot::FinalizeSlot;
 
 use super::loops::run_loop;
-use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step, unnamed};
+use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step};
 use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
 use crate::backends::interp::InterpExecutable;
 use crate::backends::interp::{count_iteration, locate, scalar_bool};
+use crate::backends::signature::unnamed;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::Op;

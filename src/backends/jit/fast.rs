@@ -1,9 +1,9 @@
 //! Fast kernels: specialised implementations the plan uses instead of a node's reference kernel
 //! (GEMM for DotGeneral and FusedDense, hand-written fused kernels for Softmax, LayerNorm, GELU
 //! and attention). A node without one runs its reference kernel.
+//! This file is the interface; `plan` picks the kernel (`dot` or `fused`) for each node.
 
 use crate::error::Result;
-use crate::ir::module::{Module, NodeId};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 
@@ -22,12 +22,4 @@ pub(crate) trait FastKernel: Send + Sync {
     /// Computes the node's results from its operands. `out_shapes` are the node's static result
     /// shapes; `pool` is the backend's thread pool (`None`: one thread).
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>>;
-}
-
-/// The fast kernel for node `n` of `m`'s main function, if one applies.
-pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel>>> {
-    if let Some(k) = super::dot::prepare(m, n)? {
-        return Ok(Some(k));
-    }
-    super::fused::prepare(m, n)
 }

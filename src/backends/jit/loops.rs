@@ -6,15 +6,15 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::codegen::CompiledLoop;
+use crate::codegen::loop_kernel::{Access, LoopKernel};
 use crate::error::{Error, Result};
 use crate::ir::module::{Module, ValueId};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::Cluster;
-use crate::lower::loop_kernel::{Access, LoopKernel};
 use crate::memory::AlignedBytes;
 
-use super::plan::unnamed;
+use crate::backends::signature::unnamed;
 
 /// Loops over at least this many elements are split across the thread pool.
 pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 16;

@@ -36,10 +36,9 @@ mod plan;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use crate::api::backend::{Backend, Capabilities, Executable};
-use crate::api::builder::Builder;
 use crate::api::registry::parse_config;
 use crate::backends::interp::InterpExecutable;
 use crate::backends::signature::Signature;
@@ -60,7 +59,6 @@ pub const OPTIONS: &[&str] =
 
 /// The Cranelift JIT backend.
 pub struct JitBackend {
-    me: Weak<JitBackend>,
     caps: Capabilities,
     parallelism: usize,
     /// Most iterations per `while` (`while_limit`).
@@ -81,6 +79,12 @@ fn config_error(msg: String) -> Error {
 }
 
 impl JitBackend {
+    /// A new builder named `name` whose `compile` calls this backend (as
+    /// [`Backend`]`::builder` does for `Arc<dyn Backend>`).
+    pub fn builder(self: &Arc<Self>, name: &str) -> crate::api::Builder {
+        crate::api::Builder::new(Arc::clone(self) as Arc<dyn Backend>, name)
+    }
+
     /// A backend from its option string (`""`, `"parallelism=2"`, `"dump=/tmp/d"`, …).
     /// Unknown options are an error listing the valid ones.
     pub fn new(config: &str) -> Result<Arc<JitBackend>> {
@@ -121,8 +125,7 @@ impl JitBackend {
         let parallelism = parallelism.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| n.get().min(crate::limits::MAX_THREADS))
         });
-        Ok(Arc::new_cyclic(|me| JitBackend {
-            me: me.clone(),
+        Ok(Arc::new(JitBackend {
             caps: crate::backends::interp::capabilities(),
             parallelism,
             while_limit,
@@ -258,11 +261,6 @@ impl Backend for JitBackend {
 
     fn capabilities(&self) -> &Capabilities {
         &self.caps
-    }
-
-    fn builder(&self, name: &str) -> Builder {
-        let me: Arc<dyn Backend> = self.me.upgrade().expect("JitBackend is only ever created inside an Arc");
-        Builder::new(me, name)
     }
 
     fn compile(&self, module: Module) -> Result<Arc<dyn Executable>> {

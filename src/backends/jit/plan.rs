@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-pub(crate) use super::loops::LoopStep;
+use super::loops::LoopStep;
 use crate::backends::interp::captures;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueId};
@@ -136,7 +136,7 @@ impl Plan {
     }
 }
 
-pub(crate) use crate::backends::signature::unnamed;
+use crate::backends::signature::unnamed;
 
 fn internal(msg: String) -> Error {
     Error::invalid("jit compile", msg)
@@ -299,7 +299,7 @@ fn build_function(
                     Op::Constant(_) => return Err(internal(format!("constant {n} scheduled as a step"))),
                     op => Step::Kernel(KernelStep {
                         node: n,
-                        fast: super::fast::prepare(m, n)?,
+                        fast: prepare_fast(m, n)?,
                         op: op.clone(),
                         inputs: node.inputs.clone(),
                         outputs: node.outputs.clone(),
@@ -454,4 +454,13 @@ fn describe_step(m: &Module, st: &Step) -> String {
 
 fn list(it: impl Iterator<Item = String>) -> String {
     it.collect::<Vec<_>>().join(", ")
+}
+
+/// The fast kernel for node `n` of `m`'s main function, if one applies: GEMM first, then the
+/// hand-written fused kernels.
+fn prepare_fast(m: &Module, n: NodeId) -> Result<Option<Box<dyn super::fast::FastKernel>>> {
+    if let Some(k) = super::dot::prepare(m, n)? {
+        return Ok(Some(k));
+    }
+    super::fused::prepare(m, n)
 }

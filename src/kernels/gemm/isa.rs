@@ -75,11 +75,28 @@ fn detect() -> Features {
 
 #[cfg(target_arch = "aarch64")]
 fn detect() -> Features {
-    Features {
-        neon: std::arch::is_aarch64_feature_detected!("neon"),
-        sme: super::sme::hwcap_sme(),
-        ..Features::default()
-    }
+    Features { neon: std::arch::is_aarch64_feature_detected!("neon"), sme: hwcap_sme(), ..Features::default() }
+}
+
+/// `AT_HWCAP2` of `getauxval`.
+#[cfg(target_arch = "aarch64")]
+const AT_HWCAP2: core::ffi::c_ulong = 26;
+#[cfg(target_arch = "aarch64")]
+/// `HWCAP2_SME` in `AT_HWCAP2` (Linux, arch/arm64/include/uapi/asm/hwcap.h).
+const HWCAP2_SME: core::ffi::c_ulong = 1 << 23;
+
+#[cfg(target_arch = "aarch64")]
+unsafe extern "C" {
+    /// glibc's auxiliary vector lookup (returns 0 for unknown types).
+    fn getauxval(kind: core::ffi::c_ulong) -> core::ffi::c_ulong;
+}
+
+#[cfg(target_arch = "aarch64")]
+/// Whether the kernel reports SME to this process (Linux `AT_HWCAP2 & HWCAP2_SME`).
+pub(crate) fn hwcap_sme() -> bool {
+    // SAFETY: getauxval only reads the process's auxiliary vector; any type value is allowed.
+    let caps = unsafe { getauxval(AT_HWCAP2) };
+    caps & HWCAP2_SME != 0
 }
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

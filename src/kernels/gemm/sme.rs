@@ -18,23 +18,6 @@ use super::kernel::{Family, TileArgs};
 /// The largest tile side (rows = columns): the driver's edge buffer holds 32 x 32 values.
 const MAX_SIDE: usize = 32;
 
-/// `AT_HWCAP2` of `getauxval`.
-const AT_HWCAP2: core::ffi::c_ulong = 26;
-/// `HWCAP2_SME` in `AT_HWCAP2` (Linux, arch/arm64/include/uapi/asm/hwcap.h).
-const HWCAP2_SME: core::ffi::c_ulong = 1 << 23;
-
-unsafe extern "C" {
-    /// glibc's auxiliary vector lookup (returns 0 for unknown types).
-    fn getauxval(kind: core::ffi::c_ulong) -> core::ffi::c_ulong;
-}
-
-/// Whether the kernel reports SME to this process (Linux `AT_HWCAP2 & HWCAP2_SME`).
-pub(crate) fn hwcap_sme() -> bool {
-    // SAFETY: getauxval only reads the process's auxiliary vector; any type value is allowed.
-    let caps = unsafe { getauxval(AT_HWCAP2) };
-    caps & HWCAP2_SME != 0
-}
-
 /// The streaming SVE vector length in bytes, or `None` without SME.
 pub(crate) fn streaming_vl_bytes() -> Option<usize> {
     static SVL: OnceLock<usize> = OnceLock::new();
