@@ -281,9 +281,15 @@ fn constants_print_exact_bits() {
         Op::Constant(d) => assert_eq!(d.0.as_slice(), f32s.as_slice()),
         other => panic!("not a constant: {other:?}"),
     }
-    // Elided dumps.
-    let elided = print_module_with(&m, &PrintOptions { max_constant_elements: Some(2) });
-    assert!(elided.contains("constant [1.5, nan, ... (2 more)] : f32[2,2]"), "{elided}");
+    // Summarised dumps: the hash and the first values; the text says the data was elided.
+    let elided = print_module_with(&m, &PrintOptions { max_constant_elements: Some(2), preview_elements: 2 });
+    let hash = format!("xxh64:{:016x}", tensorjit::ir::text::xxh64::xxh64(&f32s));
+    assert!(
+        elided.contains(&format!("constant elided(bytes=16, hash=\"{hash}\", first=[1.5, nan]) : f32[2,2]")),
+        "{elided}"
+    );
+    let e = parse_module(&elided).unwrap_err().to_string();
+    assert!(e.contains("elided") && e.contains("line 4, column 17"), "{e}");
 }
 
 #[test]
