@@ -93,7 +93,7 @@ fn cli_check_and_fmt() {
     let text = std::fs::read_to_string(&file).expect("readable");
     assert_eq!(String::from_utf8_lossy(&out.stdout), strip_comment_lines(&text));
 
-    // A broken file: both violations are reported with their lines, exit status 1.
+    // A broken file: both violations are reported with their lines and columns, exit status 1.
     let dir = std::env::temp_dir().join(format!("tensorjit_cli_{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let bad = dir.join("bad.tjir");
@@ -108,13 +108,13 @@ fn cli_check_and_fmt() {
     let b = bad.display();
     assert!(
         err.contains(&format!(
-            "{b}:4: error: @main: %1 = neg: output 0 (%1) has shape f32[3] but inference gives f32[2]"
+            "{b}:4:3: error: @main: %1 = neg: output 0 (%1) has shape f32[3] but inference gives f32[2]"
         )),
         "{err}"
     );
     assert!(
         err.contains(&format!(
-            "{b}:5: error: @main: %2 = exp: output 0 (%2) has shape i32[2] but inference gives f32[2]"
+            "{b}:5:3: error: @main: %2 = exp: output 0 (%2) has shape i32[2] but inference gives f32[2]"
         )),
         "{err}"
     );
