@@ -1,13 +1,13 @@
-//! Tests of `tensorjit run` (the library side, `tensorjit::cli`): IR text written by
-//! the printer, .npy inputs written with npyz, outputs read back and checked against values
-//! worked by hand.
+//! Tests of `tensorjit run` (the library side, `tensorjit::cli::run`, and the binary): IR text
+//! written by the printer, .npy inputs written with npyz, outputs read back and checked against
+//! values worked by hand.
 
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use npyz::WriterBuilder;
-use tensorjit::cli::{RunOptions, Storage, read_npy_bytes, read_text, run, run_command};
+use tensorjit::cli::{RunOptions, Storage, read_npy_bytes, read_text, run};
 use tensorjit::{DType, Shape};
 
 /// A fresh, empty scratch directory for one test.
@@ -98,25 +98,14 @@ fn runs_a_printed_module_on_npy_inputs() {
     let manifest = std::fs::read_to_string(out.join("outputs.txt")).unwrap();
     assert!(manifest.contains("out0.npy f32 [2, 3] native"), "{manifest}");
 
-    // The CLI entry point (prints a summary) on the same files.
-    let args: Vec<String> = [
-        o.file.to_str().unwrap(),
-        "--input",
-        &format!("x={}", dir.join("x.npy").display()),
-        "--input",
-        &format!("y={}", dir.join("y.npy").display()),
-        "--out",
-        out.to_str().unwrap(),
-        "--backend",
-        "interp",
-        "--repeat",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    run_command(&args).unwrap();
-    assert!(run_command(&["--help".to_string()]).is_ok());
+    // The command (prints a summary) on the same files.
+    let x = format!("x={}", dir.join("x.npy").display());
+    let y = format!("y={}", dir.join("y.npy").display());
+    let args =
+        ["run", o.file.to_str().unwrap(), "--input", &x, "--input", &y, "--out", out.to_str().unwrap(), "--backend"];
+    let (code, err) = tensorjit(&[&args[..], &["interp", "--repeat", "2"]].concat(), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(tensorjit(&["run", "--help"], &[]).0, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -361,9 +350,10 @@ fn npy_data_is_checked_against_the_tensor_size_limit() {
 
 #[test]
 fn numeric_flags_are_bounded() {
+    // Usage errors: exit status 2, before any file is read.
     for n in ["18446744073709551615", "1000000000000", "0", "-1", "1e3"] {
         let (code, err) = tensorjit(&["run", "m.tjir", "--out", "o", "--repeat", n], &[]);
-        assert_eq!(code, 1, "--repeat {n}: {err}");
+        assert_eq!(code, 2, "--repeat {n}: {err}");
         assert!(err.contains("--repeat") && err.contains("1000000"), "--repeat {n}: {err}");
     }
     let o = RunOptions { repeat: Some(usize::MAX), ..opts(PathBuf::from("m.tjir"), &[], PathBuf::from("o")) };
@@ -396,11 +386,12 @@ fn output_directory_is_checked_before_executing() {
     let x = format!("x={}", dir.join("x.npy").display());
     let y = format!("y={}", dir.join("y.npy").display());
     let run_to = |out: &str| tensorjit(&["run", ir.to_str().unwrap(), "-i", &x, "-i", &y, "--out", out], &[]);
+    // An empty --out is a usage error (exit status 2).
     let (code, err) = run_to("");
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("--out") && err.contains("empty"), "{err}");
     let (code, err) = tensorjit(&["run", ir.to_str().unwrap(), "-i", &x, "-i", &y, "--out="], &[]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("--out"), "{err}");
     // A file where the directory should be, and a path below a file.
     let file = dir.join("a_file");

@@ -93,7 +93,7 @@ fn cli_check_and_fmt() {
     let text = std::fs::read_to_string(&file).expect("readable");
     assert_eq!(String::from_utf8_lossy(&out.stdout), strip_comment_lines(&text));
 
-    // A broken file: both violations are reported with their lines, exit status 1.
+    // A broken file: both violations are reported with their lines and columns, exit status 1.
     let dir = std::env::temp_dir().join(format!("tensorjit_cli_{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let bad = dir.join("bad.tjir");
@@ -108,13 +108,13 @@ fn cli_check_and_fmt() {
     let b = bad.display();
     assert!(
         err.contains(&format!(
-            "{b}:4: error: @main: %1 = neg: output 0 (%1) has shape f32[3] but inference gives f32[2]"
+            "{b}:4:3: error: @main: %1 = neg: output 0 (%1) has shape f32[3] but inference gives f32[2]"
         )),
         "{err}"
     );
     assert!(
         err.contains(&format!(
-            "{b}:5: error: @main: %2 = exp: output 0 (%2) has shape i32[2] but inference gives f32[2]"
+            "{b}:5:3: error: @main: %2 = exp: output 0 (%2) has shape i32[2] but inference gives f32[2]"
         )),
         "{err}"
     );
@@ -281,9 +281,15 @@ fn constants_print_exact_bits() {
         Op::Constant(d) => assert_eq!(d.0.as_slice(), f32s.as_slice()),
         other => panic!("not a constant: {other:?}"),
     }
-    // Elided dumps.
-    let elided = print_module_with(&m, &PrintOptions { max_constant_elements: Some(2) });
-    assert!(elided.contains("constant [1.5, nan, ... (2 more)] : f32[2,2]"), "{elided}");
+    // Summarised dumps: the hash and the first values; the text says the data was elided.
+    let elided = print_module_with(&m, &PrintOptions { max_constant_elements: Some(2), preview_elements: 2 });
+    let hash = format!("xxh64:{:016x}", tensorjit::ir::text::xxh64::xxh64(&f32s));
+    assert!(
+        elided.contains(&format!("constant elided(bytes=16, hash=\"{hash}\", first=[1.5, nan]) : f32[2,2]")),
+        "{elided}"
+    );
+    let e = parse_module(&elided).unwrap_err().to_string();
+    assert!(e.contains("elided") && e.contains("line 4, column 17"), "{e}");
 }
 
 #[test]

@@ -1,153 +1,314 @@
-//! `tensorjit`: the command-line tool. Subcommands check and reformat IR text files (`.tjir`).
-//!
-//! Each subcommand is one function taking its own arguments and returning the exit code; to add a
-//! subcommand, add a `match` arm in [`dispatch`] and a line to [`USAGE`].
+//! `tensorjit`: the command-line tool. This file only declares the arguments (clap) and
+//! dispatches to the subcommands of [`tensorjit::cli`], then prints their reports as text, as
+//! one JSON object (`--json`) or not at all (`--quiet`). `docs/cli.md` describes every
+//! subcommand. Exit status: 0 success, 1 failure (the message names the file), 2 usage error.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tensorjit::Error;
-use tensorjit::ir::Module;
-use tensorjit::ir::text::{PrintOptions, SourceMap, parse_module_with_locations, print_module_with};
-use tensorjit::ir::verify::verify_diagnostics;
+use clap::{Args, Parser, Subcommand};
+use tensorjit::cli::bench::{BenchOptions, Fill};
+use tensorjit::cli::dump::{DumpOptions, Stage};
+use tensorjit::cli::fmt::{ConstantsFileReport, FmtOptions};
+use tensorjit::cli::{CliError, MAX_REPEAT, RunOptions};
+use tensorjit::ir::text::{DEFAULT_DUMP_CONSTANT_ELEMENTS, DEFAULT_PREVIEW_ELEMENTS, PrintOptions};
 
-const USAGE: &str = "\
-usage: tensorjit <command> [arguments]
+const EXIT_STATUS: &str = "\
+Exit status: 0 success, 1 failure (bad file, failed check, compile or execution error; the
+message names the file, and the line and column for IR text errors), 2 usage error.
+FILE may be `-` for standard input. See docs/cli.md.";
 
-commands:
-  check FILE        parse and verify an IR text file; prints every error with its line
-  fmt [--max-constant-elements N] FILE
-                    print the canonical form of an IR text file (elided constants do not parse)
-  run FILE.tjir --input NAME=PATH.npy ... --out DIR [--backend NAME] [--repeat N]
-                    execute main on .npy inputs, write DIR/out0.npy, ... (see `run --help`)
-  help              show this message
+const RUN_AFTER_HELP: &str = "\
+dtype conventions (.npy has no bfloat16 and no sub-byte integers):
+  bool, i8..i64, u8..u64, f16, f32, f64, c64, c128  native .npy dtypes (little-endian on write;
+                     either byte order and C or Fortran order on read)
+  bf16               stored as uint16 ('<u2') holding the raw bfloat16 bit patterns, same shape;
+                     a bf16 parameter also takes such a uint16 file (a float32 file is rounded
+                     to nearest even)
+  i4,u4,i2,u2,i1,u1  stored as a 1-D uint8 array of the packed bytes (element 0 in the lowest
+                     bits of byte 0); a packed parameter takes such a uint8 file
+DIR/outputs.txt lists every output: file, dtype, shape and storage (native, bf16-bits-as-uint16
+or packed-uint8).";
 
-FILE may be `-` for standard input.";
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    ExitCode::from(dispatch(&args))
+#[derive(Parser)]
+#[command(
+    name = "tensorjit",
+    version,
+    about = "Run, benchmark, check, format and dump tensorjit IR files (.tjir)",
+    after_help = EXIT_STATUS,
+    propagate_version = true
+)]
+struct Cli {
+    /// Print nothing on stdout except the text fmt and dump produce; errors still go to stderr
+    #[arg(short, long, global = true, conflicts_with = "json")]
+    quiet: bool,
+    /// Print one JSON object per result on stdout (failures too: {"ok": false, "error": …})
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
 }
 
-/// Runs the subcommand named by `args[0]`; returns the process exit code (0 ok, 1 failure,
-/// 2 usage error).
-fn dispatch(args: &[String]) -> u8 {
-    let Some(cmd) = args.first() else {
-        eprintln!("{USAGE}");
-        return 2;
-    };
-    let rest = &args[1..];
-    match cmd.as_str() {
-        "check" => cmd_check(rest),
-        "fmt" => cmd_fmt(rest),
-        "help" | "-h" | "--help" => {
-            println!("{USAGE}");
-            0
-        }
-        "run" => match tensorjit::cli::run_command(rest) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("error: {e}");
-                1
-            }
-        },
-        other => {
-            eprintln!("tensorjit: unknown command `{other}`\n\n{USAGE}");
-            2
-        }
+#[derive(Subcommand)]
+enum Command {
+    /// Execute main of an IR file on .npy inputs and write its outputs as .npy files
+    #[command(after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
+    /// Compile an IR file once and time repeated executions (median, min, mean, max)
+    Bench(BenchArgs),
+    /// Parse and verify an IR file; print every error as FILE:LINE:COLUMN
+    Check(CheckArgs),
+    /// Print the canonical text of an IR file
+    Fmt(FmtArgs),
+    /// Print the jit backend's compilation stages of an IR file (no inputs needed)
+    Dump(DumpArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The IR text file
+    file: PathBuf,
+    /// The .npy file for main's parameter NAME; every parameter needs one
+    #[arg(short, long = "input", value_name = "NAME=PATH", value_parser = parse_input)]
+    inputs: Vec<(String, PathBuf)>,
+    /// Output directory for out0.npy, out1.npy, … and outputs.txt (created if missing; checked
+    /// before anything is executed)
+    #[arg(short, long, value_name = "DIR", value_parser = parse_out_dir)]
+    out: PathBuf,
+    /// Backend config: interp, jit, jit:parallelism=4, … [default: $TENSORJIT_BACKEND, else jit]
+    #[arg(short, long, value_name = "CONFIG")]
+    backend: Option<String>,
+    /// After the first (warm-up) execution, execute N more times and report the median, minimum
+    /// and mean time per execution (1 to 1000000)
+    #[arg(short, long, value_name = "N", value_parser = parse_repeat, allow_negative_numbers = true)]
+    repeat: Option<usize>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// The IR text file
+    file: PathBuf,
+    /// The .npy file for main's parameter NAME; parameters without one are generated (--fill)
+    #[arg(short, long = "input", value_name = "NAME=PATH", value_parser = parse_input)]
+    inputs: Vec<(String, PathBuf)>,
+    /// Backend config: interp, jit, jit:parallelism=4, … [default: $TENSORJIT_BACKEND, else jit]
+    #[arg(short, long, value_name = "CONFIG")]
+    backend: Option<String>,
+    /// Timed executions (1 to 1000000)
+    #[arg(short, long, value_name = "N", default_value_t = 10, value_parser = parse_repeat, allow_negative_numbers = true)]
+    repeat: usize,
+    /// Untimed executions before the timed ones (0 to 1000000)
+    #[arg(short, long, value_name = "N", default_value_t = 1, value_parser = parse_warmup, allow_negative_numbers = true)]
+    warmup: usize,
+    /// Value of a parameter without --input: zeros, or deterministic pseudo-random values (floats
+    /// in [-1, 1), integers in [0, 16))
+    #[arg(long, value_enum, default_value_t = Fill::Zeros)]
+    fill: Fill,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// The IR text file
+    file: PathBuf,
+}
+
+#[derive(Args)]
+struct ConstantArgs {
+    /// Constants with more than N elements are printed as a summary (hash and first values);
+    /// their data goes to --constants-file, else it is elided (the text then does not parse)
+    #[arg(long, value_name = "N")]
+    max_constant_elements: Option<usize>,
+    /// How many leading values a summarised constant shows
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PREVIEW_ELEMENTS)]
+    preview: usize,
+    /// Write the summarised constants' data to PATH; the text refers to it by its file name
+    /// (`constant file("NAME", offset=…, bytes=…, hash=…)`), so keep the two side by side
+    #[arg(long, value_name = "PATH")]
+    constants_file: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct FmtArgs {
+    /// The IR text file
+    file: PathBuf,
+    #[command(flatten)]
+    constants: ConstantArgs,
+}
+
+#[derive(Args)]
+#[command(after_help = "\
+Each section starts with a `;; ==== STAGE: NAME ====` comment line, so the output of one IR stage
+(input or optimized) is a module that `tensorjit run` replays (with --constants-file when
+constants are summarised). IR stages summarise constants of more than 16 elements.")]
+struct DumpArgs {
+    /// The IR text file
+    file: PathBuf,
+    /// The stages to print, comma-separated or repeated [default: all]
+    #[arg(short, long = "stage", value_enum, value_delimiter = ',', value_name = "STAGE")]
+    stages: Vec<Stage>,
+    /// The jit backend's config: jit or jit:OPTIONS (fusion=off, reductions=ordered,
+    /// streaming_stores=on, …)
+    #[arg(short, long, value_name = "CONFIG", default_value = "jit")]
+    backend: String,
+    #[command(flatten)]
+    constants: ConstantArgs,
+}
+
+fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => Ok((name.to_string(), PathBuf::from(path))),
+        _ => Err(format!("expected NAME=PATH.npy, got {s:?}")),
     }
 }
 
-/// Reads `path` (`-` = standard input) in bounded chunks: a NUL byte, invalid UTF-8 or more
-/// than `limits::MAX_INPUT_FILE_BYTES` bytes is an error naming the file.
-fn read_input(path: &str) -> Result<String, String> {
-    tensorjit::cli::read_text_file(std::path::Path::new(path)).map_err(|e| e.to_string())
+fn parse_out_dir(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() { Err("the output directory must not be empty".into()) } else { Ok(PathBuf::from(s)) }
 }
 
-/// Reads and parses `path`; on failure prints the error (with its position) and returns `None`.
-fn load(path: &str) -> Option<(Module, SourceMap)> {
-    let text = match read_input(path) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return None;
-        }
-    };
-    match parse_module_with_locations(&text) {
-        Ok(r) => Some(r),
-        Err(Error::Parse { line, column, msg }) => {
-            eprintln!("{path}:{line}:{column}: error: {msg}");
-            None
-        }
-        Err(e) => {
-            eprintln!("{path}: error: {e}");
-            None
-        }
+fn parse_count(s: &str, min: usize) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (min..=MAX_REPEAT).contains(&n) => Ok(n),
+        _ => Err(format!("expected an integer from {min} to {MAX_REPEAT}, got {s:?}")),
     }
 }
 
-/// One positional FILE argument.
-fn single_file<'a>(cmd: &str, args: &'a [String]) -> Result<&'a str, u8> {
-    match args {
-        [f] => Ok(f),
-        _ => {
-            eprintln!("tensorjit {cmd}: expected exactly one FILE argument\n\n{USAGE}");
-            Err(2)
-        }
-    }
+fn parse_repeat(s: &str) -> Result<usize, String> {
+    parse_count(s, 1)
 }
 
-/// `tensorjit check FILE`: parse + verify.
-fn cmd_check(args: &[String]) -> u8 {
-    let path = match single_file("check", args) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let Some((m, map)) = load(path) else { return 1 };
-    let diags = verify_diagnostics(&m);
-    if diags.is_empty() {
-        println!(
-            "ok: module @{}, {} functions, {} nodes, {} values",
-            m.name,
-            m.functions.len(),
-            m.nodes.len(),
-            m.values.len()
-        );
-        return 0;
+fn parse_warmup(s: &str) -> Result<usize, String> {
+    parse_count(s, 0)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Human,
+    Quiet,
+    Json,
+}
+
+/// Prints a JSON value as one line on stdout (write errors, e.g. a closed pipe, are ignored).
+fn print_json(v: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, v);
+    let _ = writeln!(out);
+}
+
+/// Reports a failure of `command` (exit status 1).
+fn fail(mode: Mode, command: &str, e: &CliError) -> u8 {
+    if mode == Mode::Json {
+        print_json(&e.to_json(command));
     }
-    for d in &diags {
-        let line = d.node.and_then(|n| map.node_line(n)).or_else(|| d.func.and_then(|f| map.func_line(f)));
-        match line {
-            Some(l) => eprintln!("{path}:{l}: error: {}", d.message),
-            None => eprintln!("{path}: error: {}", d.message),
-        }
+    match e.location() {
+        Some(loc) => eprintln!("{loc}: error: {}", e.message),
+        None => eprintln!("error: {}", e.message),
     }
-    eprintln!("{path}: {} verification error(s)", diags.len());
     1
 }
 
-/// `tensorjit fmt [--max-constant-elements N] FILE`: print the canonical text.
-fn cmd_fmt(args: &[String]) -> u8 {
-    let mut opts = PrintOptions::default();
-    let mut files = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "--max-constant-elements" {
-            match it.next().and_then(|n| n.parse::<usize>().ok()) {
-                Some(n) => opts.max_constant_elements = Some(n),
-                None => {
-                    eprintln!("tensorjit fmt: --max-constant-elements needs a non-negative integer");
-                    return 2;
-                }
-            }
-        } else {
-            files.push(a.clone());
-        }
+fn note_constants(mode: Mode, c: &Option<ConstantsFileReport>) {
+    if let (Mode::Human, Some(c)) = (mode, c) {
+        eprintln!("wrote {} ({} bytes, {} constants)", c.path.display(), c.bytes, c.constants);
     }
-    let path = match single_file("fmt", &files) {
-        Ok(p) => p,
-        Err(code) => return code,
+}
+
+fn print_options(c: &ConstantArgs, default_max: Option<usize>) -> PrintOptions {
+    PrintOptions { max_constant_elements: c.max_constant_elements.or(default_max), preview_elements: c.preview }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mode = match (cli.json, cli.quiet) {
+        (true, _) => Mode::Json,
+        (false, true) => Mode::Quiet,
+        _ => Mode::Human,
     };
-    let Some((m, _)) = load(path) else { return 1 };
-    print!("{}", print_module_with(&m, &opts));
-    0
+    let mut out = std::io::stdout().lock();
+    let code = match cli.command {
+        Command::Run(a) => {
+            let opts = RunOptions { file: a.file, inputs: a.inputs, out: a.out, backend: a.backend, repeat: a.repeat };
+            match tensorjit::cli::run(&opts) {
+                Ok(r) => {
+                    match mode {
+                        Mode::Human => drop(tensorjit::cli::print_report(&r, &mut out)),
+                        Mode::Json => print_json(&r.to_json()),
+                        Mode::Quiet => {}
+                    }
+                    0
+                }
+                Err(e) => fail(mode, "run", &e),
+            }
+        }
+        Command::Bench(a) => {
+            let opts = BenchOptions {
+                file: a.file,
+                inputs: a.inputs,
+                backend: a.backend,
+                repeat: a.repeat,
+                warmup: a.warmup,
+                fill: a.fill,
+            };
+            match tensorjit::cli::bench::bench(&opts) {
+                Ok(r) => {
+                    match mode {
+                        Mode::Human => drop(r.write_human(&mut out)),
+                        Mode::Json => print_json(&r.to_json()),
+                        Mode::Quiet => {}
+                    }
+                    0
+                }
+                Err(e) => fail(mode, "bench", &e),
+            }
+        }
+        Command::Check(a) => {
+            let r = tensorjit::cli::check::check(&a.file);
+            match mode {
+                Mode::Human => drop(r.write_human(&mut out, &mut std::io::stderr())),
+                Mode::Json => print_json(&r.to_json()),
+                Mode::Quiet => drop(r.write_errors(&mut std::io::stderr())),
+            }
+            if r.ok { 0 } else { 1 }
+        }
+        Command::Fmt(a) => {
+            let opts = FmtOptions {
+                file: a.file,
+                print: print_options(&a.constants, None),
+                constants_file: a.constants.constants_file,
+            };
+            match tensorjit::cli::fmt::fmt(&opts) {
+                Ok(r) => {
+                    match mode {
+                        Mode::Json => print_json(&r.to_json()),
+                        _ => drop(out.write_all(r.text.as_bytes())),
+                    }
+                    note_constants(mode, &r.constants_file);
+                    0
+                }
+                Err(e) => fail(mode, "fmt", &e),
+            }
+        }
+        Command::Dump(a) => {
+            let opts = DumpOptions {
+                file: a.file,
+                stages: a.stages,
+                backend: Some(a.backend),
+                print: print_options(&a.constants, Some(DEFAULT_DUMP_CONSTANT_ELEMENTS)),
+                constants_file: a.constants.constants_file,
+            };
+            match tensorjit::cli::dump::dump(&opts) {
+                Ok(r) => {
+                    match mode {
+                        Mode::Json => print_json(&r.to_json()),
+                        _ => drop(r.write_human(&mut out)),
+                    }
+                    note_constants(mode, &r.constants_file);
+                    0
+                }
+                Err(e) => fail(mode, "dump", &e),
+            }
+        }
+    };
+    let _ = out.flush();
+    ExitCode::from(code)
 }

@@ -21,12 +21,13 @@ use crate::ir::module::Module;
 pub struct PassCtx {
     /// Run the verifier after every pass that changed the module.
     pub verify: bool,
-    /// Keep the IR text before the pipeline and after each pass that changed it.
+    /// Keep the module before the pipeline and after each pass that changed it.
     pub record_ir: bool,
     /// `(pass name, time, changed)` for each pass run, in order.
     pub timings: Vec<(String, Duration, bool)>,
-    /// `(label, IR text)` snapshots when `record_ir` is set: `"00-input"`, `"01-fold"`, …
-    pub snapshots: Vec<(String, String)>,
+    /// `(label, module)` snapshots when `record_ir` is set: `"00-input"`, `"01-fold"`, …
+    /// (copies share the constants' data; print them with [`crate::ir::text`]).
+    pub snapshots: Vec<(String, Module)>,
 }
 
 // Derivable only in release builds, where `cfg!(debug_assertions)` is false.
@@ -48,7 +49,7 @@ pub const MAX_ROUNDS: usize = 8;
 
 fn snapshot(ctx: &mut PassCtx, label: String, m: &Module) {
     if ctx.record_ir {
-        ctx.snapshots.push((label, crate::ir::text::print_module(m)));
+        ctx.snapshots.push((label, m.clone()));
     }
 }
 

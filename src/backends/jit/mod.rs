@@ -203,37 +203,9 @@ impl JitBackend {
                 exec::Runner::Interp(InterpExecutable::new(module)?.with_while_limit(self.while_limit))
             }
             None => {
-                let plan = plan::build(
-                    module,
-                    plan::PlanOptions {
-                        disasm: dumper.is_some(),
-                        ordered: self.ordered_reductions,
-                        stream_min_bytes: self.stream_min_bytes,
-                    },
-                )?;
+                let plan = plan::build(module, self.plan_options(dumper.is_some()))?;
                 if let Some(d) = &dumper {
-                    let m = &plan.module;
-                    let mut clusters = String::new();
-                    for fp in &plan.funcs {
-                        // main's files keep their plain names; other functions' are prefixed.
-                        let prefix = if fp.func == m.main { String::new() } else { format!("{}-", fp.func) };
-                        if fp.func != m.main && !fp.clustering.clusters.is_empty() {
-                            clusters.push_str(&format!("\n{} ({}):\n", m.func_label(fp.func), fp.func));
-                        }
-                        clusters.push_str(&crate::lower::cluster::describe(m, &fp.clustering));
-                        for s in &fp.steps {
-                            if let plan::Step::Loop(l) = s {
-                                d.write(&format!("{prefix}kernel-{}.clif", l.cluster), &l.code.clif)?;
-                                d.write(&format!("{prefix}kernel-{}.asm", l.cluster), &l.code.disasm)?;
-                                if let Some(nt) = &l.streaming {
-                                    d.write(&format!("{prefix}kernel-{}.stream.clif", l.cluster), &nt.clif)?;
-                                    d.write(&format!("{prefix}kernel-{}.stream.asm", l.cluster), &nt.disasm)?;
-                                }
-                            }
-                        }
-                    }
-                    d.write("clusters.txt", &clusters)?;
-                    d.write("plan.txt", &plan.describe())?;
+                    d.plan(&plan)?;
                 }
                 exec::Runner::Plan { plan: Arc::new(plan), pool: self.pool()? }
             }

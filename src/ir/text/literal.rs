@@ -13,7 +13,12 @@ use crate::ir::text::names::{GGML_TYPE, QUANT_SCHEME, choices, from_name};
 /// A parsed attribute or literal value, converted once the expected type is known.
 #[derive(Clone, Debug)]
 pub(super) enum Val {
-    Num { neg: bool, kind: NumKind, text: String, pos: Pos },
+    Num {
+        neg: bool,
+        kind: NumKind,
+        text: String,
+        pos: Pos,
+    },
     Ident(String, Pos),
     Str(String, Pos),
     Bytes(Vec<u8>, Pos),
@@ -22,6 +27,8 @@ pub(super) enum Val {
     List(Vec<Val>, Pos),
     Tuple(Vec<Val>, Pos),
     Named(String, Box<Val>, Pos),
+    /// `name(item, …)`: the side-file forms of a constant's payload (`file(…)`, `elided(…)`).
+    Call(String, Vec<Val>, Pos),
     Question(Pos),
     Star(Pos),
 }
@@ -47,6 +54,7 @@ impl Val {
             | Val::List(_, pos)
             | Val::Tuple(_, pos)
             | Val::Named(_, _, pos)
+            | Val::Call(_, _, pos)
             | Val::Question(pos)
             | Val::Star(pos) => *pos,
         }
@@ -69,6 +77,7 @@ impl Val {
             Val::List(..) => "a list".into(),
             Val::Tuple(..) => "a tuple".into(),
             Val::Named(n, ..) => format!("named item `{n}=…`"),
+            Val::Call(n, ..) => format!("`{n}(…)`"),
             Val::Question(_) => "`?`".into(),
             Val::Star(_) => "`*`".into(),
         }

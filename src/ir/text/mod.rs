@@ -11,15 +11,26 @@
 //! ```
 //!
 //! [`print_module`] numbers values canonically, so `print_module(&parse_module(t)?) == t` for
-//! every text the printer produces.
+//! every text the printer produces. Dumps of models print large constants as a summary (shape,
+//! hash, first values) and, to stay replayable, put their data in a side file
+//! ([`print_module_with_side_file`], [`parse_module_with_constants`], [`sidefile`]).
 
 mod lexer;
 mod literal;
 mod names;
 mod parse;
 mod print;
+pub mod sidefile;
+pub mod xxh64;
 
 pub use names::format_shape;
-pub use parse::{SourceMap, parse_module, parse_module_with_locations};
+pub use parse::{
+    ParseOptions, SourceMap, parse_module, parse_module_with_constants, parse_module_with_locations,
+    parse_module_with_options,
+};
 pub(crate) use print::Names;
-pub use print::{PrintOptions, format_f32, format_f64, function_order, print_module, print_module_with};
+pub use print::{
+    DEFAULT_DUMP_CONSTANT_ELEMENTS, DEFAULT_PREVIEW_ELEMENTS, PrintOptions, format_f32, format_f64, function_order,
+    print_module, print_module_with, print_module_with_side_file,
+};
+pub use sidefile::{SideFile, SideFileReader};

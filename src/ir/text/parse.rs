@@ -8,6 +8,7 @@
 //! the text; the parser does no shape inference.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -20,15 +21,21 @@ use crate::ir::text::lexer::{Label, Pos, Tok, Token, tokenize};
 use crate::ir::text::literal::{AttrMap, NumKind, Val, constant_bytes, parse_hex_bytes, reshape_dim};
 use crate::ir::text::names::{ACTIVATION, ARITH, ATTENTION_LAYOUT, DENSE_LAYOUT, FFT};
 use crate::ir::text::print::implied_kind;
+use crate::ir::text::sidefile::{SideFileReader, parse_hash};
 use crate::limits::MAX_PARSE_DEPTH;
 
-/// Where the parts of a parsed module were written (1-based lines), for diagnostics.
+/// Where the parts of a parsed module were written (1-based lines and columns), for
+/// diagnostics.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SourceMap {
     /// Line of each node, indexed by `NodeId`.
     pub node_lines: Vec<usize>,
+    /// Column where each node starts, indexed by `NodeId`.
+    pub node_columns: Vec<usize>,
     /// Line of each function header, indexed by `FuncId`.
     pub func_lines: Vec<usize>,
+    /// Column of each function header's keyword, indexed by `FuncId`.
+    pub func_columns: Vec<usize>,
 }
 
 impl SourceMap {
@@ -37,20 +44,53 @@ impl SourceMap {
         self.node_lines.get(n.index()).copied().filter(|&l| l > 0)
     }
 
+    /// The line and column of node `n`, if known.
+    pub fn node_position(&self, n: NodeId) -> Option<(usize, usize)> {
+        Some((self.node_line(n)?, self.node_columns.get(n.index()).copied().unwrap_or(1).max(1)))
+    }
+
     /// The line of function `f`'s header, if known.
     pub fn func_line(&self, f: FuncId) -> Option<usize> {
         self.func_lines.get(f.index()).copied().filter(|&l| l > 0)
     }
+
+    /// The line and column of function `f`'s header, if known.
+    pub fn func_position(&self, f: FuncId) -> Option<(usize, usize)> {
+        Some((self.func_line(f)?, self.func_columns.get(f.index()).copied().unwrap_or(1).max(1)))
+    }
+}
+
+/// Options of [`parse_module_with_options`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ParseOptions {
+    /// The directory in which the side files of constants written `file("NAME", …)` are looked
+    /// up (usually the IR file's own directory). `None`: such a constant is a parse error.
+    pub constants_dir: Option<PathBuf>,
 }
 
 /// Parses a module. Errors are [`crate::Error::Parse`] with the line and column of the offending
-/// token and what was expected there.
+/// token and what was expected there. A constant whose data lives in a side file
+/// (`file(…)`) is an error here: use [`parse_module_with_constants`].
 pub fn parse_module(text: &str) -> Result<Module> {
     parse_module_with_locations(text).map(|(m, _)| m)
 }
 
 /// Parses a module and also returns where each node and function was written.
 pub fn parse_module_with_locations(text: &str) -> Result<(Module, SourceMap)> {
+    parse_module_with_options(text, &ParseOptions::default())
+}
+
+/// Parses a module whose large constants may live in side files (`constant file("NAME",
+/// offset=…, bytes=…, hash=…) : shape`, written by
+/// [`crate::ir::text::print_module_with_side_file`]); `NAME` is resolved relative to `dir`.
+/// A missing, truncated or different side file is a [`crate::Error::Parse`] at the constant
+/// naming the file (see [`crate::ir::text::SideFileReader`] for the checks).
+pub fn parse_module_with_constants(text: &str, dir: &Path) -> Result<Module> {
+    parse_module_with_options(text, &ParseOptions { constants_dir: Some(dir.to_path_buf()) }).map(|(m, _)| m)
+}
+
+/// Parses a module with options, returning where each node and function was written.
+pub fn parse_module_with_options(text: &str, opts: &ParseOptions) -> Result<(Module, SourceMap)> {
     let toks = tokenize(text)?;
     let mut p = Parser {
         toks,
@@ -61,6 +101,7 @@ pub fn parse_module_with_locations(text: &str) -> Result<(Module, SourceMap)> {
         pending_inputs: Vec::new(),
         pending_outputs: Vec::new(),
         map: SourceMap::default(),
+        side: opts.constants_dir.as_deref().map(SideFileReader::new),
     };
     p.module()?;
     Ok((p.m, p.map))
@@ -79,6 +120,8 @@ struct Parser {
     /// (function, output index, label, position) to resolve at the end.
     pending_outputs: Vec<(FuncId, usize, String, Pos)>,
     map: SourceMap,
+    /// Reads `file(…)` constants; `None` when no directory was given.
+    side: Option<SideFileReader>,
 }
 
 /// Ops without attributes whose mnemonic says everything (elementwise, compare, barriers, …).
@@ -230,6 +273,7 @@ impl Parser {
             return Err(self.toks[self.toks.len() - 1].pos.err("expected a `func @main(…)` definition"));
         }
         self.map.func_lines = vec![0; headers.len()];
+        self.map.func_columns = vec![0; headers.len()];
         for (label, _, _) in headers {
             let id = match &label {
                 Label::Name(n) if n == "main" => self.m.main,
@@ -253,6 +297,7 @@ impl Parser {
         };
         let f = self.func_ref(&label, lpos)?;
         self.map.func_lines[f.index()] = kw.pos.line;
+        self.map.func_columns[f.index()] = kw.pos.column;
         self.expect_punct('(', "opening the parameter list")?;
         if !self.eat_punct(')') {
             loop {
@@ -341,7 +386,7 @@ impl Parser {
     }
 
     fn node(&mut self, f: FuncId) -> Result<()> {
-        let line = self.pos().line;
+        let start = self.pos();
         let mut results = Vec::new();
         if matches!(self.peek(), Tok::Value(_)) {
             loop {
@@ -419,14 +464,18 @@ impl Parser {
         self.expect_eol("after the node")?;
         let op = if t == OpType::Constant {
             let payload = payload.ok_or_else(|| mpos.err("constant: missing value (e.g. `constant [1, 2]`)"))?;
-            let bytes = constant_bytes(&payload, shapes.first())?;
-            Op::Constant(ConstData(Arc::new(bytes)))
+            let bytes = match &payload {
+                Val::Call(form, args, pos) => self.constant_reference(form, args, *pos)?,
+                _ => Arc::new(constant_bytes(&payload, shapes.first())?),
+            };
+            Op::Constant(ConstData(bytes))
         } else {
             self.build_op(t, &mut attrs)?
         };
         attrs.finish()?;
         let node = self.m.add_node(f, op, vec![PLACEHOLDER; operands.len()], shapes);
-        self.map.node_lines.push(line);
+        self.map.node_lines.push(start.line);
+        self.map.node_columns.push(start.column);
         for (k, (v, pos)) in operands.into_iter().enumerate() {
             self.pending_inputs.push((node, k, v, pos));
         }
@@ -550,6 +599,21 @@ impl Parser {
                 Val::Bytes(parse_hex_bytes(&h, t.pos)?, pos)
             }
             Tok::Ident(_) if *self.peek_at(1) == Tok::Punct('[') => Val::Shape(self.shape()?, pos),
+            Tok::Ident(s) if *self.peek_at(1) == Tok::Punct('(') => {
+                self.next();
+                self.next();
+                let mut items = Vec::new();
+                if !self.eat_punct(')') {
+                    loop {
+                        items.push(self.value(depth + 1)?);
+                        if self.eat_punct(')') {
+                            break;
+                        }
+                        self.expect_punct(',', "or `)`")?;
+                    }
+                }
+                Val::Call(s, items, pos)
+            }
             Tok::Ident(s) | Tok::Str(s) if *self.peek_at(1) == Tok::Punct('=') => {
                 self.next();
                 self.next();
@@ -594,6 +658,77 @@ impl Parser {
             _ => return Err(self.err_expected("a value")),
         };
         Ok(v)
+    }
+
+    /// The data of a constant written `file("NAME", offset=…, bytes=…, hash="xxh64:…"[,
+    /// first=…])`, read from the side file; `elided(…)` and other forms are errors.
+    fn constant_reference(&mut self, form: &str, args: &[Val], pos: Pos) -> Result<Arc<Vec<u8>>> {
+        let (name, named) = match (form, args.split_first()) {
+            ("file", Some((Val::Str(name, _), rest))) => (name.as_str(), rest),
+            ("file", _) => {
+                return Err(pos.err(
+                    "constant: `file(…)` takes the side file's name first: `file(\"NAME\", offset=…, bytes=…, hash=…)`",
+                ));
+            }
+            ("elided", _) => {
+                let detail = args
+                    .iter()
+                    .filter_map(|a| match a {
+                        Val::Named(k, v, _) if k == "bytes" || k == "hash" => match &**v {
+                            Val::Num { text, .. } => Some(format!("{k}={text}")),
+                            Val::Str(t, _) => Some(format!("{k}={t}")),
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(pos.err(format!(
+                    "constant: the data was elided when this text was printed ({detail}); it cannot be read back. \
+                     Print the module with a constants side file (`--constants-file`, \
+                     `print_module_with_side_file`) to get text that replays"
+                )));
+            }
+            (other, _) => {
+                return Err(pos.err(format!(
+                    "constant: unknown form `{other}(…)` (expected a value, `hex\"…\"` or `file(\"NAME\", offset=…, bytes=…, hash=…)`)"
+                )));
+            }
+        };
+        let (mut offset, mut bytes, mut hash) = (None, None, None);
+        for a in named {
+            let Val::Named(key, v, apos) = a else {
+                return Err(a.expected("constant file(…)", "`offset=`, `bytes=`, `hash=` or `first=`"));
+            };
+            let slot_taken = match key.as_str() {
+                "offset" => offset.replace(uint64(v, "constant file(…): offset")?).is_some(),
+                "bytes" => bytes.replace(uint64(v, "constant file(…): bytes")?).is_some(),
+                "hash" => {
+                    let h = match &**v {
+                        Val::Str(t, _) => parse_hash(t),
+                        _ => None,
+                    }
+                    .ok_or_else(|| v.expected("constant file(…): hash", "a string `\"xxh64:\"` and 16 hex digits"))?;
+                    hash.replace(h).is_some()
+                }
+                // The leading values, for the reader; not checked.
+                "first" => false,
+                _ => return Err(apos.err(format!("constant file(…): unknown item `{key}=`"))),
+            };
+            if slot_taken {
+                return Err(apos.err(format!("constant file(…): `{key}=` is given twice")));
+            }
+        }
+        let (Some(offset), Some(bytes), Some(hash)) = (offset, bytes, hash) else {
+            return Err(pos.err("constant file(…): `offset=`, `bytes=` and `hash=` are required"));
+        };
+        let Some(side) = self.side.as_mut() else {
+            return Err(pos.err(format!(
+                "constant: the data is in the side file {name:?}, and no directory to find it in was given \
+                 (parse with `parse_module_with_constants`; the `tensorjit` commands look next to the IR file)"
+            )));
+        };
+        side.read(name, offset, bytes, hash).map_err(|msg| pos.err(msg))
     }
 
     fn func_attr(&self, a: &mut AttrMap, name: &str) -> Result<FuncId> {
@@ -806,6 +941,12 @@ impl Parser {
         };
         Ok(op)
     }
+}
+
+/// A non-negative integer of at most 64 bits.
+fn uint64(v: &Val, what: &str) -> Result<u64> {
+    let (x, _) = v.int(what)?;
+    u64::try_from(x).map_err(|_| v.pos().err(format!("{what}: expected an integer from 0 to {}, found {x}", u64::MAX)))
 }
 
 fn fmt_label(l: &Label) -> String {

@@ -5,6 +5,7 @@
 //! closures are labelled by their position in that order, so that parsing the text allocates
 //! exactly the same ids again and `print(parse(text)) == text`.
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 
 use half::{bf16, f16};
@@ -18,13 +19,47 @@ use crate::ir::text::names::{
     ACTIVATION, ARITH, ATTENTION_LAYOUT, DENSE_LAYOUT, FFT, GGML_TYPE, QUANT_SCHEME, format_reshape_dim, format_shape,
     name_of, quote_name,
 };
+use crate::ir::text::sidefile::{SideFile, format_hash};
+use crate::ir::text::xxh64::xxh64;
 
-/// Options of [`print_module_with`].
-#[derive(Clone, Debug, Default)]
+/// Constants with more elements than this are summarised in dumps ([`PrintOptions::dump`]).
+pub const DEFAULT_DUMP_CONSTANT_ELEMENTS: usize = 16;
+
+/// How many leading values a summarised constant shows by default (`first=[…]`).
+pub const DEFAULT_PREVIEW_ELEMENTS: usize = 4;
+
+/// Options of [`print_module_with`] and [`print_module_with_side_file`].
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrintOptions {
-    /// Print at most this many elements (or bytes, for hex payloads) of each constant, followed
-    /// by `... (N more)`. Elided text is for reading only: it does not parse.
+    /// Constants with more elements than this (bytes, for constants printed as `hex"…"`) are
+    /// not printed in full: [`print_module_with`] writes `elided(bytes=…, hash=…, first=[…])`
+    /// (readable, but a parse error: the data is gone), [`print_module_with_side_file`] writes
+    /// `file("NAME", offset=…, bytes=…, hash=…, first=[…])` and puts the data in the side file
+    /// (replays with [`crate::ir::text::parse_module_with_constants`]). `None` (the default):
+    /// every constant in full.
     pub max_constant_elements: Option<usize>,
+    /// How many leading elements (bytes, for `hex` data) a summarised constant shows in
+    /// `first=…`; 0 leaves `first` out.
+    pub preview_elements: usize,
+}
+
+impl Default for PrintOptions {
+    fn default() -> PrintOptions {
+        PrintOptions { max_constant_elements: None, preview_elements: DEFAULT_PREVIEW_ELEMENTS }
+    }
+}
+
+impl PrintOptions {
+    /// Constants with more than `max` elements summarised.
+    pub fn summarized(max: usize) -> PrintOptions {
+        PrintOptions { max_constant_elements: Some(max), ..PrintOptions::default() }
+    }
+
+    /// The options of dumps: constants with more than [`DEFAULT_DUMP_CONSTANT_ELEMENTS`]
+    /// elements summarised.
+    pub fn dump() -> PrintOptions {
+        PrintOptions::summarized(DEFAULT_DUMP_CONSTANT_ELEMENTS)
+    }
 }
 
 /// The canonical text of `m`; [`crate::ir::text::parse_module`] reads it back.
@@ -32,10 +67,19 @@ pub fn print_module(m: &Module) -> String {
     print_module_with(m, &PrintOptions::default())
 }
 
-/// The text of `m` with options (e.g. eliding big constants in dumps).
+/// The text of `m` with options: constants above `opts.max_constant_elements` are written
+/// `elided(…)`, which does not parse back (see [`print_module_with_side_file`] for text that
+/// does).
 pub fn print_module_with(m: &Module, opts: &PrintOptions) -> String {
-    let p = Printer::new(m, opts);
-    p.print()
+    Printer::new(m, opts, None).print()
+}
+
+/// The text of `m` with constants above `opts.max_constant_elements` written by reference,
+/// `file("NAME", offset=…, bytes=…, hash=…, first=[…])`, their data added to `side` (which the
+/// caller writes out, see [`SideFile::write_file`]; one side file may serve many modules).
+/// [`crate::ir::text::parse_module_with_constants`] reads the text back to an identical module.
+pub fn print_module_with_side_file(m: &Module, opts: &PrintOptions, side: &mut SideFile) -> String {
+    Printer::new(m, opts, Some(side)).print()
 }
 
 /// The order functions are printed in: main first, then the others in `FuncId` order.
@@ -115,11 +159,12 @@ struct Printer<'a> {
     m: &'a Module,
     opts: &'a PrintOptions,
     names: Names,
+    side: RefCell<Option<&'a mut SideFile>>,
 }
 
 impl<'a> Printer<'a> {
-    fn new(m: &'a Module, opts: &'a PrintOptions) -> Printer<'a> {
-        Printer { m, opts, names: Names::new(m) }
+    fn new(m: &'a Module, opts: &'a PrintOptions, side: Option<&'a mut SideFile>) -> Printer<'a> {
+        Printer { m, opts, names: Names::new(m), side: RefCell::new(side) }
     }
 
     fn value(&self, v: ValueId) -> String {
@@ -134,7 +179,7 @@ impl<'a> Printer<'a> {
         vs.iter().map(|&v| self.value(v)).collect::<Vec<_>>().join(", ")
     }
 
-    fn print(&self) -> String {
+    fn print(self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "module @{}", quote_name(&self.m.name));
         for &f in &self.names.order {
@@ -198,7 +243,7 @@ impl<'a> Printer<'a> {
             outputs.iter().map(|&v| self.m.values.get(v.index()).map(|d| &d.shape)).collect();
         if let Op::Constant(data) = op {
             let shape = out_shapes.first().copied().flatten();
-            items.push(format_constant(shape, data, self.opts.max_constant_elements));
+            items.push(self.constant(shape, data));
         }
         items.extend(self.attrs(op));
         if !items.is_empty() {
@@ -209,6 +254,48 @@ impl<'a> Printer<'a> {
             let shapes: Vec<String> =
                 out_shapes.iter().map(|s| s.map(format_shape).unwrap_or_else(|| "?".into())).collect();
             let _ = write!(out, " : {}", shapes.join(", "));
+        }
+    }
+
+    /// A constant's payload: in full, or summarised (`elided(…)` / `file(…)`) when it has more
+    /// elements than the options allow.
+    fn constant(&self, shape: Option<&Shape>, data: &ConstData) -> String {
+        let bytes = data.0.as_slice();
+        let elementwise = shape.filter(|s| elementwise_printable(s.dtype, bytes));
+        let n = elementwise.map_or(bytes.len(), |s| bytes.len() / s.dtype.size());
+        if self.opts.max_constant_elements.is_none_or(|max| n <= max) {
+            return format_constant(shape, data);
+        }
+        let preview = self.opts.preview_elements.min(n);
+        let first = match elementwise {
+            _ if preview == 0 => String::new(),
+            Some(s) => {
+                let size = s.dtype.size();
+                let items: Vec<String> =
+                    bytes.chunks_exact(size).take(preview).map(|c| format_element(s.dtype, c)).collect();
+                format!(", first=[{}]", items.join(", "))
+            }
+            None => {
+                let mut h = String::from(", first=hex\"");
+                for b in &bytes[..preview] {
+                    let _ = write!(h, "{b:02x}");
+                }
+                h.push('"');
+                h
+            }
+        };
+        match self.side.borrow_mut().as_mut() {
+            Some(side) => {
+                let r = side.add(data);
+                format!(
+                    "file({:?}, offset={}, bytes={}, hash=\"{}\"{first})",
+                    side.name(),
+                    r.offset,
+                    r.bytes,
+                    format_hash(r.hash)
+                )
+            }
+            None => format!("elided(bytes={}, hash=\"{}\"{first})", bytes.len(), format_hash(xxh64(bytes))),
         }
     }
 
@@ -586,9 +673,9 @@ fn format_element(dtype: DType, b: &[u8]) -> String {
     }
 }
 
-/// The payload of a constant: a bare scalar, a flat `[a, b, …]` list in row-major order, or
-/// `hex"…"` bytes (packed and name-only dtypes, or data that does not decode).
-fn format_constant(shape: Option<&Shape>, data: &ConstData, max: Option<usize>) -> String {
+/// The payload of a constant in full: a bare scalar, a flat `[a, b, …]` list in row-major
+/// order, or `hex"…"` bytes (packed and name-only dtypes, or data that does not decode).
+fn format_constant(shape: Option<&Shape>, data: &ConstData) -> String {
     let bytes = data.0.as_slice();
     match shape {
         Some(s) if elementwise_printable(s.dtype, bytes) => {
@@ -597,24 +684,16 @@ fn format_constant(shape: Option<&Shape>, data: &ConstData, max: Option<usize>) 
             if s.rank() == 0 && n == 1 {
                 return format_element(s.dtype, bytes);
             }
-            let shown = max.map_or(n, |k| k.min(n));
-            let mut items: Vec<String> =
-                bytes.chunks_exact(size).take(shown).map(|c| format_element(s.dtype, c)).collect();
-            if shown < n {
-                items.push(format!("... ({} more)", n - shown));
-            }
+            let items: Vec<String> = bytes.chunks_exact(size).map(|c| format_element(s.dtype, c)).collect();
             format!("[{}]", items.join(", "))
         }
         _ => {
-            let shown = max.map_or(bytes.len(), |k| k.min(bytes.len()));
-            let mut s = String::from("hex\"");
-            for b in &bytes[..shown] {
+            let mut s = String::with_capacity(2 * bytes.len() + 5);
+            s.push_str("hex\"");
+            for b in bytes {
                 let _ = write!(s, "{b:02x}");
             }
             s.push('"');
-            if shown < bytes.len() {
-                let _ = write!(s, " ... ({} more bytes)", bytes.len() - shown);
-            }
             s
         }
     }

@@ -1,0 +1,322 @@
+//! `tensorjit run`: executes the main function of an IR text file on NumPy `.npy` inputs and
+//! writes the outputs as `.npy` files, reporting shapes, compile time and execution times.
+//!
+//! [`run`] takes typed options and returns a [`RunReport`]; [`print_report`] and
+//! [`RunReport::to_json`] are its two output forms. The pieces (loading a module and its
+//! inputs, creating the backend, timing executions) are shared with [`crate::cli::bench`].
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::api::backend::{Backend, Executable};
+use crate::api::buffer::Buffer;
+use crate::cli::npy::{Storage, read_npy_file, write_output};
+use crate::cli::{CliError, display_name, load_module, millis};
+use crate::ir::module::Module;
+use crate::ir::shape::Shape;
+
+/// The most timed executions `--repeat` (and `bench --repeat`/`--warmup`) accept.
+pub const MAX_REPEAT: usize = 1_000_000;
+
+/// Options of one `tensorjit run`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunOptions {
+    /// The IR text file.
+    pub file: PathBuf,
+    /// `(parameter name, .npy path)` pairs.
+    pub inputs: Vec<(String, PathBuf)>,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Backend config (`None`: [`crate::api::new`]).
+    pub backend: Option<String>,
+    /// Timed executions after the first one.
+    pub repeat: Option<usize>,
+}
+
+/// One written output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputFile {
+    /// Path of the .npy file.
+    pub path: PathBuf,
+    /// The tensor's shape.
+    pub shape: Shape,
+    /// How it was stored.
+    pub storage: Storage,
+}
+
+/// Timings of repeated executions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RepeatStats {
+    /// Number of timed executions.
+    pub n: usize,
+    /// Median time per execution.
+    pub median: Duration,
+    /// Minimum time per execution.
+    pub min: Duration,
+    /// Mean time per execution.
+    pub mean: Duration,
+    /// Maximum time per execution.
+    pub max: Duration,
+}
+
+impl RepeatStats {
+    /// As JSON: `{"n", "median_ms", "min_ms", "mean_ms", "max_ms"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "n": self.n,
+            "median_ms": millis(self.median),
+            "min_ms": millis(self.min),
+            "mean_ms": millis(self.mean),
+            "max_ms": millis(self.max),
+        })
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunReport {
+    /// The IR file.
+    pub file: PathBuf,
+    /// The backend's name.
+    pub backend: String,
+    /// The outputs, in order.
+    pub outputs: Vec<OutputFile>,
+    /// Time spent in the backend's `compile`.
+    pub compile_time: Duration,
+    /// Time of the first execution.
+    pub execute_time: Duration,
+    /// With `--repeat`.
+    pub repeat: Option<RepeatStats>,
+}
+
+impl RunReport {
+    /// The report as one JSON object: `{"command": "run", "file", "ok": true, "backend",
+    /// "outputs": [{"name", "path", "shape", "dtype", "storage"}], "compile_ms", "execute_ms",
+    /// "repeat": {"n", "median_ms", "min_ms", "mean_ms", "max_ms"} or null}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let outputs: Vec<serde_json::Value> = self
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                serde_json::json!({
+                    "name": format!("out{i}"),
+                    "path": o.path.display().to_string(),
+                    "shape": o.shape.dims,
+                    "dtype": o.shape.dtype.short_name(),
+                    "storage": o.storage.label(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "command": "run",
+            "file": display_name(&self.file),
+            "ok": true,
+            "backend": self.backend,
+            "outputs": outputs,
+            "compile_ms": millis(self.compile_time),
+            "execute_ms": millis(self.execute_time),
+            "repeat": self.repeat.map(|r| r.to_json()),
+        })
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", millis(d))
+}
+
+/// Writes the human summary of a run.
+pub fn print_report(r: &RunReport, w: &mut impl Write) -> std::io::Result<()> {
+    for (i, o) in r.outputs.iter().enumerate() {
+        let note = match o.storage {
+            Storage::Native => String::new(),
+            Storage::Bf16AsUint16 => " (bf16 stored as uint16 bits)".into(),
+            Storage::PackedUint8 => format!(" ({} stored as packed uint8 bytes)", o.shape.dtype.short_name()),
+        };
+        writeln!(w, "output {i}: {} -> {}{note}", o.shape, o.path.display())?;
+    }
+    writeln!(w, "backend: {}", r.backend)?;
+    writeln!(w, "compile: {}", ms(r.compile_time))?;
+    writeln!(w, "execute: {} (first execution)", ms(r.execute_time))?;
+    if let Some(s) = r.repeat {
+        writeln!(w, "repeat {}: median {} / execution, min {}, mean {}", s.n, ms(s.median), ms(s.min), ms(s.mean))?;
+    }
+    Ok(())
+}
+
+fn usage(msg: impl Into<String>) -> CliError {
+    CliError::new(msg)
+}
+
+/// A repeat count in `1..=MAX_REPEAT`, or an error naming `flag`.
+pub fn check_repeat(flag: &str, n: usize) -> Result<usize, CliError> {
+    if (1..=MAX_REPEAT).contains(&n) {
+        Ok(n)
+    } else {
+        Err(usage(format!("{flag} needs an integer from 1 to {MAX_REPEAT}, got {n}")))
+    }
+}
+
+/// Makes the value of parameter `index` (`name`, `shape`) when no `.npy` file is given.
+pub(crate) type InputGenerator<'a> = dyn FnMut(usize, &str, &Shape) -> Result<Buffer, CliError> + 'a;
+
+/// Loads `file` (verified), and builds one buffer per parameter of main: from the `.npy` file
+/// `inputs` names for it, else from `generate` (an error when there is none). Every name in
+/// `inputs` must be a parameter.
+pub(crate) fn load_with_inputs(
+    file: &Path,
+    inputs: &[(String, PathBuf)],
+    mut generate: Option<&mut InputGenerator<'_>>,
+) -> Result<(Module, Vec<Buffer>, Vec<InputSource>), CliError> {
+    let (module, _) = load_module(file)?;
+    crate::ir::verify::verify(&module).map_err(|e| CliError::in_file(file, e))?;
+    let main = module.func(module.main);
+    let names = main.param_names.clone();
+    let shapes = module.param_shapes(module.main);
+
+    // Match the inputs to the parameters by name before compiling.
+    let mut given: BTreeMap<&str, &Path> = BTreeMap::new();
+    for (name, path) in inputs {
+        if !names.contains(name) {
+            return Err(usage(format!(
+                "--input {name:?}: main has no parameter {name:?} (parameters: {})",
+                names.join(", ")
+            )));
+        }
+        if given.insert(name.as_str(), path.as_path()).is_some() {
+            return Err(usage(format!("--input {name:?} given twice")));
+        }
+    }
+    let mut buffers = Vec::with_capacity(names.len());
+    let mut sources = Vec::with_capacity(names.len());
+    for (i, (name, shape)) in names.iter().zip(&shapes).enumerate() {
+        match (given.get(name.as_str()), generate.as_mut()) {
+            (Some(path), _) => {
+                let what = format!("parameter {i} ({name:?}) from {}", path.display());
+                buffers.push(read_npy_file(path, shape, &what).map_err(CliError::from)?);
+                sources.push(InputSource::File(path.to_path_buf()));
+            }
+            (None, Some(g)) => {
+                buffers.push(g(i, name, shape)?);
+                sources.push(InputSource::Generated);
+            }
+            (None, None) => {
+                return Err(usage(format!("parameter {i} ({name:?}, {shape}) has no --input {name}=PATH.npy")));
+            }
+        }
+    }
+    Ok((module, buffers, sources))
+}
+
+/// Where a parameter's value came from (see [`load_with_inputs`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputSource {
+    /// A `.npy` file.
+    File(PathBuf),
+    /// Generated by the command.
+    Generated,
+}
+
+/// The backend of `config` (`None`: `$TENSORJIT_BACKEND` or the default).
+pub(crate) fn backend(config: Option<&str>) -> Result<Arc<dyn Backend>, CliError> {
+    match config {
+        Some(cfg) => crate::api::new_with_config(cfg),
+        None => crate::api::new(),
+    }
+    .map_err(CliError::from)
+}
+
+/// Compiles `module` on `backend`; returns the executable and the time `compile` took.
+pub(crate) fn compile(
+    backend: &dyn Backend,
+    module: Module,
+    file: &Path,
+) -> Result<(Arc<dyn Executable>, Duration), CliError> {
+    let t0 = Instant::now();
+    let exe = backend.compile(module).map_err(|e| CliError::in_file(file, e))?;
+    Ok((exe, t0.elapsed()))
+}
+
+/// Executes `exe` `n` times and returns the statistics of the times per execution.
+pub(crate) fn time_executions(
+    exe: &dyn Executable,
+    inputs: &[&Buffer],
+    n: usize,
+    file: &Path,
+) -> Result<RepeatStats, CliError> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let outs = exe.execute(inputs, &[]).map_err(|e| CliError::in_file(file, e))?;
+        drop(outs);
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let (Some(&min), Some(&max)) = (times.first(), times.last()) else {
+        return Err(usage("no executions to time"));
+    };
+    let median = if n % 2 == 1 { times[n / 2] } else { (times[n / 2 - 1] + times[n / 2]) / 2 };
+    let mean = times.iter().sum::<Duration>() / n as u32;
+    Ok(RepeatStats { n, median, min, mean, max })
+}
+
+/// Parses, verifies, compiles and executes `opts.file` and writes the outputs.
+pub fn run(opts: &RunOptions) -> Result<RunReport, CliError> {
+    if let Some(n) = opts.repeat {
+        check_repeat("--repeat", n)?;
+    }
+    let (module, buffers, _) = load_with_inputs(&opts.file, &opts.inputs, None)?;
+    prepare_out_dir(&opts.out)?;
+    let backend = backend(opts.backend.as_deref())?;
+    let (exe, compile_time) = compile(backend.as_ref(), module, &opts.file)?;
+
+    let refs: Vec<&Buffer> = buffers.iter().collect();
+    let t1 = Instant::now();
+    let outs = exe.execute(&refs, &[]).map_err(|e| CliError::in_file(&opts.file, e))?;
+    let execute_time = t1.elapsed();
+    let repeat = match opts.repeat {
+        Some(n) => Some(time_executions(exe.as_ref(), &refs, n, &opts.file)?),
+        None => None,
+    };
+
+    let mut outputs = Vec::with_capacity(outs.len());
+    let mut manifest = String::new();
+    for (i, b) in outs.iter().enumerate() {
+        let path = opts.out.join(format!("out{i}.npy"));
+        let storage = write_output(&path, b)?;
+        manifest.push_str(&format!("out{i}.npy {} {:?} {}\n", b.dtype().short_name(), b.shape().dims, storage.label()));
+        outputs.push(OutputFile { path, shape: b.shape().clone(), storage });
+    }
+    let mpath = opts.out.join("outputs.txt");
+    std::fs::write(&mpath, manifest).map_err(|e| CliError::new(format!("{}: {e}", mpath.display())))?;
+    Ok(RunReport {
+        file: opts.file.clone(),
+        backend: backend.name().to_string(),
+        outputs,
+        compile_time,
+        execute_time,
+        repeat,
+    })
+}
+
+/// Checks that `out` can take the outputs before anything is executed: a non-empty path that
+/// is a directory or can be created as one, and in which a file can be created.
+pub fn prepare_out_dir(out: &Path) -> Result<(), CliError> {
+    let err = |msg: String| CliError::new(msg);
+    if out.as_os_str().is_empty() {
+        return Err(err("--out: the output directory must not be empty".into()));
+    }
+    if out.exists() && !out.is_dir() {
+        return Err(err(format!("--out {}: exists and is not a directory", out.display())));
+    }
+    std::fs::create_dir_all(out)
+        .map_err(|e| err(format!("{}: cannot create the output directory: {e}", out.display())))?;
+    let probe = out.join(format!(".tensorjit-write-test-{}", std::process::id()));
+    File::create(&probe).map_err(|e| err(format!("{}: the output directory is not writable: {e}", out.display())))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
