@@ -4,74 +4,9 @@
 //! recompute outside tensorjit (`xxhsum -H1`, Python's `xxhash.xxh64`). It detects a wrong or
 //! damaged side file; it is not a defence against a file crafted to collide.
 
-const P1: u64 = 0x9E37_79B1_85EB_CA87;
-const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
-const P3: u64 = 0x1656_67B1_9E37_79F9;
-const P4: u64 = 0x85EB_CA77_C2B2_AE63;
-const P5: u64 = 0x27D4_EB2F_1656_67C5;
-
-fn read64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
-}
-
-fn read32(b: &[u8]) -> u64 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[..4]);
-    u32::from_le_bytes(a) as u64
-}
-
-fn round(acc: u64, input: u64) -> u64 {
-    acc.wrapping_add(input.wrapping_mul(P2)).rotate_left(31).wrapping_mul(P1)
-}
-
-fn merge(acc: u64, v: u64) -> u64 {
-    (acc ^ round(0, v)).wrapping_mul(P1).wrapping_add(P4)
-}
-
-/// The XXH64 hash of `data` with seed 0.
+/// The XXH64 hash (seed 0) of `data`, by the `xxhash-rust` crate.
 pub fn xxh64(data: &[u8]) -> u64 {
-    let len = data.len() as u64;
-    let mut rest = data;
-    let mut h = if data.len() >= 32 {
-        let mut v = [P1.wrapping_add(P2), P2, 0, 0u64.wrapping_sub(P1)];
-        let mut stripes = rest.chunks_exact(32);
-        for s in &mut stripes {
-            for (k, acc) in v.iter_mut().enumerate() {
-                *acc = round(*acc, read64(&s[8 * k..]));
-            }
-        }
-        rest = stripes.remainder();
-        let mut h = v[0]
-            .rotate_left(1)
-            .wrapping_add(v[1].rotate_left(7))
-            .wrapping_add(v[2].rotate_left(12))
-            .wrapping_add(v[3].rotate_left(18));
-        for acc in v {
-            h = merge(h, acc);
-        }
-        h
-    } else {
-        P5
-    };
-    h = h.wrapping_add(len);
-    while rest.len() >= 8 {
-        h = (h ^ round(0, read64(rest))).rotate_left(27).wrapping_mul(P1).wrapping_add(P4);
-        rest = &rest[8..];
-    }
-    if rest.len() >= 4 {
-        h = (h ^ read32(rest).wrapping_mul(P1)).rotate_left(23).wrapping_mul(P2).wrapping_add(P3);
-        rest = &rest[4..];
-    }
-    for &b in rest {
-        h = (h ^ (b as u64).wrapping_mul(P5)).rotate_left(11).wrapping_mul(P1);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(P2);
-    h ^= h >> 29;
-    h = h.wrapping_mul(P3);
-    h ^ (h >> 32)
+    xxhash_rust::xxh64::xxh64(data, 0)
 }
 
 #[cfg(test)]
