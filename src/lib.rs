@@ -12,6 +12,7 @@ pub mod cli;
 pub mod codegen;
 #[cfg(feature = "compliance")]
 pub mod compliance;
+pub mod config;
 pub mod error;
 pub mod ir;
 pub mod kernels;
@@ -19,11 +20,14 @@ pub mod limits;
 pub mod lower;
 pub mod memory;
 pub mod passes;
+pub mod threads;
 
 pub use api::{
-    Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value, list, new,
-    new_with_config, register,
+    Backend, BackendOptions, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value,
+    list, new, new_with_config, new_with_options, register,
 };
+pub use backends::interp::InterpOptions;
+pub use backends::jit::JitOptions;
 pub use error::{Error, Result};
 pub use ir::{DType, Element, OpType, Shape};
 

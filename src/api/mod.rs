@@ -12,4 +12,4 @@ pub use buffer::Buffer;
 pub use builder::{Builder, Function, Value};
 pub use ops_basic::ReshapeSpec;
 pub use ops_structured::{AttentionConfig, ConvConfig, DotConfig, GatherDims, ScatterDims};
-pub use registry::{list, new, new_with_config, parse_config, register};
+pub use registry::{BackendOptions, list, new, new_with_config, new_with_options, parse_config, register};

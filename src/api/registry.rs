@@ -1,9 +1,14 @@
-//! The backend registry: register by name, list, and create from `TENSORJIT_BACKEND` or a config string.
+//! The backend registry: register by name, list, and create from `TENSORJIT_BACKEND`, a config
+//! string (`"jit:parallelism=4"`) or typed options ([`new_with_options`]).
 
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::api::backend::Backend;
+use crate::backends::interp::{InterpBackend, InterpOptions};
+use crate::backends::jit::{JitBackend, JitOptions};
 use crate::error::{Error, Result};
+
+pub use crate::config::{ConfigOption, parse_config};
 
 /// A backend constructor taking the backend-config part of `"name:config"`.
 pub type Constructor = fn(config: &str) -> Result<Arc<dyn Backend>>;
@@ -34,19 +39,28 @@ pub fn list() -> Vec<String> {
     registry().lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(n, _)| n.clone()).collect()
 }
 
-/// A backend from `TENSORJIT_BACKEND` if set (even empty), else the default backend if
-/// registered, else the first registered one.
-pub fn new() -> Result<Arc<dyn Backend>> {
-    match std::env::var(BACKEND_ENV) {
-        Ok(cfg) => new_with_config(&cfg),
-        Err(_) if list().iter().any(|n| n == DEFAULT_BACKEND) => new_with_config(DEFAULT_BACKEND),
-        Err(_) => new_with_config(""),
+/// The config [`new`] uses for a value of `TENSORJIT_BACKEND` (`None`: unset): the value when it
+/// has anything but whitespace, else the default backend if registered, else `""` (the first
+/// registered one). A variable set to an empty or blank value counts as unset.
+pub fn config_from_env_value(value: Option<&str>) -> String {
+    match value.map(str::trim).filter(|v| !v.is_empty()) {
+        Some(cfg) => cfg.to_string(),
+        None if list().iter().any(|n| n == DEFAULT_BACKEND) => DEFAULT_BACKEND.to_string(),
+        None => String::new(),
     }
+}
+
+/// A backend from `TENSORJIT_BACKEND` if it is set to something other than blanks, else the
+/// default backend if registered, else the first registered one.
+pub fn new() -> Result<Arc<dyn Backend>> {
+    let value = std::env::var(BACKEND_ENV).ok();
+    new_with_config(&config_from_env_value(value.as_deref()))
 }
 
 /// A backend from `"name[:opt1,opt2=v]"`; `""` picks the first registered backend.
 pub fn new_with_config(config: &str) -> Result<Arc<dyn Backend>> {
     let (name, opts) = config.split_once(':').unwrap_or((config, ""));
+    let name = name.trim();
     let ctor = {
         let r = registry().lock().unwrap_or_else(|e| e.into_inner());
         if name.is_empty() { r.first().map(|e| e.1) } else { r.iter().find(|(n, _)| n == name).map(|e| e.1) }
@@ -57,33 +71,73 @@ pub fn new_with_config(config: &str) -> Result<Arc<dyn Backend>> {
     }
 }
 
-/// One parsed `key` or `key=value` option of a backend config.
+/// The typed options of one of the built-in backends, for [`new_with_options`].
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigOption {
-    /// The key.
-    pub key: String,
-    /// The value after `=`, if any.
-    pub value: Option<String>,
+pub enum BackendOptions {
+    /// The "jit" backend.
+    Jit(JitOptions),
+    /// The "interp" backend.
+    Interp(InterpOptions),
 }
 
-/// Splits a backend config at commas (empty items ignored) and checks every key is in `valid`;
-/// an unknown key is an error listing the valid ones.
-pub fn parse_config(backend: &str, config: &str, valid: &[&str]) -> Result<Vec<ConfigOption>> {
-    let mut out = vec![];
-    for item in config.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (key, value) = match item.split_once('=') {
-            Some((k, v)) => (k.trim(), Some(v.trim().to_string())),
-            None => (item, None),
-        };
-        if !valid.contains(&key) {
-            return Err(Error::Config(format!(
-                "backend {backend:?}: unknown option {key:?}; valid options: {}",
-                valid.join(", ")
-            )));
-        }
-        out.push(ConfigOption { key: key.to_string(), value });
+impl From<JitOptions> for BackendOptions {
+    fn from(o: JitOptions) -> Self {
+        BackendOptions::Jit(o)
     }
-    Ok(out)
+}
+
+impl From<InterpOptions> for BackendOptions {
+    fn from(o: InterpOptions) -> Self {
+        BackendOptions::Interp(o)
+    }
+}
+
+impl BackendOptions {
+    /// The backend's registry name.
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            BackendOptions::Jit(_) => crate::backends::jit::NAME,
+            BackendOptions::Interp(_) => crate::backends::interp::NAME,
+        }
+    }
+
+    /// The options of a full config string `"name[:options]"` of a built-in backend (`""`: the
+    /// default backend).
+    pub fn parse(config: &str) -> Result<BackendOptions> {
+        let (name, opts) = config.split_once(':').unwrap_or((config, ""));
+        match name.trim() {
+            "" | "jit" => Ok(BackendOptions::Jit(JitOptions::parse(opts)?)),
+            "interp" => Ok(BackendOptions::Interp(InterpOptions::parse(opts)?)),
+            other => Err(Error::Config(format!("unknown built-in backend {other:?}; built-in backends: jit, interp"))),
+        }
+    }
+}
+
+impl std::fmt::Display for BackendOptions {
+    /// The full config string (`jit`, `jit:parallelism=2`, `interp:while_limit=9`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let opts = match self {
+            BackendOptions::Jit(o) => o.to_string(),
+            BackendOptions::Interp(o) => o.to_string(),
+        };
+        f.write_str(self.backend_name())?;
+        if !opts.is_empty() {
+            write!(f, ":{opts}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A built-in backend from typed options (`tensorjit::new_with_options(JitOptions::default()
+/// .parallelism(4))`): the same as [`new_with_config`] with the options' config string, without
+/// the round trip through text. It creates the built-in backend even if another constructor
+/// was [`register`]ed under its name.
+pub fn new_with_options(opts: impl Into<BackendOptions>) -> Result<Arc<dyn Backend>> {
+    match opts.into() {
+        BackendOptions::Jit(o) => Ok(JitBackend::with_options(o)?),
+        BackendOptions::Interp(o) => Ok(InterpBackend::with_options(o)?),
+    }
 }
 
 #[cfg(test)]
@@ -91,17 +145,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_parsing() {
-        let o = parse_config("x", "parallelism=4,,ops_sequential", &["parallelism", "ops_sequential"]).unwrap();
-        assert_eq!(o.len(), 2);
-        assert_eq!(o[0].value.as_deref(), Some("4"));
-        let e = parse_config("x", "bogus", &["parallelism"]).unwrap_err().to_string();
-        assert!(e.contains("bogus") && e.contains("parallelism"), "{e}");
-    }
-
-    #[test]
     fn unknown_backend_lists_valid_ones() {
         let e = new_with_config("nonexistent:a=1").err().unwrap().to_string();
         assert!(e.contains("nonexistent"), "{e}");
+    }
+
+    #[test]
+    fn blank_environment_value_is_unset() {
+        for v in [None, Some(""), Some("   "), Some("\t")] {
+            assert_eq!(config_from_env_value(v), DEFAULT_BACKEND, "{v:?}");
+        }
+        assert_eq!(config_from_env_value(Some(" interp ")), "interp");
+    }
+
+    #[test]
+    fn typed_options_round_trip() {
+        let o = BackendOptions::from(JitOptions::default().parallelism(2));
+        assert_eq!(o.to_string(), "jit:parallelism=2");
+        assert_eq!(BackendOptions::parse(&o.to_string()).unwrap(), o);
+        let i = BackendOptions::from(InterpOptions::default().while_limit(9));
+        assert_eq!(BackendOptions::parse(&i.to_string()).unwrap(), i);
+        assert!(BackendOptions::parse("other").is_err());
     }
 }

@@ -87,8 +87,9 @@ fn detect() -> Features {
     Features::default()
 }
 
+/// Whether an on/off variable is on: set to anything but blanks or `0`.
 fn env_flag(name: &str) -> bool {
-    std::env::var(name).map(|v| !v.is_empty() && v != "0").unwrap_or(false)
+    crate::config::env_value(name).is_some_and(|v| v != "0")
 }
 
 /// Whether the hardware can run kernels of `isa` (ignoring environment overrides).
