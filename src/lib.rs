@@ -12,6 +12,8 @@ pub mod cli;
 pub mod codegen;
 #[cfg(feature = "compliance")]
 pub mod compliance;
+pub mod config;
+pub mod env;
 pub mod error;
 pub mod ir;
 pub mod kernels;
@@ -19,21 +21,12 @@ pub mod limits;
 pub mod lower;
 pub mod memory;
 pub mod passes;
+pub mod registry;
+pub mod threads;
 
-pub use api::{
-    Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value, list, new,
-    new_with_config, register,
-};
+pub use api::{Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value};
+pub use backends::interp::InterpOptions;
+pub use backends::jit::JitOptions;
 pub use error::{Error, Result};
 pub use ir::{DType, Element, OpType, Shape};
-
-/// The backends compiled into the crate, registered at first use of the registry.
-fn builtin_backends() -> Vec<(String, api::registry::Constructor)> {
-    vec![
-        (
-            backends::interp::NAME.to_string(),
-            backends::interp::InterpBackend::constructor as api::registry::Constructor,
-        ),
-        (backends::jit::NAME.to_string(), backends::jit::JitBackend::constructor as api::registry::Constructor),
-    ]
-}
+pub use registry::{BackendOptions, list, new, new_with_config, new_with_options, register};

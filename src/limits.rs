@@ -19,7 +19,8 @@ pub const MAX_PARSE_DEPTH: usize = 256;
 /// The largest tensor rank accepted anywhere.
 pub const MAX_RANK: usize = 64;
 
-/// The most threads a backend's pool may be given (`parallelism=N`).
+/// The most threads a pool may be given: a backend's own (`parallelism=N`) or the shared one
+/// (`TENSORJIT_THREADS`, [`crate::threads::set_shared_pool_threads`]).
 pub const MAX_THREADS: usize = 1024;
 
 /// The largest IR text file or `.npy` file the CLI reads (bytes).
@@ -27,6 +28,9 @@ pub const MAX_INPUT_FILE_BYTES: u64 = 16 << 30;
 
 /// Default of [`max_tensor_bytes`]: `isize::MAX`, the largest allocation Rust can describe.
 pub const DEFAULT_MAX_TENSOR_BYTES: usize = isize::MAX as usize;
+
+/// The environment variable lowering [`max_tensor_bytes`] (a number of bytes).
+pub use crate::env::MAX_TENSOR_BYTES_ENV;
 
 /// 0 means "not set yet: read `TENSORJIT_MAX_TENSOR_BYTES` or use the default".
 static MAX_TENSOR_BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -37,10 +41,10 @@ static MAX_TENSOR_BYTES: AtomicUsize = AtomicUsize::new(0);
 pub fn max_tensor_bytes() -> usize {
     match MAX_TENSOR_BYTES.load(Ordering::Relaxed) {
         0 => {
-            let v = std::env::var("TENSORJIT_MAX_TENSOR_BYTES")
+            // An invalid value is reported by `config::check_env` when a backend is created.
+            let v = crate::env::env_usize(MAX_TENSOR_BYTES_ENV, 1, usize::MAX)
                 .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .filter(|&v| v > 0)
+                .flatten()
                 .map_or(DEFAULT_MAX_TENSOR_BYTES, |v| v.min(DEFAULT_MAX_TENSOR_BYTES));
             MAX_TENSOR_BYTES.store(v, Ordering::Relaxed);
             v

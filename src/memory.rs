@@ -5,8 +5,10 @@
 //! Dropping an [`AlignedBytes`] made by [`AlignedBytes::zeroed`] or [`AlignedBytes::recycled`]
 //! (the runtime's allocations; copies made by `from_bytes`/`from_slice`, such as a caller's input
 //! or a builder's constant, are freed normally) of at least [`POOL_MIN_BYTES`] hands its allocation to a
-//! process-wide pool (up to `TENSORJIT_POOL_MB` megabytes in all, default 1024; `0` disables it)
-//! instead of freeing it. [`AlignedBytes::zeroed`] and [`AlignedBytes::recycled`] of the same
+//! process-wide pool (up to `TENSORJIT_POOL_MB` megabytes in all, default 1024, or what
+//! [`set_pool_cap`] sets; `0` disables it) instead of freeing it; over the cap, the least
+//! recently returned allocations are freed first. [`pool_stats`] tells what it holds and how
+//! often it was hit, missed and evicted. [`AlignedBytes::zeroed`] and [`AlignedBytes::recycled`] of the same
 //! size take it back, so an executable run in a loop reuses warm, already-mapped pages rather
 //! than paying the operating system's page faults on every fresh output. `recycled` skips the
 //! zeroing: for a kernel that overwrites every byte.
@@ -18,7 +20,7 @@
 //! (measured: a 16M-element f32 stream runs ~10% faster). Where the system disables huge pages
 //! the advice is ignored.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
 
 use crate::error::{Error, Result};
@@ -137,21 +139,96 @@ fn advise_huge_pages(_p: *mut u8, _len: usize) {}
 /// Allocations smaller than this are freed normally (the allocator serves them fast).
 pub const POOL_MIN_BYTES: usize = 1 << 16;
 
+/// The environment variable capping the pool, in megabytes (`0` disables pooling); read when
+/// the pool is first used. [`set_pool_cap`] changes the cap at run time.
+pub use crate::env::POOL_ENV;
+
+/// The pool's cap when `TENSORJIT_POOL_MB` is unset: 1 GiB.
+pub const DEFAULT_POOL_CAP: usize = 1 << 30;
+
+/// Counters and sizes of the buffer pool ([`pool_stats`]). The counters cover the whole process
+/// since it started (or since [`reset_pool_stats`]).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes of free allocations the pool holds now.
+    pub held_bytes: usize,
+    /// Number of free allocations the pool holds now.
+    pub held_buffers: usize,
+    /// Most bytes the pool has held at once.
+    pub peak_held_bytes: usize,
+    /// The cap: most bytes the pool may hold (0: pooling disabled).
+    pub cap_bytes: usize,
+    /// Allocations served from the pool (an allocation of the same size reused).
+    pub hits: u64,
+    /// Poolable allocations (at least [`POOL_MIN_BYTES`], pooling enabled) that found no free
+    /// allocation of their size and went to the system allocator.
+    pub misses: u64,
+    /// Allocations handed back to the pool when their buffer was dropped.
+    pub returned: u64,
+    /// Held allocations freed to stay within the cap: the least recently returned ones, to make
+    /// room for a newer one or when [`set_pool_cap`] lowered the cap.
+    pub evictions: u64,
+    /// Bytes of those evictions.
+    pub evicted_bytes: u64,
+    /// Dropped buffers freed at once because they alone exceed the cap (or pooling is off).
+    pub over_cap: u64,
+}
+
 struct Pool {
-    /// Free allocations by number of lines, most recently released last.
-    free: HashMap<usize, Vec<Vec<Line>>>,
-    /// Bytes held in `free`.
-    held: usize,
-    /// Most bytes `free` may hold.
-    cap: usize,
+    /// Free allocations by number of lines, each with its return sequence number; oldest first.
+    free: HashMap<usize, Vec<(u64, Vec<Line>)>>,
+    /// The sequence numbers of every free allocation, oldest first, with their number of lines
+    /// (the eviction order: least recently returned first).
+    order: BTreeMap<u64, usize>,
+    next_seq: u64,
+    /// Counters; `held_bytes`, `held_buffers`, `peak_held_bytes` and `cap_bytes` kept current.
+    stats: PoolStats,
+}
+
+impl Pool {
+    /// Frees the least recently returned allocations until `held_bytes + room <= cap`; the
+    /// evicted allocations go to `out` (freed by the caller, outside the lock).
+    fn evict_for(&mut self, room: usize, out: &mut Vec<Vec<Line>>) {
+        while self.stats.held_bytes + room > self.stats.cap_bytes {
+            let Some((seq, lines)) = self.order.pop_first() else { break };
+            let Some(bin) = self.free.get_mut(&lines) else { break };
+            let Some(i) = bin.iter().position(|(s, _)| *s == seq) else { break };
+            let (_, v) = bin.remove(i);
+            if bin.is_empty() {
+                self.free.remove(&lines);
+            }
+            let bytes = lines * ALIGN;
+            self.stats.held_bytes -= bytes;
+            self.stats.held_buffers -= 1;
+            self.stats.evictions += 1;
+            self.stats.evicted_bytes += bytes as u64;
+            out.push(v);
+        }
+    }
 }
 
 fn pool() -> &'static Mutex<Pool> {
     static POOL: OnceLock<Mutex<Pool>> = OnceLock::new();
     POOL.get_or_init(|| {
-        let mb = std::env::var("TENSORJIT_POOL_MB").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(1024);
-        Mutex::new(Pool { free: HashMap::new(), held: 0, cap: mb.saturating_mul(1 << 20) })
+        let cap = match crate::env::env_usize(POOL_ENV, 0, usize::MAX) {
+            Ok(mb) => mb.map_or(DEFAULT_POOL_CAP, |mb| mb.saturating_mul(1 << 20)),
+            Err(e) => {
+                tracing::warn!(target: "tensorjit::memory", "{e}; using the default cap of 1024 MB");
+                DEFAULT_POOL_CAP
+            }
+        };
+        Mutex::new(Pool {
+            free: HashMap::new(),
+            order: BTreeMap::new(),
+            next_seq: 0,
+            stats: PoolStats { cap_bytes: cap, ..PoolStats::default() },
+        })
     })
+}
+
+fn lock_pool() -> std::sync::MutexGuard<'static, Pool> {
+    pool().lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A pooled allocation of exactly `lines` lines, if one is free.
@@ -159,22 +236,109 @@ fn take_pooled(lines: usize) -> Option<Vec<Line>> {
     if lines.saturating_mul(ALIGN) < POOL_MIN_BYTES {
         return None;
     }
-    let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
-    let v = p.free.get_mut(&lines)?.pop()?;
-    p.held -= lines * ALIGN;
+    let mut p = lock_pool();
+    if p.stats.cap_bytes == 0 {
+        return None;
+    }
+    let Some((seq, v)) = p.free.get_mut(&lines).and_then(Vec::pop) else {
+        p.stats.misses += 1;
+        return None;
+    };
+    if p.free.get(&lines).is_some_and(Vec::is_empty) {
+        p.free.remove(&lines);
+    }
+    p.order.remove(&seq);
+    p.stats.held_bytes -= lines * ALIGN;
+    p.stats.held_buffers -= 1;
+    p.stats.hits += 1;
     Some(v)
 }
 
-/// Bytes currently held by the pool (for tests and diagnostics).
-pub fn pooled_bytes() -> usize {
-    pool().lock().unwrap_or_else(|e| e.into_inner()).held
+/// Hands a dropped allocation of `n` lines to the pool, evicting older ones to stay within the
+/// cap; frees it instead when it alone exceeds the cap.
+fn give_back(lines: Vec<Line>) {
+    let n = lines.len();
+    let bytes = n * ALIGN;
+    let mut evicted = Vec::new();
+    {
+        let mut p = lock_pool();
+        if bytes > p.stats.cap_bytes {
+            p.stats.over_cap += 1;
+            drop(p);
+            drop(lines);
+            return;
+        }
+        p.evict_for(bytes, &mut evicted);
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        p.order.insert(seq, n);
+        p.free.entry(n).or_default().push((seq, lines));
+        p.stats.held_bytes += bytes;
+        p.stats.held_buffers += 1;
+        p.stats.returned += 1;
+        p.stats.peak_held_bytes = p.stats.peak_held_bytes.max(p.stats.held_bytes);
+    }
+    if !evicted.is_empty() {
+        tracing::trace!(target: "tensorjit::memory", evicted = evicted.len(), "buffer pool over its cap: evicted the oldest");
+    }
 }
 
-/// Frees everything the pool holds.
+/// The pool's sizes and counters.
+pub fn pool_stats() -> PoolStats {
+    lock_pool().stats
+}
+
+/// Zeroes the pool's counters (the peak restarts from what it holds now); sizes and the cap
+/// are kept.
+pub fn reset_pool_stats() {
+    let mut p = lock_pool();
+    let s = p.stats;
+    p.stats = PoolStats {
+        held_bytes: s.held_bytes,
+        held_buffers: s.held_buffers,
+        peak_held_bytes: s.held_bytes,
+        cap_bytes: s.cap_bytes,
+        ..PoolStats::default()
+    };
+}
+
+/// The most bytes the pool may hold (`TENSORJIT_POOL_MB` megabytes, default 1 GiB, or what
+/// [`set_pool_cap`] set).
+pub fn pool_cap() -> usize {
+    lock_pool().stats.cap_bytes
+}
+
+/// Sets the most bytes the pool may hold and returns the previous cap. Lowering it evicts the
+/// least recently returned allocations at once; 0 frees everything and disables pooling (every
+/// buffer is then freed when dropped).
+pub fn set_pool_cap(bytes: usize) -> usize {
+    let mut evicted = Vec::new();
+    let prev = {
+        let mut p = lock_pool();
+        let prev = p.stats.cap_bytes;
+        p.stats.cap_bytes = bytes;
+        p.evict_for(0, &mut evicted);
+        prev
+    };
+    tracing::debug!(target: "tensorjit::memory", cap = bytes, previous = prev, evicted = evicted.len(), "buffer pool cap set");
+    prev
+}
+
+/// Bytes currently held by the pool (for tests and diagnostics; also in [`pool_stats`]).
+pub fn pooled_bytes() -> usize {
+    lock_pool().stats.held_bytes
+}
+
+/// Frees everything the pool holds (not counted as evictions).
 pub fn release_pool() {
-    let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
-    p.free.clear();
-    p.held = 0;
+    let free = {
+        let mut p = lock_pool();
+        p.order.clear();
+        p.stats.held_bytes = 0;
+        p.stats.held_buffers = 0;
+        std::mem::take(&mut p.free)
+    };
+    drop(free);
 }
 
 /// The little-endian bytes of a slice of elements, without copying (every target this crate
@@ -201,12 +365,7 @@ impl Drop for AlignedBytes {
         if !self.pooled || n * ALIGN < POOL_MIN_BYTES || self.lines.capacity() != n {
             return;
         }
-        let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
-        if p.held + n * ALIGN <= p.cap {
-            p.held += n * ALIGN;
-            let lines = std::mem::take(&mut self.lines);
-            p.free.entry(n).or_default().push(lines);
-        }
+        give_back(std::mem::take(&mut self.lines));
     }
 }
 

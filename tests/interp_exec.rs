@@ -32,7 +32,8 @@ fn registered_and_listed() {
     assert!(tensorjit::list().iter().any(|n| n == "interp"));
     let b = backend();
     assert_eq!(b.name(), "interp");
-    assert!(tensorjit::new_with_config("interp:parallelism=2,ops_sequential").is_ok());
+    assert!(tensorjit::new_with_config("interp:parallelism=2").is_ok());
+    assert!(tensorjit::new_with_config("interp:ops_sequential").is_err(), "the option that did nothing is gone");
     let e = tensorjit::new_with_config("interp:nope").err().expect("unknown option rejected").to_string();
     assert!(e.contains("nope") && e.contains("parallelism"), "{e}");
 }

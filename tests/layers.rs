@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first: a module may import its own layer and the layers below it. Names
 /// are the crate's top-level modules.
 const LAYERS: &[&[&str]] = &[
-    &["error", "limits"],
+    &["error", "env"],
+    &["limits"],
+    &["config", "threads"],
     &["ir"],
     &["memory"],
     &["kernels"],

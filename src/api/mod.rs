@@ -5,11 +5,9 @@ pub mod buffer;
 pub mod builder;
 mod ops_basic;
 mod ops_structured;
-pub mod registry;
 
 pub use backend::{Backend, CancelToken, Capabilities, ExecOptions, Executable, check_inputs};
 pub use buffer::Buffer;
 pub use builder::{Builder, Function, Value};
 pub use ops_basic::ReshapeSpec;
 pub use ops_structured::{AttentionConfig, ConvConfig, DotConfig, GatherDims, ScatterDims};
-pub use registry::{list, new, new_with_config, parse_config, register};

@@ -31,7 +31,7 @@ pub struct RunOptions {
     pub inputs: Vec<(String, PathBuf)>,
     /// Output directory.
     pub out: PathBuf,
-    /// Backend config (`None`: [`crate::api::new`]).
+    /// Backend config (`None`: [`crate::registry::new`]).
     pub backend: Option<String>,
     /// Timed executions after the first one.
     pub repeat: Option<usize>,
@@ -224,8 +224,8 @@ pub enum InputSource {
 /// The backend of `config` (`None`: `$TENSORJIT_BACKEND` or the default).
 pub(crate) fn backend(config: Option<&str>) -> Result<Arc<dyn Backend>, CliError> {
     match config {
-        Some(cfg) => crate::api::new_with_config(cfg),
-        None => crate::api::new(),
+        Some(cfg) => crate::registry::new_with_config(cfg),
+        None => crate::registry::new(),
     }
     .map_err(CliError::from)
 }

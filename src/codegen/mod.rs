@@ -135,6 +135,7 @@ fn compile_opts(k: &LoopKernel, want_disasm: bool) -> Result<CompiledLoop> {
     if let Some(c) = st.cache.get(&key)
         && (!want_disasm || !c.disasm.is_empty())
     {
+        tracing::trace!(target: "tensorjit::codegen", ops = k.insts.len(), "loop kernel found in the cache");
         return Ok(c.clone());
     }
     // The vector form first; if Cranelift cannot lower it on this host, the scalar loop.
@@ -142,6 +143,12 @@ fn compile_opts(k: &LoopKernel, want_disasm: bool) -> Result<CompiledLoop> {
     for vector in [true, false] {
         match define(&mut st, k, vector, false, want_disasm)? {
             Ok(Some(c)) => {
+                tracing::debug!(
+                    target: "tensorjit::codegen",
+                    ops = k.insts.len(),
+                    form = if vector { "vector" } else { "scalar" },
+                    "loop kernel compiled"
+                );
                 st.cache.insert(key, c.clone());
                 return Ok(c);
             }

@@ -131,11 +131,14 @@ pub fn run_case(case: CaseFn, backend: &Arc<dyn Backend>) -> Outcome {
 }
 
 /// Body of every generated `#[test]`: runs the case, panics with its message on failure and
-/// prints the reason of a skip.
+/// reports the reason of a skip as a `tracing` info event (target `tensorjit::compliance`;
+/// [`run_all`]'s [`Summary`] lists skips too).
 pub fn run_test(name: &str, case: CaseFn, backend: &Arc<dyn Backend>) {
     match run_case(case, backend) {
         Outcome::Passed => {}
-        Outcome::Skipped(why) => eprintln!("{name}: skipped: {why}"),
+        Outcome::Skipped(why) => {
+            tracing::info!(target: "tensorjit::compliance", case = name, backend = backend.name(), "skipped: {why}");
+        }
         Outcome::Failed(msg) => panic!("{name} on backend {}: {msg}", backend.name()),
     }
 }

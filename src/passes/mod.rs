@@ -57,7 +57,9 @@ fn snapshot(ctx: &mut PassCtx, label: String, m: &Module) {
 pub fn run_pass(m: &mut Module, ctx: &mut PassCtx, name: &str, pass: Pass) -> Result<bool> {
     let t = Instant::now();
     let changed = pass(m)?;
-    ctx.timings.push((name.to_string(), t.elapsed(), changed));
+    let elapsed = t.elapsed();
+    tracing::trace!(target: "tensorjit::passes", pass = name, changed, ms = elapsed.as_secs_f64() * 1e3, "pass");
+    ctx.timings.push((name.to_string(), elapsed, changed));
     if changed {
         let label = format!("{:02}-{name}", ctx.snapshots.len());
         snapshot(ctx, label, m);
@@ -77,6 +79,18 @@ pub fn run_egg(m: &mut Module, ctx: &mut PassCtx, cfg: &egraph::EggConfig) -> Re
     let t = Instant::now();
     let report = egraph::run(m, cfg)?;
     let changed = report.changed();
+    tracing::debug!(
+        target: "tensorjit::passes",
+        changed,
+        rewritten = ?report.rewritten,
+        fused_ops = ?report.fused_ops,
+        skipped = ?report.skipped,
+        ms = report.total_time.as_secs_f64() * 1e3,
+        "egg fusion"
+    );
+    if tracing::enabled!(target: "tensorjit::passes", tracing::Level::TRACE) {
+        tracing::trace!(target: "tensorjit::passes", "egg fusion report:\n{report}");
+    }
     ctx.timings.push(("egg-fusion".to_string(), t.elapsed(), changed));
     if changed {
         let label = format!("{:02}-egg-fusion", ctx.snapshots.len());

@@ -2,15 +2,17 @@
 //! kernels of [`crate::kernels::reference`]. It is the semantic oracle of the other backends and
 //! the portable fallback (no JIT, no `unsafe`).
 //!
-//! Options (the part after `interp:` in the config string): `parallelism=N` (at most
-//! [`crate::limits::MAX_THREADS`]) and `ops_sequential` are accepted for compatibility with the
-//! other backends' configs; the interpreter runs each execution sequentially on the calling
-//! thread (concurrent `execute` calls on one executable run in parallel). `while_limit=N` caps
-//! every `while` at N iterations (one more is an [`Error::Limit`] naming the node).
+//! Options ([`InterpOptions`], or the part after `interp:` in the config string; see
+//! docs/configuration.md): `while_limit=N` caps every `while` at N iterations (one more is an
+//! [`Error::Limit`] naming the node). `parallelism=N` is accepted and checked (at most
+//! [`crate::limits::MAX_THREADS`]) so that one config works on both backends; the interpreter
+//! runs each execution sequentially on the calling thread (concurrent `execute` calls on one
+//! executable run in parallel).
 
 mod dynamic;
 mod exec;
 mod inplace;
+mod options;
 mod plan;
 mod sort;
 
@@ -19,7 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::api::backend::{Backend, Capabilities, Executable};
-use crate::api::registry::parse_config;
 use crate::error::{Error, Result};
 use crate::ir::dtype::SUPPORTED_DTYPES;
 use crate::ir::module::Module;
@@ -27,41 +28,12 @@ use crate::ir::optype::{ALL_OP_TYPES, OpType};
 
 pub use exec::InterpExecutable;
 pub(crate) use exec::{count_iteration, locate, scalar_bool};
+pub use options::{InterpOptions, OPTIONS};
 pub(crate) use plan::captures;
 pub(crate) use sort::sort;
 
 /// The registry name of this backend.
 pub const NAME: &str = "interp";
-
-/// The options accepted in the config string.
-pub const OPTIONS: &[&str] = &["parallelism", "ops_sequential", "while_limit"];
-
-/// Parses the `while_limit=N` option of `backend` (a non-negative integer: the most iterations
-/// one `while` may run).
-pub(crate) fn parse_while_limit(backend: &str, v: Option<&str>) -> Result<u64> {
-    v.and_then(|n| n.parse::<u64>().ok()).ok_or_else(|| {
-        Error::Config(format!(
-            "backend {backend:?}: while_limit needs a non-negative integer (while_limit=N), got {:?}",
-            v.unwrap_or("")
-        ))
-    })
-}
-
-/// Parses the `parallelism=N` option of `backend`: 1 to [`crate::limits::MAX_THREADS`].
-pub(crate) fn parse_parallelism(backend: &str, v: Option<&str>) -> Result<usize> {
-    let max = crate::limits::MAX_THREADS;
-    match v.map(|v| v.parse::<usize>()) {
-        Some(Ok(n)) if (1..=max).contains(&n) => Ok(n),
-        Some(Ok(n)) if n > max => {
-            Err(Error::Config(format!("backend {backend:?}: parallelism={n} exceeds the limit of {max} threads")))
-        }
-        None => Err(Error::Config(format!("backend {backend:?}: parallelism needs a value (parallelism=N)"))),
-        _ => Err(Error::Config(format!(
-            "backend {backend:?}: parallelism must be a positive integer (at most {max}), got {:?}",
-            v.unwrap_or("")
-        ))),
-    }
-}
 
 /// Op types this backend does not execute: legacy/internal kinds without a builder method,
 /// collectives other than AllReduce, and the attention VJP (no reference kernel).
@@ -90,10 +62,7 @@ pub fn capabilities() -> Capabilities {
 /// The reference interpreter backend.
 pub struct InterpBackend {
     caps: Capabilities,
-    parallelism: Option<usize>,
-    /// Most iterations per `while` (`while_limit`).
-    while_limit: Option<u64>,
-    config: String,
+    opts: InterpOptions,
     finalized: AtomicBool,
 }
 
@@ -104,34 +73,29 @@ impl InterpBackend {
         crate::api::Builder::new(Arc::clone(self) as Arc<dyn Backend>, name)
     }
 
-    /// A backend from its option string (`""`, `"parallelism=4"`, `"ops_sequential"`, …).
-    /// Unknown options are an error listing the valid ones.
+    /// A backend from its option string (`""`, `"while_limit=10"`, …; see
+    /// [`InterpOptions::parse`]). Unknown options are an error listing the valid ones.
     pub fn new(config: &str) -> Result<Arc<InterpBackend>> {
-        let mut parallelism = None;
-        let mut while_limit = None;
-        for opt in parse_config(NAME, config, OPTIONS)? {
-            match (opt.key.as_str(), opt.value.as_deref()) {
-                ("parallelism", v) => parallelism = Some(parse_parallelism(NAME, v)?),
-                ("while_limit", v) => while_limit = Some(parse_while_limit(NAME, v)?),
-                ("ops_sequential", None) => {}
-                (key, Some(v)) => {
-                    return Err(Error::Config(format!("backend {NAME:?}: option {key:?} takes no value, got {v:?}")));
-                }
-                _ => {}
-            }
-        }
-        Ok(Arc::new(InterpBackend {
-            caps: capabilities(),
-            parallelism,
-            while_limit,
-            config: config.to_string(),
-            finalized: AtomicBool::new(false),
-        }))
+        InterpBackend::with_options(InterpOptions::parse(config)?)
+    }
+
+    /// A backend from typed options: a bad value, or an invalid environment variable
+    /// ([`crate::config::check_env`]), is an [`Error::Config`] naming it.
+    pub fn with_options(opts: InterpOptions) -> Result<Arc<InterpBackend>> {
+        opts.validate()?;
+        crate::config::check_env()?;
+        tracing::debug!(target: "tensorjit::interp", options = %opts, "interp backend created");
+        Ok(Arc::new(InterpBackend { caps: capabilities(), opts, finalized: AtomicBool::new(false) }))
     }
 
     /// The registry constructor.
     pub fn constructor(config: &str) -> Result<Arc<dyn Backend>> {
         Ok(InterpBackend::new(config)?)
+    }
+
+    /// The options this backend was created with.
+    pub fn options(&self) -> &InterpOptions {
+        &self.opts
     }
 }
 
@@ -142,11 +106,9 @@ impl Backend for InterpBackend {
 
     fn description(&self) -> String {
         let mut d = String::from("interp: reference interpreter (node by node, sequential per execution)");
-        if let Some(p) = self.parallelism {
-            d.push_str(&format!(", parallelism={p} (accepted, unused)"));
-        }
-        if !self.config.is_empty() {
-            d.push_str(&format!(", config {:?}", self.config));
+        let config = self.opts.to_string();
+        if !config.is_empty() {
+            d.push_str(&format!(", config {config:?}"));
         }
         d
     }
@@ -159,8 +121,12 @@ impl Backend for InterpBackend {
         if self.is_finalized() {
             return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
         }
+        let t = std::time::Instant::now();
         crate::ir::verify::verify(&module)?;
-        Ok(Arc::new(InterpExecutable::new(module)?.with_while_limit(self.while_limit)))
+        let name = module.name.clone();
+        let exe = InterpExecutable::new(module)?.with_while_limit(self.opts.while_limit);
+        tracing::debug!(target: "tensorjit::interp", module = %name, ms = t.elapsed().as_secs_f64() * 1e3, "compiled");
+        Ok(Arc::new(exe))
     }
 
     fn finalize(&self) {
@@ -179,9 +145,10 @@ mod tests {
     #[test]
     fn options() {
         assert!(InterpBackend::new("").is_ok());
-        assert!(InterpBackend::new("parallelism=4,ops_sequential").is_ok());
+        assert!(InterpBackend::new("parallelism=4").is_ok());
+        assert!(InterpBackend::new("ops_sequential").is_err(), "the dead option is gone");
         let e = InterpBackend::new("bogus").err().unwrap().to_string();
-        assert!(e.contains("bogus") && e.contains("parallelism") && e.contains("ops_sequential"), "{e}");
+        assert!(e.contains("bogus") && e.contains("parallelism") && e.contains("while_limit"), "{e}");
         assert!(InterpBackend::new("parallelism=0").is_err());
         assert!(InterpBackend::new("parallelism=x").is_err());
         assert!(InterpBackend::new("parallelism").is_err());

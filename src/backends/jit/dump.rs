@@ -23,7 +23,7 @@ use crate::passes::egraph::EggConfig;
 use crate::passes::{self, PassCtx};
 
 /// The environment variable naming the dump directory.
-pub const DUMP_ENV: &str = "TENSORJIT_DUMP";
+pub use crate::env::DUMP_ENV;
 
 /// The side file of a dump directory's `.tjir` files.
 pub const CONSTANTS_FILE: &str = "constants.bin";
@@ -179,7 +179,7 @@ impl JitBackend {
         crate::ir::verify::verify(&module)?;
         let input = module.clone();
         let mut ctx = PassCtx { record_ir: true, ..PassCtx::default() };
-        let egg = self.fusion.then(EggConfig::default);
+        let egg = self.opts.fusion.then(EggConfig::default);
         let report = passes::optimize_with_fusion(&mut module, &mut ctx, egg.as_ref())?;
         // The first snapshot is the input.
         let passes = ctx.snapshots.into_iter().filter(|(label, _)| label != "00-input").collect();
@@ -210,6 +210,10 @@ impl JitBackend {
 
     /// How this backend plans a module (`disasm`: record machine code listings).
     pub(crate) fn plan_options(&self, disasm: bool) -> plan::PlanOptions {
-        plan::PlanOptions { disasm, ordered: self.ordered_reductions, stream_min_bytes: self.stream_min_bytes }
+        plan::PlanOptions {
+            disasm,
+            ordered: self.opts.reductions == super::Reductions::Ordered,
+            stream_min_bytes: self.stream_min_bytes,
+        }
     }
 }

@@ -23,7 +23,8 @@ use crate::memory::AlignedBytes;
 
 /// What an executable runs.
 pub(crate) enum Runner {
-    /// The flat plan, with the pool used to split large loops (`None`: one thread).
+    /// The flat plan, with the pool used to split large loops (`None`: one thread; a pool of
+    /// one thread runs everything on the calling thread too).
     Plan { plan: Arc<Plan>, pool: Option<Arc<rayon::ThreadPool>> },
     /// The interpreter (closures, control flow, dynamic shapes).
     Interp(InterpExecutable),
@@ -76,6 +77,16 @@ impl JitExecutable {
         }
     }
 
+    /// The thread pool the plan's parallel steps run on (the backend's: the shared pool unless
+    /// it was given its own); `None` with `parallelism=1`, when delegated to the interpreter, or
+    /// once finalized.
+    pub fn thread_pool(&self) -> Option<Arc<rayon::ThreadPool>> {
+        match self.runner().as_deref() {
+            Ok(Runner::Plan { pool, .. }) => pool.clone(),
+            _ => None,
+        }
+    }
+
     fn runner(&self) -> Result<Arc<Runner>> {
         self.runner.get()
     }
@@ -98,7 +109,7 @@ impl Executable for JitExecutable {
         let runner = self.runner()?;
         let (plan, pool) = match &*runner {
             Runner::Interp(e) => return e.execute_with(inputs, donate, opts),
-            Runner::Plan { plan, pool } => (plan, pool.as_deref()),
+            Runner::Plan { plan, pool } => (plan, pool.as_deref().filter(|p| p.current_num_threads() > 1)),
         };
         let args = self.sig.take_inputs(inputs, donate, |_, _| Ok(()))?;
         let mut env: Vec<Option<Tensor>> = vec![None; plan.num_values];

@@ -2,14 +2,16 @@
 //! by Cranelift, runs every other node with its reference kernel, and splits large loops across
 //! a persistent thread pool.
 //!
-//! Options (the part after `jit:` in the config string):
-//! - `parallelism=N`: threads of the backend's pool (default: the available cores), at most
-//!   [`crate::limits::MAX_THREADS`]; loops over at least [`PARALLEL_MIN_ELEMENTS`] elements are
-//!   split across them.
+//! Options ([`JitOptions`], or the part after `jit:` in the config string; every option and
+//! default is in docs/configuration.md):
+//! - `parallelism=N`: a thread pool of the backend's own with N threads (1 to
+//!   [`crate::limits::MAX_THREADS`]; 1: no pool). Without it (or with `parallelism=shared`) the
+//!   backend runs on the process-wide pool of [`crate::threads`], shared by every backend.
+//!   Loops over at least [`PARALLEL_MIN_ELEMENTS`] elements, GEMMs and fused kernels are split
+//!   across the pool's threads.
 //! - `while_limit=N`: every `while` may run at most N iterations; one more is an
 //!   [`Error::Limit`] naming the while node (default: unbounded; a deadline or a
 //!   [`crate::api::CancelToken`] in [`crate::api::ExecOptions`] stops a run too).
-//! - `ops_sequential`: accepted; steps always run one after another in this version.
 //! - `fusion=on|off`: run the egg fusion pass ([`crate::passes::egraph`]) that rewrites decomposed
 //!   Dense, LayerNorm, Softmax, GELU and attention into fused ops (default on).
 //! - `reductions=fast|ordered`: `fast` (default) lets fused float Sum/Product reductions keep
@@ -20,6 +22,9 @@
 //!   take at least the last-level cache's size (`auto`, the default), always (`on`), or never.
 //! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
 //!   [`dump`] and docs/debugging.md).
+//!
+//! Compilation reports its stages, times and decisions as `tracing` events (target
+//! `tensorjit::jit`, debug and trace levels; docs/configuration.md).
 //!
 //! Every function of the module (main, named functions, closures) gets its own plan; Call,
 //! While, If and Sort steps run the callees' plans. Current limitation: a module with AllReduce
@@ -32,14 +37,15 @@ mod exec;
 mod fast;
 mod fused;
 mod loops;
+mod options;
 mod plan;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use crate::api::backend::{Backend, Capabilities, Executable};
-use crate::api::registry::parse_config;
 use crate::backends::interp::InterpExecutable;
 use crate::backends::signature::Signature;
 use crate::error::{Error, Result};
@@ -49,33 +55,22 @@ use crate::passes::{self, PassCtx};
 
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
+pub use options::{JitOptions, OPTIONS, Reductions, StreamingStores};
+
+use crate::threads::Threads;
 
 /// The registry name of this backend.
 pub const NAME: &str = "jit";
 
-/// The options accepted in the config string.
-pub const OPTIONS: &[&str] =
-    &["parallelism", "ops_sequential", "dump", "fusion", "reductions", "streaming_stores", "while_limit"];
-
 /// The Cranelift JIT backend.
 pub struct JitBackend {
     caps: Capabilities,
-    parallelism: usize,
-    /// Most iterations per `while` (`while_limit`).
-    while_limit: Option<u64>,
-    dump: Option<PathBuf>,
-    fusion: bool,
-    /// Float Sum/Product reductions accumulate in element order (`reductions=ordered`).
-    ordered_reductions: bool,
+    opts: JitOptions,
     /// Output size from which loops use non-temporal stores (`streaming_stores`); `None`: never.
     stream_min_bytes: Option<usize>,
-    config: String,
-    pool: OnceLock<std::result::Result<Arc<rayon::ThreadPool>, String>>,
+    /// The backend's own pool ([`Threads::Own`] with more than one thread), started at first use.
+    own_pool: OnceLock<std::result::Result<Arc<rayon::ThreadPool>, String>>,
     finalized: AtomicBool,
-}
-
-fn config_error(msg: String) -> Error {
-    Error::Config(format!("backend {NAME:?}: {msg}"))
 }
 
 impl JitBackend {
@@ -85,56 +80,28 @@ impl JitBackend {
         crate::api::Builder::new(Arc::clone(self) as Arc<dyn Backend>, name)
     }
 
-    /// A backend from its option string (`""`, `"parallelism=2"`, `"dump=/tmp/d"`, …).
-    /// Unknown options are an error listing the valid ones.
+    /// A backend from its option string (`""`, `"parallelism=2"`, `"dump=/tmp/d"`, …; see
+    /// [`JitOptions::parse`]). Unknown options are an error listing the valid ones.
     pub fn new(config: &str) -> Result<Arc<JitBackend>> {
-        let mut parallelism = None;
-        let mut while_limit = None;
-        let mut dump = None;
-        let mut fusion = true;
-        let mut ordered_reductions = false;
-        let mut stream_min_bytes = Some(loops::auto_stream_min_bytes());
-        for opt in parse_config(NAME, config, OPTIONS)? {
-            match (opt.key.as_str(), opt.value.as_deref()) {
-                ("parallelism", v) => parallelism = Some(crate::backends::interp::parse_parallelism(NAME, v)?),
-                ("while_limit", v) => while_limit = Some(crate::backends::interp::parse_while_limit(NAME, v)?),
-                ("dump", Some(d)) if !d.is_empty() => dump = Some(PathBuf::from(d)),
-                ("dump", _) => return Err(config_error("dump needs a directory (dump=DIR)".into())),
-                ("ops_sequential", None) => {}
-                ("fusion", Some("on" | "true" | "1")) | ("fusion", None) => fusion = true,
-                ("fusion", Some("off" | "false" | "0")) => fusion = false,
-                ("fusion", Some(v)) => return Err(config_error(format!("fusion must be on or off, got {v:?}"))),
-                ("reductions", Some("fast")) => ordered_reductions = false,
-                ("reductions", Some("ordered")) => ordered_reductions = true,
-                ("reductions", v) => {
-                    return Err(config_error(format!("reductions must be fast or ordered, got {:?}", v.unwrap_or(""))));
-                }
-                ("streaming_stores", Some("auto")) => stream_min_bytes = Some(loops::auto_stream_min_bytes()),
-                ("streaming_stores", Some("on")) => stream_min_bytes = Some(0),
-                ("streaming_stores", Some("off")) => stream_min_bytes = None,
-                ("streaming_stores", v) => {
-                    return Err(config_error(format!(
-                        "streaming_stores must be auto, on or off, got {:?}",
-                        v.unwrap_or("")
-                    )));
-                }
-                (key, Some(v)) => return Err(config_error(format!("option {key:?} takes no value, got {v:?}"))),
-                _ => {}
-            }
-        }
-        let parallelism = parallelism.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(crate::limits::MAX_THREADS))
-        });
+        JitBackend::with_options(JitOptions::parse(config)?)
+    }
+
+    /// A backend from typed options: a bad value (see [`JitOptions::validate`]), or an invalid
+    /// environment variable ([`crate::config::check_env`]), is an [`Error::Config`] naming it.
+    pub fn with_options(opts: JitOptions) -> Result<Arc<JitBackend>> {
+        opts.validate()?;
+        crate::config::check_env()?;
+        let stream_min_bytes = match opts.streaming_stores {
+            StreamingStores::Off => None,
+            StreamingStores::On => Some(0),
+            _ => Some(loops::auto_stream_min_bytes()),
+        };
+        tracing::debug!(target: "tensorjit::jit", options = %opts, "jit backend created");
         Ok(Arc::new(JitBackend {
             caps: crate::backends::interp::capabilities(),
-            parallelism,
-            while_limit,
-            dump,
-            fusion,
-            ordered_reductions,
+            opts,
             stream_min_bytes,
-            config: config.to_string(),
-            pool: OnceLock::new(),
+            own_pool: OnceLock::new(),
             finalized: AtomicBool::new(false),
         }))
     }
@@ -144,32 +111,44 @@ impl JitBackend {
         Ok(JitBackend::new(config)?)
     }
 
-    /// Threads used for large loops.
+    /// The options this backend was created with.
+    pub fn options(&self) -> &JitOptions {
+        &self.opts
+    }
+
+    /// Threads used for large loops: the backend's own pool size (`parallelism=N`), else the
+    /// shared pool's ([`crate::threads::shared_pool_threads`]).
     pub fn parallelism(&self) -> usize {
-        self.parallelism
+        match self.opts.threads {
+            Threads::Own(n) => n,
+            _ => crate::threads::shared_pool_threads().unwrap_or(1),
+        }
     }
 
     /// The dump directory: the `dump` option, else `TENSORJIT_DUMP` (read at each compile).
     pub fn dump_dir(&self) -> Option<PathBuf> {
-        self.dump.clone().or_else(|| std::env::var_os(dump::DUMP_ENV).filter(|s| !s.is_empty()).map(PathBuf::from))
+        self.opts.dump.clone().or_else(|| {
+            // Empty or blank counts as unset (as for every variable); other paths as given.
+            std::env::var_os(dump::DUMP_ENV)
+                .filter(|s| s.to_str().is_none_or(|s| !s.trim().is_empty()))
+                .map(PathBuf::from)
+        })
     }
 
-    /// The pool (built at first use; `None` with one thread).
-    fn pool(&self) -> Result<Option<Arc<rayon::ThreadPool>>> {
-        if self.parallelism <= 1 {
-            return Ok(None);
-        }
-        let p = self.pool.get_or_init(|| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(self.parallelism)
-                .thread_name(|i| format!("tensorjit-jit-{i}"))
-                .build()
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
-        });
-        match p {
-            Ok(p) => Ok(Some(p.clone())),
-            Err(e) => Err(config_error(format!("cannot start {} threads: {e}", self.parallelism))),
+    /// The pool this backend's executables run on: the shared pool
+    /// ([`crate::threads::shared_pool`], the same `Arc` for every backend using it), or the
+    /// backend's own (started at the first call); `None` with `parallelism=1`.
+    pub fn thread_pool(&self) -> Result<Option<Arc<rayon::ThreadPool>>> {
+        match self.opts.threads {
+            Threads::Own(n) if n <= 1 => Ok(None),
+            Threads::Own(n) => {
+                let p = self.own_pool.get_or_init(|| crate::threads::own_pool(NAME, n).map_err(|e| e.to_string()));
+                match p {
+                    Ok(p) => Ok(Some(p.clone())),
+                    Err(e) => Err(Error::Config(e.clone())),
+                }
+            }
+            _ => crate::threads::shared_pool().map(Some),
         }
     }
 
@@ -178,16 +157,29 @@ impl JitBackend {
         if self.is_finalized() {
             return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
         }
+        let _span = tracing::debug_span!(target: "tensorjit::jit", "compile", module = %module.name).entered();
+        let t0 = Instant::now();
         // The module may come from anywhere (`Backend::compile` is public): the plan and the
         // generated code rely on every invariant the verifier checks.
         crate::ir::verify::verify(&module)?;
+        let verify_time = t0.elapsed();
         let dumper = match self.dump_dir() {
             Some(d) => Some(dump::Dumper::new(&d, &module.name)?),
             None => None,
         };
         let mut ctx = PassCtx { record_ir: dumper.is_some(), ..PassCtx::default() };
-        let egg = self.fusion.then(EggConfig::default);
+        let egg = self.opts.fusion.then(EggConfig::default);
+        let t1 = Instant::now();
         let report = passes::optimize_with_fusion(&mut module, &mut ctx, egg.as_ref())?;
+        let passes_time = t1.elapsed();
+        tracing::debug!(
+            target: "tensorjit::jit",
+            passes = ctx.timings.len(),
+            changed = ctx.timings.iter().filter(|t| t.2).count(),
+            nodes = module.nodes.len(),
+            ms = passes_time.as_secs_f64() * 1e3,
+            "optimisation passes done"
+        );
         if let Some(d) = &dumper {
             d.passes(&ctx)?;
             if let Some(r) = &report {
@@ -197,20 +189,30 @@ impl JitBackend {
         let sig = Signature::of(&module)?;
         let runner = match plan::needs_interpreter(&module) {
             Some(why) => {
+                tracing::debug!(target: "tensorjit::jit", reason = %why, "module delegated to the interpreter");
                 if let Some(d) = &dumper {
                     d.write("plan.txt", &format!("delegated to the interpreter: {why}\n"))?;
                 }
-                exec::Runner::Interp(InterpExecutable::new(module)?.with_while_limit(self.while_limit))
+                exec::Runner::Interp(InterpExecutable::new(module)?.with_while_limit(self.opts.while_limit))
             }
             None => {
+                let t2 = Instant::now();
                 let plan = plan::build(module, self.plan_options(dumper.is_some()))?;
+                plan.trace_summary(t2.elapsed());
                 if let Some(d) = &dumper {
                     d.plan(&plan)?;
                 }
-                exec::Runner::Plan { plan: Arc::new(plan), pool: self.pool()? }
+                exec::Runner::Plan { plan: Arc::new(plan), pool: self.thread_pool()? }
             }
         };
-        Ok(JitExecutable::new(runner, sig, self.while_limit))
+        tracing::debug!(
+            target: "tensorjit::jit",
+            verify_ms = verify_time.as_secs_f64() * 1e3,
+            passes_ms = passes_time.as_secs_f64() * 1e3,
+            total_ms = t0.elapsed().as_secs_f64() * 1e3,
+            "compiled"
+        );
+        Ok(JitExecutable::new(runner, sig, self.opts.while_limit))
     }
 }
 
@@ -220,13 +222,18 @@ impl Backend for JitBackend {
     }
 
     fn description(&self) -> String {
+        let pool = match self.opts.threads {
+            Threads::Own(_) => "own pool",
+            _ => "shared pool",
+        };
         let mut d = format!(
-            "jit: Cranelift-compiled fused loops ({}) and reference kernels, parallelism={}",
+            "jit: Cranelift-compiled fused loops ({}) and reference kernels, parallelism={} ({pool})",
             crate::codegen::host_isa_description(),
-            self.parallelism
+            self.parallelism()
         );
-        if !self.config.is_empty() {
-            d.push_str(&format!(", config {:?}", self.config));
+        let config = self.opts.to_string();
+        if !config.is_empty() {
+            d.push_str(&format!(", config {config:?}"));
         }
         d
     }
@@ -255,8 +262,9 @@ mod tests {
     #[test]
     fn options() {
         assert!(JitBackend::new("").is_ok());
-        let b = JitBackend::new("parallelism=3,ops_sequential").unwrap();
+        let b = JitBackend::new("parallelism=3").unwrap();
         assert_eq!(b.parallelism(), 3);
+        assert!(JitBackend::new("ops_sequential").is_err(), "the dead option is gone");
         let e = JitBackend::new("bogus").err().unwrap().to_string();
         assert!(e.contains("bogus") && e.contains("parallelism") && e.contains("dump"), "{e}");
         assert!(JitBackend::new("parallelism=0").is_err());
@@ -267,7 +275,6 @@ mod tests {
         assert!(JitBackend::new("while_limit=10").is_ok());
         assert!(JitBackend::new("while_limit=x").is_err());
         assert!(JitBackend::new("dump").is_err());
-        assert!(JitBackend::new("ops_sequential=1").is_err());
         assert_eq!(JitBackend::new("dump=/x").unwrap().dump_dir(), Some(PathBuf::from("/x")));
     }
 

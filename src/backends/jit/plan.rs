@@ -12,6 +12,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::loops::LoopStep;
 use crate::backends::interp::captures;
@@ -127,6 +128,19 @@ pub(crate) struct Plan {
     pub constants: Vec<(ValueId, Tensor)>,
     /// Size of the value arena (slots per execution; values are module-wide).
     pub num_values: usize,
+    /// Where planning spent its time.
+    pub times: PlanTimes,
+}
+
+/// Time spent in each stage of [`build`] (for the `tracing` summary).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PlanTimes {
+    /// Clustering (deciding what fuses into loops).
+    pub clustering: Duration,
+    /// Cranelift code generation of the loops (cached kernels cost little).
+    pub codegen: Duration,
+    /// Preparing fast kernels (GEMM packing, fused-kernel selection).
+    pub kernels: Duration,
 }
 
 impl Plan {
@@ -190,11 +204,12 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
     let mut memo = vec![None; nf];
     let mut busy = vec![false; nf];
     let mut funcs = Vec::with_capacity(nf);
+    let mut times = PlanTimes::default();
     // Values some step (of any function) reads, or some function returns.
     let mut needed = vec![false; m.values.len()];
     for fi in 0..nf {
         let f = FuncId(fi as u32);
-        let fp = build_function(m, f, opts, &mut memo, &mut busy)?;
+        let fp = build_function(m, f, opts, &mut memo, &mut busy, &mut times)?;
         for s in &fp.steps {
             for v in s.reads() {
                 needed[v.index()] = true;
@@ -233,7 +248,7 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
         }
     }
     let num_values = module.values.len();
-    Ok(Plan { module, funcs, constants, num_values })
+    Ok(Plan { module, funcs, constants, num_values, times })
 }
 
 fn build_function(
@@ -242,10 +257,14 @@ fn build_function(
     opts: PlanOptions,
     memo: &mut Vec<Option<BTreeSet<ValueId>>>,
     busy: &mut Vec<bool>,
+    times: &mut PlanTimes,
 ) -> Result<FuncPlan> {
     let fd = m.func(f);
     let outputs: Vec<ValueId> = fd.outputs.clone().unwrap_or_default();
+    let t = Instant::now();
     let mut clustering = cluster_function(m, f);
+    times.clustering += t.elapsed();
+    trace_clusters(m, f, &clustering);
     for c in &mut clustering.clusters {
         if let Some(r) = &mut c.kernel.reduce {
             r.ordered = opts.ordered;
@@ -256,6 +275,7 @@ fn build_function(
         let step = match *item {
             Item::Cluster(ci) => {
                 let c = &clustering.clusters[ci];
+                let t = Instant::now();
                 let code = if opts.disasm {
                     crate::codegen::compile_with_disasm(&c.kernel)?
                 } else {
@@ -266,6 +286,7 @@ fn build_function(
                 if opts.stream_min_bytes.is_some_and(|min| out_bytes >= min && out_bytes > 0) {
                     step.streaming = crate::codegen::compile_streaming(&c.kernel, opts.disasm)?;
                 }
+                times.codegen += t.elapsed();
                 Step::Loop(step)
             }
             Item::Node(n) => {
@@ -299,7 +320,21 @@ fn build_function(
                     Op::Constant(_) => return Err(internal(format!("constant {n} scheduled as a step"))),
                     op => Step::Kernel(KernelStep {
                         node: n,
-                        fast: prepare_fast(m, n)?,
+                        fast: {
+                            let t = Instant::now();
+                            let fast = prepare_fast(m, n)?;
+                            times.kernels += t.elapsed();
+                            if let Some(k) = &fast {
+                                tracing::debug!(
+                                    target: "tensorjit::jit",
+                                    node = %n,
+                                    op = %op.op_type(),
+                                    kernel = %k.describe(),
+                                    "fast kernel selected"
+                                );
+                            }
+                            fast
+                        },
                         op: op.clone(),
                         inputs: node.inputs.clone(),
                         outputs: node.outputs.clone(),
@@ -359,7 +394,65 @@ fn build_function(
     Ok(FuncPlan { func: f, steps, drops, params, outputs, clustering })
 }
 
+/// Reports the clusters formed in function `f` (debug: counts; trace: the listing).
+fn trace_clusters(m: &Module, f: FuncId, c: &Clustering) {
+    if !tracing::enabled!(target: "tensorjit::jit", tracing::Level::DEBUG) {
+        return;
+    }
+    let nodes: usize = c.clusters.iter().map(|c| c.nodes.len()).sum();
+    let reductions = c.clusters.iter().filter(|c| c.kernel.reduce.is_some()).count();
+    tracing::debug!(
+        target: "tensorjit::jit",
+        function = %m.func_label(f),
+        clusters = c.clusters.len(),
+        fused_nodes = nodes,
+        with_reduction = reductions,
+        scheduled = c.schedule.len(),
+        "clusters formed"
+    );
+    if tracing::enabled!(target: "tensorjit::jit", tracing::Level::TRACE) {
+        tracing::trace!(target: "tensorjit::jit", function = %m.func_label(f), "clusters:\n{}", crate::lower::cluster::describe(m, c));
+    }
+}
+
 impl Plan {
+    /// Reports the plan (debug: step counts and planning times; trace: [`Plan::describe`]).
+    pub(crate) fn trace_summary(&self, elapsed: Duration) {
+        if !tracing::enabled!(target: "tensorjit::jit", tracing::Level::DEBUG) {
+            return;
+        }
+        let (mut loops, mut kernels, mut fast, mut aliases, mut calls) = (0, 0, 0, 0, 0);
+        for s in self.funcs.iter().flat_map(|f| &f.steps) {
+            match s {
+                Step::Loop(_) => loops += 1,
+                Step::Kernel(k) => {
+                    kernels += 1;
+                    fast += usize::from(k.fast.is_some());
+                }
+                Step::Alias(_) => aliases += 1,
+                Step::Call(_) => calls += 1,
+            }
+        }
+        tracing::debug!(
+            target: "tensorjit::jit",
+            functions = self.funcs.len(),
+            loops,
+            kernels,
+            fast_kernels = fast,
+            aliases,
+            calls,
+            constants = self.constants.len(),
+            clustering_ms = self.times.clustering.as_secs_f64() * 1e3,
+            codegen_ms = self.times.codegen.as_secs_f64() * 1e3,
+            kernels_ms = self.times.kernels.as_secs_f64() * 1e3,
+            planning_ms = elapsed.as_secs_f64() * 1e3,
+            "plan built"
+        );
+        if tracing::enabled!(target: "tensorjit::jit", tracing::Level::TRACE) {
+            tracing::trace!(target: "tensorjit::jit", "plan:\n{}", self.describe());
+        }
+    }
+
     /// A listing of every function's steps with their buffers (for dumps).
     pub(crate) fn describe(&self) -> String {
         let m = &self.module;

@@ -61,17 +61,28 @@ pub struct Blocking {
     pub nc: usize,
 }
 
+/// The largest block size the environment overrides accept (elements).
+pub use crate::env::MAX_ENV_BLOCK;
+
+/// An override, 0 when unset or invalid (an invalid value is reported by
+/// [`crate::config::check_env`] when a backend is created).
 fn env_usize(name: &str) -> usize {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    crate::env::env_usize(name, 0, MAX_ENV_BLOCK).ok().flatten().unwrap_or(0)
 }
 
 /// The environment overrides `TENSORJIT_GEMM_KC/_MC/_NC` (read once; 0 where unset).
 pub fn env_blocking() -> Blocking {
     static B: OnceLock<Blocking> = OnceLock::new();
-    *B.get_or_init(|| Blocking {
-        kc: env_usize("TENSORJIT_GEMM_KC"),
-        mc: env_usize("TENSORJIT_GEMM_MC"),
-        nc: env_usize("TENSORJIT_GEMM_NC"),
+    *B.get_or_init(|| {
+        let b = Blocking {
+            kc: env_usize("TENSORJIT_GEMM_KC"),
+            mc: env_usize("TENSORJIT_GEMM_MC"),
+            nc: env_usize("TENSORJIT_GEMM_NC"),
+        };
+        if b.kc + b.mc + b.nc > 0 {
+            tracing::debug!(target: "tensorjit::gemm", kc = b.kc, mc = b.mc, nc = b.nc, "GEMM block sizes overridden");
+        }
+        b
     })
 }
 

@@ -104,8 +104,9 @@ fn detect() -> Features {
     Features::default()
 }
 
+/// Whether an on/off variable is on: set to anything but blanks or `0`.
 fn env_flag(name: &str) -> bool {
-    std::env::var(name).map(|v| !v.is_empty() && v != "0").unwrap_or(false)
+    crate::env::env_value(name).is_some_and(|v| v != "0")
 }
 
 /// Whether the hardware can run kernels of `isa` (ignoring environment overrides).
@@ -123,7 +124,8 @@ pub fn isa_supported(isa: Isa) -> bool {
 /// The instruction set the GEMM entry points use by default: the best one the hardware
 /// supports, lowered by the environment variables `TENSORJIT_DISABLE_AVX512=1`,
 /// `TENSORJIT_DISABLE_AVX2=1` (x86-64), `TENSORJIT_DISABLE_SME=1`, `TENSORJIT_DISABLE_NEON=1`
-/// (aarch64). Read once per process.
+/// (aarch64). Read once per process; the choice is reported as a `tracing` debug event (target
+/// `tensorjit::gemm`).
 pub fn selected_isa() -> Isa {
     static SEL: OnceLock<Isa> = OnceLock::new();
     *SEL.get_or_init(|| {
@@ -139,9 +141,12 @@ pub fn selected_isa() -> Isa {
         } else {
             Isa::Generic
         };
-        if env_flag("TENSORJIT_GEMM_DEBUG") {
-            eprintln!("tensorjit gemm: selected {} kernels ({:?})", isa.name(), hardware_features());
-        }
+        tracing::debug!(
+            target: "tensorjit::gemm",
+            isa = isa.name(),
+            features = ?hardware_features(),
+            "selected the GEMM kernels"
+        );
         isa
     })
 }

@@ -176,8 +176,10 @@ pub struct GemmArgs<'a, TI, TO> {
     pub c: MatMut<'a, TO>,
     /// Scale, accumulate, bias, activation.
     pub epilogue: Epilogue<'a, TO>,
-    /// Threads of the current rayon pool to use (run inside `pool.install` to pick a pool);
-    /// 0 means all of the pool, 1 runs on the calling thread.
+    /// Threads to use: of the current rayon pool when called from one of its threads (run
+    /// inside `pool.install` to pick a pool), else of tensorjit's shared pool
+    /// ([`crate::threads::shared_pool`]; never rayon's global pool). 0 means all of that pool,
+    /// 1 runs on the calling thread.
     pub threads: usize,
     /// Tuning/testing knobs.
     pub options: GemmOptions,
@@ -203,7 +205,7 @@ impl<'a, TI, TO: Scalar> GemmArgs<'a, TI, TO> {
         self.epilogue = e;
         self
     }
-    /// With a thread count (0 = the whole current rayon pool).
+    /// With a thread count (0 = the whole pool it runs in; see [`GemmArgs::threads`]).
     pub fn threads(mut self, t: usize) -> Self {
         self.threads = t;
         self
@@ -286,7 +288,7 @@ fn check<'a, TI, T: Scalar>(args: GemmArgs<'a, TI, T>) -> Result<Checked<'a, TI,
         Some(i) => i,
         None => selected_isa(),
     };
-    let threads = if threads == 0 { rayon::current_num_threads() } else { threads };
+    // `threads` was resolved against the pool this runs in by `in_pool` (1 when called alone).
     let job = Job {
         m,
         n,
@@ -500,6 +502,10 @@ fn f64_families(isa: Isa) -> &'static [F64Fam] {
 
 /// f32 GEMM.
 pub fn gemm_f32(args: GemmArgs<'_, f32, f32>) -> Result<()> {
+    crate::threads::in_pool(args.threads, |threads| gemm_f32_in_pool(args.threads(threads)))?
+}
+
+fn gemm_f32_in_pool(args: GemmArgs<'_, f32, f32>) -> Result<()> {
     let ck = check(args)?;
     let fams = f32_families(ck.isa);
     match ck.packed {
@@ -527,6 +533,10 @@ fn no_prepack<TI, T: Scalar>(ck: &Checked<'_, TI, T>, dtype: &str) -> Result<()>
 
 /// f64 GEMM.
 pub fn gemm_f64(args: GemmArgs<'_, f64, f64>) -> Result<()> {
+    crate::threads::in_pool(args.threads, |threads| gemm_f64_in_pool(args.threads(threads)))?
+}
+
+fn gemm_f64_in_pool(args: GemmArgs<'_, f64, f64>) -> Result<()> {
     let ck = check(args)?;
     no_prepack(&ck, "f64")?;
     let fams = f64_families(ck.isa);
@@ -536,6 +546,10 @@ pub fn gemm_f64(args: GemmArgs<'_, f64, f64>) -> Result<()> {
 /// bf16 inputs, f32 accumulation and output: AVX512-BF16 `vdpbf16ps` tiles where the CPU has
 /// them (and the ISA is AVX-512), else bf16 → f32 conversion while packing and the f32 tiles.
 pub fn gemm_bf16(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
+    crate::threads::in_pool(args.threads, |threads| gemm_bf16_in_pool(args.threads(threads)))?
+}
+
+fn gemm_bf16_in_pool(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
     let ck = check(args)?;
     no_prepack(&ck, "bf16")?;
     #[cfg(target_arch = "x86_64")]
@@ -548,6 +562,10 @@ pub fn gemm_bf16(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
 
 /// f16 inputs, f32 accumulation and output (converted to f32 while packing).
 pub fn gemm_f16(args: GemmArgs<'_, f16, f32>) -> Result<()> {
+    crate::threads::in_pool(args.threads, |threads| gemm_f16_in_pool(args.threads(threads)))?
+}
+
+fn gemm_f16_in_pool(args: GemmArgs<'_, f16, f32>) -> Result<()> {
     let ck = check(args)?;
     no_prepack(&ck, "f16")?;
     let fams = f32_families(ck.isa);
@@ -558,6 +576,10 @@ pub fn gemm_f16(args: GemmArgs<'_, f16, f32>) -> Result<()> {
 /// +128 to unsigned, corrected by the column sums of B), else the portable i32 tiles. The
 /// epilogue supports alpha, beta, bias and [`Activation::Relu`] only.
 pub fn gemm_i8(args: GemmArgs<'_, i8, i32>) -> Result<()> {
+    crate::threads::in_pool(args.threads, |threads| gemm_i8_in_pool(args.threads(threads)))?
+}
+
+fn gemm_i8_in_pool(args: GemmArgs<'_, i8, i32>) -> Result<()> {
     if !matches!(args.epilogue.activation, Activation::None | Activation::Relu) {
         return Err(Error::not_implemented(
             OP,

@@ -1,0 +1,259 @@
+//! The typed options of the "jit" backend ([`JitOptions`]) and their config-string form
+//! (`"parallelism=4,fusion=off"`, parsed by [`JitOptions::parse`] with the shared helpers of
+//! [`crate::config`]; docs/configuration.md lists every option).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::config::{self, check_threads, option_error, parse_config};
+use crate::error::Result;
+use crate::threads::Threads;
+
+use super::NAME;
+
+/// The option names accepted in the config string.
+pub const OPTIONS: &[&str] = &["parallelism", "while_limit", "fusion", "reductions", "streaming_stores", "dump"];
+
+/// How fused float Sum/Product reductions accumulate (`reductions=fast|ordered`).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Reductions {
+    /// Vector partial sums (reassociated, like every vectorising compiler). The default.
+    #[default]
+    Fast,
+    /// Each output accumulated in element order, bit-identical to the reference interpreter.
+    Ordered,
+}
+
+/// When loops write their outputs with non-temporal stores (`streaming_stores=auto|on|off`; see
+/// [`crate::codegen::compile_streaming`]).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StreamingStores {
+    /// When a loop's outputs take at least the last-level cache's size. The default.
+    #[default]
+    Auto,
+    /// Always (where the kernel has such a variant).
+    On,
+    /// Never.
+    Off,
+}
+
+const REDUCTIONS: &[(&str, Reductions)] = &[("fast", Reductions::Fast), ("ordered", Reductions::Ordered)];
+const STREAMING: &[(&str, StreamingStores)] =
+    &[("auto", StreamingStores::Auto), ("on", StreamingStores::On), ("off", StreamingStores::Off)];
+
+fn word<T: PartialEq + Copy>(table: &[(&'static str, T)], v: T) -> &'static str {
+    table.iter().find(|(_, t)| *t == v).map_or("?", |(n, _)| n)
+}
+
+/// The options of a [`JitBackend`](super::JitBackend), built with chained setters:
+///
+/// ```
+/// use tensorjit::backends::jit::{JitBackend, JitOptions, Reductions};
+/// let opts = JitOptions::default().parallelism(2).while_limit(1000).reductions(Reductions::Ordered);
+/// assert_eq!(opts.to_string(), "parallelism=2,while_limit=1000,reductions=ordered");
+/// assert_eq!("parallelism=2,while_limit=1000,reductions=ordered".parse::<JitOptions>().unwrap(), opts);
+/// let backend = JitBackend::with_options(opts).unwrap();
+/// assert_eq!(backend.parallelism(), 2);
+/// ```
+///
+/// The setters do not check values; [`JitBackend::with_options`](super::JitBackend::with_options)
+/// does (an [`Error::Config`](crate::Error::Config) naming the option).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitOptions {
+    /// The threads that run large loops, GEMMs and fused kernels: the process-wide shared pool
+    /// (default) or a pool of the backend's own (`parallelism=N`).
+    pub threads: Threads,
+    /// Most iterations one `while` may run; one more is an [`Error::Limit`](crate::Error::Limit)
+    /// naming the while node (`while_limit=N`; default unbounded).
+    pub while_limit: Option<u64>,
+    /// Run the egg fusion pass (`fusion=on|off`; default on).
+    pub fusion: bool,
+    /// How fused float reductions accumulate (`reductions=fast|ordered`).
+    pub reductions: Reductions,
+    /// Non-temporal output stores (`streaming_stores=auto|on|off`).
+    pub streaming_stores: StreamingStores,
+    /// Write every compilation stage under this directory (`dump=DIR`; else `TENSORJIT_DUMP`).
+    pub dump: Option<PathBuf>,
+}
+
+impl Default for JitOptions {
+    /// Shared pool, unbounded `while`, fusion on, fast reductions, automatic streaming stores,
+    /// no dump.
+    fn default() -> JitOptions {
+        JitOptions {
+            threads: Threads::Shared,
+            while_limit: None,
+            fusion: true,
+            reductions: Reductions::Fast,
+            streaming_stores: StreamingStores::Auto,
+            dump: None,
+        }
+    }
+}
+
+impl JitOptions {
+    /// The defaults (as [`JitOptions::default`]).
+    pub fn new() -> JitOptions {
+        JitOptions::default()
+    }
+
+    /// A pool of the backend's own with `n` threads (1: no pool, every execution on the calling
+    /// thread; at most [`crate::limits::MAX_THREADS`]).
+    pub fn parallelism(mut self, n: usize) -> Self {
+        self.threads = Threads::Own(n);
+        self
+    }
+
+    /// The process-wide shared pool (the default).
+    pub fn shared_pool(mut self) -> Self {
+        self.threads = Threads::Shared;
+        self
+    }
+
+    /// The threads to run on.
+    pub fn threads(mut self, t: Threads) -> Self {
+        self.threads = t;
+        self
+    }
+
+    /// At most `n` iterations per `while`.
+    pub fn while_limit(mut self, n: u64) -> Self {
+        self.while_limit = Some(n);
+        self
+    }
+
+    /// Whether the egg fusion pass runs.
+    pub fn fusion(mut self, on: bool) -> Self {
+        self.fusion = on;
+        self
+    }
+
+    /// How fused float reductions accumulate.
+    pub fn reductions(mut self, r: Reductions) -> Self {
+        self.reductions = r;
+        self
+    }
+
+    /// When outputs are written with non-temporal stores.
+    pub fn streaming_stores(mut self, s: StreamingStores) -> Self {
+        self.streaming_stores = s;
+        self
+    }
+
+    /// Dump every compilation stage under `dir`.
+    pub fn dump(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dump = Some(dir.into());
+        self
+    }
+
+    /// The options of a config string (`""`, `"parallelism=2,fusion=off"`, …): an unknown
+    /// option or a bad value is an [`Error::Config`](crate::Error::Config) naming it.
+    pub fn parse(config: &str) -> Result<JitOptions> {
+        let mut o = JitOptions::new();
+        for item in parse_config(NAME, config, OPTIONS)? {
+            let (key, v) = (item.key.as_str(), item.value.as_deref());
+            match key {
+                "parallelism" => o.threads = crate::threads::parse_threads(NAME, key, v)?,
+                "while_limit" => o.while_limit = Some(config::parse_u64(NAME, key, v)?),
+                "fusion" => o.fusion = config::parse_switch(NAME, key, v)?,
+                "reductions" => o.reductions = config::parse_choice(NAME, key, v, REDUCTIONS)?,
+                "streaming_stores" => o.streaming_stores = config::parse_choice(NAME, key, v, STREAMING)?,
+                "dump" => o.dump = Some(PathBuf::from(config::parse_nonempty(NAME, key, v, "a directory")?)),
+                _ => return Err(option_error(NAME, key, "not handled (internal error)")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// Checks the values the setters took (what [`Self::parse`] checks for a config string).
+    pub fn validate(&self) -> Result<()> {
+        if let Threads::Own(n) = self.threads {
+            check_threads(NAME, "parallelism", n)?;
+        }
+        if self.dump.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            return Err(option_error(NAME, "dump", "needs a directory (dump=DIR)"));
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for JitOptions {
+    type Err = crate::error::Error;
+
+    fn from_str(s: &str) -> Result<JitOptions> {
+        JitOptions::parse(s)
+    }
+}
+
+impl fmt::Display for JitOptions {
+    /// The config string of the options that differ from the defaults (`""` for the defaults);
+    /// [`JitOptions::parse`] reads it back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut items: Vec<String> = vec![];
+        if self.threads != Threads::Shared {
+            items.push(format!("parallelism={}", self.threads));
+        }
+        if let Some(n) = self.while_limit {
+            items.push(format!("while_limit={n}"));
+        }
+        if !self.fusion {
+            items.push("fusion=off".into());
+        }
+        if self.reductions != Reductions::Fast {
+            items.push(format!("reductions={}", word(REDUCTIONS, self.reductions)));
+        }
+        if self.streaming_stores != StreamingStores::Auto {
+            items.push(format!("streaming_stores={}", word(STREAMING, self.streaming_stores)));
+        }
+        if let Some(d) = &self.dump {
+            items.push(format!("dump={}", d.display()));
+        }
+        f.write_str(&items.join(","))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_display_round_trip() {
+        assert_eq!(JitOptions::parse("").unwrap(), JitOptions::new());
+        assert_eq!(JitOptions::new().to_string(), "");
+        let o = JitOptions::new()
+            .parallelism(3)
+            .while_limit(7)
+            .fusion(false)
+            .reductions(Reductions::Ordered)
+            .streaming_stores(StreamingStores::Off)
+            .dump("/tmp/x");
+        let s = o.to_string();
+        assert_eq!(s, "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,dump=/tmp/x");
+        assert_eq!(JitOptions::parse(&s).unwrap(), o);
+        assert_eq!(JitOptions::parse("parallelism=2,parallelism=shared").unwrap().threads, Threads::Shared);
+    }
+
+    #[test]
+    fn bad_options_name_themselves() {
+        for (cfg, word) in [
+            ("ops_sequential", "ops_sequential"),
+            ("parallelism=0", "parallelism"),
+            ("fusion=maybe", "fusion"),
+            ("reductions", "reductions"),
+            ("streaming_stores=sometimes", "streaming_stores"),
+            ("dump", "dump"),
+            ("while_limit=-1", "while_limit"),
+        ] {
+            let e = JitOptions::parse(cfg).unwrap_err().to_string();
+            assert!(e.contains(word) && e.contains("\"jit\""), "{cfg}: {e}");
+        }
+        assert!(JitOptions::new().parallelism(0).validate().is_err());
+        assert!(JitOptions::new().parallelism(crate::limits::MAX_THREADS + 1).validate().is_err());
+        assert!(JitOptions::new().dump("").validate().is_err());
+        assert!(JitOptions::new().parallelism(1).validate().is_ok());
+    }
+}

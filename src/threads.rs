@@ -1,0 +1,223 @@
+//! The thread pools that run the parallel parts of executions (loops over large tensors, GEMM,
+//! the fused kernels).
+//!
+//! By default every backend of the process runs on one shared pool ([`shared_pool`]), created at
+//! first use with [`shared_pool_threads`] threads (`TENSORJIT_THREADS`, else the number of
+//! cores, at most [`MAX_THREADS`]), so two backends, or many executables, never oversubscribe
+//! the cores. A backend may instead be given a pool of its own (`parallelism=N`,
+//! [`Threads::Own`]); the kernels always split their work for the pool they run in.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rayon::ThreadPool;
+
+use crate::config::{check_threads, option_error};
+use crate::error::{Error, Result};
+use crate::limits::MAX_THREADS;
+
+pub use crate::env::THREADS_ENV;
+
+/// Which threads a backend runs on.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Threads {
+    /// The process-wide pool ([`shared_pool`]), shared with every other backend using it.
+    #[default]
+    Shared,
+    /// A pool of the backend's own with this many threads (1 to [`MAX_THREADS`]; 1 runs every
+    /// execution on the calling thread, without a pool). Written `parallelism=N` in a config.
+    Own(usize),
+}
+
+impl std::fmt::Display for Threads {
+    /// The config-string value: `shared` or the thread count.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Threads::Shared => f.write_str("shared"),
+            Threads::Own(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Counters of the pools tensorjit started in this process.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadPoolStats {
+    /// Threads of the shared pool: its size if started, else the size it will have.
+    pub shared_threads: usize,
+    /// Whether the shared pool has been started.
+    pub shared_started: bool,
+    /// Pools started for backends with a pool of their own (ever, not only alive ones).
+    pub own_pools_started: usize,
+    /// Threads of those pools, summed.
+    pub own_threads_started: usize,
+}
+
+struct Shared {
+    pool: Option<Arc<ThreadPool>>,
+    /// Size set by [`set_shared_pool_threads`] (0: not set).
+    size: usize,
+}
+
+fn shared() -> &'static Mutex<Shared> {
+    static SHARED: Mutex<Shared> = Mutex::new(Shared { pool: None, size: 0 });
+    &SHARED
+}
+
+static OWN_POOLS: AtomicUsize = AtomicUsize::new(0);
+static OWN_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// The number of cores (at most [`MAX_THREADS`]).
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+}
+
+/// The size of the shared pool in `s` (set, else the environment, else the cores).
+fn configured(s: &Shared) -> Result<usize> {
+    if let Some(p) = &s.pool {
+        return Ok(p.current_num_threads());
+    }
+    if s.size > 0 {
+        return Ok(s.size);
+    }
+    Ok(crate::env::env_usize(THREADS_ENV, 1, MAX_THREADS)?.unwrap_or_else(available_cores))
+}
+
+/// Threads of the shared pool: its size once started; before, what [`set_shared_pool_threads`]
+/// set, else `TENSORJIT_THREADS`, else the number of cores. An invalid `TENSORJIT_THREADS` is an
+/// [`Error::Config`] naming it.
+pub fn shared_pool_threads() -> Result<usize> {
+    configured(&shared().lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Sets the size of the shared pool (1 to [`MAX_THREADS`]) before it starts. Once it has
+/// started, asking for another size is an [`Error::Config`] (the same size is accepted).
+pub fn set_shared_pool_threads(n: usize) -> Result<()> {
+    crate::config::check_threads("shared pool", "threads", n)?;
+    let mut s = shared().lock().unwrap_or_else(|e| e.into_inner());
+    match &s.pool {
+        Some(p) if p.current_num_threads() != n => Err(Error::Config(format!(
+            "the shared thread pool has already started with {} threads; cannot resize it to {n}",
+            p.current_num_threads()
+        ))),
+        _ => {
+            s.size = n;
+            Ok(())
+        }
+    }
+}
+
+/// The process-wide pool every backend uses by default, started at the first call with
+/// [`shared_pool_threads`] threads.
+pub fn shared_pool() -> Result<Arc<ThreadPool>> {
+    let mut s = shared().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = &s.pool {
+        return Ok(p.clone());
+    }
+    let n = configured(&s)?;
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("tensorjit-{i}"))
+        .build()
+        .map(Arc::new)
+        .map_err(|e| Error::Config(format!("cannot start the shared pool of {n} threads: {e}")))?;
+    tracing::debug!(target: "tensorjit::threads", threads = n, "started the shared thread pool");
+    s.pool = Some(p.clone());
+    Ok(p)
+}
+
+/// A new pool of `n` threads for one backend (`backend` names it in errors and thread names).
+pub(crate) fn own_pool(backend: &str, n: usize) -> Result<Arc<ThreadPool>> {
+    let name = backend.to_string();
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(move |i| format!("tensorjit-{name}-{i}"))
+        .build()
+        .map_err(|e| Error::Config(format!("backend {backend:?}: cannot start {n} threads: {e}")))?;
+    OWN_POOLS.fetch_add(1, Ordering::Relaxed);
+    OWN_THREADS.fetch_add(n, Ordering::Relaxed);
+    tracing::debug!(target: "tensorjit::threads", backend, threads = n, "started a backend's own thread pool");
+    Ok(Arc::new(p))
+}
+
+/// The pools started so far.
+pub fn stats() -> ThreadPoolStats {
+    let s = shared().lock().unwrap_or_else(|e| e.into_inner());
+    ThreadPoolStats {
+        shared_threads: configured(&s).unwrap_or_else(|_| available_cores()),
+        shared_started: s.pool.is_some(),
+        own_pools_started: OWN_POOLS.load(Ordering::Relaxed),
+        own_threads_started: OWN_THREADS.load(Ordering::Relaxed),
+    }
+}
+
+/// Runs `f(threads)` where parallel kernel code called from outside a backend should run: in
+/// the current rayon pool when the caller is one of its threads (a backend's `pool.install`),
+/// otherwise in the shared pool — never in rayon's global pool, which would be a second set of
+/// threads beside tensorjit's. `threads` 0 becomes the size of that pool; 1 runs `f(1)` here.
+pub(crate) fn in_pool<R: Send>(threads: usize, f: impl FnOnce(usize) -> R + Send) -> Result<R> {
+    if threads == 1 {
+        return Ok(f(1));
+    }
+    if rayon::current_thread_index().is_some() {
+        let n = if threads == 0 { rayon::current_num_threads() } else { threads };
+        return Ok(f(n));
+    }
+    let p = shared_pool()?;
+    let n = if threads == 0 { p.current_num_threads() } else { threads };
+    if n <= 1 {
+        return Ok(f(1));
+    }
+    Ok(p.install(|| f(n)))
+}
+
+/// Parses a thread choice: `shared` (the process-wide pool) or a thread count (1 to
+/// [`MAX_THREADS`]: a pool of the backend's own).
+pub(crate) fn parse_threads(backend: &str, key: &str, v: Option<&str>) -> Result<Threads> {
+    match v {
+        None => Err(option_error(backend, key, format!("needs a value ({key}=N or {key}=shared)"))),
+        Some("shared") => Ok(Threads::Shared),
+        Some(s) => match s.parse::<usize>() {
+            Ok(n) => check_threads(backend, key, n).map(Threads::Own),
+            Err(_) => Err(option_error(
+                backend,
+                key,
+                format!("must be a positive integer (at most {MAX_THREADS}) or \"shared\", got {s:?}"),
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_pool_is_one_pool() {
+        let a = shared_pool().unwrap();
+        let b = shared_pool().unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(shared_pool_threads().unwrap(), a.current_num_threads());
+        assert!(stats().shared_started);
+        // Resizing a started pool is refused; its own size is accepted.
+        assert!(set_shared_pool_threads(a.current_num_threads()).is_ok());
+        let other = if a.current_num_threads() == 1 { 2 } else { 1 };
+        assert!(set_shared_pool_threads(other).is_err());
+        assert!(set_shared_pool_threads(0).is_err());
+        assert!(set_shared_pool_threads(MAX_THREADS + 1).is_err());
+    }
+
+    #[test]
+    fn in_pool_uses_the_enclosing_pool() {
+        assert_eq!(in_pool(1, |n| n).unwrap(), 1);
+        let own = own_pool("test", 3).unwrap();
+        let (n, inside) = own.install(|| in_pool(0, |n| (n, rayon::current_thread_index().is_some())).unwrap());
+        assert_eq!((n, inside), (3, true));
+        let (n, in_shared) =
+            in_pool(0, |n| (n, rayon::current_thread_index().is_some() || shared_pool_threads().unwrap() == 1))
+                .unwrap();
+        assert_eq!(n.max(1), shared_pool_threads().unwrap());
+        assert!(in_shared);
+    }
+}
