@@ -1,7 +1,7 @@
 //! Configuration shared by the whole crate: the one parser of backend config strings
 //! (`"parallelism=4,fusion=off"`, the part after `name:` in `TENSORJIT_BACKEND`), the typed value
 //! parsers every backend's options use (so every bad value is an [`Error::Config`] naming the
-//! backend and the option), and the environment variables the crate reads ([`ENV_VARS`],
+//! backend and the option), and the environment variables the crate reads ([`ENV_VARS`](crate::env::ENV_VARS),
 //! listed in [`crate::env`], checked by [`check_env`]). docs/configuration.md lists every option and variable.
 //!
 //! The typed options themselves live with their backends:

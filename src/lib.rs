@@ -3,6 +3,33 @@
 //! The API follows gomlx/compute: pick a [`Backend`] (by name, or from `TENSORJIT_BACKEND`),
 //! get a [`Builder`], add ops to its `main` [`Function`], `compile()` it into an
 //! [`Executable`] and `execute` it on [`Buffer`]s.
+//!
+//! ```
+//! use tensorjit::{DType, Shape};
+//!
+//! // `jit` compiles to native code; `interp` is the reference interpreter.
+//! let backend = tensorjit::new_with_config("jit")?;
+//! let builder = backend.builder("example");
+//! let main = builder.main();
+//! let x = main.parameter("x", Shape::new(DType::Float32, &[3]))?;
+//! let y = main.parameter("y", Shape::new(DType::Float32, &[3]))?;
+//! let sum = main.add(x, y)?;
+//! let out = main.exp(sum)?;
+//! main.return_(&[out])?;
+//! let exe = builder.compile()?;
+//!
+//! let a = tensorjit::Buffer::from_slice(&[0.0f32, 1.0, -1.0], &[3])?;
+//! let b = tensorjit::Buffer::from_slice(&[0.0f32, 0.0, 1.0], &[3])?;
+//! let result = exe.execute(&[&a, &b], &[])?;
+//! assert_eq!(result[0].to_vec::<f32>()?, [1.0, std::f32::consts::E, 1.0]);
+//! # Ok::<(), tensorjit::Error>(())
+//! ```
+//!
+//! The layers of the crate, lowest first (each imports only from those below it; checked by
+//! `tests/layers.rs`, described in docs/architecture.md): [`error`], [`env`](mod@env) → [`limits`] →
+//! [`config`], [`threads`] → [`ir`] → [`memory`] → [`kernels`] → [`codegen`] → [`lower`],
+//! [`passes`] → [`api`] (the contract: [`Backend`], [`Builder`], [`Buffer`], [`Executable`]) →
+//! [`backends`] (`interp`, `jit`) → [`registry`], [`cli`].
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 

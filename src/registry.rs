@@ -58,6 +58,16 @@ pub fn new() -> Result<Arc<dyn Backend>> {
 }
 
 /// A backend from `"name[:opt1,opt2=v]"`; `""` picks the first registered backend.
+///
+/// ```
+/// let jit = tensorjit::new_with_config("jit:parallelism=2,fusion=on")?;
+/// assert_eq!(jit.name(), "jit");
+/// assert!(tensorjit::list().contains(&"interp".to_string()));
+/// // Unknown backends and options are errors that name them.
+/// let e = tensorjit::new_with_config("jit:bogus=1").err().unwrap();
+/// assert!(e.to_string().contains("bogus"));
+/// # Ok::<(), tensorjit::Error>(())
+/// ```
 pub fn new_with_config(config: &str) -> Result<Arc<dyn Backend>> {
     let (name, opts) = config.split_once(':').unwrap_or((config, ""));
     let name = name.trim();

@@ -104,6 +104,28 @@ pub trait Executable: Send + Sync {
     /// Runs with `inputs` under `opts`: the deadline and the cancellation token are checked
     /// between plan steps and loop iterations, and a stopped run returns
     /// [`Error::DeadlineExceeded`] or [`Error::Cancelled`] (the executable stays usable).
+    ///
+    /// ```
+    /// use tensorjit::{Buffer, CancelToken, DType, Error, ExecOptions, Shape};
+    ///
+    /// let backend = tensorjit::new_with_config("jit")?;
+    /// let builder = backend.builder("neg");
+    /// let main = builder.main();
+    /// let x = main.parameter("x", Shape::new(DType::Float64, &[2]))?;
+    /// let y = main.neg(x)?;
+    /// main.return_(&[y])?;
+    /// let exe = builder.compile()?;
+    /// let x = Buffer::from_slice(&[1.5f64, -2.0], &[2])?;
+    ///
+    /// // A token cancelled (here: before the run, by this thread) stops the execution.
+    /// let cancel = CancelToken::new();
+    /// cancel.cancel();
+    /// let opts = ExecOptions { cancel: Some(cancel), ..ExecOptions::default() };
+    /// assert!(matches!(exe.execute_with(&[&x], &[], &opts), Err(Error::Cancelled)));
+    /// // The executable stays usable.
+    /// assert_eq!(exe.execute(&[&x], &[])?[0].to_vec::<f64>()?, [-1.5, 2.0]);
+    /// # Ok::<(), tensorjit::Error>(())
+    /// ```
     fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], opts: &ExecOptions) -> Result<Vec<Buffer>>;
     /// Releases resources; later executes fail.
     fn finalize(&self) {}

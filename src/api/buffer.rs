@@ -31,6 +31,17 @@ pub struct Buffer {
 
 impl Buffer {
     /// A buffer holding a copy of `data` with dims `dims` (`data.len()` must equal their product).
+    ///
+    /// ```
+    /// use tensorjit::{Buffer, DType};
+    ///
+    /// let b = Buffer::from_slice(&[1i32, 2, 3, 4, 5, 6], &[2, 3])?;
+    /// assert_eq!(b.shape().dtype, DType::Int32);
+    /// assert_eq!(b.to_vec::<i32>()?, [1, 2, 3, 4, 5, 6]);
+    /// assert!(b.to_vec::<f32>().is_err()); // the dtype must match
+    /// assert!(Buffer::from_slice(&[1.0f32; 5], &[2, 3]).is_err()); // 5 values for 6 elements
+    /// # Ok::<(), tensorjit::Error>(())
+    /// ```
     pub fn from_slice<T: Element>(data: &[T], dims: &[usize]) -> Result<Buffer> {
         if let Some(d) = dims.iter().find(|&&d| i64::try_from(d).is_err()) {
             return Err(Error::invalid("Buffer::from_slice", format!("dimension {d} of {dims:?} exceeds i64::MAX")));

@@ -1,6 +1,6 @@
 //! `Builder`, `Function` and `Value`: building a module through checked graph-building calls.
 //!
-//! Every op method of [`Function`] (in `api/ops_*.rs`) goes through [`Function::push`]: it checks
+//! Every op method of [`Function`] (in `api/ops_*.rs`) goes through `Function::push`: it checks
 //! that the function is still open, that the backend supports the op, that every operand belongs
 //! to this builder and is visible from this function, then infers the output shapes
 //! ([`crate::ir::infer`]) and only then appends the node — so a rejected call leaves the
@@ -42,6 +42,25 @@ pub(crate) struct State {
 
 impl dyn Backend {
     /// A new builder named `name`, with an empty `main`, whose `compile` calls this backend.
+    ///
+    /// ```
+    /// use tensorjit::{DType, Shape};
+    ///
+    /// let backend = tensorjit::new_with_config("interp")?;
+    /// let builder = backend.builder("relu");
+    /// let main = builder.main();
+    /// let x = main.parameter("x", Shape::new(DType::Float32, &[4]))?;
+    /// let zero = main.constant(&[0.0f32], &[])?;
+    /// let zero = main.broadcast_in_dim(zero, &Shape::new(DType::Float32, &[4]), &[])?;
+    /// let y = main.max(x, zero)?;
+    /// main.return_(&[y])?;
+    /// // The module can be printed as IR text before it is compiled.
+    /// assert!(tensorjit::ir::text::print_module(&builder.module()).contains("max"));
+    /// let exe = builder.compile()?;
+    /// let x = tensorjit::Buffer::from_slice(&[-2.0f32, -0.5, 0.5, 2.0], &[4])?;
+    /// assert_eq!(exe.execute(&[&x], &[])?[0].to_vec::<f32>()?, [0.0, 0.0, 0.5, 2.0]);
+    /// # Ok::<(), tensorjit::Error>(())
+    /// ```
     pub fn builder(self: &Arc<Self>, name: &str) -> Builder {
         Builder::new(Arc::clone(self), name)
     }

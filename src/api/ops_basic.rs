@@ -464,7 +464,7 @@ impl Function {
         self.push1(Op::ArgMinMax { axis, out_dtype, is_min }, &[x])
     }
 
-    /// Running reduction `kind` along `axis`; `exclusive` leaves x[i] out of element i (the
+    /// Running reduction `kind` along `axis`; `exclusive` leaves `x[i]` out of element `i` (the
     /// first is the identity), `reverse` runs from the end. Same shape and dtype (num, no Bool).
     pub fn cumulative(
         &self,

@@ -41,7 +41,7 @@ impl Fill {
     }
 }
 
-/// Options of [`bench`].
+/// Options of [`bench()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchOptions {
     /// The IR file.
@@ -82,7 +82,7 @@ pub struct BenchInput {
     pub file: Option<PathBuf>,
 }
 
-/// The result of [`bench`].
+/// The result of [`bench()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchReport {
     /// The IR file.

@@ -212,7 +212,7 @@ pub(crate) fn load_with_inputs(
     Ok((module, buffers, sources))
 }
 
-/// Where a parameter's value came from (see [`load_with_inputs`]).
+/// Where a parameter's value came from (see `load_with_inputs`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum InputSource {
     /// A `.npy` file.

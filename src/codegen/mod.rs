@@ -161,7 +161,7 @@ fn compile_opts(k: &LoopKernel, want_disasm: bool) -> Result<CompiledLoop> {
 }
 
 /// The variant of `k` whose vector loop writes its outputs with non-temporal stores (see
-/// [`stream`]), compiled once per process like [`compile`]; `None` when there is none: a kernel
+/// `stream` module), compiled once per process like [`compile`]; `None` when there is none: a kernel
 /// with a reduction, one that does not vectorise, one without a 16-byte output store, or a host
 /// whose stores are not VEX-encoded.
 ///

@@ -522,7 +522,7 @@ pub enum Op {
         /// Feature axis.
         feature_axis: usize,
     },
-    /// Operands: `state` (U64[3] or U64[2]). Outputs: `new_state, values`.
+    /// Operands: `state` (`U64[3]` or `U64[2]`). Outputs: `new_state, values`.
     RngBitGenerator {
         /// Shape of the random values.
         shape: Shape,
@@ -572,7 +572,7 @@ pub enum Op {
         kind: ArithReduce,
         /// Axis.
         axis: usize,
-        /// Element i excludes x[i].
+        /// Element `i` excludes `x[i]`.
         exclusive: bool,
         /// Run from the end of the axis.
         reverse: bool,

@@ -11,7 +11,21 @@
 //! ```
 //!
 //! [`print_module`] numbers values canonically, so `print_module(&parse_module(t)?) == t` for
-//! every text the printer produces. Dumps of models print large constants as a summary (shape,
+//! every text the printer produces.
+//!
+//! ```
+//! use tensorjit::ir::text::{parse_module, print_module};
+//!
+//! let text = "module @m\n\nfunc @main(%0 \"x\": f32[2]) {\n  %1 = exp %0 : f32[2]\n  return %1\n}\n";
+//! let module = parse_module(text)?;
+//! assert_eq!(print_module(&module), text);
+//! // Errors carry the line and column.
+//! let e = parse_module("module @m\nfunc @main( {").unwrap_err();
+//! assert!(e.to_string().contains("line 2, column 13"), "{e}");
+//! # Ok::<(), tensorjit::Error>(())
+//! ```
+//!
+//! Dumps of models print large constants as a summary (shape,
 //! hash, first values) and, to stay replayable, put their data in a side file
 //! ([`print_module_with_side_file`], [`parse_module_with_constants`], [`sidefile`]).
 

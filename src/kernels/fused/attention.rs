@@ -30,7 +30,7 @@ pub use crate::ir::op::AttentionLayout;
 use super::FusedIsa;
 use super::vmath::exp_scalar;
 
-/// Query rows per work item (two halves of [`QH`] lanes).
+/// Query rows per work item (two halves of `QH` lanes).
 pub const Q_BLOCK: usize = 32;
 /// Keys per tile.
 pub const K_BLOCK: usize = 128;
