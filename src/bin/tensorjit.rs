@@ -217,7 +217,18 @@ fn print_options(c: &ConstantArgs, default_max: Option<usize>) -> PrintOptions {
     PrintOptions { max_constant_elements: c.max_constant_elements.or(default_max), preview_elements: c.preview }
 }
 
+/// Sends the library's `tracing` events to stderr when `RUST_LOG` is set (e.g.
+/// `RUST_LOG=tensorjit=debug`, `RUST_LOG=tensorjit::jit=trace`); without it nothing is logged.
+fn init_logging() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        use std::io::IsTerminal;
+        let ansi = std::io::stderr().is_terminal();
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+    }
+}
+
 fn main() -> ExitCode {
+    init_logging();
     let cli = Cli::parse();
     let mode = match (cli.json, cli.quiet) {
         (true, _) => Mode::Json,
