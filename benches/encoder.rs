@@ -4,6 +4,9 @@
 //! `cargo bench --bench encoder` runs batch 1 and 8 at sequence 128 and 512;
 //! `cargo bench --bench encoder -- quick` only batch 1, sequence 128. `TENSORJIT_BACKEND`-style
 //! options can be appended with `-- opts=parallelism=2`.
+//! `cargo bench --bench encoder -- export=PATH` instead writes a MiniLM-shaped model (6 layers,
+//! hidden 384, 12 heads, FFN 1536, batch 1, sequence 128, 22 M weights as constants) as IR text
+//! to PATH, constants in full: the input for `tensorjit dump` at model scale.
 
 #[path = "support/bert.rs"]
 #[allow(dead_code)]
@@ -38,8 +41,28 @@ fn time(exe: &dyn Executable, x: &Buffer) -> (f64, Vec<f32>) {
     (start.elapsed().as_secs_f64() / f64::from(runs), first)
 }
 
+/// Writes the MiniLM-shaped model to `path` (see the file's header).
+fn export(path: &str) {
+    let e = Encoder { batch: 1, seq: 128, hidden: 384, heads: 12, ffn: 1536, gelu_erf: true };
+    let b: std::sync::Arc<dyn Backend> = JitBackend::new("").expect("jit");
+    let builder = b.builder("minilm");
+    let main = builder.main();
+    let mut x = main.parameter("x", Shape::new(DType::Float32, &[e.batch, e.seq, e.hidden])).expect("param");
+    for layer in 0..6 {
+        x = bert::encoder_layer(&main, &e, x, layer).expect("encoder layer");
+    }
+    main.return_(&[x]).expect("return");
+    let text = tensorjit::ir::text::print_module(&builder.module());
+    std::fs::write(path, &text).expect("write");
+    println!("wrote {path}: {} bytes", text.len());
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(path) = args.iter().find_map(|a| a.strip_prefix("export=")) {
+        export(path);
+        return;
+    }
     let quick = args.iter().any(|a| a == "quick");
     let opts = args.iter().find_map(|a| a.strip_prefix("opts=")).unwrap_or("").to_string();
     let sep = if opts.is_empty() { "" } else { "," };
