@@ -8,6 +8,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can go wrong in tensorjit. Messages name the op (or component) and the
 /// offending operand, attribute or value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A bad argument: wrong dtype, shape, axis, attribute, operand, …
     #[error("{op}: {msg}")]

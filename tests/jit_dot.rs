@@ -319,6 +319,7 @@ fn activation(a: Activation, x: f64) -> f64 {
         Activation::Silu => x / (1.0 + (-x).exp()),
         Activation::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
         Activation::Tanh => x.tanh(),
+        other => panic!("no reference formula for {other:?}"),
     }
 }
 

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 /// The element type of a tensor. Discriminants equal the PJRT C-API `PJRT_Buffer_Type` numbers.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum DType {
     /// Not a valid dtype (used for "unset" in configs).
     Invalid = 0,

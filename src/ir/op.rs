@@ -11,6 +11,7 @@ use crate::ir::shape::Shape;
 /// Unary elementwise ops (§4.3). Operand: `x`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub enum UnaryOp {
     Abs,
     Neg,
@@ -53,6 +54,7 @@ pub const ALL_UNARY: [UnaryOp; 27] = {
 /// Binary elementwise ops (§4.1) plus `Complex` (§4.4). Operands: `lhs, rhs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub enum BinaryOp {
     Add,
     Sub,
@@ -210,6 +212,7 @@ pub enum FftType {
 
 /// Activations of the fused ops (§5). Discriminants follow the catalogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Activation {
     /// Identity.
     #[default]
@@ -248,6 +251,7 @@ pub enum AttentionLayout {
 
 /// Quantization schemes (§5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum QuantScheme {
     /// `q·scale + zero_point`.
     #[default]
@@ -261,6 +265,7 @@ pub enum QuantScheme {
 /// GGML block types (§5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub enum GgmlType {
     #[default]
     Q4_0 = 0,
@@ -293,6 +298,7 @@ pub struct ConstData(pub std::sync::Arc<Vec<u8>>);
 /// An operation with its attributes. The doc of each variant lists its operands in order and
 /// its outputs when there is more than one.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Op {
     /// A literal tensor; no operands. The node's single output shape carries dtype and dims.
     Constant(ConstData),

@@ -3,6 +3,7 @@
 /// Every op kind of the catalogue (§3.6): each standard, control-flow, collective and fused op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub enum OpType {
     Parameter,
     Constant,
