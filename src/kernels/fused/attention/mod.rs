@@ -1,0 +1,500 @@
+//! Tiled (flash-attention style) scaled dot-product attention in f32.
+//!
+//! Work is split into (batch, head, block of [`Q_BLOCK`] queries) items. An item packs its query
+//! block transposed (`qᵀ`, `head_dim × Q_BLOCK`) and walks the keys in tiles of up to
+//! [`K_BLOCK`] (sequences up to `K_BLOCK` keys are one tile: an exact softmax, no rescaling).
+//! Scores are kept transposed, one row of `Q_BLOCK` query lanes per key, so that the softmax is
+//! vertical (8 query rows per vector) and neither K nor V is ever repacked: the `Q·Kᵀ`
+//! micro-kernel broadcasts key values straight from K, the `P·V` one broadcasts value entries
+//! straight from V, both against vectors of 16 query lanes.
+//!
+//! Per tile: `sᵀ = scale·k·qᵀ + bias + additive mask` (excluded keys = −∞), then the
+//! online-softmax update per query lane (running max `m`, running sum `l`, unnormalised output
+//! `accᵀ`, `v_dim × Q_BLOCK`): `m' = max(m, max_j s_j)`, `α = e^(m − m')`,
+//! `l' = α·l + Σ e^(s_j − m')`, `acc' = α·acc + Σ e^(s_j − m')·v_j`. The output row is `acc/l`,
+//! or 0 when every key was excluded or scored −∞ (fully masked rows), and padded query rows
+//! (≥ query_seq_len) stay 0. Extra memory per thread: `Q_BLOCK·(head_dim + v_dim + K_BLOCK + 3)`
+//! floats; the `[S, S]` score matrix is never built. Causal attention stops each query block at
+//! its last visible key.
+//!
+//! Conventions follow the reference kernel (`kernels/reference/fused_attention.rs`): causal is
+//! top-left aligned (query i sees keys j ≤ i, also when the lengths differ), a Bool mask excludes
+//! `false` keys, a NaN score makes the row NaN. One difference: when a value row of the key/value
+//! head is not finite, keys whose weight underflows to 0 are skipped in `P·V` (so an infinite `v`
+//! on an excluded key does not make the row NaN).
+
+use rayon::prelude::*;
+
+pub use crate::ir::op::AttentionLayout;
+
+use super::FusedIsa;
+use super::vmath::exp_scalar;
+use tile::{mask_tile, pv, scores, softmax_tile};
+
+/// Query rows per work item (two halves of `QH` lanes).
+pub const Q_BLOCK: usize = 32;
+/// Keys per tile.
+pub const K_BLOCK: usize = 128;
+/// Query lanes per micro-kernel column block (two AVX2 vectors).
+const QH: usize = 16;
+
+/// A mask broadcast to `[B, H, Sq, Skv]` by per-axis element strides (0 on broadcast axes).
+#[derive(Clone, Copy, Debug)]
+pub enum AttentionMask<'a> {
+    /// No mask.
+    None,
+    /// Bool mask: `true` = attend.
+    Bool(&'a [bool], [usize; 4]),
+    /// Additive float mask.
+    Additive(&'a [f32], [usize; 4]),
+}
+
+/// Shapes and options of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionParams<'a> {
+    /// Axis order of q, k, v and the output.
+    pub layout: AttentionLayout,
+    /// Batch size.
+    pub batch: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`; query head h uses kv head `h / (heads / kv_heads)`).
+    pub kv_heads: usize,
+    /// Query sequence length.
+    pub seq_q: usize,
+    /// Key/value sequence length.
+    pub seq_kv: usize,
+    /// Head dim of q and k.
+    pub head_dim: usize,
+    /// Head dim of v (and of the output).
+    pub v_dim: usize,
+    /// Score scale (already resolved: not 0 ⇒ 1/√d here).
+    pub scale: f32,
+    /// Query i sees keys j ≤ i.
+    pub causal: bool,
+    /// Mask.
+    pub mask: AttentionMask<'a>,
+    /// Additive bias broadcast like the mask.
+    pub bias: Option<(&'a [f32], [usize; 4])>,
+    /// Per-batch `(query_len, kv_len)`.
+    pub seq_lens: Option<&'a [(usize, usize)]>,
+}
+
+/// Element strides broadcasting an operand of dims `dims4` (placed on `[B, H, Sq, Skv]`) to
+/// `full`, or `None` if some axis is neither 1 nor the full size.
+pub fn broadcast_strides(dims4: [usize; 4], full: [usize; 4]) -> Option<[usize; 4]> {
+    let mut strides = [0usize; 4];
+    let mut s = 1;
+    for a in (0..4).rev() {
+        if dims4[a] != 1 && dims4[a] != full[a] {
+            return None;
+        }
+        strides[a] = if dims4[a] == 1 { 0 } else { s };
+        s *= dims4[a];
+    }
+    Some(strides)
+}
+
+impl AttentionParams<'_> {
+    /// Offset of row (b, h, s) of a tensor with `nh` heads, `ns` positions and row width `w`.
+    #[inline]
+    fn off(&self, nh: usize, ns: usize, w: usize, b: usize, h: usize, s: usize) -> usize {
+        match self.layout {
+            AttentionLayout::Bhsd => ((b * nh + h) * ns + s) * w,
+            AttentionLayout::Bshd => ((b * ns + s) * nh + h) * w,
+        }
+    }
+
+    /// Element distance between consecutive positions of one head (row width `w`, `nh` heads).
+    #[inline]
+    fn pos_stride(&self, nh: usize, w: usize) -> usize {
+        match self.layout {
+            AttentionLayout::Bhsd => w,
+            AttentionLayout::Bshd => nh * w,
+        }
+    }
+
+    /// Whether scores need per-element masking (causal, mask or bias).
+    #[inline]
+    fn masked(&self) -> bool {
+        self.causal || !matches!(self.mask, AttentionMask::None) || self.bias.is_some()
+    }
+}
+
+/// Raw output pointer shared by the work items, which write disjoint rows.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: the pointer is only used to write rows owned by exactly one work item.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// Per-thread scratch.
+struct Scratch {
+    /// Running max per query lane.
+    m: [f32; Q_BLOCK],
+    /// Running sum per query lane.
+    l: [f32; Q_BLOCK],
+    /// Rescale factor of the last tile per query lane.
+    alpha: [f32; Q_BLOCK],
+    /// The tile's score maximum per query lane, kept by the AVX2 `Q·Kᵀ` micro-kernel (used when
+    /// no mask or bias changes the scores afterwards).
+    tmax: [f32; Q_BLOCK],
+    /// The query block transposed, `head_dim × Q_BLOCK` (lanes past the block zero).
+    qt: Vec<f32>,
+    /// Scores, then probabilities, of the tile transposed: `K_BLOCK × Q_BLOCK`.
+    st: Vec<f32>,
+    /// Unnormalised output transposed, `v_dim × Q_BLOCK`.
+    acc: Vec<f32>,
+    /// `(batch, kv head, whether its first kv_len value rows are all finite)` of the last check.
+    v_finite: Option<(usize, usize, bool)>,
+}
+
+/// Computes attention into `out` (the query's layout with head dim `v_dim`, `B·H·Sq·v_dim`
+/// values, of any prior content: every one is written, padded and fully masked query rows with
+/// 0). Returns false (computing nothing) if a slice is shorter than the shapes require.
+pub fn attention_f32(
+    isa: FusedIsa,
+    p: &AttentionParams<'_>,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+    pool: Option<&rayon::ThreadPool>,
+) -> bool {
+    let (nb, nh, nkv, sq, skv, d, vd) = (p.batch, p.heads, p.kv_heads, p.seq_q, p.seq_kv, p.head_dim, p.v_dim);
+    if nkv == 0 || nh % nkv != 0 {
+        return false;
+    }
+    if q.len() < nb * nh * sq * d || k.len() < nb * nkv * skv * d || v.len() < nb * nkv * skv * vd {
+        return false;
+    }
+    if out.len() < nb * nh * sq * vd || p.seq_lens.is_some_and(|l| l.len() < nb) {
+        return false;
+    }
+    let full = nb * nh * sq * skv;
+    let mask_ok = match p.mask {
+        AttentionMask::None => true,
+        AttentionMask::Bool(m, s) => max_index(s, [nb, nh, sq, skv]) < m.len() || full == 0,
+        AttentionMask::Additive(m, s) => max_index(s, [nb, nh, sq, skv]) < m.len() || full == 0,
+    };
+    if !mask_ok || p.bias.is_some_and(|(b, s)| full != 0 && max_index(s, [nb, nh, sq, skv]) >= b.len()) {
+        return false;
+    }
+    if full == 0 || d == 0 && vd == 0 {
+        out[..nb * nh * sq * vd].fill(0.0);
+        return true;
+    }
+    let isa = isa.checked();
+    let qblocks = sq.div_ceil(Q_BLOCK);
+    let items = nb * nh * qblocks;
+    let outp = OutPtr(out.as_mut_ptr());
+    let new_scratch = || Scratch {
+        m: [0.0; Q_BLOCK],
+        l: [0.0; Q_BLOCK],
+        alpha: [0.0; Q_BLOCK],
+        tmax: [f32::NEG_INFINITY; Q_BLOCK],
+        qt: vec![0.0; d * Q_BLOCK],
+        st: vec![0.0; K_BLOCK * Q_BLOCK],
+        acc: vec![0.0; vd * Q_BLOCK],
+        v_finite: None,
+    };
+    let run = |s: &mut Scratch, it: usize| {
+        let (bh, qb) = (it / qblocks, it % qblocks);
+        let (b, h) = (bh / nh, bh % nh);
+        item(isa, p, q, k, v, outp, s, b, h, qb);
+    };
+    let work = full.saturating_mul(d + vd);
+    match pool {
+        Some(pl) if pl.current_num_threads() > 1 && items > 1 && work >= 1 << 16 => {
+            pl.install(|| (0..items).into_par_iter().for_each_init(new_scratch, run));
+        }
+        _ => {
+            let mut s = new_scratch();
+            (0..items).for_each(|it| run(&mut s, it));
+        }
+    }
+    true
+}
+
+fn max_index(s: [usize; 4], full: [usize; 4]) -> usize {
+    (0..4).map(|a| s[a] * full[a].saturating_sub(1)).sum()
+}
+
+#[inline]
+fn nan_max(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }
+}
+
+/// One (batch, head, query block) item: the query block is packed transposed once; per key
+/// tile, the transposed scores come from the `k·qᵀ` micro-kernel, are masked, go through the
+/// online-softmax update (becoming probabilities in place), and `vᵀ·pᵀ` is added to the
+/// (rescaled) transposed output by the `P·V` micro-kernel.
+#[allow(clippy::too_many_arguments)]
+fn item(
+    isa: FusedIsa,
+    p: &AttentionParams<'_>,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: OutPtr,
+    s: &mut Scratch,
+    b: usize,
+    h: usize,
+    qb: usize,
+) {
+    let (nh, nkv, sq, skv, d, vd) = (p.heads, p.kv_heads, p.seq_q, p.seq_kv, p.head_dim, p.v_dim);
+    let hk = h / (nh / nkv);
+    let (q_len, kv_len) = p.seq_lens.map_or((sq, skv), |l| (l[b].0.min(sq), l[b].1.min(skv)));
+    let i0 = qb * Q_BLOCK;
+    let i1 = (i0 + Q_BLOCK).min(q_len);
+    // Rows past the query length (padding) are 0.
+    let block_end = (i0 + Q_BLOCK).min(sq);
+    zero_rows(p, b, h, i1.max(i0)..block_end, out);
+    if i0 >= i1 {
+        return;
+    }
+    let rows = i1 - i0;
+    let kend = if p.causal { kv_len.min(i1) } else { kv_len };
+    if kend == 0 {
+        zero_rows(p, b, h, i0..i1, out); // every row fully masked
+        return;
+    }
+    // Query lanes computed: whole halves of QH.
+    let lanes = rows.div_ceil(QH) * QH;
+    pack_qt(isa, p, q, b, h, i0, rows, lanes, &mut s.qt);
+    s.m[..lanes].fill(f32::NEG_INFINITY);
+    s.l[..lanes].fill(0.0);
+    let ks = p.pos_stride(nkv, d);
+    let vs = p.pos_stride(nkv, vd);
+    let kbase = p.off(nkv, skv, d, b, hk, 0);
+    let vbase = p.off(nkv, skv, vd, b, hk, 0);
+    let v_finite = match s.v_finite {
+        Some((cb, ch, f)) if cb == b && ch == hk => f,
+        _ => {
+            let f = rows_finite(isa, &v[vbase..vbase + (kv_len - 1) * vs + vd], kv_len, vs, vd);
+            s.v_finite = Some((b, hk, f));
+            f
+        }
+    };
+    let mut j0 = 0;
+    while j0 < kend {
+        let j1 = (j0 + K_BLOCK).min(kend);
+        let nk = j1 - j0;
+        let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
+        scores(isa, &s.qt, d, kt, ks, nk, lanes, p.scale, &mut s.st, &mut s.tmax);
+        let tmax = if p.masked() {
+            mask_tile(p, b, h, i0, rows, j0, nk, &mut s.st);
+            None
+        } else {
+            Some(&s.tmax)
+        };
+        softmax_tile(isa, &mut s.st, nk, lanes, tmax, &mut s.m, &mut s.l, &mut s.alpha);
+        let vt = &v[vbase + j0 * vs..vbase + (j1 - 1) * vs + vd];
+        pv(isa, &s.st, nk, vt, vs, vd, lanes, &s.alpha, j0 == 0, v_finite, &mut s.acc);
+        j0 = j1;
+    }
+    store_out(isa, p, b, h, i0, rows, &s.m, &s.l, &s.acc, out);
+}
+
+/// Packs query rows `i0..i0 + rows` of head (b, h) transposed into `qt` (`head_dim × Q_BLOCK`),
+/// zeroing lanes `rows..lanes`.
+#[allow(clippy::too_many_arguments)]
+fn pack_qt(
+    isa: FusedIsa,
+    p: &AttentionParams<'_>,
+    q: &[f32],
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    lanes: usize,
+    qt: &mut [f32],
+) {
+    let (nh, sq, d) = (p.heads, p.seq_q, p.head_dim);
+    let row = |r: usize| {
+        let qo = p.off(nh, sq, d, b, h, i0 + r);
+        &q[qo..qo + d]
+    };
+    let mut r0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() && d >= 8 {
+        while r0 + 8 <= rows {
+            let src: [&[f32]; 8] = std::array::from_fn(|i| row(r0 + i));
+            let dst = &mut qt[r0..(d - 1) * Q_BLOCK + r0 + 8];
+            // SAFETY: AVX2+FMA confirmed by `checked()`; 8 rows of d values, dst holds d rows of
+            // 8 lanes Q_BLOCK apart.
+            unsafe { avx2::pack8(src, d, dst) };
+            r0 += 8;
+        }
+    }
+    let _ = isa;
+    for r in r0..rows {
+        for (c, &x) in row(r).iter().enumerate() {
+            qt[c * Q_BLOCK + r] = x;
+        }
+    }
+    if lanes > rows {
+        for c in 0..d {
+            qt[c * Q_BLOCK + rows..c * Q_BLOCK + lanes].fill(0.0);
+        }
+    }
+}
+
+/// Writes 0 to output rows `rows` of head (b, h).
+fn zero_rows(p: &AttentionParams<'_>, b: usize, h: usize, rows: std::ops::Range<usize>, out: OutPtr) {
+    let (nh, sq, vd) = (p.heads, p.seq_q, p.v_dim);
+    for i in rows {
+        // SAFETY: row (b, h, i) with i < seq_q holds vd values inside `out` (checked by the
+        // caller) and belongs to the calling item only.
+        unsafe { std::ptr::write_bytes(out.0.add(p.off(nh, sq, vd, b, h, i)), 0, vd) };
+    }
+}
+
+/// Writes output rows `i0..i0 + rows` of head (b, h): `accᵀ[·][r] / l_r`, or 0 for fully masked
+/// rows (`m_r = −∞`).
+#[allow(clippy::too_many_arguments)]
+fn store_out(
+    isa: FusedIsa,
+    p: &AttentionParams<'_>,
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    m: &[f32; Q_BLOCK],
+    l: &[f32; Q_BLOCK],
+    acc: &[f32],
+    out: OutPtr,
+) {
+    let (nh, sq, vd) = (p.heads, p.seq_q, p.v_dim);
+    let dst = |r: usize| {
+        if m[r] == f32::NEG_INFINITY {
+            std::ptr::null_mut()
+        } else {
+            // The offset stays inside `out` (checked by the caller); it is only dereferenced below.
+            out.0.wrapping_add(p.off(nh, sq, vd, b, h, i0 + r))
+        }
+    };
+    let inv: [f32; Q_BLOCK] = std::array::from_fn(|r| 1.0 / l[r]);
+    for r in (0..rows).filter(|&r| m[r] == f32::NEG_INFINITY) {
+        zero_rows(p, b, h, i0 + r..i0 + r + 1, out);
+    }
+    let mut r0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() && vd >= 8 {
+        while r0 + 8 <= rows {
+            let d8: [*mut f32; 8] = std::array::from_fn(|i| dst(r0 + i));
+            let a = &acc[r0..(vd - 1) * Q_BLOCK + r0 + 8];
+            // SAFETY: AVX2+FMA confirmed by `checked()`; `a` holds vd rows of 8 lanes Q_BLOCK
+            // apart; each non-null d8[i] is the start of output row (b, h, i0 + r0 + i), vd values
+            // inside `out` (checked by the caller) written by this item only.
+            unsafe { avx2::store8(a, vd, &inv[r0..r0 + 8], d8) };
+            r0 += 8;
+        }
+    }
+    let _ = isa;
+    for r in r0..rows {
+        let o = dst(r);
+        if o.is_null() {
+            continue;
+        }
+        for c in 0..vd {
+            // SAFETY: o + c is inside output row (b, h, i0 + r) (vd values inside `out`, checked
+            // by the caller), which belongs to this item only.
+            unsafe { *o.add(c) = acc[c * Q_BLOCK + r] * inv[r] };
+        }
+    }
+}
+
+/// Whether the `n` rows of `vd` values (`vs` apart) of `v` are all finite.
+fn rows_finite(isa: FusedIsa, v: &[f32], n: usize, vs: usize, vd: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        // SAFETY: AVX2+FMA confirmed by `checked()`.
+        return unsafe { avx2::all_finite(v, n, vs, vd) };
+    }
+    let _ = isa;
+    (0..n).all(|j| v[j * vs..j * vs + vd].iter().all(|x| x.is_finite()))
+}
+
+/// Calls the micro-kernel `$f::<R>$args` whose const row count `R` is `$nr`, one of the listed
+/// counts (the callers cap `$nr` at the ISA's `ROWS`, the largest listed).
+#[cfg(target_arch = "x86_64")]
+macro_rules! with_rows {
+    ([$($r:literal)*], $nr:expr, $m:ident::$f:ident, $args:tt) => {
+        match $nr {
+            $($r => $m::$f::<$r> $args,)*
+            _ => {}
+        }
+    };
+}
+
+/// The online-softmax update of one vector of query lanes, written once over `vmath`'s lane
+/// vocabulary (`online_softmax!(features, isa)` inside each ISA module defines
+/// `softmax_lanes`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! online_softmax {
+    ($feat:literal, $isa:ident) => {
+        /// Online-softmax update of `LANES` query lanes (see `super::softmax_tile`): with the
+        /// running maximum `m` and the tile's maximum `mx` (`tmax`, else found here), `μ = max(m,
+        /// mx)` (0 where it is −∞: nothing visible yet), scores `s ← e^(s − μ)`, `α = e^(m − μ)`,
+        /// `l ← l·α + Σ s`, `m ← μ`.
+        ///
+        /// NaN: a maximum found with `max` may drop a NaN score, but every NaN reaches `l`
+        /// (`e^NaN` is NaN in `exp_nonpos`; a NaN `m` makes `α` NaN; a +∞ maximum makes the
+        /// exponent of its own key ∞ − ∞), and a lane whose `l` is NaN gets `m` = NaN, so its
+        /// output row is NaN (never taken for a fully masked row).
+        ///
+        /// # Safety
+        /// The CPU has the module's features; `st` points at `LANES` lanes of `nk` rows
+        /// `Q_BLOCK` apart; `m`, `l`, `alpha` and `tmax` hold `LANES` values each.
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn softmax_lanes(
+            st: *mut f32,
+            nk: usize,
+            tmax: Option<*const f32>,
+            m: *mut f32,
+            l: *mut f32,
+            alpha: *mut f32,
+        ) {
+            use crate::kernels::fused::vmath::$isa::{exp_nonpos, ops::*};
+            let ninf = splat(f32::NEG_INFINITY);
+            // SAFETY: the caller's contract.
+            unsafe {
+                let mo = load(m);
+                let mx = match tmax {
+                    Some(t) => load(t),
+                    None => {
+                        let mut mx = ninf;
+                        for j in 0..nk {
+                            mx = max(mx, load(st.add(j * Q_BLOCK)));
+                        }
+                        mx
+                    }
+                };
+                let mx = max(mo, mx);
+                // Lanes with nothing visible (−∞ ≥ mx: mx is −∞) shift by 0: their −∞ scores
+                // give 0, α = e^(−∞) = 0. A NaN mx is kept.
+                let mu = select(ge(ninf, mx), zero(), mx);
+                let al = exp_nonpos(sub(mo, mu));
+                let mut sum = zero();
+                for j in 0..nk {
+                    let e = exp_nonpos(sub(load(st.add(j * Q_BLOCK)), mu));
+                    store(st.add(j * Q_BLOCK), e);
+                    sum = add(sum, e);
+                }
+                let ln = fmadd(load(l), al, sum);
+                store(l, ln);
+                store(m, select(is_nan(ln), splat(f32::NAN), mx));
+                store(alpha, al);
+            }
+        }
+    };
+}
+
+// The ISA modules and the tile steps use the macros above, so they are declared after them.
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod tile;

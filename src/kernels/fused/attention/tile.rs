@@ -1,0 +1,316 @@
+//! The per-tile steps of an item: transposed scores `sᵀ = scale·k·qᵀ`, bias and mask,
+//! the online-softmax update and the `P·V` accumulation, each dispatched to the ISA micro-kernels.
+
+use super::*;
+
+/// Transposed scores of a tile: `st[j][r] = scale · Σ_c k_j[c]·qt[c][r]` for the `nk` key rows
+/// of `k` (`ks` apart) and query lanes `r < lanes` (a multiple of [`QH`]). The AVX2 path also
+/// sets `tmax[r]` to the lane's maximum score (the generic path leaves `tmax` alone).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn scores(
+    isa: FusedIsa,
+    qt: &[f32],
+    d: usize,
+    k: &[f32],
+    ks: usize,
+    nk: usize,
+    lanes: usize,
+    scale: f32,
+    st: &mut [f32],
+    tmax: &mut [f32; Q_BLOCK],
+) {
+    assert!(
+        (1..=K_BLOCK).contains(&nk)
+            && lanes <= Q_BLOCK
+            && lanes.is_multiple_of(QH)
+            && qt.len() >= d * Q_BLOCK
+            && k.len() >= (nk - 1) * ks + d
+            && st.len() >= K_BLOCK * Q_BLOCK
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        let stp = st.as_mut_ptr();
+        tmax[..lanes].fill(f32::NEG_INFINITY);
+        let (qp, kp, mxp) = (qt.as_ptr(), k.as_ptr(), tmax.as_mut_ptr());
+        let two = lanes == 2 * avx512::LANES;
+        let mut j = 0;
+        while j < nk {
+            let nr = (nk - j).min(avx512::ROWS);
+            // SAFETY: AVX-512F confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
+            // ks apart); lanes 0..lanes (16 or 32, the vectors the call covers) of qt's d rows,
+            // of st's rows j..j+nr and of tmax (asserted above).
+            unsafe {
+                let (kj, sj) = (kp.add(j * ks), stp.add(j * Q_BLOCK));
+                if two {
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk2, (qp, d, kj, ks, sj, scale, mxp))
+                } else {
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk1, (qp, d, kj, ks, sj, scale, mxp))
+                }
+            }
+            j += nr;
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        let stp = st.as_mut_ptr();
+        tmax[..lanes].fill(f32::NEG_INFINITY);
+        let mxp = tmax.as_mut_ptr();
+        micro_tiles(lanes, nk, |h, j, nr| {
+            // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
+            // ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows, of st's rows j..j+nr and of
+            // tmax (asserted above).
+            unsafe {
+                with_rows!(
+                    [1 2 3 4 5 6],
+                    nr,
+                    avx2::qk_r,
+                    (qt.as_ptr().add(h), d, k.as_ptr().add(j * ks), ks, stp.add(j * Q_BLOCK + h), scale, mxp.add(h))
+                )
+            }
+        });
+        return;
+    }
+    let _ = isa;
+    for j in 0..nk {
+        let kr = &k[j * ks..j * ks + d];
+        let row = &mut st[j * Q_BLOCK..j * Q_BLOCK + lanes];
+        row.fill(0.0);
+        for (c, &x) in kr.iter().enumerate() {
+            for (o, &qv) in row.iter_mut().zip(&qt[c * Q_BLOCK..c * Q_BLOCK + lanes]) {
+                *o += x * qv;
+            }
+        }
+        row.iter_mut().for_each(|o| *o *= scale);
+    }
+}
+
+/// The AVX2 micro-kernel calls covering query lanes `0..lanes` (halves of [`QH`]) and
+/// `0..rows` broadcast rows (keys of `Q·Kᵀ`, value columns of `P·V`) in groups of up to
+/// `avx2::ROWS`: `f(h, r, n)` for lanes `h..h + QH` and rows `r..r + n`.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn micro_tiles(lanes: usize, rows: usize, mut f: impl FnMut(usize, usize, usize)) {
+    for h in (0..lanes).step_by(QH) {
+        let mut r = 0;
+        while r < rows {
+            let n = (rows - r).min(avx2::ROWS);
+            f(h, r, n);
+            r += n;
+        }
+    }
+}
+
+/// Excludes (−∞) causally hidden keys and keys masked by the Bool mask, adds the additive mask
+/// and the bias (to keys not already −∞), for query rows `i0..i0 + rows` and keys `j0..j0 + nk`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mask_tile(
+    p: &AttentionParams<'_>,
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    j0: usize,
+    nk: usize,
+    st: &mut [f32],
+) {
+    for r in 0..rows {
+        let i = i0 + r;
+        // Keys visible to query i within the tile.
+        let nv = if p.causal { (i + 1).saturating_sub(j0).min(nk) } else { nk };
+        for j in nv..nk {
+            st[j * Q_BLOCK + r] = f32::NEG_INFINITY;
+        }
+        match p.mask {
+            AttentionMask::None => {}
+            AttentionMask::Bool(m, sm) => {
+                let base = b * sm[0] + h * sm[1] + i * sm[2] + j0 * sm[3];
+                for j in 0..nv {
+                    if !m[base + j * sm[3]] {
+                        st[j * Q_BLOCK + r] = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            AttentionMask::Additive(m, sm) => {
+                let base = b * sm[0] + h * sm[1] + i * sm[2] + j0 * sm[3];
+                for j in 0..nv {
+                    let x = &mut st[j * Q_BLOCK + r];
+                    if *x != f32::NEG_INFINITY {
+                        *x += m[base + j * sm[3]];
+                    }
+                }
+            }
+        }
+        if let Some((bias, sb)) = p.bias {
+            let base = b * sb[0] + h * sb[1] + i * sb[2] + j0 * sb[3];
+            for j in 0..nv {
+                let x = &mut st[j * Q_BLOCK + r];
+                if *x != f32::NEG_INFINITY {
+                    *x += bias[base + j * sb[3]];
+                }
+            }
+        }
+    }
+}
+
+/// Online-softmax update of query lanes `0..lanes` with the `nk` transposed scores of a tile:
+/// the scores become `e^(s − m')` in place, `alpha` receives `e^(m − m')`, `l` becomes
+/// `α·l + Σ e^(s − m')` and `m` becomes `m'` (NaN if a score or `m` is NaN). A lane whose `m'`
+/// is −∞ (nothing visible yet) gets probabilities 0, `α` 0 and keeps `m = −∞`, `l = 0`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn softmax_tile(
+    isa: FusedIsa,
+    st: &mut [f32],
+    nk: usize,
+    lanes: usize,
+    tmax: Option<&[f32; Q_BLOCK]>,
+    m: &mut [f32; Q_BLOCK],
+    l: &mut [f32; Q_BLOCK],
+    alpha: &mut [f32; Q_BLOCK],
+) {
+    assert!(lanes <= Q_BLOCK && lanes.is_multiple_of(8) && st.len() >= nk * Q_BLOCK);
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        let mut x = 0;
+        if isa == FusedIsa::Avx512 {
+            while x + avx512::LANES <= lanes {
+                // SAFETY: AVX-512F confirmed by `checked()`; lanes x..x+16 ≤ Q_BLOCK of the nk
+                // rows of st and of m, l, alpha (asserted above).
+                unsafe {
+                    avx512::softmax_lanes(
+                        st.as_mut_ptr().add(x),
+                        nk,
+                        tmax.map(|t| t.as_ptr().add(x)),
+                        m.as_mut_ptr().add(x),
+                        l.as_mut_ptr().add(x),
+                        alpha.as_mut_ptr().add(x),
+                    )
+                };
+                x += avx512::LANES;
+            }
+        }
+        for x in (x..lanes).step_by(8) {
+            // SAFETY: AVX2+FMA confirmed by `checked()`; lanes x..x+8 ≤ Q_BLOCK of the nk rows
+            // of st and of m, l, alpha (asserted above).
+            unsafe {
+                avx2::softmax_lanes(
+                    st.as_mut_ptr().add(x),
+                    nk,
+                    tmax.map(|t| t.as_ptr().add(x)),
+                    m.as_mut_ptr().add(x),
+                    l.as_mut_ptr().add(x),
+                    alpha.as_mut_ptr().add(x),
+                )
+            };
+        }
+        return;
+    }
+    let _ = (isa, tmax);
+    let mut mt = [f32::NEG_INFINITY; Q_BLOCK];
+    for j in 0..nk {
+        for (a, &s) in mt[..lanes].iter_mut().zip(&st[j * Q_BLOCK..j * Q_BLOCK + lanes]) {
+            *a = nan_max(*a, s);
+        }
+    }
+    let mut mu = [0f32; Q_BLOCK];
+    for r in 0..lanes {
+        let mn = nan_max(m[r], mt[r]);
+        mu[r] = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
+        alpha[r] = exp_scalar(m[r] - mu[r]);
+        m[r] = mn;
+    }
+    let mut sum = [0f32; Q_BLOCK];
+    for j in 0..nk {
+        let row = &mut st[j * Q_BLOCK..j * Q_BLOCK + lanes];
+        for ((x, &u), sm) in row.iter_mut().zip(&mu[..lanes]).zip(&mut sum[..lanes]) {
+            *x = exp_scalar(*x - u);
+            *sm += *x;
+        }
+    }
+    for r in 0..lanes {
+        l[r] = l[r] * alpha[r] + sum[r];
+    }
+}
+
+/// `accᵀ[c][r] = α_r·accᵀ[c][r] + Σ_j pᵀ[j][r]·v_j[c]` (or without the first term when `first`)
+/// for `c < vd`, lanes `r < lanes`, the `nk` value rows of `v` (`vs` apart). The vector path
+/// multiplies every weight, so it is used only when the value rows are `finite`; otherwise keys
+/// with weight 0 are skipped, so an infinite value on an excluded key does not make the row NaN.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pv(
+    isa: FusedIsa,
+    st: &[f32],
+    nk: usize,
+    v: &[f32],
+    vs: usize,
+    vd: usize,
+    lanes: usize,
+    alpha: &[f32; Q_BLOCK],
+    first: bool,
+    finite: bool,
+    acc: &mut [f32],
+) {
+    assert!(
+        nk >= 1
+            && lanes <= Q_BLOCK
+            && lanes.is_multiple_of(QH)
+            && st.len() >= nk * Q_BLOCK
+            && v.len() >= (nk - 1) * vs + vd
+            && acc.len() >= vd * Q_BLOCK
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 && finite {
+        let (sp, vp, accp, ap) = (st.as_ptr(), v.as_ptr(), acc.as_mut_ptr(), alpha.as_ptr());
+        let two = lanes == 2 * avx512::LANES;
+        let mut c = 0;
+        while c < vd {
+            let nc = (vd - c).min(avx512::ROWS);
+            // SAFETY: AVX-512F confirmed by `checked()`; rows 0..nk of st, lanes 0..lanes (16 or
+            // 32, the vectors the call covers); value columns c..c+nc ≤ vd of the nk rows of v;
+            // acc rows c..c+nc ≤ vd; alpha lanes 0..lanes (asserted above).
+            unsafe {
+                let (vc, ac) = (vp.add(c), accp.add(c * Q_BLOCK));
+                if two {
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nc, avx512::pv2, (sp, nk, vc, vs, ac, ap, first))
+                } else {
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nc, avx512::pv1, (sp, nk, vc, vs, ac, ap, first))
+                }
+            }
+            c += nc;
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() && finite {
+        let accp = acc.as_mut_ptr();
+        micro_tiles(lanes, vd, |h, c, nc| {
+            // SAFETY: AVX2+FMA confirmed by `checked()`; rows 0..nk of st and lanes h..h+16 ≤
+            // Q_BLOCK; value columns c..c+nc ≤ vd of the nk rows of v; acc rows c..c+nc ≤ vd,
+            // lanes h..h+16; alpha lanes h..h+16 (asserted above).
+            unsafe {
+                let (sp, vp, ap) = (st.as_ptr().add(h), v.as_ptr().add(c), alpha.as_ptr().add(h));
+                with_rows!([1 2 3 4 5 6], nc, avx2::pv_r, (sp, nk, vp, vs, accp.add(c * Q_BLOCK + h), ap, first))
+            }
+        });
+        return;
+    }
+    let _ = isa;
+    for c in 0..vd {
+        let row = &mut acc[c * Q_BLOCK..c * Q_BLOCK + lanes];
+        if first {
+            row.fill(0.0);
+        } else {
+            row.iter_mut().zip(&alpha[..lanes]).for_each(|(a, &al)| *a *= al);
+        }
+    }
+    for j in 0..nk {
+        let prow = &st[j * Q_BLOCK..j * Q_BLOCK + lanes];
+        for (c, &x) in v[j * vs..j * vs + vd].iter().enumerate() {
+            let row = &mut acc[c * Q_BLOCK..c * Q_BLOCK + lanes];
+            if finite {
+                row.iter_mut().zip(prow).for_each(|(a, &w)| *a += w * x);
+            } else {
+                row.iter_mut().zip(prow).filter(|(_, w)| **w != 0.0).for_each(|(a, &w)| *a += w * x);
+            }
+        }
+    }
+}
