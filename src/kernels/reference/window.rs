@@ -115,10 +115,11 @@ impl Geometry {
     }
 
     /// The window cells of axis `a` that land on real operand elements (not padding, not a
-    /// dilation hole) for the window at output index `o`: `(cell, operand index)` pairs in
-    /// increasing cell order, written to `hits`. The walk covers the smaller of the window and the
-    /// operand axis, so a huge window over huge padding costs no more than the operand's extent.
-    fn axis_hits(&self, a: usize, o: usize, hits: &mut Vec<usize>) {
+    /// dilation hole) for the window at output index `o`: each one's operand index times
+    /// `stride` (its part of the flat operand offset), in increasing cell order, written to
+    /// `hits`. The walk covers the smaller of the window and the operand axis, so a huge window
+    /// over huge padding costs no more than the operand's extent.
+    fn axis_hits(&self, a: usize, o: usize, stride: usize, hits: &mut Vec<usize>) {
         hits.clear();
         let (n, w) = (self.in_dims[a] as i64, self.window[a] as i64);
         if n == 0 || w == 0 {
@@ -143,35 +144,35 @@ impl Geometry {
             for k in first..=last {
                 let rel = k * wd - off;
                 if rel % id == 0 {
-                    hits.push(k as usize);
-                    hits.push((rel / id) as usize);
+                    hits.push((rel / id) as usize * stride);
                 }
             }
         } else {
             for i in 0..n {
                 let kw = i * id + off;
                 if kw >= 0 && kw % wd == 0 && kw / wd < w {
-                    hits.push((kw / wd) as usize);
-                    hits.push(i as usize);
+                    hits.push(i as usize * stride);
                 }
             }
         }
     }
 
     /// Calls `f(flat operand index)` for every window cell of output index `o` that lands on a
-    /// real operand element, in row-major window order (the last axis fastest). `hits` is scratch.
-    fn for_each_source(&self, o: &[usize], in_strides: &[usize], hits: &mut [Vec<usize>], mut f: impl FnMut(usize)) {
+    /// real operand element, in row-major window order (the last axis fastest). `scratch` is
+    /// reused across calls (no allocation per output element once warm).
+    fn for_each_source(&self, o: &[usize], in_strides: &[usize], scratch: &mut Scratch, mut f: impl FnMut(usize)) {
         let rank = o.len();
+        let Scratch { hits, pos } = scratch;
         for a in 0..rank {
-            self.axis_hits(a, o[a], &mut hits[a]);
+            self.axis_hits(a, o[a], in_strides[a], &mut hits[a]);
             if hits[a].is_empty() {
                 return;
             }
         }
-        // Odometer over the per-axis hit lists (each a flat list of (cell, index) pairs).
-        let mut pos = vec![0usize; rank];
+        // Odometer over the per-axis lists of offsets.
+        pos.fill(0);
         loop {
-            f((0..rank).map(|a| hits[a][2 * pos[a] + 1] * in_strides[a]).sum());
+            f((0..rank).map(|a| hits[a][pos[a]]).sum());
             let mut a = rank;
             loop {
                 if a == 0 {
@@ -179,12 +180,24 @@ impl Geometry {
                 }
                 a -= 1;
                 pos[a] += 1;
-                if 2 * pos[a] < hits[a].len() {
+                if pos[a] < hits[a].len() {
                     break;
                 }
                 pos[a] = 0;
             }
         }
+    }
+}
+
+/// Per-kernel scratch of [`Geometry::for_each_source`]: each axis's offsets and the odometer.
+struct Scratch {
+    hits: Vec<Vec<usize>>,
+    pos: Vec<usize>,
+}
+
+impl Scratch {
+    fn new(rank: usize) -> Scratch {
+        Scratch { hits: vec![Vec::new(); rank], pos: vec![0; rank] }
     }
 }
 
@@ -200,11 +213,11 @@ fn reduce_window<T: Arith>(kind: ArithReduce, x: &Tensor, out: &Shape, g: &Geome
         ArithReduce::Max => (T::lowest(), T::max),
         ArithReduce::Min => (T::highest(), T::min),
     };
-    let mut hits = vec![Vec::new(); g.in_dims.len()];
+    let mut scratch = Scratch::new(g.in_dims.len());
     let mut vals = Vec::with_capacity(out.num_elements());
     for_each_index(&g.out_dims, |o| {
         let mut acc = init;
-        g.for_each_source(o, &st, &mut hits, |i| acc = combine(acc, data[i].to_acc()));
+        g.for_each_source(o, &st, &mut scratch, |i| acc = combine(acc, data[i].to_acc()));
         vals.push(T::from_acc(acc));
     });
     let mut t = Tensor::zeros(out.clone());
@@ -218,11 +231,11 @@ fn select_and_scatter<T: Arith>(is_max: bool, x: &Tensor, source: &Tensor, g: &G
     let st = strides(&g.in_dims);
     let mut out = Tensor::zeros(x.shape.clone());
     let acc = out.typed_mut::<T>();
-    let mut hits = vec![Vec::new(); g.in_dims.len()];
+    let mut scratch = Scratch::new(g.in_dims.len());
     let mut s = 0;
     for_each_index(&g.out_dims, |o| {
         let mut kept: Option<usize> = None;
-        g.for_each_source(o, &st, &mut hits, |i| {
+        g.for_each_source(o, &st, &mut scratch, |i| {
             kept = match kept {
                 Some(k) if (is_max && T::ge(data[k], data[i])) || (!is_max && T::le(data[k], data[i])) => Some(k),
                 _ => Some(i),
