@@ -178,9 +178,7 @@ impl JitBackend {
     pub fn compile_stages(&self, mut module: Module) -> Result<Stages> {
         crate::ir::verify::verify(&module)?;
         let input = module.clone();
-        let mut ctx = PassCtx { record_ir: true, ..PassCtx::default() };
-        let egg = self.opts.fusion.then(EggConfig::default);
-        let report = passes::optimize_with_fusion(&mut module, &mut ctx, egg.as_ref())?;
+        let (ctx, report) = self.optimize(&mut module, true)?;
         // The first snapshot is the input.
         let passes = ctx.snapshots.into_iter().filter(|(label, _)| label != "00-input").collect();
         let optimized = module.clone();
@@ -206,6 +204,19 @@ impl JitBackend {
             kernels,
             plan,
         })
+    }
+
+    /// This backend's pass pipeline on `module` (egg fusion when `fusion` is on); `record_ir`
+    /// keeps the IR after each pass in the returned context.
+    pub(crate) fn optimize(
+        &self,
+        module: &mut Module,
+        record_ir: bool,
+    ) -> Result<(PassCtx, Option<passes::egraph::EggReport>)> {
+        let mut ctx = PassCtx { record_ir, ..PassCtx::default() };
+        let egg = self.opts.fusion.then(EggConfig::default);
+        let report = passes::optimize_with_fusion(module, &mut ctx, egg.as_ref())?;
+        Ok((ctx, report))
     }
 
     /// How this backend plans a module (`disasm`: record machine code listings).

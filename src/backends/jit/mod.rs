@@ -50,8 +50,6 @@ use crate::backends::interp::InterpExecutable;
 use crate::backends::signature::Signature;
 use crate::error::{Error, Result};
 use crate::ir::module::Module;
-use crate::passes::egraph::EggConfig;
-use crate::passes::{self, PassCtx};
 
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
@@ -167,10 +165,8 @@ impl JitBackend {
             Some(d) => Some(dump::Dumper::new(&d, &module.name)?),
             None => None,
         };
-        let mut ctx = PassCtx { record_ir: dumper.is_some(), ..PassCtx::default() };
-        let egg = self.opts.fusion.then(EggConfig::default);
         let t1 = Instant::now();
-        let report = passes::optimize_with_fusion(&mut module, &mut ctx, egg.as_ref())?;
+        let (ctx, report) = self.optimize(&mut module, dumper.is_some())?;
         let passes_time = t1.elapsed();
         tracing::debug!(
             target: "tensorjit::jit",
