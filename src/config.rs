@@ -68,6 +68,7 @@ pub(crate) fn parse_u64(backend: &str, key: &str, v: Option<&str>) -> Result<u64
 }
 
 /// Parses an on/off switch: `on`, `true`, `1` or the bare key are on; `off`, `false`, `0` off.
+#[cfg_attr(not(feature = "jit"), allow(dead_code))]
 pub(crate) fn parse_switch(backend: &str, key: &str, v: Option<&str>) -> Result<bool> {
     match v {
         None | Some("on" | "true" | "1") => Ok(true),
@@ -77,6 +78,7 @@ pub(crate) fn parse_switch(backend: &str, key: &str, v: Option<&str>) -> Result<
 }
 
 /// Parses one of a fixed set of words.
+#[cfg_attr(not(feature = "jit"), allow(dead_code))]
 pub(crate) fn parse_choice<T: Copy>(backend: &str, key: &str, v: Option<&str>, choices: &[(&str, T)]) -> Result<T> {
     match v.and_then(|s| choices.iter().find(|(name, _)| *name == s)) {
         Some(&(_, t)) => Ok(t),
@@ -88,6 +90,7 @@ pub(crate) fn parse_choice<T: Copy>(backend: &str, key: &str, v: Option<&str>, c
 }
 
 /// Parses a non-empty value (a path, a name).
+#[cfg_attr(not(feature = "jit"), allow(dead_code))]
 pub(crate) fn parse_nonempty<'a>(backend: &str, key: &str, v: Option<&'a str>, what: &str) -> Result<&'a str> {
     match v {
         Some(s) if !s.is_empty() => Ok(s),

@@ -35,7 +35,9 @@
 
 pub mod api;
 pub mod backends;
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "jit")]
 pub mod codegen;
 #[cfg(feature = "compliance")]
 pub mod compliance;
@@ -45,6 +47,7 @@ pub mod error;
 pub mod ir;
 pub mod kernels;
 pub mod limits;
+#[cfg(feature = "jit")]
 pub mod lower;
 pub mod memory;
 pub mod passes;
@@ -53,6 +56,7 @@ pub mod threads;
 
 pub use api::{Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value};
 pub use backends::interp::InterpOptions;
+#[cfg(feature = "jit")]
 pub use backends::jit::JitOptions;
 pub use error::{Error, Result};
 pub use ir::{DType, Element, OpType, Shape};

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::api::backend::Backend;
 use crate::backends::interp::{InterpBackend, InterpOptions};
+#[cfg(feature = "jit")]
 use crate::backends::jit::{JitBackend, JitOptions};
 use crate::error::{Error, Result};
 
@@ -16,8 +17,14 @@ pub type Constructor = fn(config: &str) -> Result<Arc<dyn Backend>>;
 /// The environment variable read by [`new`].
 pub use crate::env::BACKEND_ENV;
 
-/// The backend used by [`new`] when the environment variable is unset and it is registered.
+/// The backend used by [`new`] when the environment variable is unset and it is registered:
+/// "jit", or "interp" when the crate is built without the `jit` feature.
+#[cfg(feature = "jit")]
 pub const DEFAULT_BACKEND: &str = "jit";
+/// The backend used by [`new`] when the environment variable is unset and it is registered:
+/// "jit", or "interp" when the crate is built without the `jit` feature.
+#[cfg(not(feature = "jit"))]
+pub const DEFAULT_BACKEND: &str = "interp";
 
 fn registry() -> &'static Mutex<Vec<(String, Constructor)>> {
     static REG: OnceLock<Mutex<Vec<(String, Constructor)>>> = OnceLock::new();
@@ -86,11 +93,13 @@ pub fn new_with_config(config: &str) -> Result<Arc<dyn Backend>> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendOptions {
     /// The "jit" backend.
+    #[cfg(feature = "jit")]
     Jit(JitOptions),
     /// The "interp" backend.
     Interp(InterpOptions),
 }
 
+#[cfg(feature = "jit")]
 impl From<JitOptions> for BackendOptions {
     fn from(o: JitOptions) -> Self {
         BackendOptions::Jit(o)
@@ -107,6 +116,7 @@ impl BackendOptions {
     /// The backend's registry name.
     pub fn backend_name(&self) -> &'static str {
         match self {
+            #[cfg(feature = "jit")]
             BackendOptions::Jit(_) => crate::backends::jit::NAME,
             BackendOptions::Interp(_) => crate::backends::interp::NAME,
         }
@@ -117,9 +127,15 @@ impl BackendOptions {
     pub fn parse(config: &str) -> Result<BackendOptions> {
         let (name, opts) = config.split_once(':').unwrap_or((config, ""));
         match name.trim() {
+            #[cfg(feature = "jit")]
             "" | "jit" => Ok(BackendOptions::Jit(JitOptions::parse(opts)?)),
+            #[cfg(not(feature = "jit"))]
+            "" => Ok(BackendOptions::Interp(InterpOptions::parse(opts)?)),
             "interp" => Ok(BackendOptions::Interp(InterpOptions::parse(opts)?)),
-            other => Err(Error::Config(format!("unknown built-in backend {other:?}; built-in backends: jit, interp"))),
+            other => Err(Error::Config(format!(
+                "unknown built-in backend {other:?}; built-in backends: {}",
+                if cfg!(feature = "jit") { "jit, interp" } else { "interp (built without the jit feature)" }
+            ))),
         }
     }
 }
@@ -128,6 +144,7 @@ impl std::fmt::Display for BackendOptions {
     /// The full config string (`jit`, `jit:parallelism=2`, `interp:while_limit=9`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let opts = match self {
+            #[cfg(feature = "jit")]
             BackendOptions::Jit(o) => o.to_string(),
             BackendOptions::Interp(o) => o.to_string(),
         };
@@ -145,6 +162,7 @@ impl std::fmt::Display for BackendOptions {
 /// was [`register`]ed under its name.
 pub fn new_with_options(opts: impl Into<BackendOptions>) -> Result<Arc<dyn Backend>> {
     match opts.into() {
+        #[cfg(feature = "jit")]
         BackendOptions::Jit(o) => Ok(JitBackend::with_options(o)?),
         BackendOptions::Interp(o) => Ok(InterpBackend::with_options(o)?),
     }
@@ -154,6 +172,7 @@ pub fn new_with_options(opts: impl Into<BackendOptions>) -> Result<Arc<dyn Backe
 fn builtin_backends() -> Vec<(String, Constructor)> {
     vec![
         (crate::backends::interp::NAME.to_string(), crate::backends::interp::InterpBackend::constructor as Constructor),
+        #[cfg(feature = "jit")]
         (crate::backends::jit::NAME.to_string(), crate::backends::jit::JitBackend::constructor as Constructor),
     ]
 }
@@ -176,6 +195,7 @@ mod tests {
         assert_eq!(config_from_env_value(Some(" interp ")), "interp");
     }
 
+    #[cfg(feature = "jit")]
     #[test]
     fn typed_options_round_trip() {
         let o = BackendOptions::from(JitOptions::default().parallelism(2));

@@ -127,7 +127,21 @@ pub fn shared_pool() -> Result<Arc<ThreadPool>> {
     Ok(p)
 }
 
+/// [`shared_pool`], or `None` when it cannot be started (a platform without threads, such as
+/// wasm32-wasip1, or a failed thread spawn): the caller then runs its work on the calling
+/// thread. The failure is reported as a `tracing` warning (target `tensorjit::threads`).
+pub fn shared_pool_or_none() -> Option<Arc<ThreadPool>> {
+    match shared_pool() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::warn!(target: "tensorjit::threads", error = %e, "running on the calling thread");
+            None
+        }
+    }
+}
+
 /// A new pool of `n` threads for one backend (`backend` names it in errors and thread names).
+#[cfg_attr(not(feature = "jit"), allow(dead_code))]
 pub(crate) fn own_pool(backend: &str, n: usize) -> Result<Arc<ThreadPool>> {
     let name = backend.to_string();
     let p = rayon::ThreadPoolBuilder::new()
@@ -164,7 +178,10 @@ pub(crate) fn in_pool<R: Send>(threads: usize, f: impl FnOnce(usize) -> R + Send
         let n = if threads == 0 { rayon::current_num_threads() } else { threads };
         return Ok(f(n));
     }
-    let p = shared_pool()?;
+    // A platform that cannot start threads (wasm32-wasip1) runs the work here.
+    let Some(p) = shared_pool_or_none() else {
+        return Ok(f(1));
+    };
     let n = if threads == 0 { p.current_num_threads() } else { threads };
     if n <= 1 {
         return Ok(f(1));

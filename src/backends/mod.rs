@@ -2,6 +2,7 @@
 //! generated loops and native kernels), plus the state they share (signatures, finalization).
 
 pub mod interp;
+#[cfg(feature = "jit")]
 pub mod jit;
 mod signature;
 pub mod slot;

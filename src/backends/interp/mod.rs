@@ -27,9 +27,12 @@ use crate::ir::module::Module;
 use crate::ir::optype::{ALL_OP_TYPES, OpType};
 
 pub use exec::InterpExecutable;
+#[cfg(feature = "jit")]
 pub(crate) use exec::{count_iteration, locate, scalar_bool};
 pub use options::{InterpOptions, OPTIONS};
+#[cfg(feature = "jit")]
 pub(crate) use plan::captures;
+#[cfg(feature = "jit")]
 pub(crate) use sort::sort;
 
 /// The registry name of this backend.

@@ -143,10 +143,18 @@ impl JitBackend {
                 let p = self.own_pool.get_or_init(|| crate::threads::own_pool(NAME, n).map_err(|e| e.to_string()));
                 match p {
                     Ok(p) => Ok(Some(p.clone())),
-                    Err(e) => Err(Error::Config(e.clone())),
+                    // A platform without threads: run on the calling thread.
+                    Err(e) => {
+                        tracing::warn!(target: "tensorjit::threads", error = %e, "running on the calling thread");
+                        Ok(None)
+                    }
                 }
             }
-            _ => crate::threads::shared_pool().map(Some),
+            // An invalid TENSORJIT_THREADS is still an error; a pool that cannot start is not.
+            _ => {
+                crate::threads::shared_pool_threads()?;
+                Ok(crate::threads::shared_pool_or_none())
+            }
         }
     }
 

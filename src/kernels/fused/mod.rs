@@ -6,6 +6,8 @@
 //! the work is large enough. Every kernel also has an AVX-512 path (16 lanes, masked tails;
 //! attention with wider micro-kernels; layer norm over leading axes is its portable body compiled
 //! with AVX-512 enabled, as its AVX2 path is with AVX2). See `docs/fused.md`.
+// Targets without SIMD paths (wasm32) leave parts of the SIMD scaffolding unused.
+#![cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 
 pub mod attention;
 pub mod gelu;
@@ -48,11 +50,11 @@ impl FusedIsa {
 
     /// Whether this CPU can run the AVX2 path.
     pub fn avx2_available() -> bool {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(feature = "simd", target_arch = "x86_64"))]
         {
             std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(all(feature = "simd", target_arch = "x86_64")))]
         {
             false
         }
@@ -60,11 +62,11 @@ impl FusedIsa {
 
     /// Whether this CPU can run the AVX-512 path (AVX-512F, AVX2 and FMA).
     pub fn avx512_available() -> bool {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(feature = "simd", target_arch = "x86_64"))]
         {
             Self::avx2_available() && std::arch::is_x86_feature_detected!("avx512f")
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(all(feature = "simd", target_arch = "x86_64")))]
         {
             false
         }

@@ -52,10 +52,11 @@ pub struct Features {
     pub sme: bool,
 }
 
-/// The features of this CPU, detected once.
+/// The features of this CPU, detected once. Without the `simd` feature none are reported, so
+/// every kernel takes its portable path.
 pub fn hardware_features() -> Features {
     static HW: OnceLock<Features> = OnceLock::new();
-    *HW.get_or_init(detect)
+    *HW.get_or_init(|| if cfg!(feature = "simd") { detect() } else { Features::default() })
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -3,6 +3,8 @@
 //! VNNI correction, scale, accumulate into C, bias, store) from a per-ISA vocabulary macro
 //! (`W`, `G`, `zero`, `load_b`, `bcast_a`, `madd`, `splat`, `mul`, `add`, `fma`, `load_c`,
 //! `store_c`, `load_colsum`).
+// Targets without SIMD paths (wasm32) leave parts of the SIMD scaffolding unused.
+#![cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code, unused_macros))]
 
 /// The tile template: `MR` rows x `NV` vectors of `W` lanes; `$v` is the vocabulary macro.
 ///

@@ -23,6 +23,9 @@
 //! head is not finite, keys whose weight underflows to 0 are skipped in `P·V` (so an infinite `v`
 //! on an excluded key does not make the row NaN).
 
+// Targets without SIMD paths (wasm32) leave parts of the SIMD scaffolding unused.
+#![cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(unused_mut, unused_variables))]
+
 use rayon::prelude::*;
 
 pub use crate::ir::op::AttentionLayout;
