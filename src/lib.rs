@@ -50,6 +50,8 @@ pub mod limits;
 #[cfg(feature = "jit")]
 pub mod lower;
 pub mod memory;
+#[cfg(feature = "onnx")]
+pub mod onnx;
 pub mod passes;
 pub mod registry;
 pub mod threads;

@@ -1,0 +1,356 @@
+//! ONNX import: reads a `ModelProto` (a file, its external data, or bytes) into an IR [`Module`]
+//! whose `main` takes the graph's inputs and returns its outputs, in the graph's order.
+//!
+//! ```no_run
+//! let model = tensorjit::onnx::load("model.onnx")?;
+//! let exe = tensorjit::new_with_config("jit")?.compile(model.module)?;
+//! # Ok::<(), tensorjit::Error>(())
+//! ```
+//!
+//! Each ONNX operator maps onto standard IR ops (`ops`); the fusion passes then find the fused
+//! kernels. Nodes whose operands are all constants (the `Shape → Gather → Concat → Reshape`
+//! subgraphs exporters emit) are evaluated at import, so that shapes are static whenever the
+//! inputs' are. Symbolic dimensions (`dim_param`) become named dynamic axes unless bound by
+//! [`ImportOptions::dims`]. Initializer payloads are moved into the module's constants, not
+//! copied. Anything not supported (operator, opset, attribute, element type) is an error that
+//! names the node and its op type. docs/onnx.md lists the operators and their limits.
+
+pub(crate) mod graph;
+pub(crate) mod ops;
+#[allow(missing_docs)]
+pub mod proto;
+pub mod tensor;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use prost::Message;
+
+use crate::error::{Error, Result};
+use crate::ir::module::Module;
+use crate::ir::shape::Shape;
+
+pub use tensor::{read_tensor_proto, write_tensor_proto};
+
+use proto::{type_proto, ModelProto, TypeProto, ValueInfoProto};
+
+/// The lowest and highest default-domain opset versions accepted.
+pub const OPSET_RANGE: (i64, i64) = (7, 28);
+
+/// Options for [`load_with`] and [`load_bytes_with`].
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Sizes for symbolic dimensions (`dim_param` names), e.g. `{"batch": 8, "sequence": 128}`.
+    pub dims: HashMap<String, i64>,
+    /// Full shapes for graph inputs by name, overriding the model's (dims only; the dtype stays).
+    pub input_dims: HashMap<String, Vec<i64>>,
+}
+
+/// A graph input or output: its ONNX name and IR shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    /// The ONNX name.
+    pub name: String,
+    /// Its shape; symbolic dimensions are named dynamic axes.
+    pub shape: Shape,
+}
+
+/// An imported model.
+#[derive(Clone, Debug)]
+pub struct OnnxModel {
+    /// The IR module: `main(inputs...) -> outputs...` in the graph's order.
+    pub module: Module,
+    /// The graph's inputs (initializers excluded), in order.
+    pub inputs: Vec<TensorInfo>,
+    /// The graph's outputs, in order.
+    pub outputs: Vec<TensorInfo>,
+    /// The default-domain opset version.
+    pub opset: i64,
+    /// `producer_name producer_version`.
+    pub producer: String,
+}
+
+/// What [`info`] reports about a model without importing it.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// ONNX IR version.
+    pub ir_version: i64,
+    /// Default-domain opset version (0 when absent).
+    pub opset: i64,
+    /// `producer_name producer_version`.
+    pub producer: String,
+    /// Graph inputs (initializers excluded): name, element type and dims as text (`batch`, `3`).
+    pub inputs: Vec<(String, String)>,
+    /// Graph outputs, as for inputs.
+    pub outputs: Vec<(String, String)>,
+    /// Number of initializers and their total payload bytes.
+    pub initializers: (usize, u64),
+    /// Operator counts in the main graph and its subgraphs (`domain::op` for other domains).
+    pub op_counts: BTreeMap<String, usize>,
+    /// Operators among `op_counts` that the importer does not support.
+    pub unsupported: Vec<String>,
+    /// The op type of the main graph's last node.
+    pub last_op: Option<String>,
+}
+
+/// Names of the default-domain operators the importer maps.
+pub fn supported_ops() -> Vec<&'static str> {
+    ops::supported()
+}
+
+/// Imports the model at `path` (external data is read relative to its folder).
+pub fn load(path: impl AsRef<Path>) -> Result<OnnxModel> {
+    load_with(path, &ImportOptions::default())
+}
+
+/// [`load`] with options.
+pub fn load_with(path: impl AsRef<Path>, opts: &ImportOptions) -> Result<OnnxModel> {
+    let path = path.as_ref();
+    let model = decode_file(path)?;
+    let base = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
+    import(model, base, opts).map_err(|e| in_file(e, path))
+}
+
+/// Imports a serialized model. External data is refused (there is no folder to read it from).
+pub fn load_bytes(bytes: &[u8]) -> Result<OnnxModel> {
+    load_bytes_with(bytes, None, &ImportOptions::default())
+}
+
+/// [`load_bytes`] with options and the folder external data is read from.
+pub fn load_bytes_with(bytes: &[u8], base_dir: Option<&Path>, opts: &ImportOptions) -> Result<OnnxModel> {
+    let model = ModelProto::decode(bytes).map_err(|e| Error::invalid("onnx", format!("not an ONNX model: {e}")))?;
+    import(model, base_dir, opts)
+}
+
+/// [`info`] for a serialized model.
+pub fn info_bytes(bytes: &[u8]) -> Result<ModelInfo> {
+    let model = ModelProto::decode(bytes).map_err(|e| Error::invalid("onnx", format!("not an ONNX model: {e}")))?;
+    Ok(model_info(&model))
+}
+
+/// Lists a model's inputs, outputs, opset and operator counts, and which operators are not
+/// supported, without importing it.
+pub fn info(path: impl AsRef<Path>) -> Result<ModelInfo> {
+    let path = path.as_ref();
+    let model = decode_file(path)?;
+    Ok(model_info(&model))
+}
+
+fn decode_file(path: &Path) -> Result<ModelProto> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    ModelProto::decode(bytes.as_slice())
+        .map_err(|e| Error::invalid("onnx", format!("{}: not an ONNX model: {e}", path.display())))
+}
+
+fn in_file(e: Error, path: &Path) -> Error {
+    let p = path.display();
+    match e {
+        Error::Invalid { op, msg } => Error::Invalid { op: format!("{p}: {op}"), msg },
+        Error::NotImplemented { op, msg } => Error::NotImplemented { op: format!("{p}: {op}"), msg },
+        Error::Limit { what, msg } => Error::Limit { what: format!("{p}: {what}"), msg },
+        other => other,
+    }
+}
+
+/// The default-domain opset of a model.
+fn default_opset(model: &ModelProto) -> Option<i64> {
+    model.opset_import.iter().find(|o| o.domain().is_empty() || o.domain() == "ai.onnx").map(|o| o.version())
+}
+
+fn producer(model: &ModelProto) -> String {
+    format!("{} {}", model.producer_name(), model.producer_version()).trim().to_string()
+}
+
+fn import(mut model: ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<OnnxModel> {
+    let opset = default_opset(&model).unwrap_or(1);
+    if opset < OPSET_RANGE.0 || opset > OPSET_RANGE.1 {
+        return Err(Error::not_implemented(
+            "onnx",
+            format!("opset {opset} (supported: {} to {})", OPSET_RANGE.0, OPSET_RANGE.1),
+        ));
+    }
+    let producer = producer(&model);
+    let mut g = model.graph.take().ok_or_else(|| Error::invalid("onnx", "the model has no graph"))?;
+    let name = if g.name().is_empty() { "onnx".to_string() } else { g.name().to_string() };
+    let mut ctx = graph::Ctx::new(&name, opset, base_dir, &opts.dims);
+
+    // Initializers first (payloads moved out of the proto), then the real inputs as parameters.
+    let mut initializers = std::mem::take(&mut g.initializer);
+    let init_names: std::collections::HashSet<String> = initializers.iter().map(|t| t.name().to_string()).collect();
+    for t in initializers.iter_mut() {
+        let v = ctx.initializer(t).map_err(|e| in_tensor(e, t.name()))?;
+        ctx.bind(t.name(), v);
+    }
+    drop(initializers);
+    let mut inputs = Vec::new();
+    for vi in g.input.iter().filter(|vi| !init_names.contains(vi.name())) {
+        let shape = input_shape(vi, opts)?;
+        let v = ctx.m.add_param(ctx.func, vi.name(), shape.clone());
+        ctx.bind(vi.name(), v);
+        inputs.push(TensorInfo { name: vi.name().to_string(), shape });
+    }
+    ctx.import_nodes(&g)?;
+    let mut outs = Vec::new();
+    let mut outputs = Vec::new();
+    for o in &g.output {
+        let v = ctx
+            .lookup(o.name())
+            .ok_or_else(|| Error::invalid("onnx", format!("graph output {:?} is not produced by any node", o.name())))?;
+        outputs.push(TensorInfo { name: o.name().to_string(), shape: ctx.shape(v).clone() });
+        outs.push(v);
+    }
+    let func = ctx.func;
+    ctx.m.func_mut(func).outputs = Some(outs);
+    let mut module = ctx.m;
+    crate::passes::dce::run(&mut module)?;
+    crate::ir::verify::verify(&module)?;
+    Ok(OnnxModel { module, inputs, outputs, opset, producer })
+}
+
+fn in_tensor(e: Error, name: &str) -> Error {
+    match e {
+        Error::Invalid { op, msg } => Error::Invalid { op: format!("{op}: initializer {name:?}"), msg },
+        other => other,
+    }
+}
+
+/// The IR shape of a graph input: ONNX dims, with `dim_param` names bound by the options or
+/// kept as named dynamic axes (unnamed unknown dims get `<input>_<axis>` names).
+fn input_shape(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<Shape> {
+    let what = || format!("input {:?}", vi.name());
+    let tensor = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => t,
+        _ => return Err(Error::not_implemented("onnx", format!("{}: only tensor inputs are supported", what()))),
+    };
+    let dtype = tensor::dtype_from_onnx(tensor.elem_type()).ok_or_else(|| {
+        Error::not_implemented(
+            "onnx",
+            format!("{}: element type {} is not supported", what(), tensor::onnx_type_name(tensor.elem_type())),
+        )
+    })?;
+    if let Some(dims) = opts.input_dims.get(vi.name()) {
+        let s = Shape::new(dtype, dims);
+        s.validate_for("onnx", &what())?;
+        return Ok(s);
+    }
+    let Some(shape) = tensor.shape.as_ref() else {
+        return Err(Error::invalid("onnx", format!("{}: no shape (give one with ImportOptions::input_dims)", what())));
+    };
+    let mut dims = Vec::new();
+    let mut names = Vec::new();
+    for (axis, d) in shape.dim.iter().enumerate() {
+        use proto::tensor_shape_proto::dimension::Value as D;
+        match &d.value {
+            Some(D::DimValue(v)) if *v >= 0 => {
+                dims.push(*v);
+                names.push(String::new());
+            }
+            Some(D::DimParam(p)) if !p.is_empty() => match opts.dims.get(p) {
+                Some(&v) => {
+                    dims.push(v);
+                    names.push(String::new());
+                }
+                None => {
+                    dims.push(crate::ir::shape::DYNAMIC_DIM);
+                    names.push(p.clone());
+                }
+            },
+            Some(D::DimValue(v)) => {
+                return Err(Error::invalid("onnx", format!("{}: negative dimension {v} on axis {axis}", what())));
+            }
+            _ => {
+                dims.push(crate::ir::shape::DYNAMIC_DIM);
+                names.push(format!("{}_{axis}", vi.name()));
+            }
+        }
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    Shape::with_names(dtype, &dims, &refs).map_err(|e| Error::invalid("onnx", format!("{}: {e}", what())))
+}
+
+fn type_text(t: Option<&TypeProto>) -> String {
+    match t.and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => {
+            let ty = tensor::dtype_from_onnx(t.elem_type())
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| tensor::onnx_type_name(t.elem_type()));
+            let dims: Vec<String> = t
+                .shape
+                .as_ref()
+                .map(|s| {
+                    s.dim
+                        .iter()
+                        .map(|d| {
+                            use proto::tensor_shape_proto::dimension::Value as D;
+                            match &d.value {
+                                Some(D::DimValue(v)) => v.to_string(),
+                                Some(D::DimParam(p)) => p.clone(),
+                                None => "?".to_string(),
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("{ty}[{}]", dims.join(", "))
+        }
+        Some(_) => "non-tensor".to_string(),
+        None => "untyped".to_string(),
+    }
+}
+
+fn model_info(model: &ModelProto) -> ModelInfo {
+    let mut op_counts = BTreeMap::new();
+    let (mut inputs, mut outputs, mut initializers) = (Vec::new(), Vec::new(), (0usize, 0u64));
+    if let Some(g) = &model.graph {
+        let init: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name()).collect();
+        for vi in g.input.iter().filter(|vi| !init.contains(vi.name())) {
+            inputs.push((vi.name().to_string(), type_text(vi.r#type.as_ref())));
+        }
+        for vi in &g.output {
+            outputs.push((vi.name().to_string(), type_text(vi.r#type.as_ref())));
+        }
+        initializers.0 = g.initializer.len();
+        initializers.1 = g
+            .initializer
+            .iter()
+            .map(|t| {
+                if let Some(raw) = &t.raw_data {
+                    raw.len() as u64
+                } else {
+                    let n: u64 = t.dims.iter().map(|&d| d.max(0) as u64).product();
+                    n * tensor::dtype_from_onnx(t.data_type()).map_or(0, |d| d.size() as u64)
+                }
+            })
+            .sum();
+        count_ops(g, &mut op_counts);
+    }
+    let supported = ops::supported();
+    let unsupported = op_counts.keys().filter(|k| !supported.contains(&k.as_str())).cloned().collect();
+    ModelInfo {
+        ir_version: model.ir_version(),
+        opset: default_opset(model).unwrap_or(0),
+        producer: producer(model),
+        inputs,
+        outputs,
+        initializers,
+        op_counts,
+        unsupported,
+        last_op: model.graph.as_ref().and_then(|g| g.node.last()).map(|n| n.op_type().to_string()),
+    }
+}
+
+fn count_ops(g: &proto::GraphProto, counts: &mut BTreeMap<String, usize>) {
+    for n in &g.node {
+        let key =
+            if n.domain().is_empty() || n.domain() == "ai.onnx" { n.op_type().to_string() } else { format!("{}::{}", n.domain(), n.op_type()) };
+        *counts.entry(key).or_default() += 1;
+        for a in &n.attribute {
+            if let Some(sub) = &a.g {
+                count_ops(sub, counts);
+            }
+            for sub in &a.graphs {
+                count_ops(sub, counts);
+            }
+        }
+    }
+}

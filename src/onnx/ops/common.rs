@@ -1,0 +1,130 @@
+//! Helpers shared by the handlers: ONNX broadcasting onto the IR's equal-rank rule, axis
+//! normalisation, reading constant operands, dtype checks.
+
+use crate::error::Result;
+use crate::ir::dtype::DType;
+use crate::ir::module::ValueId;
+use crate::ir::op::Op;
+
+use crate::onnx::graph::{Ctx, Node};
+
+/// Normalises a possibly negative ONNX axis against `rank` (`-1` = last).
+pub(crate) fn axis(n: &Node<'_>, a: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    if a < -r || a >= r.max(1) && !(r == 0 && a == 0) {
+        return Err(n.invalid(format!("axis {a} is out of range for rank {rank}")));
+    }
+    Ok(if a < 0 { (a + r) as usize } else { a as usize })
+}
+
+/// Normalises a list of axes, rejecting duplicates.
+pub(crate) fn axes(n: &Node<'_>, list: &[i64], rank: usize) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(list.len());
+    for &a in list {
+        let a = axis(n, a, rank)?;
+        if out.contains(&a) {
+            return Err(n.invalid(format!("axis {a} is listed twice in {list:?}")));
+        }
+        out.push(a);
+    }
+    Ok(out)
+}
+
+/// The elements of operand `i`, which must be a constant integer tensor (after import-time
+/// folding): `what` names it in the error (e.g. "shape").
+pub(crate) fn const_ints(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str) -> Result<Vec<i64>> {
+    let v = n.input(i)?;
+    ctx.known_i64s(v).ok_or_else(|| {
+        n.unsupported(format!(
+            "input {i} ({what}) must be a constant integer tensor known at import (it is computed at run time; \
+             bind the model's symbolic dimensions with ImportOptions::dims / --dim)"
+        ))
+    })
+}
+
+/// [`const_ints`] for an optional operand.
+pub(crate) fn opt_const_ints(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str) -> Result<Option<Vec<i64>>> {
+    match n.opt_input(i) {
+        None => Ok(None),
+        Some(_) => const_ints(ctx, n, i, what).map(Some),
+    }
+}
+
+/// Static dims of `v` (an error naming the node when an axis is dynamic).
+pub(crate) fn static_dims(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<Vec<i64>> {
+    let s = ctx.shape(v);
+    if s.is_dynamic() {
+        return Err(n.unsupported(format!(
+            "operand shape {s} has dynamic axes (bind them with ImportOptions::dims / --dim)"
+        )));
+    }
+    Ok(s.dims.clone())
+}
+
+/// Reshapes `v` to rank `rank` by prepending size-1 axes (ONNX/NumPy rank extension).
+pub(crate) fn extend_rank(ctx: &mut Ctx<'_>, n: &Node<'_>, v: ValueId, rank: usize) -> Result<ValueId> {
+    let r = ctx.rank(v);
+    if r >= rank || r == 0 {
+        return Ok(v);
+    }
+    let mut dims = vec![1i64; rank - r];
+    dims.extend(static_dims(ctx, n, v)?);
+    ctx.emit1(Op::Reshape { dims }, &[v])
+}
+
+/// Brings operands to a common rank so that the IR's binary broadcasting (equal ranks, dims
+/// equal or 1, scalars broadcast) implements ONNX multidirectional broadcasting.
+pub(crate) fn broadcastable(ctx: &mut Ctx<'_>, n: &Node<'_>, vs: &[ValueId]) -> Result<Vec<ValueId>> {
+    let rank = vs.iter().map(|&v| ctx.rank(v)).max().unwrap_or(0);
+    vs.iter().map(|&v| extend_rank(ctx, n, v, rank)).collect()
+}
+
+/// The ONNX broadcast of several static shapes (an error naming the node when incompatible).
+pub(crate) fn broadcast_dims(n: &Node<'_>, shapes: &[Vec<i64>]) -> Result<Vec<i64>> {
+    let rank = shapes.iter().map(Vec::len).max().unwrap_or(0);
+    let mut out = vec![1i64; rank];
+    for s in shapes {
+        let off = rank - s.len();
+        for (i, &d) in s.iter().enumerate() {
+            let o = &mut out[off + i];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return Err(n.invalid(format!("shapes {shapes:?} do not broadcast")));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Broadcasts `v` to the static `dims` (ONNX rules: rank-extend, then expand size-1 axes).
+pub(crate) fn broadcast_to(ctx: &mut Ctx<'_>, n: &Node<'_>, v: ValueId, dims: &[i64]) -> Result<ValueId> {
+    let src = static_dims(ctx, n, v)?;
+    if src == dims {
+        return Ok(v);
+    }
+    if src.len() > dims.len() {
+        return Err(n.invalid(format!("cannot broadcast {src:?} to {dims:?}")));
+    }
+    let off = dims.len() - src.len();
+    let axes: Vec<usize> = (off..dims.len()).collect();
+    let shape = crate::ir::shape::Shape::new(ctx.dtype(v), dims);
+    ctx.emit1(Op::BroadcastInDim { shape, axes }, &[v])
+}
+
+/// Converts `v` to `dtype` (no node when it already has it).
+pub(crate) fn cast(ctx: &mut Ctx<'_>, v: ValueId, dtype: DType) -> Result<ValueId> {
+    if ctx.dtype(v) == dtype {
+        return Ok(v);
+    }
+    ctx.emit1(Op::ConvertDType { dtype }, &[v])
+}
+
+/// Checks that operand `i` has a float dtype.
+pub(crate) fn require_float(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<()> {
+    let dt = ctx.dtype(v);
+    if !dt.is_float() {
+        return Err(n.unsupported(format!("element type {dt} (float types only)")));
+    }
+    Ok(())
+}
