@@ -29,7 +29,7 @@
 //! `tests/layers.rs`, described in docs/architecture.md): [`error`], [`env`](mod@env) → [`limits`] →
 //! [`config`], [`threads`] → [`ir`] → [`memory`] → [`kernels`] → [`codegen`] → [`lower`],
 //! [`passes`] → [`api`] (the contract: [`Backend`], [`Builder`], [`Buffer`], [`Executable`]) →
-//! [`backends`] (`interp`, `jit`) → [`registry`], [`cli`].
+//! [`backends`] (`interp`, `jit`) → [`onnx`](mod@onnx) (model import) → [`registry`], [`cli`].
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 

@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["lower", "passes"],
     &["api"],
     &["backends"],
+    &["onnx"],
     &["cli", "compliance", "registry"],
 ];
 
