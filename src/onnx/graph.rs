@@ -23,6 +23,13 @@ use super::tensor::take_tensor_bytes;
 /// the constants that `Reshape`, `Expand`, `Slice`... need.
 pub const FOLD_MAX_BYTES: usize = 1 << 16;
 
+/// Maps one node; returns one value per output the node names (in order).
+pub(crate) type Handler = fn(&mut Ctx<'_>, &Node<'_>) -> Result<Vec<ValueId>>;
+
+/// Finds the handler of an op type (the operator table of `onnx::ops`, passed in so that this
+/// module does not depend on the handlers that depend on it).
+pub(crate) type Lookup = fn(&str) -> Option<Handler>;
+
 /// Import state for one model.
 pub struct Ctx<'a> {
     /// The module being built.
@@ -39,6 +46,8 @@ pub struct Ctx<'a> {
     pub(crate) dims: &'a HashMap<String, i64>,
     /// Fold constant nodes at import (on by default).
     pub(crate) fold: bool,
+    /// The operator table.
+    lookup_op: Lookup,
 }
 
 /// One ONNX node being mapped: its proto, resolved operands and attribute accessors.
@@ -243,10 +252,16 @@ pub fn in_node(e: Error, n: &NodeProto) -> Error {
 
 impl<'a> Ctx<'a> {
     /// A context building into a fresh module named `name`, whose `main` is the current function.
-    pub(crate) fn new(name: &str, opset: i64, base_dir: Option<&'a Path>, dims: &'a HashMap<String, i64>) -> Ctx<'a> {
+    pub(crate) fn new(
+        name: &str,
+        opset: i64,
+        base_dir: Option<&'a Path>,
+        dims: &'a HashMap<String, i64>,
+        lookup_op: Lookup,
+    ) -> Ctx<'a> {
         let m = Module::new(name);
         let func = m.main;
-        Ctx { m, func, opset, scopes: vec![HashMap::new()], base_dir, dims, fold: true }
+        Ctx { m, func, opset, scopes: vec![HashMap::new()], base_dir, dims, fold: true, lookup_op }
     }
 
     /// The shape of a value.
@@ -446,7 +461,7 @@ impl<'a> Ctx<'a> {
         if !(n.domain().is_empty() || n.domain() == "ai.onnx") {
             return Err(Error::not_implemented(label(n), format!("operator domain {:?}", n.domain())));
         }
-        let handler = super::ops::handler(n.op_type())
+        let handler = (self.lookup_op)(n.op_type())
             .ok_or_else(|| Error::not_implemented(label(n), format!("operator {} is not supported", n.op_type())))?;
         let mut inputs = Vec::with_capacity(n.input.len());
         for name in &n.input {

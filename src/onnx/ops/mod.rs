@@ -8,13 +8,7 @@ mod nn;
 mod reduce;
 mod shape;
 
-use crate::error::Result;
-use crate::ir::module::ValueId;
-
-use super::graph::{Ctx, Node};
-
-/// Maps one node; returns one value per output the node names (in order).
-pub(crate) type Handler = fn(&mut Ctx<'_>, &Node<'_>) -> Result<Vec<ValueId>>;
+pub(crate) use super::graph::Handler;
 
 /// The handler for a default-domain op type.
 pub(crate) fn handler(op_type: &str) -> Option<Handler> {
