@@ -42,8 +42,6 @@ pub struct Ctx<'a> {
     scopes: Vec<HashMap<String, ValueId>>,
     /// Folder of the model file (for external data); `None` when loaded from bytes.
     pub(crate) base_dir: Option<&'a Path>,
-    /// Bindings of symbolic dimension names (`dim_param`) to sizes.
-    pub(crate) dims: &'a HashMap<String, i64>,
     /// Fold constant nodes at import (on by default).
     pub(crate) fold: bool,
     /// The operator table.
@@ -234,10 +232,10 @@ pub fn label(n: &NodeProto) -> String {
 /// Prefixes an error with the node it came from, keeping its kind.
 pub fn in_node(e: Error, n: &NodeProto) -> Error {
     let at = label(n);
-    if let Error::Invalid { op, .. } | Error::NotImplemented { op, .. } = &e {
-        if op.starts_with("onnx node") {
-            return e;
-        }
+    if let Error::Invalid { op, .. } | Error::NotImplemented { op, .. } = &e
+        && op.starts_with("onnx node")
+    {
+        return e;
     }
     match e {
         Error::Invalid { op, msg } => Error::Invalid { op: at, msg: format!("{op}: {msg}") },
@@ -256,12 +254,11 @@ impl<'a> Ctx<'a> {
         name: &str,
         opset: i64,
         base_dir: Option<&'a Path>,
-        dims: &'a HashMap<String, i64>,
         lookup_op: Lookup,
     ) -> Ctx<'a> {
         let m = Module::new(name);
         let func = m.main;
-        Ctx { m, func, opset, scopes: vec![HashMap::new()], base_dir, dims, fold: true, lookup_op }
+        Ctx { m, func, opset, scopes: vec![HashMap::new()], base_dir, fold: true, lookup_op }
     }
 
     /// The shape of a value.

@@ -172,7 +172,7 @@ fn import(mut model: ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) 
     let producer = producer(&model);
     let mut g = model.graph.take().ok_or_else(|| Error::invalid("onnx", "the model has no graph"))?;
     let name = if g.name().is_empty() { "onnx".to_string() } else { g.name().to_string() };
-    let mut ctx = graph::Ctx::new(&name, opset, base_dir, &opts.dims, ops::handler);
+    let mut ctx = graph::Ctx::new(&name, opset, base_dir, ops::handler);
 
     // Initializers first (payloads moved out of the proto), then the real inputs as parameters.
     let mut initializers = std::mem::take(&mut g.initializer);

@@ -210,13 +210,13 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>, expected: usize) -> R
         ));
     }
     let path = base.join(rel);
-    if let Some(len) = length {
-        if len != expected as u64 {
-            return Err(Error::invalid(
-                "onnx",
-                format!("{}: external data length {len}, the shape needs {expected} bytes", what(t)),
-            ));
-        }
+    if let Some(len) = length
+        && len != expected as u64
+    {
+        return Err(Error::invalid(
+            "onnx",
+            format!("{}: external data length {len}, the shape needs {expected} bytes", what(t)),
+        ));
     }
     use std::io::{Read, Seek, SeekFrom};
     let io = |e: std::io::Error| Error::Io(format!("{}: external data {}: {e}", what(t), path.display()));
