@@ -1,0 +1,265 @@
+//! Pooling: `MaxPool`, `AveragePool`, `LpPool` onto `ReduceWindow`, and their global forms
+//! onto reductions.
+
+use crate::error::Result;
+use crate::ir::module::ValueId;
+use crate::ir::op::{ArithReduce, BinaryOp, Op, ReduceKind, UnaryOp};
+
+use super::conv::{auto_pad, pads_attr, spatial_attr, split_same, AutoPad};
+use super::{bin, const_of, dims_of, mean_keep, reduce_keep, require_float, scalar, un};
+use crate::onnx::graph::{Ctx, Node};
+
+/// The window of one spatial axis after `auto_pad` / `ceil_mode` are resolved.
+#[derive(Clone, Copy, Debug)]
+struct AxisWin {
+    /// Input extent.
+    dim: i64,
+    kernel: i64,
+    stride: i64,
+    dilation: i64,
+    /// Explicit (or `auto_pad`) padding.
+    lo: i64,
+    hi: i64,
+    /// Output extent.
+    out: i64,
+}
+
+impl AxisWin {
+    fn eff(&self) -> i64 {
+        (self.kernel - 1) * self.dilation + 1
+    }
+    /// Cells past the padded input that the last window reaches (ceil mode).
+    fn extra(&self) -> i64 {
+        ((self.out - 1) * self.stride + self.eff() - (self.dim + self.lo + self.hi)).max(0)
+    }
+    /// Cells of window `o` whose padded position lies in `[from, to)`.
+    fn count_in(&self, o: i64, from: i64, to: i64) -> i64 {
+        (0..self.kernel).map(|j| o * self.stride + j * self.dilation).filter(|&p| p >= from && p < to).count() as i64
+    }
+}
+
+/// Reads the window attributes shared by the pooling ops for an input of dims `xd`.
+fn window(n: &Node<'_>, xd: &[i64], dilations_allowed: bool) -> Result<Vec<AxisWin>> {
+    if xd.len() < 3 {
+        return Err(n.invalid(format!("input {xd:?} must be [N, C, spatial...]")));
+    }
+    let s = xd.len() - 2;
+    let kernel = n
+        .attr_ints("kernel_shape")?
+        .ok_or_else(|| n.invalid("attribute \"kernel_shape\" is required"))?;
+    if kernel.len() != s || kernel.iter().any(|&k| k < 1) {
+        return Err(n.invalid(format!("kernel_shape {kernel:?} must have {s} entries ≥ 1")));
+    }
+    let strides = spatial_attr(n, "strides", s, 1, 1)?;
+    let dilations = if dilations_allowed { spatial_attr(n, "dilations", s, 1, 1)? } else { vec![1; s] };
+    let ceil = n.attr_i_or("ceil_mode", 0)? != 0;
+    let mode = auto_pad(n)?;
+    let pads = pads_attr(n, s)?;
+    let mut out = Vec::with_capacity(s);
+    for i in 0..s {
+        let mut w = AxisWin { dim: xd[2 + i], kernel: kernel[i], stride: strides[i], dilation: dilations[i], lo: 0, hi: 0, out: 0 };
+        let eff = w.eff();
+        match mode {
+            AutoPad::SameUpper | AutoPad::SameLower => {
+                w.out = (w.dim + w.stride - 1) / w.stride;
+                (w.lo, w.hi) = split_same(mode, (w.out - 1) * w.stride + eff - w.dim);
+            }
+            AutoPad::NotSet | AutoPad::Valid => {
+                if mode == AutoPad::NotSet {
+                    (w.lo, w.hi) = pads.as_ref().map_or((0, 0), |p| p[i]);
+                }
+                let span = w.dim + w.lo + w.hi - eff;
+                if span < 0 {
+                    return Err(n.invalid(format!(
+                        "spatial axis {i}: the window ({eff} cells) is larger than the padded input ({})",
+                        w.dim + w.lo + w.hi
+                    )));
+                }
+                w.out = if ceil { (span + w.stride - 1) / w.stride + 1 } else { span / w.stride + 1 };
+                // The last window must start inside the input or its begin padding.
+                if ceil && (w.out - 1) * w.stride >= w.dim + w.lo {
+                    w.out -= 1;
+                }
+            }
+        }
+        out.push(w);
+    }
+    Ok(out)
+}
+
+/// `ReduceWindow` over the spatial axes with the windows' padding (identity-filled), cropped
+/// to the ONNX output size.
+fn reduce_window(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, kind: ArithReduce, w: &[AxisWin]) -> Result<ValueId> {
+    let mut window = vec![1, 1];
+    let mut strides = vec![1, 1];
+    let mut dil = vec![1, 1];
+    let mut padding = vec![(0, 0), (0, 0)];
+    for a in w {
+        window.push(a.kernel);
+        strides.push(a.stride);
+        dil.push(a.dilation);
+        padding.push((a.lo, a.hi + a.extra()));
+    }
+    let rank = window.len();
+    let op = Op::ReduceWindow {
+        kind,
+        window,
+        strides,
+        input_dilations: vec![1; rank],
+        window_dilations: dil,
+        padding,
+    };
+    let y = ctx.emit1(op, &[x])?;
+    let yd = dims_of(ctx, n, y)?;
+    let mut limits = yd.clone();
+    for (i, a) in w.iter().enumerate() {
+        limits[2 + i] = a.out.min(yd[2 + i]);
+    }
+    if limits == yd {
+        return Ok(y);
+    }
+    ctx.emit1(Op::Slice { starts: vec![0; rank], limits, strides: vec![1; rank] }, &[y])
+}
+
+/// `MaxPool(X)`: the maximum of each window; padding never wins. The `Indices` output is not
+/// supported.
+pub(super) fn max_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let dt = ctx.dtype(x);
+    if !(dt.is_float() || (dt.is_int() && !dt.is_packed())) {
+        return Err(n.unsupported(format!("element type {dt}")));
+    }
+    if n.output_wanted(1) {
+        return Err(n.unsupported("the Indices output"));
+    }
+    // storage_order only changes the Indices output.
+    n.attr_i_or("storage_order", 0)?;
+    let xd = dims_of(ctx, n, x)?;
+    let w = window(n, &xd, true)?;
+    Ok(vec![reduce_window(ctx, n, x, ArithReduce::Max, &w)?])
+}
+
+/// The constant divisor of an average pool: per output position, the number of window cells
+/// inside the input (`count_include_pad` = 0) or inside input + explicit padding (= 1).
+fn pool_counts(w: &[AxisWin], include_pad: bool) -> (Vec<i64>, Vec<f64>) {
+    let mut dims = vec![1, 1];
+    let mut counts = vec![1f64];
+    for a in w {
+        let (from, to) = if include_pad { (0, a.lo + a.dim + a.hi) } else { (a.lo, a.lo + a.dim) };
+        let per: Vec<i64> = (0..a.out).map(|o| a.count_in(o, from, to)).collect();
+        counts = counts.iter().flat_map(|&c| per.iter().map(move |&p| c * p as f64)).collect();
+        dims.push(a.out);
+    }
+    (dims, counts)
+}
+
+/// `AveragePool(X)`: window sums divided by the number of counted cells.
+pub(super) fn average_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let dt = require_float(ctx, n, x)?;
+    let include_pad = n.attr_i_or("count_include_pad", 0)? != 0;
+    let xd = dims_of(ctx, n, x)?;
+    let w = window(n, &xd, true)?;
+    let sum = reduce_window(ctx, n, x, ArithReduce::Sum, &w)?;
+    let (dims, counts) = pool_counts(&w, include_pad);
+    let div = if counts.iter().all(|&c| c == counts[0]) {
+        scalar(ctx, n, dt, counts[0])?
+    } else {
+        const_of(ctx, n, dt, &dims, &counts)?
+    };
+    Ok(vec![bin(ctx, BinaryOp::Div, sum, div)?])
+}
+
+/// `|x|^p`, with `p` ∈ {1, 2} as exact forms.
+fn abs_pow(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, p: i64) -> Result<ValueId> {
+    match p {
+        1 => un(ctx, UnaryOp::Abs, x),
+        2 => bin(ctx, BinaryOp::Mul, x, x),
+        _ => {
+            let a = un(ctx, UnaryOp::Abs, x)?;
+            let e = scalar(ctx, n, ctx.dtype(x), p as f64)?;
+            bin(ctx, BinaryOp::Pow, a, e)
+        }
+    }
+}
+
+/// `s^(1/p)`.
+fn root(ctx: &mut Ctx<'_>, n: &Node<'_>, s: ValueId, p: i64) -> Result<ValueId> {
+    match p {
+        1 => Ok(s),
+        2 => un(ctx, UnaryOp::Sqrt, s),
+        _ => {
+            let e = scalar(ctx, n, ctx.dtype(s), 1.0 / p as f64)?;
+            bin(ctx, BinaryOp::Pow, s, e)
+        }
+    }
+}
+
+/// The `p` attribute of the Lp ops (an int since opset 2).
+fn lp_p(n: &Node<'_>) -> Result<i64> {
+    let p = if n.opset < 2 {
+        // Opset 1 declares `p` as a float.
+        let f = n.attr_f_or("p", 2.0)?;
+        if f.fract() != 0.0 {
+            return Err(n.unsupported(format!("non-integer p {f}")));
+        }
+        f as i64
+    } else {
+        n.attr_i_or("p", 2)?
+    };
+    if p < 1 {
+        return Err(n.invalid(format!("p {p} must be ≥ 1")));
+    }
+    Ok(p)
+}
+
+/// `LpPool(X)`: `(Σ |x|^p)^(1/p)` over each window (padding contributes 0).
+pub(super) fn lp_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
+    let x = n.input(0)?;
+    require_float(ctx, n, x)?;
+    let p = lp_p(n)?;
+    let xd = dims_of(ctx, n, x)?;
+    let w = window(n, &xd, true)?;
+    let a = abs_pow(ctx, n, x, p)?;
+    let s = reduce_window(ctx, n, a, ArithReduce::Sum, &w)?;
+    Ok(vec![root(ctx, n, s, p)?])
+}
+
+/// The spatial axes of a global pool's input.
+fn spatial_axes(ctx: &Ctx<'_>, n: &Node<'_>, x: ValueId) -> Result<Vec<usize>> {
+    let r = ctx.rank(x);
+    if r < 3 {
+        return Err(n.invalid(format!("input of rank {r} must be [N, C, spatial...]")));
+    }
+    Ok((2..r).collect())
+}
+
+/// `GlobalAveragePool(X)`: the mean over all spatial axes (kept as size 1).
+pub(super) fn global_average_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
+    let x = n.input(0)?;
+    require_float(ctx, n, x)?;
+    let axes = spatial_axes(ctx, n, x)?;
+    Ok(vec![mean_keep(ctx, n, x, &axes)?])
+}
+
+/// `GlobalMaxPool(X)`: the maximum over all spatial axes (kept as size 1).
+pub(super) fn global_max_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
+    let x = n.input(0)?;
+    let dt = ctx.dtype(x);
+    if !(dt.is_float() || (dt.is_int() && !dt.is_packed())) {
+        return Err(n.unsupported(format!("element type {dt}")));
+    }
+    let axes = spatial_axes(ctx, n, x)?;
+    Ok(vec![reduce_keep(ctx, n, x, ReduceKind::Max, &axes)?])
+}
+
+/// `GlobalLpPool(X)`: the Lp norm over all spatial axes (kept as size 1).
+pub(super) fn global_lp_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
+    let x = n.input(0)?;
+    require_float(ctx, n, x)?;
+    let p = lp_p(n)?;
+    let axes = spatial_axes(ctx, n, x)?;
+    let a = abs_pow(ctx, n, x, p)?;
+    let s = reduce_keep(ctx, n, a, ReduceKind::Sum, &axes)?;
+    Ok(vec![root(ctx, n, s, p)?])
+}
