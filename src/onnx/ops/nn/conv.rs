@@ -27,13 +27,19 @@ pub(super) fn auto_pad(n: &Node<'_>) -> Result<AutoPad> {
     })
 }
 
+/// Largest value accepted in a window attribute (kernel, stride, dilation, padding): keeps the
+/// window arithmetic far from overflow.
+pub(super) const MAX_WINDOW_ATTR: i64 = 1 << 31;
+
 /// A per-spatial-axis integer attribute (`strides`, `dilations`...): `s` entries, each ≥ `min`.
 pub(super) fn spatial_attr(n: &Node<'_>, name: &str, s: usize, default: i64, min: i64) -> Result<Vec<i64>> {
     match n.attr_ints(name)? {
         None => Ok(vec![default; s]),
         Some(v) if v.is_empty() => Ok(vec![default; s]),
         Some(v) if v.len() != s => Err(n.invalid(format!("{name} {v:?} must have {s} entries"))),
-        Some(v) if v.iter().any(|&x| x < min) => Err(n.invalid(format!("{name} {v:?}: entries must be ≥ {min}"))),
+        Some(v) if v.iter().any(|&x| x < min || x > MAX_WINDOW_ATTR) => {
+            Err(n.invalid(format!("{name} {v:?}: entries must be in [{min}, {MAX_WINDOW_ATTR}]")))
+        }
         Some(v) => Ok(v),
     }
 }
@@ -44,7 +50,9 @@ pub(super) fn pads_attr(n: &Node<'_>, s: usize) -> Result<Option<Vec<(i64, i64)>
         None => Ok(None),
         Some(v) if v.is_empty() => Ok(None),
         Some(v) if v.len() != 2 * s => Err(n.invalid(format!("pads {v:?} must have {} entries", 2 * s))),
-        Some(v) if v.iter().any(|&x| x < 0) => Err(n.invalid(format!("pads {v:?} must be ≥ 0"))),
+        Some(v) if v.iter().any(|&x| !(0..=MAX_WINDOW_ATTR).contains(&x)) => {
+            Err(n.invalid(format!("pads {v:?} must be in [0, {MAX_WINDOW_ATTR}]")))
+        }
         Some(v) => Ok(Some((0..s).map(|i| (v[i], v[s + i])).collect())),
     }
 }
@@ -60,12 +68,12 @@ pub(super) fn split_same(mode: AutoPad, total: i64) -> (i64, i64) {
 
 /// Checks `kernel_shape` (when given) against the weights' spatial dims.
 fn check_kernel_shape(n: &Node<'_>, kernel: &[i64]) -> Result<()> {
-    if let Some(k) = n.attr_ints("kernel_shape")? {
-        if k != kernel {
-            return Err(n.invalid(format!("kernel_shape {k:?} differs from the weights' spatial dims {kernel:?}")));
+    match n.attr_ints("kernel_shape")? {
+        Some(k) if k != kernel => {
+            Err(n.invalid(format!("kernel_shape {k:?} differs from the weights' spatial dims {kernel:?}")))
         }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// NCHW dimension numbers for `s` spatial axes; the kernel's output channels on axis `kout`.
@@ -93,7 +101,9 @@ fn operands(ctx: &Ctx<'_>, n: &Node<'_>) -> Result<(ValueId, ValueId, Vec<i64>, 
     }
     let (xd, wd) = (dims_of(ctx, n, x)?, dims_of(ctx, n, w)?);
     if xd.len() < 3 || wd.len() != xd.len() {
-        return Err(n.unsupported(format!("X {xd:?} and W {wd:?} must have the same rank ≥ 3 (1-D to N-D convolution)")));
+        return Err(
+            n.unsupported(format!("X {xd:?} and W {wd:?} must have the same rank ≥ 3 (1-D to N-D convolution)"))
+        );
     }
     Ok((x, w, xd, wd))
 }
@@ -181,6 +191,9 @@ pub(super) fn conv_transpose(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<Valu
     let pads = pads_attr(n, s)?;
     let output_shape = n.attr_ints("output_shape")?.filter(|v| !v.is_empty());
     let output_shape = match output_shape {
+        Some(v) if v.iter().any(|&d| !(0..=1 << 40).contains(&d)) => {
+            return Err(n.invalid(format!("output_shape {v:?} out of range")));
+        }
         Some(v) if v.len() == s => Some(v),
         // Some exporters write the full [N, C, spatial...] shape.
         Some(v) if v.len() == s + 2 => Some(v[2..].to_vec()),
@@ -191,7 +204,11 @@ pub(super) fn conv_transpose(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<Valu
     let mut crop = Vec::with_capacity(s);
     for i in 0..s {
         let eff = (kernel[i] - 1) * dilations[i] + 1;
-        let full = strides[i] * (xd[2 + i] - 1) + out_pad[i] + eff;
+        let full = strides[i]
+            .checked_mul(xd[2 + i] - 1)
+            .and_then(|v| v.checked_add(out_pad[i] + eff))
+            .filter(|&v| v <= 1 << 40)
+            .ok_or_else(|| n.invalid(format!("spatial axis {i}: the output is too large")))?;
         let target = match (&output_shape, mode) {
             (Some(o), _) => Some(o[i]),
             (None, AutoPad::SameUpper | AutoPad::SameLower) => Some(xd[2 + i] * strides[i]),

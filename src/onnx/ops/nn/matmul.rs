@@ -125,7 +125,9 @@ pub(super) fn gemm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let (m, k) = if trans_a { (ad[1], ad[0]) } else { (ad[0], ad[1]) };
     let (kb, nn) = if trans_b { (bd[1], bd[0]) } else { (bd[0], bd[1]) };
     if k != kb {
-        return Err(n.invalid(format!("inner dimensions differ: A {ad:?} (transA {trans_a}), B {bd:?} (transB {trans_b})")));
+        return Err(
+            n.invalid(format!("inner dimensions differ: A {ad:?} (transA {trans_a}), B {bd:?} (transB {trans_b})"))
+        );
     }
     let dt = ctx.dtype(a);
     let c = n.opt_input(2).filter(|_| beta != 0.0);
@@ -304,8 +306,7 @@ pub(super) fn einsum(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
             .flat_map(|(_, t)| t.labels.iter().copied())
             .chain(out.iter().copied())
             .collect();
-        let lone: Vec<usize> =
-            (0..ops[i].labels.len()).filter(|&a| !others.contains(&ops[i].labels[a])).collect();
+        let lone: Vec<usize> = (0..ops[i].labels.len()).filter(|&a| !others.contains(&ops[i].labels[a])).collect();
         sum_axes(ctx, &mut ops[i], &lone)?;
     }
     let mut ops = ops.into_iter();
@@ -347,7 +348,10 @@ fn diagonal(ctx: &mut Ctx<'_>, n: &Node<'_>, t: &mut Term) -> Result<()> {
         }
         // Mask over the repeated axes: true where all their indices are equal.
         let k = pos.len();
-        let total = (d as usize).checked_pow(k as u32).filter(|&t| t <= 1 << 24).ok_or_else(|| n.unsupported("diagonal too large"))?;
+        let total = (d as usize)
+            .checked_pow(k as u32)
+            .filter(|&t| t <= 1 << 24)
+            .ok_or_else(|| n.unsupported("diagonal too large"))?;
         let mut mask = vec![0u8; total];
         for i in 0..d as usize {
             let mut idx = 0usize;

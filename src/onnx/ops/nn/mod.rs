@@ -18,7 +18,7 @@ use crate::ir::op::{BinaryOp, Op, ReduceKind, UnaryOp};
 use crate::ir::shape::Shape;
 
 use super::Handler;
-use crate::onnx::graph::{scalar_bytes, Ctx, Node};
+use crate::onnx::graph::{Ctx, Node, scalar_bytes};
 
 /// Op types mapped here.
 pub(super) const OPS: &[&str] = &[
@@ -157,7 +157,15 @@ fn require_dims(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId, want: &[i64], what: &st
 
 /// A per-channel vector `[C]` reshaped to `[1, C, 1, ...]` for an operand of rank `rank`, and
 /// converted to `dtype`.
-fn channel_param(ctx: &mut Ctx<'_>, n: &Node<'_>, v: ValueId, c: i64, rank: usize, dtype: DType, what: &str) -> Result<ValueId> {
+fn channel_param(
+    ctx: &mut Ctx<'_>,
+    n: &Node<'_>,
+    v: ValueId,
+    c: i64,
+    rank: usize,
+    dtype: DType,
+    what: &str,
+) -> Result<ValueId> {
     require_dims(ctx, n, v, &[c], what)?;
     let v = super::common::cast(ctx, v, dtype)?;
     let mut dims = vec![1i64; rank];

@@ -6,7 +6,9 @@ use crate::ir::module::ValueId;
 use crate::ir::op::{ArithReduce, BinaryOp, Op, UnaryOp};
 
 use super::super::common::{axes as norm_axes, axis as norm_axis, broadcast_dims, cast, extend_rank};
-use super::{bin, channel_param, dims_of, float_dtype_attr, mean_keep, require_dims, require_float, reshape, scalar, un};
+use super::{
+    bin, channel_param, dims_of, float_dtype_attr, mean_keep, require_dims, require_float, reshape, scalar, un,
+};
 use crate::onnx::graph::{Ctx, Node};
 
 /// `x − mean` and the biased variance of `x` over `axes` (both with the axes kept).
@@ -210,8 +212,8 @@ pub(super) fn lrn(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         return Err(n.invalid(format!("X of rank {rank} must be [N, C, ...]")));
     }
     let size = n.attr_i("size")?.ok_or_else(|| n.invalid("attribute \"size\" is required"))?;
-    if size < 1 {
-        return Err(n.invalid(format!("size {size} must be ≥ 1")));
+    if !(1..=1 << 31).contains(&size) {
+        return Err(n.invalid(format!("size {size} must be in [1, 2^31]")));
     }
     let alpha = n.attr_f_or("alpha", 1e-4)? as f64;
     let beta = n.attr_f_or("beta", 0.75)? as f64;

@@ -2,10 +2,12 @@
 //! onto reductions.
 
 use crate::error::Result;
+use crate::ir::dtype::DType;
 use crate::ir::module::ValueId;
-use crate::ir::op::{ArithReduce, BinaryOp, Op, ReduceKind, UnaryOp};
+use crate::ir::op::{ArithReduce, BinaryOp, CompareOp, Op, PadAxis, ReduceKind, UnaryOp};
+use crate::ir::shape::Shape;
 
-use super::conv::{auto_pad, pads_attr, spatial_attr, split_same, AutoPad};
+use super::conv::{AutoPad, MAX_WINDOW_ATTR, auto_pad, pads_attr, spatial_attr, split_same};
 use super::{bin, const_of, dims_of, mean_keep, reduce_keep, require_float, scalar, un};
 use crate::onnx::graph::{Ctx, Node};
 
@@ -32,9 +34,17 @@ impl AxisWin {
     fn extra(&self) -> i64 {
         ((self.out - 1) * self.stride + self.eff() - (self.dim + self.lo + self.hi)).max(0)
     }
-    /// Cells of window `o` whose padded position lies in `[from, to)`.
+    /// Cells of window `o` whose padded position `o·stride + j·dilation` (`0 ≤ j < kernel`)
+    /// lies in `[from, to)`.
     fn count_in(&self, o: i64, from: i64, to: i64) -> i64 {
-        (0..self.kernel).map(|j| o * self.stride + j * self.dilation).filter(|&p| p >= from && p < to).count() as i64
+        let base = o * self.stride;
+        // First j with base + j·d ≥ bound, clamped to [0, kernel].
+        let first_at = |bound: i64| -> i64 {
+            let need = bound - base;
+            let j = if need <= 0 { 0 } else { (need + self.dilation - 1) / self.dilation };
+            j.min(self.kernel)
+        };
+        (first_at(to) - first_at(from)).max(0)
     }
 }
 
@@ -44,11 +54,9 @@ fn window(n: &Node<'_>, xd: &[i64], dilations_allowed: bool) -> Result<Vec<AxisW
         return Err(n.invalid(format!("input {xd:?} must be [N, C, spatial...]")));
     }
     let s = xd.len() - 2;
-    let kernel = n
-        .attr_ints("kernel_shape")?
-        .ok_or_else(|| n.invalid("attribute \"kernel_shape\" is required"))?;
-    if kernel.len() != s || kernel.iter().any(|&k| k < 1) {
-        return Err(n.invalid(format!("kernel_shape {kernel:?} must have {s} entries ≥ 1")));
+    let kernel = n.attr_ints("kernel_shape")?.ok_or_else(|| n.invalid("attribute \"kernel_shape\" is required"))?;
+    if kernel.len() != s || kernel.iter().any(|&k| !(1..=MAX_WINDOW_ATTR).contains(&k)) {
+        return Err(n.invalid(format!("kernel_shape {kernel:?} must have {s} entries in [1, {MAX_WINDOW_ATTR}]")));
     }
     let strides = spatial_attr(n, "strides", s, 1, 1)?;
     let dilations = if dilations_allowed { spatial_attr(n, "dilations", s, 1, 1)? } else { vec![1; s] };
@@ -57,7 +65,15 @@ fn window(n: &Node<'_>, xd: &[i64], dilations_allowed: bool) -> Result<Vec<AxisW
     let pads = pads_attr(n, s)?;
     let mut out = Vec::with_capacity(s);
     for i in 0..s {
-        let mut w = AxisWin { dim: xd[2 + i], kernel: kernel[i], stride: strides[i], dilation: dilations[i], lo: 0, hi: 0, out: 0 };
+        let mut w = AxisWin {
+            dim: xd[2 + i],
+            kernel: kernel[i],
+            stride: strides[i],
+            dilation: dilations[i],
+            lo: 0,
+            hi: 0,
+            out: 0,
+        };
         let eff = w.eff();
         match mode {
             AutoPad::SameUpper | AutoPad::SameLower => {
@@ -101,14 +117,7 @@ fn reduce_window(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, kind: ArithReduce,
         padding.push((a.lo, a.hi + a.extra()));
     }
     let rank = window.len();
-    let op = Op::ReduceWindow {
-        kind,
-        window,
-        strides,
-        input_dilations: vec![1; rank],
-        window_dilations: dil,
-        padding,
-    };
+    let op = Op::ReduceWindow { kind, window, strides, input_dilations: vec![1; rank], window_dilations: dil, padding };
     let y = ctx.emit1(op, &[x])?;
     let yd = dims_of(ctx, n, y)?;
     let mut limits = yd.clone();
@@ -121,36 +130,157 @@ fn reduce_window(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, kind: ArithReduce,
     ctx.emit1(Op::Slice { starts: vec![0; rank], limits, strides: vec![1; rank] }, &[y])
 }
 
-/// `MaxPool(X)`: the maximum of each window; padding never wins. The `Indices` output is not
-/// supported.
+/// `MaxPool(X)`: the maximum of each window; padding never wins. The optional `Indices`
+/// output is the flat index (into X, batch and channel included) of the first maximum of each
+/// window in row-major window order; `storage_order` = 1 numbers the spatial axes column-major.
 pub(super) fn max_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
     let dt = ctx.dtype(x);
     if !(dt.is_float() || (dt.is_int() && !dt.is_packed())) {
         return Err(n.unsupported(format!("element type {dt}")));
     }
-    if n.output_wanted(1) {
-        return Err(n.unsupported("the Indices output"));
+    let storage_order = n.attr_i_or("storage_order", 0)?;
+    if !(0..=1).contains(&storage_order) {
+        return Err(n.invalid(format!("storage_order {storage_order}")));
     }
-    // storage_order only changes the Indices output.
-    n.attr_i_or("storage_order", 0)?;
     let xd = dims_of(ctx, n, x)?;
     let w = window(n, &xd, true)?;
-    Ok(vec![reduce_window(ctx, n, x, ArithReduce::Max, &w)?])
+    let y = reduce_window(ctx, n, x, ArithReduce::Max, &w)?;
+    if !n.output_wanted(1) {
+        return Ok(vec![y]);
+    }
+    let idx = max_indices(ctx, n, x, y, &xd, &w, storage_order == 1)?;
+    Ok(vec![y, idx])
 }
 
-/// The constant divisor of an average pool: per output position, the number of window cells
-/// inside the input (`count_include_pad` = 0) or inside input + explicit padding (= 1).
-fn pool_counts(w: &[AxisWin], include_pad: bool) -> (Vec<i64>, Vec<f64>) {
-    let mut dims = vec![1, 1];
-    let mut counts = vec![1f64];
-    for a in w {
-        let (from, to) = if include_pad { (0, a.lo + a.dim + a.hi) } else { (a.lo, a.lo + a.dim) };
-        let per: Vec<i64> = (0..a.out).map(|o| a.count_in(o, from, to)).collect();
-        counts = counts.iter().flat_map(|&c| per.iter().map(move |&p| c * p as f64)).collect();
-        dims.push(a.out);
+/// The `Indices` output of `MaxPool`: for each window offset (in row-major order, last first so
+/// that the first match wins), the positions where the shifted input equals the maximum and
+/// lies inside the input take that offset's flat index.
+fn max_indices(
+    ctx: &mut Ctx<'_>,
+    n: &Node<'_>,
+    x: ValueId,
+    y: ValueId,
+    xd: &[i64],
+    w: &[AxisWin],
+    column_major: bool,
+) -> Result<ValueId> {
+    let s = w.len();
+    let cells: i64 = w.iter().map(|a| a.kernel).product();
+    if cells > 1024 {
+        return Err(n.unsupported(format!("the Indices output for windows of {cells} cells (at most 1024)")));
     }
-    (dims, counts)
+    let dt = ctx.dtype(x);
+    let rank = s + 2;
+    // Pad with the lowest value so that every shifted slice has the output's shape.
+    let fill = if dt.is_float() {
+        f64::NEG_INFINITY
+    } else if dt.is_unsigned() {
+        0.0
+    } else {
+        i64::MIN as f64
+    };
+    let fill = scalar(ctx, n, dt, fill)?;
+    let mut axes = vec![PadAxis::default(); 2];
+    axes.extend(w.iter().map(|a| PadAxis { start: a.lo, end: a.hi + a.extra(), interior: 0 }));
+    let xp = ctx.emit1(Op::Pad { axes }, &[x, fill])?;
+    let outs: Vec<i64> = w.iter().map(|a| a.out).collect();
+    // Element offsets of the spatial axes in X (row-major, or column-major when asked).
+    let sp = &xd[2..];
+    let mut step = vec![0i64; s];
+    let mut acc = 1i64;
+    for i in 0..s {
+        let a = if column_major { i } else { s - 1 - i };
+        step[a] = acc;
+        acc *= sp[a];
+    }
+    let plane = acc;
+    let (nb, c) = (xd[0], xd[1]);
+    let base: Vec<i64> = (0..nb * c).map(|k| k * plane).collect();
+    let mut bd = vec![1i64; rank];
+    bd[0] = nb;
+    bd[1] = c;
+    let base = ctx.const_i64(&base, &bd)?;
+    let mut od = vec![1i64, 1];
+    od.extend(&outs);
+    let total: usize = outs.iter().product::<i64>() as usize;
+    let mut res = ctx.const_i64(&[-1], &[])?;
+    let kernel: Vec<i64> = w.iter().map(|a| a.kernel).collect();
+    let offsets = cartesian(&kernel);
+    for q in offsets.iter().rev() {
+        // The slice of the padded input this offset sees.
+        let mut starts = vec![0i64, 0];
+        let mut limits = vec![nb, c];
+        let mut strides = vec![1i64, 1];
+        for (i, a) in w.iter().enumerate() {
+            let st = q[i] * a.dilation;
+            starts.push(st);
+            limits.push(st + (a.out - 1) * a.stride + 1);
+            strides.push(a.stride);
+        }
+        let v = ctx.emit1(Op::Slice { starts, limits, strides }, &[xp])?;
+        let mut hit = ctx.emit1(Op::Compare { dir: CompareOp::Equal, total_order: false }, &[v, y])?;
+        // Spatial flat index per output position, and whether the cell is inside X.
+        let mut flat = vec![0i64; total];
+        let mut valid = vec![1u8; total];
+        for (k, o) in cartesian(&outs).iter().enumerate() {
+            for (i, a) in w.iter().enumerate() {
+                let p = o[i] * a.stride + q[i] * a.dilation - a.lo;
+                if p < 0 || p >= a.dim {
+                    valid[k] = 0;
+                } else {
+                    flat[k] += p * step[i];
+                }
+            }
+        }
+        if valid.contains(&0) {
+            let m = ctx.constant(Shape::new(DType::Bool, &od), valid)?;
+            hit = bin(ctx, BinaryOp::LogicalAnd, hit, m)?;
+        }
+        let f = ctx.const_i64(&flat, &od)?;
+        let idx = bin(ctx, BinaryOp::Add, base, f)?;
+        res = ctx.emit1(Op::Where, &[hit, idx, res])?;
+    }
+    Ok(res)
+}
+
+/// Every index tuple below `dims`, row-major.
+fn cartesian(dims: &[i64]) -> Vec<Vec<i64>> {
+    let mut out = vec![vec![]];
+    for &d in dims {
+        out = out.iter().flat_map(|p| (0..d).map(move |i| [p.clone(), vec![i]].concat())).collect();
+    }
+    out
+}
+
+/// The divisor of an average pool: per output position, the number of window cells inside the
+/// input (`count_include_pad` = 0) or inside input + explicit padding (= 1). It is the product
+/// of one constant per spatial axis (a scalar when the count does not vary along the axis).
+fn pool_divisor(ctx: &mut Ctx<'_>, n: &Node<'_>, w: &[AxisWin], include_pad: bool, dt: DType) -> Result<ValueId> {
+    let rank = w.len() + 2;
+    let mut div: Option<ValueId> = None;
+    let mut uniform = 1f64;
+    for (i, a) in w.iter().enumerate() {
+        let (from, to) = if include_pad { (0, a.lo + a.dim + a.hi) } else { (a.lo, a.lo + a.dim) };
+        let per: Vec<f64> = (0..a.out).map(|o| a.count_in(o, from, to) as f64).collect();
+        if per.iter().all(|&c| c == per[0]) {
+            uniform *= per.first().copied().unwrap_or(1.0);
+            continue;
+        }
+        let mut dims = vec![1i64; rank];
+        dims[2 + i] = a.out;
+        let c = const_of(ctx, n, dt, &dims, &per)?;
+        div = Some(match div {
+            None => c,
+            Some(d) => bin(ctx, BinaryOp::Mul, d, c)?,
+        });
+    }
+    let u = scalar(ctx, n, dt, uniform)?;
+    match div {
+        None => Ok(u),
+        Some(d) if uniform == 1.0 => Ok(d),
+        Some(d) => bin(ctx, BinaryOp::Mul, d, u),
+    }
 }
 
 /// `AveragePool(X)`: window sums divided by the number of counted cells.
@@ -161,12 +291,7 @@ pub(super) fn average_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueI
     let xd = dims_of(ctx, n, x)?;
     let w = window(n, &xd, true)?;
     let sum = reduce_window(ctx, n, x, ArithReduce::Sum, &w)?;
-    let (dims, counts) = pool_counts(&w, include_pad);
-    let div = if counts.iter().all(|&c| c == counts[0]) {
-        scalar(ctx, n, dt, counts[0])?
-    } else {
-        const_of(ctx, n, dt, &dims, &counts)?
-    };
+    let div = pool_divisor(ctx, n, &w, include_pad, dt)?;
     Ok(vec![bin(ctx, BinaryOp::Div, sum, div)?])
 }
 

@@ -117,7 +117,9 @@ fn coeffs(cfg: &Config, ratio: f64, scale: f64) -> Vec<f64> {
             let sum: f64 = c.iter().sum();
             c.iter().map(|v| v / sum).collect()
         }
-        (Mode::Cubic, false) => [ratio + 1.0, ratio, 1.0 - ratio, 2.0 - ratio].iter().map(|&x| cubic_kernel(x, cfg.cubic_a)).collect(),
+        (Mode::Cubic, false) => {
+            [ratio + 1.0, ratio, 1.0 - ratio, 2.0 - ratio].iter().map(|&x| cubic_kernel(x, cfg.cubic_a)).collect()
+        }
         (Mode::Cubic, true) => {
             let start = (-2.0 / s).floor() as i64 + 1;
             let c: Vec<f64> = (start..2 - start).map(|i| cubic_kernel(s * (i as f64 - ratio), cfg.cubic_a)).collect();
@@ -185,7 +187,7 @@ fn plan_axis(cfg: &Config, in_w: i64, out_w: i64, scale: f64, roi: (f64, f64)) -
         let frac = xp - p;
         let p = p as i64;
         let half = (nt / 2) as i64;
-        let start = if nt % 2 == 0 {
+        let start = if nt.is_multiple_of(2) {
             p + if frac == 0.0 { -half } else { -half + 1 }
         } else {
             let base = -((nt as i64 - 1) / 2);
@@ -212,7 +214,15 @@ fn plan_axis(cfg: &Config, in_w: i64, out_w: i64, scale: f64, roi: (f64, f64)) -
 }
 
 /// Resamples axis `axis` of `x` with `plan`.
-fn apply_axis(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, axis: usize, out_w: i64, plan: &AxisPlan, cfg: &Config) -> Result<ValueId> {
+fn apply_axis(
+    ctx: &mut Ctx<'_>,
+    n: &Node<'_>,
+    x: ValueId,
+    axis: usize,
+    out_w: i64,
+    plan: &AxisPlan,
+    cfg: &Config,
+) -> Result<ValueId> {
     let xd = dims_of(ctx, n, x)?;
     let r = xd.len();
     let t = plan.taps as i64;
@@ -272,18 +282,24 @@ fn resample(
         return Err(n.unsupported(format!("element type {dt}")));
     }
     // Linear and cubic modes compute in f32 (f64 for f64) and round once at the end.
+    Shape::new(dt, out).check_limits().map_err(|e| n.invalid(format!("output shape {out:?}: {e}")))?;
     let work = if dt == DType::Float64 { DType::Float64 } else { DType::Float32 };
     let mut y = if interpolating { cast(ctx, x, work)? } else { x };
     for &a in order {
         if out[a] < 0 {
             return Err(n.invalid(format!("output size {} on axis {a}", out[a])));
         }
-        let identity = (scales[a] - 1.0).abs() <= 1e-9 && out[a] == xd[a] && (cfg.coord != Coord::TfCropAndResize || (roi[a].0.abs() <= 1e-9 && (roi[a].1 - 1.0).abs() <= 1e-9));
+        let identity = (scales[a] - 1.0).abs() <= 1e-9
+            && out[a] == xd[a]
+            && (cfg.coord != Coord::TfCropAndResize || (roi[a].0.abs() <= 1e-9 && (roi[a].1 - 1.0).abs() <= 1e-9));
         if identity {
             continue;
         }
         if xd[a] == 0 {
             return Err(n.unsupported(format!("resizing the empty axis {a}")));
+        }
+        if cfg.antialias && scales[a] < 1.0 && 4.0 / scales[a] > (4 * xd[a] + 8) as f64 {
+            return Err(n.unsupported(format!("an antialias filter wider than axis {a} (scale {})", scales[a])));
         }
         let plan = plan_axis(cfg, xd[a], out[a], scales[a], roi[a]);
         y = apply_axis(ctx, n, y, a, out[a], &plan, cfg)?;
