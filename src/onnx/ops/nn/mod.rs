@@ -10,6 +10,8 @@ mod norm;
 mod pool;
 mod resize;
 mod softmax;
+#[cfg(test)]
+mod tests;
 
 use crate::error::Result;
 use crate::ir::dtype::DType;

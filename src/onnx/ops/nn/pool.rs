@@ -184,7 +184,6 @@ fn max_indices(
     let mut axes = vec![PadAxis::default(); 2];
     axes.extend(w.iter().map(|a| PadAxis { start: a.lo, end: a.hi + a.extra(), interior: 0 }));
     let xp = ctx.emit1(Op::Pad { axes }, &[x, fill])?;
-    let outs: Vec<i64> = w.iter().map(|a| a.out).collect();
     // Element offsets of the spatial axes in X (row-major, or column-major when asked).
     let sp = &xd[2..];
     let mut step = vec![0i64; s];
@@ -201,13 +200,9 @@ fn max_indices(
     bd[0] = nb;
     bd[1] = c;
     let base = ctx.const_i64(&base, &bd)?;
-    let mut od = vec![1i64, 1];
-    od.extend(&outs);
-    let total: usize = outs.iter().product::<i64>() as usize;
     let mut res = ctx.const_i64(&[-1], &[])?;
     let kernel: Vec<i64> = w.iter().map(|a| a.kernel).collect();
-    let offsets = cartesian(&kernel);
-    for q in offsets.iter().rev() {
+    for q in cartesian(&kernel).iter().rev() {
         // The slice of the padded input this offset sees.
         let mut starts = vec![0i64, 0];
         let mut limits = vec![nb, c];
@@ -220,25 +215,22 @@ fn max_indices(
         }
         let v = ctx.emit1(Op::Slice { starts, limits, strides }, &[xp])?;
         let mut hit = ctx.emit1(Op::Compare { dir: CompareOp::Equal, total_order: false }, &[v, y])?;
-        // Spatial flat index per output position, and whether the cell is inside X.
-        let mut flat = vec![0i64; total];
-        let mut valid = vec![1u8; total];
-        for (k, o) in cartesian(&outs).iter().enumerate() {
-            for (i, a) in w.iter().enumerate() {
-                let p = o[i] * a.stride + q[i] * a.dilation - a.lo;
-                if p < 0 || p >= a.dim {
-                    valid[k] = 0;
-                } else {
-                    flat[k] += p * step[i];
-                }
+        // Flat index = base(n, c) + Σ position·step, one term per spatial axis; cells in the
+        // padding never match.
+        let mut idx = base;
+        for (i, a) in w.iter().enumerate() {
+            let pos: Vec<i64> = (0..a.out).map(|o| o * a.stride + q[i] * a.dilation - a.lo).collect();
+            let mut d = vec![1i64; rank];
+            d[2 + i] = a.out;
+            if pos.iter().any(|&p| p < 0 || p >= a.dim) {
+                let valid: Vec<u8> = pos.iter().map(|&p| u8::from(p >= 0 && p < a.dim)).collect();
+                let m = ctx.constant(Shape::new(DType::Bool, &d), valid)?;
+                hit = bin(ctx, BinaryOp::LogicalAnd, hit, m)?;
             }
+            let terms: Vec<i64> = pos.iter().map(|&p| p.min(a.dim - 1).max(0) * step[i]).collect();
+            let t = ctx.const_i64(&terms, &d)?;
+            idx = bin(ctx, BinaryOp::Add, idx, t)?;
         }
-        if valid.contains(&0) {
-            let m = ctx.constant(Shape::new(DType::Bool, &od), valid)?;
-            hit = bin(ctx, BinaryOp::LogicalAnd, hit, m)?;
-        }
-        let f = ctx.const_i64(&flat, &od)?;
-        let idx = bin(ctx, BinaryOp::Add, base, f)?;
         res = ctx.emit1(Op::Where, &[hit, idx, res])?;
     }
     Ok(res)
