@@ -380,3 +380,28 @@ pub(super) fn global_lp_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<Valu
     let s = reduce_keep(ctx, n, a, ReduceKind::Sum, &axes)?;
     Ok(vec![root(ctx, n, s, p)?])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AxisWin;
+
+    #[test]
+    fn count_in_matches_enumeration() {
+        for kernel in 1..5 {
+            for stride in 1..4 {
+                for dilation in 1..4 {
+                    let w = AxisWin { dim: 7, kernel, stride, dilation, lo: 2, hi: 1, out: 5 };
+                    for o in 0..5 {
+                        for (from, to) in [(0, 10), (2, 9), (3, 4), (5, 5), (8, 2)] {
+                            let want = (0..kernel)
+                                .map(|j| o * stride + j * dilation)
+                                .filter(|&p| p >= from && p < to)
+                                .count() as i64;
+                            assert_eq!(w.count_in(o, from, to), want, "{w:?} o={o} [{from}, {to})");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
