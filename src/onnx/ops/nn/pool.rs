@@ -393,10 +393,9 @@ mod tests {
                     let w = AxisWin { dim: 7, kernel, stride, dilation, lo: 2, hi: 1, out: 5 };
                     for o in 0..5 {
                         for (from, to) in [(0, 10), (2, 9), (3, 4), (5, 5), (8, 2)] {
-                            let want = (0..kernel)
-                                .map(|j| o * stride + j * dilation)
-                                .filter(|&p| p >= from && p < to)
-                                .count() as i64;
+                            let want =
+                                (0..kernel).map(|j| o * stride + j * dilation).filter(|&p| p >= from && p < to).count()
+                                    as i64;
                             assert_eq!(w.count_in(o, from, to), want, "{w:?} o={o} [{from}, {to})");
                         }
                     }
