@@ -106,6 +106,17 @@ fn checked_product(dims: &[i64]) -> Option<i64> {
     dims.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d))
 }
 
+/// The size of axis `a` of `v`, which must be static.
+fn static_axis(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId, a: usize) -> Result<i64> {
+    let s = ctx.shape(v);
+    match s.dims.get(a) {
+        Some(&d) if d >= 0 => Ok(d),
+        _ => Err(n.unsupported(format!(
+            "axis {a} of {s} must be static (bind symbolic dimensions with ImportOptions::dims / --dim)"
+        ))),
+    }
+}
+
 /// Rejects axis lists on rank-0 operands (where [`norm_axes`] accepts axis 0).
 fn require_rank(n: &Node<'_>, rank: usize, what: &str) -> Result<()> {
     if rank == 0 {
@@ -456,11 +467,13 @@ fn squeeze_axes(ctx: &Ctx<'_>, n: &Node<'_>) -> Result<Option<Vec<i64>>> {
     if n.opset < 13 { n.attr_ints("axes") } else { opt_const_ints(ctx, n, 1, "axes") }
 }
 
-/// `Squeeze(data, axes?)`: drops the listed size-1 axes (all size-1 axes when none are given).
+/// `Squeeze(data, axes?)`: drops the listed size-1 axes (all size-1 axes when none are given,
+/// or, before opset 13, when the `axes` attribute is empty).
 fn squeeze(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
     let dims = ctx.shape(x).dims.clone();
-    let drop: Vec<usize> = match squeeze_axes(ctx, n)? {
+    let axes = squeeze_axes(ctx, n)?.filter(|a| n.opset >= 13 || !a.is_empty());
+    let drop: Vec<usize> = match axes {
         None => {
             static_dims(ctx, n, x)?;
             (0..dims.len()).filter(|&a| dims[a] == 1).collect()
@@ -618,12 +631,13 @@ fn concat(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
 /// smaller when the axis does not divide evenly).
 fn split(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
-    let dims = static_dims(ctx, n, x)?;
+    // Dynamic axes other than the split one are kept whole (slice limit -1).
+    let dims = ctx.shape(x).dims.clone();
     let axis = norm_axis(n, n.attr_i_or("axis", 0)?, dims.len())?;
     if dims.is_empty() {
         return Err(n.invalid("input must have rank ≥ 1"));
     }
-    let d = dims[axis];
+    let d = static_axis(ctx, n, x, axis)?;
     let outputs = n.num_outputs();
     let given = if n.opset >= 13 { opt_const_ints(ctx, n, 1, "split")? } else { n.attr_ints("split")? };
     let num = if n.opset >= 18 { n.attr_i("num_outputs")? } else { None };
@@ -676,7 +690,8 @@ fn split(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
 /// and negative steps (a `Reverse` then a strided slice).
 fn slice(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
-    let dims = static_dims(ctx, n, x)?;
+    // Dynamic axes that are not sliced are kept whole (slice limit -1).
+    let dims = ctx.shape(x).dims.clone();
     let r = dims.len();
     let (starts, ends, axes, steps) = if n.opset < 10 {
         let starts = n.attr_ints("starts")?.ok_or_else(|| n.invalid("starts is required"))?;
@@ -706,7 +721,8 @@ fn slice(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let mut st = vec![1i64; r];
     let mut reversed = Vec::new();
     for i in 0..k {
-        let (a, d, step) = (axes[i], dims[axes[i]], steps[i]);
+        let (a, step) = (axes[i], steps[i]);
+        let d = static_axis(ctx, n, x, a)?;
         if step == 0 {
             return Err(n.invalid(format!("step 0 on axis {a}")));
         }
@@ -1031,8 +1047,8 @@ fn reduction(n: &Node<'_>) -> Result<Reduction> {
 /// ScatterND on normalised int64 `idx` (`batch ++ [k]`) and `upd` (`batch ++ dims[k..]`).
 ///
 /// add / max / min map onto the IR's scatter. `none` scatters the (1-based) update number with
-/// max into zeros, so that each target learns the last update written to it (the reference's
-/// sequential order), then gathers that update's element. `mul` compares every update's target
+/// max into zeros over the `dims[..k]` targets, so that each target learns the last update
+/// written to it (the reference's sequential order), then gathers that update's window. `mul` compares every update's target
 /// with every target position and multiplies the matching updates (`[updates, targets, window]`
 /// elements, bounded by [`SCATTER_MUL_MAX_ELEMENTS`]).
 fn scatter_core(
@@ -1045,7 +1061,6 @@ fn scatter_core(
 ) -> Result<ValueId> {
     let dims = ctx.shape(data).dims.clone();
     let idims = ctx.shape(idx).dims.clone();
-    let udims = ctx.shape(upd).dims.clone();
     let dt = ctx.dtype(data);
     if ctx.dtype(upd) != dt {
         return Err(n.invalid(format!("updates have type {}, data has {dt}", ctx.dtype(upd))));
@@ -1076,25 +1091,33 @@ fn scatter_core(
         Reduction::Max => ctx.emit1(scatter(ArithReduce::Max), &[data, idx, upd]),
         Reduction::Min => ctx.emit1(scatter(ArithReduce::Min), &[data, idx, upd]),
         Reduction::None => {
-            let mut rows_dims = vec![rows];
-            rows_dims.extend_from_slice(&dims[k..]);
-            let ids = iota(ctx, &rows_dims, 0)?;
+            // The last update number (1-based) written to each target, 0 where none is.
+            let targets = &dims[..k];
+            let ids = iota(ctx, &[rows], 0)?;
             let one = scalar_i64(ctx, 1)?;
             let ids = binary(ctx, BinaryOp::Add, ids, one)?;
-            let ids = reshape_to(ctx, ids, &udims)?;
+            let ids = reshape_to(ctx, ids, &idims[..q - 1])?;
             let zero = scalar_i64(ctx, 0)?;
-            let zeros = broadcast_axes(ctx, zero, &dims, vec![])?;
-            let pos = ctx.emit1(scatter(ArithReduce::Max), &[zeros, idx, ids])?;
+            let zeros = broadcast_axes(ctx, zero, targets, vec![])?;
+            let last = Op::Scatter {
+                kind: ArithReduce::Max,
+                index_vector_axis: q - 1,
+                update_window_axes: vec![],
+                inserted_window_axes: (0..k).collect(),
+                scatter_axes_to_operand_axes: (0..k).collect(),
+                indices_are_sorted: false,
+                unique_indices: false,
+            };
+            let pos = ctx.emit1(last, &[zeros, idx, ids])?;
+            // Each target's update window, from the updates as `[rows] ++ dims[k..]`.
             let row = binary(ctx, BinaryOp::Sub, pos, one)?;
             let row = binary(ctx, BinaryOp::Max, row, zero)?;
-            let mut comps = vec![row];
-            for a in k..r {
-                comps.push(iota(ctx, &dims, a)?);
-            }
-            let full = stack_last(ctx, &comps, &dims)?;
+            let mut rows_dims = vec![rows];
+            rows_dims.extend_from_slice(&dims[k..]);
             let flat = reshape_to(ctx, upd, &rows_dims)?;
-            let picked = gather_points(ctx, flat, full)?;
+            let picked = gather_axis(ctx, flat, row, 0, &rows_dims)?;
             let hit = compare(ctx, CompareOp::GreaterThan, pos, zero)?;
+            let hit = broadcast_axes(ctx, hit, &dims, (0..k).collect())?;
             select(ctx, hit, picked, data)
         }
         Reduction::Mul => {
@@ -1397,7 +1420,8 @@ fn range(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     Ok(vec![ctx.constant(Shape::new(dt, &[count as i64]), bytes)?])
 }
 
-/// `NonZero(x)` on a constant: the `[rank, count]` int64 coordinates of its non-zero elements.
+/// `NonZero(x)` on a constant: the `[rank, count]` int64 coordinates of its non-zero elements
+/// (row-major order).
 fn non_zero(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
     let s = ctx.shape(x).clone();
@@ -1414,7 +1438,8 @@ fn non_zero(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
             n.unsupported("the input must be a constant known at import (the output size depends on its values)")
         );
     };
-    let dims = if s.dims.is_empty() { vec![1] } else { s.dims.clone() };
+    // A scalar gives `[0, count]` (the reference's convention).
+    let dims = s.dims.clone();
     let r = dims.len();
     let hits: Vec<usize> = nz.iter().enumerate().filter(|&(_, &b)| b).map(|(i, _)| i).collect();
     if hits.len() * r > CONST_MAX_ELEMENTS {
@@ -1452,7 +1477,7 @@ fn dropout(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         n.ignore_attrs(&["ratio"]);
     }
     let mut outs = vec![x];
-    if n.num_outputs() > 1 {
+    if n.output_wanted(1) {
         let dims = static_dims(ctx, n, x)?;
         let mask_dt = if n.opset >= 10 { DType::Bool } else { ctx.dtype(x) };
         let one = ctx.scalar(mask_dt, 1.0)?;
