@@ -14,7 +14,9 @@ use std::time::Duration;
 use half::{bf16, f16};
 
 use crate::api::buffer::Buffer;
-use crate::cli::run::{InputSource, RepeatStats, backend, check_repeat, compile, load_with_inputs, time_executions};
+use crate::cli::run::{
+    InputSource, Loaded, ModelOptions, RepeatStats, backend, check_repeat, compile, load_with_inputs, time_executions,
+};
 use crate::cli::{CliError, display_name, millis};
 use crate::ir::dtype::{DType, DTypeClass};
 use crate::ir::shape::Shape;
@@ -224,7 +226,8 @@ pub fn bench(opts: &BenchOptions) -> Result<BenchReport, CliError> {
         generate(shape, fill, i as u64)
             .map_err(|e| CliError::new(format!("parameter {i} ({name:?}): {e}; give it an --input {name}=PATH.npy")))
     };
-    let (module, buffers, sources) = load_with_inputs(&opts.file, &opts.inputs, Some(&mut gen_fn))?;
+    let Loaded { module, buffers, sources, .. } =
+        load_with_inputs(&opts.file, &opts.inputs, Some(&mut gen_fn), &ModelOptions::default())?;
     let main = module.func(module.main);
     let inputs = main
         .param_names
