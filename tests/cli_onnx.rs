@@ -203,6 +203,14 @@ fn run_executes_an_onnx_model_in_output_order() {
     assert_eq!(v["outputs"][1]["shape"], serde_json::json!([3, 32]));
     check_outputs(&out, 3);
 
+    // bench binds the dims from --dim alone and generates the input.
+    let (code, stdout, err) =
+        tensorjit(&["--json", "bench", s(&m), "--dim", "batch=4", "--repeat", "2", "--fill", "random"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([4, 32]));
+    assert_eq!(v["inputs"][0]["source"], "random");
+
     // The format is found by content when the extension says nothing.
     let bin = dir.join("model.bin");
     std::fs::copy(&m, &bin).unwrap();
@@ -333,9 +341,17 @@ fn import_writes_ir_and_safetensors_that_replay() {
     assert_eq!(v["inputs"][0]["type"], "f32[2,32]");
     assert_eq!(v["outputs"][2]["name"], "same");
     assert!(dir.join("w.safetensors").exists());
-    let (code, _, err) =
+    // A dump of the optimised IR with its constants in a safetensors file replays.
+    let (code, opt, err) =
         tensorjit(&["dump", s(&fixed), "--stage", "optimized", "--constants-file", s(&dir.join("opt.safetensors"))]);
     assert_eq!(code, 0, "{err}");
+    assert!(opt.contains("safetensors(\"opt.safetensors\""), "{opt}");
+    let opt_path = dir.join("opt.tjir");
+    std::fs::write(&opt_path, &opt).unwrap();
+    let (code, _, err) =
+        tensorjit(&["run", s(&opt_path), "--input", &format!("x={}", s(&x)), "--out", s(&out), "--backend", "jit"]);
+    assert_eq!(code, 0, "{err}");
+    check_outputs(&out, 2);
 
     // Errors: weights elsewhere than next to the text, a missing model, a missing -o.
     let (code, _, err) = tensorjit(&["import", s(&m), "-o", s(&tjir), "--weights", "/tmp/elsewhere/w.safetensors"]);

@@ -439,6 +439,15 @@ fn ir_text_names_tensors_of_an_existing_weights_file() {
     std::fs::write(dir.join("junk.safetensors"), b"junk").unwrap();
     let e = parse_module_with_constants(&text("junk.safetensors", name, "f32[2,3]"), &dir).unwrap_err().to_string();
     assert!(e.contains("junk.safetensors") && e.contains("too short"), "{e}");
+    // Bool data must be 0 or 1.
+    std::fs::write(
+        dir.join("flags.safetensors"),
+        safetensors_bytes(r#"{"f":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}"#, &[1, 7]),
+    )
+    .unwrap();
+    let t = "module @m\n\nfunc @main() {\n  %0 = constant safetensors(\"flags.safetensors\", \"f\") : bool[2]\n  return %0\n}\n";
+    let e = parse_module_with_constants(t, &dir).unwrap_err().to_string();
+    assert!(e.contains("flags.safetensors") && e.contains("byte 7"), "{e}");
     // Without a directory, and with a malformed form.
     let e = parse_module(&text("model.safetensors", name, "f32[2,3]")).unwrap_err().to_string();
     assert!(e.contains("no directory"), "{e}");

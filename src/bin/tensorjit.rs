@@ -58,7 +58,7 @@ enum Command {
     /// Execute main of an IR file or an ONNX model on .npy inputs and write its outputs as .npy files
     #[command(after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
-    /// Compile an IR file once and time repeated executions (median, min, mean, max)
+    /// Compile an IR file or ONNX model once and time repeated executions (median, min, mean, max)
     Bench(BenchArgs),
     /// Parse and verify an IR file; print every error as FILE:LINE:COLUMN
     Check(CheckArgs),
@@ -124,7 +124,7 @@ struct InfoArgs {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// The IR text file
+    /// The IR text file or ONNX model
     file: PathBuf,
     /// The .npy file for main's parameter NAME; parameters without one are generated (--fill)
     #[arg(short, long = "input", value_name = "NAME=PATH", value_parser = parse_input)]
@@ -142,6 +142,10 @@ struct BenchArgs {
     /// in [-1, 1), integers in [0, 16))
     #[arg(long, value_enum, default_value_t = Fill::Zeros)]
     fill: Fill,
+    /// ONNX models: the size of the symbolic dimension NAME (others are bound from the inputs'
+    /// shapes)
+    #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
+    dims: Vec<(String, i64)>,
 }
 
 #[derive(Args)]
@@ -304,6 +308,7 @@ fn main() -> ExitCode {
                 repeat: a.repeat,
                 warmup: a.warmup,
                 fill: a.fill,
+                dims: a.dims,
             };
             match tensorjit::cli::bench::bench(&opts) {
                 Ok(r) => {

@@ -46,7 +46,7 @@ impl Fill {
 /// Options of [`bench()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchOptions {
-    /// The IR file.
+    /// The IR file or ONNX model.
     pub file: PathBuf,
     /// `(parameter name, .npy path)` pairs; other parameters are generated (`fill`).
     pub inputs: Vec<(String, PathBuf)>,
@@ -58,6 +58,9 @@ pub struct BenchOptions {
     pub warmup: usize,
     /// How parameters without an input are generated.
     pub fill: Fill,
+    /// ONNX models: sizes of symbolic dimensions (`--dim NAME=SIZE`), on top of those the
+    /// given inputs bind.
+    pub dims: Vec<(String, i64)>,
 }
 
 impl Default for BenchOptions {
@@ -69,6 +72,7 @@ impl Default for BenchOptions {
             repeat: 10,
             warmup: 1,
             fill: Fill::Zeros,
+            dims: Vec::new(),
         }
     }
 }
@@ -227,7 +231,7 @@ pub fn bench(opts: &BenchOptions) -> Result<BenchReport, CliError> {
             .map_err(|e| CliError::new(format!("parameter {i} ({name:?}): {e}; give it an --input {name}=PATH.npy")))
     };
     let Loaded { module, buffers, sources, .. } =
-        load_with_inputs(&opts.file, &opts.inputs, Some(&mut gen_fn), &ModelOptions::default())?;
+        load_with_inputs(&opts.file, &opts.inputs, Some(&mut gen_fn), &ModelOptions { dims: opts.dims.clone() })?;
     let main = module.func(module.main);
     let inputs = main
         .param_names

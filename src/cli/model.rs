@@ -55,10 +55,10 @@ pub fn read_onnx_file(path: &Path) -> Result<Vec<u8>, CliError> {
     if meta.len() > max {
         return Err(in_file(Error::limit("onnx", format!("{} bytes; model files may have at most {max}", meta.len()))));
     }
+    let len = usize::try_from(meta.len())
+        .map_err(|_| in_file(Error::limit("onnx", format!("{} bytes do not fit in memory", meta.len()))))?;
     let mut bytes = Vec::new();
-    bytes
-        .try_reserve_exact(meta.len() as usize)
-        .map_err(|_| in_file(Error::out_of_memory("onnx", meta.len() as usize)))?;
+    bytes.try_reserve_exact(len).map_err(|_| in_file(Error::out_of_memory("onnx", len)))?;
     f.take(max).read_to_end(&mut bytes).map_err(|e| in_file(Error::Io(format!("{}: {e}", path.display()))))?;
     Ok(bytes)
 }

@@ -155,6 +155,8 @@ pub struct SideFile {
     tensor_index: HashMap<(usize, String, Vec<usize>), usize>,
     /// Names suggested for data with a given (hash, length) (see [`SideFile::suggest_name`]).
     hints: HashMap<(u64, u64), String>,
+    /// The suggested names (kept free for the data they were suggested for).
+    hint_names: HashSet<String>,
     used_names: HashSet<String>,
     next_name: usize,
 }
@@ -193,6 +195,7 @@ impl SideFile {
             tensors: Vec::new(),
             tensor_index: HashMap::new(),
             hints: HashMap::new(),
+            hint_names: HashSet::new(),
             used_names: HashSet::new(),
             next_name: 0,
         })
@@ -215,7 +218,8 @@ impl SideFile {
         if name.is_empty() || name == "__metadata__" {
             return;
         }
-        self.hints.entry((xxh64(data), data.len() as u64)).or_insert_with(|| name.to_string());
+        let slot = self.hints.entry((xxh64(data), data.len() as u64)).or_insert_with(|| name.to_string());
+        self.hint_names.insert(slot.clone());
     }
 
     /// The name written in the text.
@@ -272,7 +276,7 @@ impl SideFile {
             _ => loop {
                 let n = format!("c{}", self.next_name);
                 self.next_name += 1;
-                if !self.used_names.contains(&n) && !self.hints.values().any(|h| *h == n) {
+                if !self.used_names.contains(&n) && !self.hint_names.contains(&n) {
                     break n;
                 }
             },
@@ -441,6 +445,11 @@ impl SideFileReader {
         }
         if let Some(d) = self.tensor_cache.get(&key) {
             return Ok(d.clone());
+        }
+        if want.dtype == crate::ir::dtype::DType::Bool
+            && let Some(b) = f.data(tensor).and_then(|d| d.iter().copied().find(|&b| b > 1))
+        {
+            return Err(format!("constant data file {shown}: bool tensor {tensor:?} holds the byte {b} (not 0 or 1)"));
         }
         let bytes =
             f.data(tensor).ok_or_else(|| format!("constant data file {shown}: tensor {tensor:?} lies past its end"))?;
