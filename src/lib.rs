@@ -29,7 +29,8 @@
 //! `tests/layers.rs`, described in docs/architecture.md): [`error`], [`env`](mod@env) → [`limits`] →
 //! [`config`], [`threads`] → [`ir`] → [`memory`] → [`kernels`] → [`codegen`] → [`lower`],
 //! [`passes`] → [`api`] (the contract: [`Backend`], [`Builder`], [`Buffer`], [`Executable`]) →
-//! [`backends`] (`interp`, `jit`) → [`onnx`](mod@onnx) (model import) → [`registry`], [`cli`].
+//! [`backends`] (`interp`, `jit`), [`weights`] (safetensors, `.npz`, `.npy`) → [`onnx`](mod@onnx)
+//! (model import) → [`registry`], [`cli`].
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -55,6 +56,7 @@ pub mod onnx;
 pub mod passes;
 pub mod registry;
 pub mod threads;
+pub mod weights;
 
 pub use api::{Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value};
 pub use backends::interp::InterpOptions;

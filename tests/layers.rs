@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["codegen"],
     &["lower", "passes"],
     &["api"],
-    &["backends"],
+    &["backends", "weights"],
     &["onnx"],
     &["cli", "compliance", "registry"],
 ];

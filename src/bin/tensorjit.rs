@@ -11,13 +11,16 @@ use clap::{Args, Parser, Subcommand};
 use tensorjit::cli::bench::{BenchOptions, Fill};
 use tensorjit::cli::dump::{DumpOptions, Stage};
 use tensorjit::cli::fmt::{ConstantsFileReport, FmtOptions};
-use tensorjit::cli::{CliError, MAX_REPEAT, RunOptions};
+use tensorjit::cli::import::ImportCommand;
+use tensorjit::cli::model::parse_dim;
+use tensorjit::cli::{CliError, MAX_REPEAT, ModelOptions, RunOptions};
 use tensorjit::ir::text::{DEFAULT_DUMP_CONSTANT_ELEMENTS, DEFAULT_PREVIEW_ELEMENTS, PrintOptions};
 
 const EXIT_STATUS: &str = "\
 Exit status: 0 success, 1 failure (bad file, failed check, compile or execution error; the
 message names the file, and the line and column for IR text errors), 2 usage error.
-FILE may be `-` for standard input. See docs/cli.md.";
+FILE may be `-` for standard input (IR text only). A model FILE is IR text (.tjir) or an ONNX
+model (.onnx; another extension is read as ONNX when its first byte is 0x08). See docs/cli.md.";
 
 const RUN_AFTER_HELP: &str = "\
 dtype conventions (.npy has no bfloat16 and no sub-byte integers):
@@ -35,7 +38,7 @@ or packed-uint8).";
 #[command(
     name = "tensorjit",
     version,
-    about = "Run, benchmark, check, format and dump tensorjit IR files (.tjir)",
+    about = "Run, benchmark, check, format and dump tensorjit IR files (.tjir) and ONNX models; import and inspect ONNX models",
     after_help = EXIT_STATUS,
     propagate_version = true
 )]
@@ -52,10 +55,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Execute main of an IR file on .npy inputs and write its outputs as .npy files
+    /// Execute main of an IR file or an ONNX model on .npy inputs and write its outputs as .npy files
     #[command(after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
-    /// Compile an IR file once and time repeated executions (median, min, mean, max)
+    /// Compile an IR file or ONNX model once and time repeated executions (median, min, mean, max)
     Bench(BenchArgs),
     /// Parse and verify an IR file; print every error as FILE:LINE:COLUMN
     Check(CheckArgs),
@@ -63,11 +66,16 @@ enum Command {
     Fmt(FmtArgs),
     /// Print the jit backend's compilation stages of an IR file (no inputs needed)
     Dump(DumpArgs),
+    /// Convert an ONNX model to IR text plus a safetensors file of its weights
+    Import(ImportArgs),
+    /// Describe an ONNX model (inputs, outputs, opset, operators, unsupported operators) or a
+    /// weights file (.safetensors, .npz, .npy) without importing it
+    Info(InfoArgs),
 }
 
 #[derive(Args)]
 struct RunArgs {
-    /// The IR text file
+    /// The IR text file or ONNX model
     file: PathBuf,
     /// The .npy file for main's parameter NAME; every parameter needs one
     #[arg(short, long = "input", value_name = "NAME=PATH", value_parser = parse_input)]
@@ -83,11 +91,40 @@ struct RunArgs {
     /// and mean time per execution (1 to 1000000)
     #[arg(short, long, value_name = "N", value_parser = parse_repeat, allow_negative_numbers = true)]
     repeat: Option<usize>,
+    /// ONNX models: the size of the symbolic dimension NAME (others are bound from the inputs'
+    /// shapes)
+    #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
+    dims: Vec<(String, i64)>,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// The ONNX model
+    file: PathBuf,
+    /// The IR text file to write
+    #[arg(short, long, value_name = "PATH", value_parser = parse_out_file)]
+    out: PathBuf,
+    /// The safetensors file for the weights, in the same directory as --out [default: --out
+    /// with the extension .safetensors]
+    #[arg(short, long, value_name = "PATH")]
+    weights: Option<PathBuf>,
+    /// The size of the symbolic dimension NAME (the others stay dynamic)
+    #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
+    dims: Vec<(String, i64)>,
+    /// Constants with more than N elements go to the weights file
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_DUMP_CONSTANT_ELEMENTS)]
+    max_constant_elements: usize,
+}
+
+#[derive(Args)]
+struct InfoArgs {
+    /// The ONNX model or weights file
+    file: PathBuf,
 }
 
 #[derive(Args)]
 struct BenchArgs {
-    /// The IR text file
+    /// The IR text file or ONNX model
     file: PathBuf,
     /// The .npy file for main's parameter NAME; parameters without one are generated (--fill)
     #[arg(short, long = "input", value_name = "NAME=PATH", value_parser = parse_input)]
@@ -105,6 +142,10 @@ struct BenchArgs {
     /// in [-1, 1), integers in [0, 16))
     #[arg(long, value_enum, default_value_t = Fill::Zeros)]
     fill: Fill,
+    /// ONNX models: the size of the symbolic dimension NAME (others are bound from the inputs'
+    /// shapes)
+    #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
+    dims: Vec<(String, i64)>,
 }
 
 #[derive(Args)]
@@ -159,6 +200,14 @@ fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
     match s.split_once('=') {
         Some((name, path)) if !name.is_empty() && !path.is_empty() => Ok((name.to_string(), PathBuf::from(path))),
         _ => Err(format!("expected NAME=PATH.npy, got {s:?}")),
+    }
+}
+
+fn parse_out_file(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() || s == "-" {
+        Err("expected the path of the IR file to write".into())
+    } else {
+        Ok(PathBuf::from(s))
     }
 }
 
@@ -239,7 +288,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(a) => {
             let opts = RunOptions { file: a.file, inputs: a.inputs, out: a.out, backend: a.backend, repeat: a.repeat };
-            match tensorjit::cli::run(&opts) {
+            match tensorjit::cli::run_with(&opts, &ModelOptions { dims: a.dims }) {
                 Ok(r) => {
                     match mode {
                         Mode::Human => drop(tensorjit::cli::print_report(&r, &mut out)),
@@ -259,6 +308,7 @@ fn main() -> ExitCode {
                 repeat: a.repeat,
                 warmup: a.warmup,
                 fill: a.fill,
+                dims: a.dims,
             };
             match tensorjit::cli::bench::bench(&opts) {
                 Ok(r) => {
@@ -319,6 +369,37 @@ fn main() -> ExitCode {
                 Err(e) => fail(mode, "dump", &e),
             }
         }
+        Command::Import(a) => {
+            let opts = ImportCommand {
+                file: a.file,
+                out: a.out,
+                weights: a.weights,
+                dims: a.dims,
+                max_constant_elements: a.max_constant_elements,
+            };
+            match tensorjit::cli::import::import(&opts) {
+                Ok(r) => {
+                    match mode {
+                        Mode::Human => drop(r.write_human(&mut out)),
+                        Mode::Json => print_json(&r.to_json()),
+                        Mode::Quiet => {}
+                    }
+                    0
+                }
+                Err(e) => fail(mode, "import", &e),
+            }
+        }
+        Command::Info(a) => match tensorjit::cli::info::info(&a.file) {
+            Ok(r) => {
+                match mode {
+                    Mode::Human => drop(r.write_human(&mut out)),
+                    Mode::Json => print_json(&r.to_json()),
+                    Mode::Quiet => {}
+                }
+                0
+            }
+            Err(e) => fail(mode, "info", &e),
+        },
     };
     let _ = out.flush();
     ExitCode::from(code)

@@ -14,7 +14,9 @@ use std::time::Duration;
 use half::{bf16, f16};
 
 use crate::api::buffer::Buffer;
-use crate::cli::run::{InputSource, RepeatStats, backend, check_repeat, compile, load_with_inputs, time_executions};
+use crate::cli::run::{
+    InputSource, Loaded, ModelOptions, RepeatStats, backend, check_repeat, compile, load_with_inputs, time_executions,
+};
 use crate::cli::{CliError, display_name, millis};
 use crate::ir::dtype::{DType, DTypeClass};
 use crate::ir::shape::Shape;
@@ -44,7 +46,7 @@ impl Fill {
 /// Options of [`bench()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchOptions {
-    /// The IR file.
+    /// The IR file or ONNX model.
     pub file: PathBuf,
     /// `(parameter name, .npy path)` pairs; other parameters are generated (`fill`).
     pub inputs: Vec<(String, PathBuf)>,
@@ -56,6 +58,9 @@ pub struct BenchOptions {
     pub warmup: usize,
     /// How parameters without an input are generated.
     pub fill: Fill,
+    /// ONNX models: sizes of symbolic dimensions (`--dim NAME=SIZE`), on top of those the
+    /// given inputs bind.
+    pub dims: Vec<(String, i64)>,
 }
 
 impl Default for BenchOptions {
@@ -67,6 +72,7 @@ impl Default for BenchOptions {
             repeat: 10,
             warmup: 1,
             fill: Fill::Zeros,
+            dims: Vec::new(),
         }
     }
 }
@@ -224,7 +230,8 @@ pub fn bench(opts: &BenchOptions) -> Result<BenchReport, CliError> {
         generate(shape, fill, i as u64)
             .map_err(|e| CliError::new(format!("parameter {i} ({name:?}): {e}; give it an --input {name}=PATH.npy")))
     };
-    let (module, buffers, sources) = load_with_inputs(&opts.file, &opts.inputs, Some(&mut gen_fn))?;
+    let Loaded { module, buffers, sources, .. } =
+        load_with_inputs(&opts.file, &opts.inputs, Some(&mut gen_fn), &ModelOptions { dims: opts.dims.clone() })?;
     let main = module.func(module.main);
     let inputs = main
         .param_names

@@ -1,7 +1,7 @@
 //! `tensorjit fmt FILE`: the canonical text of an IR file (what the printer writes; it parses
 //! back to the same module). Large constants may be summarised (`--max-constant-elements`) and
-//! their data moved to a side file (`--constants-file`), so that the text stays small and
-//! still replays.
+//! their data moved to a side file (`--constants-file`: raw blobs, or a safetensors file when
+//! its name ends in `.safetensors`), so that the text stays small and still replays.
 
 use std::path::{Path, PathBuf};
 
@@ -21,8 +21,9 @@ pub struct FmtOptions {
     /// leading values shown.
     pub print: PrintOptions,
     /// Write the data of the summarised constants to this file; the text names it by its file
-    /// name, so keep it next to the text. Without it, summarised constants are `elided(…)`
-    /// (readable, but they do not parse).
+    /// name, so keep it next to the text. A name ending in `.safetensors` gives a safetensors
+    /// file (constants written `safetensors("NAME", "c0")`), any other raw blobs (`file(…)`).
+    /// Without it, summarised constants are `elided(…)` (readable, but they do not parse).
     pub constants_file: Option<PathBuf>,
 }
 
@@ -87,7 +88,7 @@ impl Printer {
                     .file_name()
                     .and_then(|n| n.to_str())
                     .ok_or_else(|| CliError::new(format!("--constants-file {}: not a file name", path.display())))?;
-                let side = SideFile::new(name).map_err(|e| CliError::in_file(path, e))?;
+                let side = SideFile::for_name(name).map_err(|e| CliError::in_file(path, e))?;
                 opts.max_constant_elements.get_or_insert(DEFAULT_DUMP_CONSTANT_ELEMENTS);
                 Some((path.to_path_buf(), side))
             }
@@ -107,7 +108,9 @@ impl Printer {
     pub fn finish(self) -> Result<Option<ConstantsFileReport>, CliError> {
         let Some((path, side)) = self.side else { return Ok(None) };
         side.write_file(&path).map_err(|e| CliError::in_file(&path, e))?;
-        Ok(Some(ConstantsFileReport { path, bytes: side.len(), constants: side.blob_count() }))
+        let bytes =
+            if side.is_safetensors() { std::fs::metadata(&path).map_or(side.len(), |m| m.len()) } else { side.len() };
+        Ok(Some(ConstantsFileReport { path, bytes, constants: side.blob_count() }))
     }
 }
 

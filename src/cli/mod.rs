@@ -3,20 +3,28 @@
 //! parses arguments and dispatches) or a [`CliError`] naming the file, and the line and column
 //! for IR text errors.
 //!
-//! - [`run`](run::run): execute `main` of an IR file on `.npy` inputs, write the outputs.
+//! - [`run`](run::run): execute `main` of an IR file or an ONNX model on `.npy` inputs, write
+//!   the outputs.
 //! - [`bench`](bench::bench): compile once, time many executions.
 //! - [`check`](check::check): parse and verify, listing every error with its position.
 //! - [`fmt`](fmt::fmt): the canonical text, large constants optionally moved to a side file.
 //! - [`dump`](dump::dump): the jit backend's stages (IR after each pass, clusters, machine code,
 //!   plan) without inputs.
+//! - [`import`](import::import): an ONNX model as IR text plus a safetensors file of its weights.
+//! - [`info`](info::info): what an ONNX model (or a weights file) holds, without importing it.
 //!
-//! [`npy`] is the bounded `.npy` reader and writer; [`read_text`] / [`read_text_file`] the
-//! bounded IR text readers. The command line is described in `docs/cli.md`.
+//! Every command that reads a model takes IR text or ONNX ([`model`]). [`npy`] re-exports the
+//! bounded `.npy` reader and writer of [`crate::weights::npy`]; [`read_text`] /
+//! [`read_text_file`] are the bounded IR text readers. The command line is described in
+//! `docs/cli.md`.
 
 pub mod bench;
 pub mod check;
 pub mod dump;
 pub mod fmt;
+pub mod import;
+pub mod info;
+pub mod model;
 pub mod npy;
 pub mod run;
 
@@ -25,8 +33,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use model::{ModelFormat, model_format};
 pub use npy::{MAX_NPY_HEADER_BYTES, NpyArray, Storage, read_npy, read_npy_bytes, write_output};
-pub use run::{MAX_REPEAT, OutputFile, RepeatStats, RunOptions, RunReport, prepare_out_dir, print_report, run};
+pub use run::{
+    MAX_REPEAT, ModelOptions, OutputFile, RepeatStats, RunOptions, RunReport, prepare_out_dir, print_report, run,
+    run_with,
+};
 
 use crate::error::{Error, Result};
 use crate::ir::module::Module;
@@ -131,8 +143,13 @@ pub fn constants_dir_of(path: &Path) -> PathBuf {
 }
 
 /// Reads (bounded, see [`read_text_file`]) and parses the IR file `path`, resolving side-file
-/// constants next to it. Errors name the file, with the line and column of a parse error.
+/// constants next to it; an ONNX model ([`model_format`]) is imported instead, its symbolic
+/// dimensions left dynamic. Errors name the file, with the line and column of a parse error.
 pub fn load_module(path: &Path) -> std::result::Result<(Module, SourceMap), CliError> {
+    if model_format(path) == ModelFormat::Onnx {
+        let m = model::import_file(path, &crate::onnx::ImportOptions::default())?;
+        return Ok((m.module, SourceMap::default()));
+    }
     let text = read_text_file(path).map_err(|e| CliError::in_file(path, e))?;
     let opts = ParseOptions { constants_dir: Some(constants_dir_of(path)) };
     parse_module_with_options(&text, &opts).map_err(|e| CliError::in_file(path, e))

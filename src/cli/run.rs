@@ -1,5 +1,7 @@
-//! `tensorjit run`: executes the main function of an IR text file on NumPy `.npy` inputs and
-//! writes the outputs as `.npy` files, reporting shapes, compile time and execution times.
+//! `tensorjit run`: executes the main function of an IR text file, or an ONNX model, on NumPy
+//! `.npy` inputs and writes the outputs as `.npy` files, reporting shapes, compile time and
+//! execution times. An ONNX model is imported with its symbolic dimensions bound from the
+//! inputs' shapes and [`ModelOptions::dims`] (`--dim NAME=SIZE`).
 //!
 //! [`run`] takes typed options and returns a [`RunReport`]; [`print_report`] and
 //! [`RunReport::to_json`] are its two output forms. The pieces (loading a module and its
@@ -14,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use crate::api::backend::{Backend, Executable};
 use crate::api::buffer::Buffer;
-use crate::cli::npy::{Storage, read_npy_file, write_output};
+use crate::cli::model::{
+    ModelFormat, bind_dims, declared_inputs, decode_onnx, import_bytes, model_format, read_onnx_file,
+};
+use crate::cli::npy::{NpyArray, Storage, read_npy_file, read_npy_path, write_output};
 use crate::cli::{CliError, display_name, load_module, millis};
 use crate::ir::module::Module;
 use crate::ir::shape::Shape;
@@ -37,9 +42,19 @@ pub struct RunOptions {
     pub repeat: Option<usize>,
 }
 
+/// Options that concern the model file rather than the run (see [`run_with`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelOptions {
+    /// Sizes of an ONNX model's symbolic dimensions (`--dim NAME=SIZE`), on top of those the
+    /// inputs' shapes give. An error for IR files.
+    pub dims: Vec<(String, i64)>,
+}
+
 /// One written output.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputFile {
+    /// The model's name for it (an ONNX graph output's name); `None` for IR files.
+    pub name: Option<String>,
     /// Path of the .npy file.
     pub path: PathBuf,
     /// The tensor's shape.
@@ -95,7 +110,7 @@ pub struct RunReport {
 
 impl RunReport {
     /// The report as one JSON object: `{"command": "run", "file", "ok": true, "backend",
-    /// "outputs": [{"name", "path", "shape", "dtype", "storage"}], "compile_ms", "execute_ms",
+    /// "outputs": [{"name", "model_name", "path", "shape", "dtype", "storage"}], "compile_ms", "execute_ms",
     /// "repeat": {"n", "median_ms", "min_ms", "mean_ms", "max_ms"} or null}`.
     pub fn to_json(&self) -> serde_json::Value {
         let outputs: Vec<serde_json::Value> = self
@@ -105,6 +120,7 @@ impl RunReport {
             .map(|(i, o)| {
                 serde_json::json!({
                     "name": format!("out{i}"),
+                    "model_name": o.name,
                     "path": o.path.display().to_string(),
                     "shape": o.shape.dims,
                     "dtype": o.shape.dtype.short_name(),
@@ -137,7 +153,8 @@ pub fn print_report(r: &RunReport, w: &mut impl Write) -> std::io::Result<()> {
             Storage::Bf16AsUint16 => " (bf16 stored as uint16 bits)".into(),
             Storage::PackedUint8 => format!(" ({} stored as packed uint8 bytes)", o.shape.dtype.short_name()),
         };
-        writeln!(w, "output {i}: {} -> {}{note}", o.shape, o.path.display())?;
+        let name = o.name.as_ref().map(|n| format!(" {n:?}")).unwrap_or_default();
+        writeln!(w, "output {i}{name}: {} -> {}{note}", o.shape, o.path.display())?;
     }
     writeln!(w, "backend: {}", r.backend)?;
     writeln!(w, "compile: {}", ms(r.compile_time))?;
@@ -164,16 +181,67 @@ pub fn check_repeat(flag: &str, n: usize) -> Result<usize, CliError> {
 /// Makes the value of parameter `index` (`name`, `shape`) when no `.npy` file is given.
 pub(crate) type InputGenerator<'a> = dyn FnMut(usize, &str, &Shape) -> Result<Buffer, CliError> + 'a;
 
-/// Loads `file` (verified), and builds one buffer per parameter of main: from the `.npy` file
-/// `inputs` names for it, else from `generate` (an error when there is none). Every name in
-/// `inputs` must be a parameter.
+/// A model loaded with its inputs (see `load_with_inputs`).
+pub(crate) struct Loaded {
+    /// The module (verified).
+    pub(crate) module: Module,
+    /// One buffer per parameter of main.
+    pub(crate) buffers: Vec<Buffer>,
+    /// Where each came from.
+    pub(crate) sources: Vec<InputSource>,
+    /// The model's output names (ONNX), `None` for IR files.
+    pub(crate) output_names: Option<Vec<String>>,
+}
+
+/// Loads `file` (verified; IR text or ONNX, see [`model_format`]), and builds one buffer per
+/// parameter of main: from the `.npy` file `inputs` names for it, else from `generate` (an
+/// error when there is none). Every name in `inputs` must be a parameter. An ONNX model is
+/// imported with its symbolic dimensions bound by `model.dims` and the given inputs' shapes.
 pub(crate) fn load_with_inputs(
     file: &Path,
     inputs: &[(String, PathBuf)],
     mut generate: Option<&mut InputGenerator<'_>>,
-) -> Result<(Module, Vec<Buffer>, Vec<InputSource>), CliError> {
-    let (module, _) = load_module(file)?;
-    crate::ir::verify::verify(&module).map_err(|e| CliError::in_file(file, e))?;
+    model: &ModelOptions,
+) -> Result<Loaded, CliError> {
+    let mut arrays: BTreeMap<String, NpyArray> = BTreeMap::new();
+    let (module, output_names) = match model_format(file) {
+        ModelFormat::Ir => {
+            if let Some((name, _)) = model.dims.first() {
+                return Err(CliError::in_file(
+                    file,
+                    crate::error::Error::invalid(
+                        "--dim",
+                        format!("{name}: sizes of symbolic dimensions apply to ONNX models only"),
+                    ),
+                ));
+            }
+            let (module, _) = load_module(file)?;
+            crate::ir::verify::verify(&module).map_err(|e| CliError::in_file(file, e))?;
+            (module, None)
+        }
+        ModelFormat::Onnx => {
+            let bytes = read_onnx_file(file)?;
+            let declared = declared_inputs(&decode_onnx(&bytes, file)?);
+            let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
+            for (name, path) in inputs {
+                let Some(i) = names.iter().position(|n| n == name) else {
+                    return Err(usage(format!(
+                        "--input {name:?}: the model has no input {name:?} (inputs: {})",
+                        names.join(", ")
+                    )));
+                };
+                if arrays.contains_key(name) {
+                    return Err(usage(format!("--input {name:?} given twice")));
+                }
+                let what = format!("parameter {i} ({name:?}) from {}", path.display());
+                arrays.insert(name.clone(), read_npy_path(path, &what).map_err(CliError::from)?);
+            }
+            let given = arrays.iter().map(|(n, a)| (n.clone(), a.dims.clone())).collect();
+            let opts = bind_dims(&declared, &given, &model.dims)?;
+            let m = import_bytes(&bytes, file, &opts)?;
+            (m.module, Some(m.outputs.into_iter().map(|o| o.name).collect()))
+        }
+    };
     let main = module.func(module.main);
     let names = main.param_names.clone();
     let shapes = module.param_shapes(module.main);
@@ -197,7 +265,11 @@ pub(crate) fn load_with_inputs(
         match (given.get(name.as_str()), generate.as_mut()) {
             (Some(path), _) => {
                 let what = format!("parameter {i} ({name:?}) from {}", path.display());
-                buffers.push(read_npy_file(path, shape, &what).map_err(CliError::from)?);
+                let b = match arrays.remove(name) {
+                    Some(a) => a.into_buffer_for(shape, &what),
+                    None => read_npy_file(path, shape, &what),
+                };
+                buffers.push(b.map_err(CliError::from)?);
                 sources.push(InputSource::File(path.to_path_buf()));
             }
             (None, Some(g)) => {
@@ -209,7 +281,7 @@ pub(crate) fn load_with_inputs(
             }
         }
     }
-    Ok((module, buffers, sources))
+    Ok(Loaded { module, buffers, sources, output_names })
 }
 
 /// Where a parameter's value came from (see `load_with_inputs`).
@@ -264,12 +336,17 @@ pub(crate) fn time_executions(
     Ok(RepeatStats { n, median, min, mean, max })
 }
 
-/// Parses, verifies, compiles and executes `opts.file` and writes the outputs.
+/// Parses (or imports), verifies, compiles and executes `opts.file` and writes the outputs.
 pub fn run(opts: &RunOptions) -> Result<RunReport, CliError> {
+    run_with(opts, &ModelOptions::default())
+}
+
+/// [`run`] with the model options (`--dim`).
+pub fn run_with(opts: &RunOptions, model: &ModelOptions) -> Result<RunReport, CliError> {
     if let Some(n) = opts.repeat {
         check_repeat("--repeat", n)?;
     }
-    let (module, buffers, _) = load_with_inputs(&opts.file, &opts.inputs, None)?;
+    let Loaded { module, buffers, output_names, .. } = load_with_inputs(&opts.file, &opts.inputs, None, model)?;
     prepare_out_dir(&opts.out)?;
     let backend = backend(opts.backend.as_deref())?;
     let (exe, compile_time) = compile(backend.as_ref(), module, &opts.file)?;
@@ -288,8 +365,15 @@ pub fn run(opts: &RunOptions) -> Result<RunReport, CliError> {
     for (i, b) in outs.iter().enumerate() {
         let path = opts.out.join(format!("out{i}.npy"));
         let storage = write_output(&path, b)?;
-        manifest.push_str(&format!("out{i}.npy {} {:?} {}\n", b.dtype().short_name(), b.shape().dims, storage.label()));
-        outputs.push(OutputFile { path, shape: b.shape().clone(), storage });
+        let name = output_names.as_ref().and_then(|n| n.get(i)).cloned();
+        let label = name.as_ref().map(|n| format!(" {n:?}")).unwrap_or_default();
+        manifest.push_str(&format!(
+            "out{i}.npy {} {:?} {}{label}\n",
+            b.dtype().short_name(),
+            b.shape().dims,
+            storage.label()
+        ));
+        outputs.push(OutputFile { name, path, shape: b.shape().clone(), storage });
     }
     let mpath = opts.out.join("outputs.txt");
     std::fs::write(&mpath, manifest).map_err(|e| CliError::new(format!("{}: {e}", mpath.display())))?;

@@ -27,13 +27,16 @@
 //!
 //! Dumps of models print large constants as a summary (shape,
 //! hash, first values) and, to stay replayable, put their data in a side file
-//! ([`print_module_with_side_file`], [`parse_module_with_constants`], [`sidefile`]).
+//! ([`print_module_with_side_file`], [`parse_module_with_constants`], [`sidefile`]): raw blobs
+//! (`file(…)`) or a safetensors file whose tensors the text names (`safetensors("FILE",
+//! "TENSOR")`, [`safetensors`]).
 
 mod lexer;
 mod literal;
 mod names;
 mod parse;
 mod print;
+pub mod safetensors;
 pub mod sidefile;
 pub mod xxh64;
 
@@ -47,4 +50,4 @@ pub use print::{
     DEFAULT_DUMP_CONSTANT_ELEMENTS, DEFAULT_PREVIEW_ELEMENTS, PrintOptions, format_f32, format_f64, function_order,
     print_module, print_module_with, print_module_with_side_file,
 };
-pub use sidefile::{SideFile, SideFileReader};
+pub use sidefile::{SideFile, SideFileReader, SideFormat};

@@ -76,7 +76,8 @@ pub fn print_module_with(m: &Module, opts: &PrintOptions) -> String {
 
 /// The text of `m` with constants above `opts.max_constant_elements` written by reference,
 /// `file("NAME", offset=…, bytes=…, hash=…, first=[…])`, their data added to `side` (which the
-/// caller writes out, see [`SideFile::write_file`]; one side file may serve many modules).
+/// caller writes out, see [`SideFile::write_file`]; one side file may serve many modules). A
+/// safetensors side file ([`SideFile::safetensors`]) gives `safetensors("NAME", "TENSOR")`.
 /// [`crate::ir::text::parse_module_with_constants`] reads the text back to an identical module.
 pub fn print_module_with_side_file(m: &Module, opts: &PrintOptions, side: &mut SideFile) -> String {
     Printer::new(m, opts, Some(side)).print()
@@ -285,6 +286,14 @@ impl<'a> Printer<'a> {
             }
         };
         match self.side.borrow_mut().as_mut() {
+            Some(side) if side.is_safetensors() => match shape {
+                Some(s) => {
+                    let tensor = side.add_tensor(s, data);
+                    format!("safetensors({:?}, {tensor:?})", side.name())
+                }
+                // A constant without a type cannot be checked against a tensor when parsed.
+                None => format!("elided(bytes={}, hash=\"{}\"{first})", bytes.len(), format_hash(xxh64(bytes))),
+            },
             Some(side) => {
                 let r = side.add(data);
                 format!(

@@ -13,8 +13,22 @@
 //! against the file's size and the [XXH64](super::xxh64) hash of the bytes. `first=` repeats the
 //! leading values for the reader; the parser does not check it. Blobs start at multiples of 64
 //! bytes; identical constants are stored once.
+//!
+//! A side file made with [`SideFile::safetensors`] is a safetensors file instead, whose tensors
+//! the text names:
+//!
+//! ```text
+//! %1 = constant safetensors("model.safetensors", "encoder.layer.0.attention.self.query.weight") : f32[384,384]
+//! ```
+//!
+//! The parser checks the tensor's dtype and dims against the constant's type (a dtype the
+//! format has no code for — complex128, packed sub-byte integers, some float8s — is stored as a
+//! 1-D `U8` tensor of the constant's bytes). Such files are ordinary weight files: any
+//! safetensors reader (and [`crate::weights`]) opens them, and a text may refer to a weight
+//! file it did not write.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Component, Path, PathBuf};
@@ -22,6 +36,9 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ir::op::ConstData;
+use crate::ir::shape::Shape;
+use crate::ir::text::format_shape;
+use crate::ir::text::safetensors::{SafetensorsFile, to_safetensors_dtype};
 use crate::ir::text::xxh64::xxh64;
 
 /// The prefix of a hash in the text (`hash="xxh64:00112233aabbccdd"`).
@@ -75,12 +92,57 @@ pub struct BlobRef {
     pub hash: u64,
 }
 
+/// The format of a [`SideFile`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SideFormat {
+    /// Raw blobs, 64-byte aligned, referenced as `file("NAME", offset=…, bytes=…, hash=…)`.
+    Raw,
+    /// A safetensors file whose tensors are referenced by name: `safetensors("NAME", "TENSOR")`.
+    Safetensors,
+}
+
+/// One tensor of a safetensors side file.
+#[derive(Debug)]
+struct SideTensor {
+    name: String,
+    dtype: safetensors::Dtype,
+    dims: Vec<usize>,
+    /// Index into `blobs`.
+    blob: usize,
+}
+
+/// A tensor to serialise (the safetensors crate's view of it).
+struct TensorView<'a> {
+    dtype: safetensors::Dtype,
+    dims: &'a [usize],
+    data: &'a [u8],
+}
+
+impl safetensors::View for TensorView<'_> {
+    fn dtype(&self) -> safetensors::Dtype {
+        self.dtype
+    }
+
+    fn shape(&self) -> &[usize] {
+        self.dims
+    }
+
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self.data)
+    }
+
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
 /// The data of the constants a printer wrote by reference, to be written as one file; shared by
 /// every module printed with it (identical data is stored once). It holds the constants'
 /// shared buffers, not copies.
 #[derive(Debug)]
 pub struct SideFile {
     name: String,
+    format: SideFormat,
     blobs: Vec<(BlobRef, ConstData)>,
     /// Blob index by the address of a constant's shared buffer (held in `blobs`, so an address
     /// is never reused while this file exists): a constant printed again is not hashed again.
@@ -88,20 +150,76 @@ pub struct SideFile {
     /// Blob indices by (hash, length).
     by_hash: HashMap<(u64, u64), Vec<usize>>,
     len: u64,
+    /// Safetensors format: the tensors, and their index by (blob, dtype, dims).
+    tensors: Vec<SideTensor>,
+    tensor_index: HashMap<(usize, String, Vec<usize>), usize>,
+    /// Names suggested for data with a given (hash, length) (see [`SideFile::suggest_name`]).
+    hints: HashMap<(u64, u64), String>,
+    /// The suggested names (kept free for the data they were suggested for).
+    hint_names: HashSet<String>,
+    used_names: HashSet<String>,
+    next_name: usize,
 }
 
 impl SideFile {
     /// An empty side file that the text will name `name` (a relative path, see [`check_name`];
     /// usually a bare file name, the file then lying next to the IR text).
     pub fn new(name: &str) -> Result<SideFile> {
+        SideFile::with_format(name, SideFormat::Raw)
+    }
+
+    /// An empty safetensors side file that the text will name `name`: constants are written
+    /// `safetensors("NAME", "TENSOR")`, with tensor names from [`SideFile::suggest_name`] or
+    /// generated (`c0`, `c1`, …).
+    pub fn safetensors(name: &str) -> Result<SideFile> {
+        SideFile::with_format(name, SideFormat::Safetensors)
+    }
+
+    /// An empty side file of the format its name implies: safetensors for a name ending in
+    /// `.safetensors`, raw blobs otherwise.
+    pub fn for_name(name: &str) -> Result<SideFile> {
+        let st = Path::new(name).extension().is_some_and(|e| e == crate::ir::text::safetensors::EXTENSION);
+        SideFile::with_format(name, if st { SideFormat::Safetensors } else { SideFormat::Raw })
+    }
+
+    /// An empty side file of format `format`.
+    pub fn with_format(name: &str, format: SideFormat) -> Result<SideFile> {
         check_name(name).map_err(|e| Error::invalid("constants side file", e))?;
         Ok(SideFile {
             name: name.to_string(),
+            format,
             blobs: Vec::new(),
             by_address: HashMap::new(),
             by_hash: HashMap::new(),
             len: 0,
+            tensors: Vec::new(),
+            tensor_index: HashMap::new(),
+            hints: HashMap::new(),
+            hint_names: HashSet::new(),
+            used_names: HashSet::new(),
+            next_name: 0,
         })
+    }
+
+    /// Its format.
+    pub fn format(&self) -> SideFormat {
+        self.format
+    }
+
+    /// Whether it is a safetensors file.
+    pub fn is_safetensors(&self) -> bool {
+        self.format == SideFormat::Safetensors
+    }
+
+    /// Names a constant holding exactly `data` `name` in a safetensors side file, should it
+    /// be added (the first name suggested for the same data wins; a name already taken, or
+    /// `__metadata__`, is not used). `tensorjit import` passes the ONNX initializers' names.
+    pub fn suggest_name(&mut self, data: &[u8], name: &str) {
+        if name.is_empty() || name == "__metadata__" {
+            return;
+        }
+        let slot = self.hints.entry((xxh64(data), data.len() as u64)).or_insert_with(|| name.to_string());
+        self.hint_names.insert(slot.clone());
     }
 
     /// The name written in the text.
@@ -109,9 +227,13 @@ impl SideFile {
         &self.name
     }
 
-    /// The file's size in bytes so far.
+    /// The file's size in bytes so far (raw format); for safetensors, the bytes of its
+    /// tensors' data (the header comes on top).
     pub fn len(&self) -> u64 {
-        self.len
+        match self.format {
+            SideFormat::Raw => self.len,
+            SideFormat::Safetensors => self.tensors.iter().map(|t| self.blobs[t.blob].0.bytes).sum(),
+        }
     }
 
     /// Whether nothing was added.
@@ -119,16 +241,57 @@ impl SideFile {
         self.blobs.is_empty()
     }
 
-    /// Number of distinct blobs.
+    /// Number of distinct blobs (raw format) or tensors (safetensors).
     pub fn blob_count(&self) -> usize {
-        self.blobs.len()
+        match self.format {
+            SideFormat::Raw => self.blobs.len(),
+            SideFormat::Safetensors => self.tensors.len(),
+        }
     }
 
-    /// Adds a constant's data (or finds it already stored) and says where it is.
+    /// Adds a constant's data (or finds it already stored) and says where it is (the raw
+    /// format's reference; see [`SideFile::add_tensor`] for safetensors).
     pub fn add(&mut self, data: &ConstData) -> BlobRef {
+        let i = self.blob_index(data);
+        self.blobs[i].0
+    }
+
+    /// Adds a constant of type `shape` to a safetensors side file (or finds it already there)
+    /// and returns its tensor name. A dtype the format has no code for (or data that is not
+    /// exactly `shape`'s bytes) is stored as a 1-D `U8` tensor of the bytes.
+    pub fn add_tensor(&mut self, shape: &Shape, data: &ConstData) -> String {
+        let blob = self.blob_index(data);
+        let bytes = data.0.len();
+        let (dtype, dims) = match to_safetensors_dtype(shape.dtype) {
+            Some(d) if !shape.is_dynamic() && shape.byte_size() == Some(bytes) => (d, shape.udims()),
+            _ => (safetensors::Dtype::U8, vec![bytes]),
+        };
+        let key = (blob, dtype.to_string(), dims);
+        if let Some(&t) = self.tensor_index.get(&key) {
+            return self.tensors[t].name.clone();
+        }
+        let r = self.blobs[blob].0;
+        let name = match self.hints.get(&(r.hash, r.bytes)) {
+            Some(h) if !self.used_names.contains(h) => h.clone(),
+            _ => loop {
+                let n = format!("c{}", self.next_name);
+                self.next_name += 1;
+                if !self.used_names.contains(&n) && !self.hint_names.contains(&n) {
+                    break n;
+                }
+            },
+        };
+        self.used_names.insert(name.clone());
+        self.tensors.push(SideTensor { name: name.clone(), dtype, dims: key.2.clone(), blob });
+        self.tensor_index.insert(key, self.tensors.len() - 1);
+        name
+    }
+
+    /// The index in `blobs` of `data` (added if new).
+    fn blob_index(&mut self, data: &ConstData) -> usize {
         let address = Arc::as_ptr(&data.0) as usize;
         if let Some(&i) = self.by_address.get(&address) {
-            return self.blobs[i].0;
+            return i;
         }
         let bytes = data.0.len() as u64;
         let hash = xxh64(&data.0);
@@ -148,11 +311,27 @@ impl SideFile {
             }
         };
         self.by_address.insert(address, i);
-        self.blobs[i].0
+        i
     }
 
-    /// Writes the file's bytes (blobs with zero padding between them) to `w`.
+    /// The safetensors views of the tensors.
+    fn views(&self) -> Vec<(&str, TensorView<'_>)> {
+        self.tensors
+            .iter()
+            .map(|t| {
+                let data = self.blobs[t.blob].1.0.as_slice();
+                (t.name.as_str(), TensorView { dtype: t.dtype, dims: &t.dims, data })
+            })
+            .collect()
+    }
+
+    /// Writes the file's bytes to `w`: blobs with zero padding between them, or the
+    /// safetensors file (built in memory first: use [`SideFile::write_file`] for large ones).
     pub fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        if self.is_safetensors() {
+            let bytes = safetensors::serialize(self.views(), None).map_err(std::io::Error::other)?;
+            return w.write_all(&bytes);
+        }
         let mut at = 0u64;
         let zeros = [0u8; ALIGN as usize];
         for (r, data) in &self.blobs {
@@ -166,6 +345,16 @@ impl SideFile {
     /// Writes the file at `path` (created or truncated).
     pub fn write_file(&self, path: &Path) -> Result<()> {
         let io = |e: std::io::Error| Error::Io(format!("{}: cannot write the constants file: {e}", path.display()));
+        if self.is_safetensors() {
+            // Streams the tensors to a temporary file next to `path`, then renames it.
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            let target = dir.join(path.file_name().ok_or_else(|| io(std::io::Error::other("not a file name")))?);
+            return safetensors::serialize_to_file(self.views(), None, &target)
+                .map_err(|e| Error::Io(format!("{}: cannot write the constants file: {e}", path.display())));
+        }
         let mut w = std::io::BufWriter::new(File::create(path).map_err(io)?);
         self.write_to(&mut w).map_err(io)?;
         w.flush().map_err(io)
@@ -186,11 +375,20 @@ struct OpenFile {
 /// up to at most its size (the printer never writes overlapping ranges, so a hostile text
 /// cannot make the parser hold a file's bytes many times over); the bytes must have the hash
 /// the text gives. A range read twice is shared.
+///
+/// Safetensors side files (`safetensors("NAME", "TENSOR")`) are mapped once per parse; each
+/// tensor's dtype and dims must be the constant's type, and a tensor named twice is read once
+/// (the format's tensors do not overlap, so a text cannot make the parser hold more than the
+/// file's size either).
 pub struct SideFileReader {
     dir: PathBuf,
     files: HashMap<String, OpenFile>,
     /// `(name, offset, bytes)` → (hash, data) of every range read.
     cache: HashMap<RangeKey, (u64, Arc<Vec<u8>>)>,
+    /// Safetensors files by name.
+    tensor_files: HashMap<String, SafetensorsFile>,
+    /// `(file, tensor)` → data of every tensor read.
+    tensor_cache: HashMap<(String, String), Arc<Vec<u8>>>,
 }
 
 type RangeKey = (String, u64, u64);
@@ -198,7 +396,77 @@ type RangeKey = (String, u64, u64);
 impl SideFileReader {
     /// A reader resolving names relative to `dir`.
     pub fn new(dir: &Path) -> SideFileReader {
-        SideFileReader { dir: dir.to_path_buf(), files: HashMap::new(), cache: HashMap::new() }
+        SideFileReader {
+            dir: dir.to_path_buf(),
+            files: HashMap::new(),
+            cache: HashMap::new(),
+            tensor_files: HashMap::new(),
+            tensor_cache: HashMap::new(),
+        }
+    }
+
+    /// The data of tensor `tensor` of the safetensors side file `file`, for a constant of type
+    /// `want`: the tensor's dtype and dims must be `want`'s (or, for a dtype safetensors has no
+    /// code for, a 1-D `U8` tensor of `want`'s byte size). Errors are messages naming the file
+    /// and the tensor (the parser adds the position).
+    pub fn read_tensor(&mut self, file: &str, tensor: &str, want: &Shape) -> std::result::Result<Arc<Vec<u8>>, String> {
+        check_name(file)?;
+        let key = (file.to_string(), tensor.to_string());
+        if !self.tensor_files.contains_key(file) {
+            let f = SafetensorsFile::open(&self.dir.join(file)).map_err(|e| format!("constant data file: {e}"))?;
+            self.tensor_files.insert(file.to_string(), f);
+        }
+        let Some(f) = self.tensor_files.get(file) else {
+            return Err(format!("constant data file {file:?}: not open"));
+        };
+        let shown = f.path().display().to_string();
+        let t = f.tensor(tensor).ok_or_else(|| {
+            format!("constant data file {shown}: it has no tensor {tensor:?} ({} tensors)", f.tensors().len())
+        })?;
+        let matches = match to_safetensors_dtype(want.dtype) {
+            Some(_) => {
+                t.dtype == Some(want.dtype)
+                    && t.dims.len() == want.rank()
+                    && want.dims.iter().zip(&t.dims).all(|(&w, &d)| w >= 0 && w as usize == d)
+            }
+            None => t.code == "U8" && t.dims.len() == 1 && !want.is_dynamic() && want.byte_size() == Some(t.dims[0]),
+        };
+        if !matches {
+            let stored = if to_safetensors_dtype(want.dtype).is_none() && !want.is_dynamic() {
+                format!(" (a {} constant is stored as a 1-D U8 tensor of its bytes)", want.dtype.short_name())
+            } else {
+                String::new()
+            };
+            return Err(format!(
+                "constant data file {shown}: tensor {tensor:?} is {} but the constant is {}{stored}",
+                t.type_text(),
+                format_shape(want)
+            ));
+        }
+        if let Some(d) = self.tensor_cache.get(&key) {
+            return Ok(d.clone());
+        }
+        if want.dtype == crate::ir::dtype::DType::Bool
+            && let Some(b) = f.data(tensor).and_then(|d| d.iter().copied().find(|&b| b > 1))
+        {
+            return Err(format!("constant data file {shown}: bool tensor {tensor:?} holds the byte {b} (not 0 or 1)"));
+        }
+        let bytes =
+            f.data(tensor).ok_or_else(|| format!("constant data file {shown}: tensor {tensor:?} lies past its end"))?;
+        let max = crate::limits::max_tensor_bytes();
+        if bytes.len() > max {
+            return Err(format!(
+                "constant data file {shown}: tensor {tensor:?} of {} bytes exceeds the tensor size limit of {max} bytes",
+                bytes.len()
+            ));
+        }
+        let mut data = Vec::new();
+        data.try_reserve_exact(bytes.len())
+            .map_err(|_| format!("constant data file {shown}: out of memory for {} bytes", bytes.len()))?;
+        data.extend_from_slice(bytes);
+        let data = Arc::new(data);
+        self.tensor_cache.insert(key, data.clone());
+        Ok(data)
     }
 
     /// The `bytes` bytes at `offset` of side file `name`, which must hash to `hash`. Errors are

@@ -65,8 +65,9 @@ impl SourceMap {
 /// Options of [`parse_module_with_options`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ParseOptions {
-    /// The directory in which the side files of constants written `file("NAME", …)` are looked
-    /// up (usually the IR file's own directory). `None`: such a constant is a parse error.
+    /// The directory in which the side files of constants written `file("NAME", …)` or
+    /// `safetensors("NAME", "TENSOR")` are looked up (usually the IR file's own directory).
+    /// `None`: such a constant is a parse error.
     pub constants_dir: Option<PathBuf>,
 }
 
@@ -448,6 +449,9 @@ impl Parser {
         let op = if t == OpType::Constant {
             let payload = payload.ok_or_else(|| mpos.err("constant: missing value (e.g. `constant [1, 2]`)"))?;
             let bytes = match &payload {
+                Val::Call(form, args, pos) if form == "safetensors" => {
+                    self.tensor_reference(args, *pos, shapes.first())?
+                }
                 Val::Call(form, args, pos) => self.constant_reference(form, args, *pos)?,
                 _ => Arc::new(constant_bytes(&payload, shapes.first())?),
             };
@@ -643,6 +647,37 @@ impl Parser {
         Ok(v)
     }
 
+    /// The data of a constant written `safetensors("FILE", "TENSOR"[, first=…])` of type
+    /// `want`, read from the safetensors side file `FILE`.
+    fn tensor_reference(&mut self, args: &[Val], pos: Pos, want: Option<&Shape>) -> Result<Arc<Vec<u8>>> {
+        let usage = "constant: `safetensors(…)` takes the file's name and the tensor's name: \
+                     `safetensors(\"FILE\", \"TENSOR\")`";
+        let (file, tensor, rest) = match args {
+            [Val::Str(f, _), Val::Str(t, _), rest @ ..] => (f.as_str(), t.as_str(), rest),
+            _ => return Err(pos.err(usage)),
+        };
+        for a in rest {
+            match a {
+                // The leading values, for the reader; not checked.
+                Val::Named(key, _, _) if key == "first" => {}
+                Val::Named(key, _, apos) => {
+                    return Err(apos.err(format!("constant safetensors(…): unknown item `{key}=`")));
+                }
+                other => return Err(other.expected("constant safetensors(…)", "`first=` or `)`")),
+            }
+        }
+        let Some(want) = want else {
+            return Err(pos.err("constant safetensors(…): the constant needs its type after `:`"));
+        };
+        let Some(side) = self.side.as_mut() else {
+            return Err(pos.err(format!(
+                "constant: the data is in the safetensors file {file:?}, and no directory to find it in was given \
+                 (parse with `parse_module_with_constants`; the `tensorjit` commands look next to the IR file)"
+            )));
+        };
+        side.read_tensor(file, tensor, want).map_err(|msg| pos.err(msg))
+    }
+
     /// The data of a constant written `file("NAME", offset=…, bytes=…, hash="xxh64:…"[,
     /// first=…])`, read from the side file; `elided(…)` and other forms are errors.
     fn constant_reference(&mut self, form: &str, args: &[Val], pos: Pos) -> Result<Arc<Vec<u8>>> {
@@ -674,7 +709,7 @@ impl Parser {
             }
             (other, _) => {
                 return Err(pos.err(format!(
-                    "constant: unknown form `{other}(…)` (expected a value, `hex\"…\"` or `file(\"NAME\", offset=…, bytes=…, hash=…)`)"
+                    "constant: unknown form `{other}(…)` (expected a value, `hex\"…\"`, `file(\"NAME\", offset=…, bytes=…, hash=…)` or `safetensors(\"FILE\", \"TENSOR\")`)"
                 )));
             }
         };
