@@ -162,10 +162,11 @@ fn undefined_inputs_and_bad_initializers_are_errors() {
 fn external(b: &mut TensorProto, location: &str, offset: u64, length: u64) {
     b.raw_data = None;
     b.data_location = Some(tensor_proto::DataLocation::External as i32);
-    b.external_data = [("location", location.to_string()), ("offset", offset.to_string()), ("length", length.to_string())]
-        .into_iter()
-        .map(|(k, v)| StringStringEntryProto { key: Some(k.to_string()), value: Some(v) })
-        .collect();
+    b.external_data =
+        [("location", location.to_string()), ("offset", offset.to_string()), ("length", length.to_string())]
+            .into_iter()
+            .map(|(k, v)| StringStringEntryProto { key: Some(k.to_string()), value: Some(v) })
+            .collect();
 }
 
 #[test]
@@ -212,10 +213,7 @@ fn shape_subgraphs_fold_at_import() {
     // y = Reshape(x, Concat(Shape(x)[0:1], [-1])) : the target shape is a constant once folded.
     let g = GraphProto {
         name: Some("g".to_string()),
-        node: vec![
-            node("Shape", "shape", &["x"], &["s"]),
-            node("Reshape", "reshape", &["x", "s"], &["y"]),
-        ],
+        node: vec![node("Shape", "shape", &["x"], &["s"]), node("Reshape", "reshape", &["x", "s"], &["y"])],
         input: vec![input("x", tensor_proto::DataType::Float, &[Ok(2), Ok(3)])],
         output: vec![output("y")],
         ..Default::default()

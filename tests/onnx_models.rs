@@ -54,11 +54,7 @@ fn if_on_a_runtime_condition() {
 fn if_on_a_condition_known_at_import_keeps_one_branch() {
     // test_if's structure with the condition as a constant: only the taken branch is imported.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/onnx-models/if_true");
-    let model = tensorjit::onnx::load_with(
-        dir.join("model.onnx"),
-        &tensorjit::onnx::ImportOptions::default(),
-    )
-    .unwrap();
+    let model = tensorjit::onnx::load_with(dir.join("model.onnx"), &tensorjit::onnx::ImportOptions::default()).unwrap();
     // Run-time condition: the module holds an If node.
     let text = tensorjit::ir::text::print_module(&model.module);
     assert!(text.contains(" if "), "{text}");

@@ -144,14 +144,10 @@ fn onnx_node_tests() {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .filter_map(|l| l.split_once(": ").map(|(a, b)| (a.trim().to_string(), b.to_string())))
         .collect();
-    let backends: Vec<(&str, Arc<dyn Backend>)> = ["interp", "jit"]
-        .iter()
-        .map(|n| (*n, tensorjit::new_with_config(n).expect("backend")))
-        .collect();
-    let cases: Vec<(&String, &(f64, f64))> = tolerances
-        .iter()
-        .filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
-        .collect();
+    let backends: Vec<(&str, Arc<dyn Backend>)> =
+        ["interp", "jit"].iter().map(|n| (*n, tensorjit::new_with_config(n).expect("backend"))).collect();
+    let cases: Vec<(&String, &(f64, f64))> =
+        tolerances.iter().filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f))).collect();
     // (case, operator, first failure "backend: reason" or None)
     let results: Vec<(String, String, Option<String>)> = cases
         .par_iter()
@@ -203,8 +199,7 @@ fn onnx_node_tests() {
             "# ONNX node test cases not run by tests/onnx_node.rs, with the reason (the first backend's error).\n\
              # Regenerate: TENSORJIT_ONNX_NODE_BLESS=1 cargo test --test onnx_node\n",
         );
-        let mut all: BTreeMap<String, String> =
-            if filter.is_some() { skips.clone() } else { BTreeMap::new() };
+        let mut all: BTreeMap<String, String> = if filter.is_some() { skips.clone() } else { BTreeMap::new() };
         for (name, _, f) in &results {
             match f {
                 Some(reason) => {

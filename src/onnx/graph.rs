@@ -15,7 +15,7 @@ use crate::ir::module::{FuncId, Module, ValueDef, ValueId};
 use crate::ir::op::{ConstData, Op};
 use crate::ir::shape::Shape;
 
-use super::proto::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto, TensorProto};
+use super::proto::{AttributeProto, GraphProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use super::tensor::take_tensor_bytes;
 
 /// Results of a node whose operands are all constants are computed at import when each holds
@@ -63,11 +63,6 @@ pub struct Node<'p> {
 impl<'p> Node<'p> {
     fn new(proto: &'p NodeProto, inputs: Vec<Option<ValueId>>, opset: i64) -> Node<'p> {
         Node { proto, inputs, opset, used: RefCell::new(HashSet::new()) }
-    }
-
-    /// The op type (e.g. `"MatMul"`).
-    pub fn op_type(&self) -> &str {
-        self.proto.op_type()
     }
 
     /// `onnx node "name" (OpType)`: the prefix of every error about this node.
@@ -189,19 +184,6 @@ impl<'p> Node<'p> {
         Ok(self.typed(name, AttributeType::Floats)?.map(|a| a.floats.clone()))
     }
 
-    /// String-list attribute.
-    pub fn attr_strings(&self, name: &str) -> Result<Option<Vec<String>>> {
-        match self.typed(name, AttributeType::Strings)? {
-            None => Ok(None),
-            Some(a) => a
-                .strings
-                .iter()
-                .map(|s| String::from_utf8(s.clone()).map_err(|_| self.invalid(format!("attribute {name:?} is not UTF-8"))))
-                .collect::<Result<Vec<_>>>()
-                .map(Some),
-        }
-    }
-
     /// Tensor attribute.
     pub fn attr_tensor(&self, name: &str) -> Result<Option<&'p TensorProto>> {
         Ok(self.typed(name, AttributeType::Tensor)?.and_then(|a| a.t.as_ref()))
@@ -250,12 +232,7 @@ pub fn in_node(e: Error, n: &NodeProto) -> Error {
 
 impl<'a> Ctx<'a> {
     /// A context building into a fresh module named `name`, whose `main` is the current function.
-    pub(crate) fn new(
-        name: &str,
-        opset: i64,
-        base_dir: Option<&'a Path>,
-        lookup_op: Lookup,
-    ) -> Ctx<'a> {
+    pub(crate) fn new(name: &str, opset: i64, base_dir: Option<&'a Path>, lookup_op: Lookup) -> Ctx<'a> {
         let m = Module::new(name);
         let func = m.main;
         Ctx { m, func, opset, scopes: vec![HashMap::new()], base_dir, fold: true, lookup_op }
@@ -329,9 +306,7 @@ impl<'a> Ctx<'a> {
         Some(match self.dtype(v) {
             DType::Float32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
             DType::Float64 => bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
-            DType::Float16 => {
-                bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect()
-            }
+            DType::Float16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
             DType::BFloat16 => {
                 bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64()).collect()
             }
@@ -434,7 +409,10 @@ impl<'a> Ctx<'a> {
             .iter()
             .map(|o| {
                 self.lookup(o.name()).ok_or_else(|| {
-                    Error::invalid("onnx", format!("graph {:?}: output {:?} is not produced by any node", g.name(), o.name()))
+                    Error::invalid(
+                        "onnx",
+                        format!("graph {:?}: output {:?} is not produced by any node", g.name(), o.name()),
+                    )
                 })
             })
             .collect()
@@ -465,9 +443,9 @@ impl<'a> Ctx<'a> {
             if name.is_empty() {
                 inputs.push(None);
             } else {
-                let v = self
-                    .lookup(name)
-                    .ok_or_else(|| Error::invalid(label(n), format!("input {name:?} is not defined before the node")))?;
+                let v = self.lookup(name).ok_or_else(|| {
+                    Error::invalid(label(n), format!("input {name:?} is not defined before the node"))
+                })?;
                 inputs.push(Some(v));
             }
         }

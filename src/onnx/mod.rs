@@ -32,7 +32,7 @@ use crate::ir::shape::Shape;
 
 pub use tensor::{read_tensor_proto, write_tensor_proto};
 
-use proto::{type_proto, ModelProto, TypeProto, ValueInfoProto};
+use proto::{ModelProto, TypeProto, ValueInfoProto, type_proto};
 
 /// The lowest and highest default-domain opset versions accepted.
 pub const OPSET_RANGE: (i64, i64) = (7, 28);
@@ -193,9 +193,9 @@ fn import(mut model: ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) 
     let mut outs = Vec::new();
     let mut outputs = Vec::new();
     for o in &g.output {
-        let v = ctx
-            .lookup(o.name())
-            .ok_or_else(|| Error::invalid("onnx", format!("graph output {:?} is not produced by any node", o.name())))?;
+        let v = ctx.lookup(o.name()).ok_or_else(|| {
+            Error::invalid("onnx", format!("graph output {:?} is not produced by any node", o.name()))
+        })?;
         outputs.push(TensorInfo { name: o.name().to_string(), shape: ctx.shape(v).clone() });
         outs.push(v);
     }
@@ -341,8 +341,11 @@ fn model_info(model: &ModelProto) -> ModelInfo {
 
 fn count_ops(g: &proto::GraphProto, counts: &mut BTreeMap<String, usize>) {
     for n in &g.node {
-        let key =
-            if n.domain().is_empty() || n.domain() == "ai.onnx" { n.op_type().to_string() } else { format!("{}::{}", n.domain(), n.op_type()) };
+        let key = if n.domain().is_empty() || n.domain() == "ai.onnx" {
+            n.op_type().to_string()
+        } else {
+            format!("{}::{}", n.domain(), n.op_type())
+        };
         *counts.entry(key).or_default() += 1;
         for a in &n.attribute {
             if let Some(sub) = &a.g {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
 use crate::ir::shape::Shape;
 
-use super::proto::{tensor_proto, TensorProto};
+use super::proto::{TensorProto, tensor_proto};
 
 /// The IR dtype of an ONNX `TensorProto.DataType` code, or `None` for codes the IR has no type
 /// for (strings, float8 variants the kernels do not compute in, ...).
@@ -75,7 +75,10 @@ fn what(t: &TensorProto) -> String {
 /// The shape (dtype and dims) of a `TensorProto`.
 pub fn tensor_shape(t: &TensorProto) -> Result<Shape> {
     let dtype = dtype_from_onnx(t.data_type()).ok_or_else(|| {
-        Error::not_implemented("onnx", format!("{}: element type {} is not supported", what(t), onnx_type_name(t.data_type())))
+        Error::not_implemented(
+            "onnx",
+            format!("{}: element type {} is not supported", what(t), onnx_type_name(t.data_type())),
+        )
     })?;
     if let Some(d) = t.dims.iter().find(|&&d| d < 0) {
         return Err(Error::invalid("onnx", format!("{}: negative dimension {d} in {:?}", what(t), t.dims)));
@@ -157,7 +160,13 @@ fn typed_bytes(t: &TensorProto, dtype: DType, n: usize) -> Result<Vec<u8>> {
         }
         // int32_data carries every type of 32 bits or fewer: the value (or the raw bits of a
         // half-precision float) in the low bits.
-        DType::Int32 | DType::Int16 | DType::Int8 | DType::Uint16 | DType::Uint8 | DType::Bool | DType::Float16
+        DType::Int32
+        | DType::Int16
+        | DType::Int8
+        | DType::Uint16
+        | DType::Uint8
+        | DType::Bool
+        | DType::Float16
         | DType::BFloat16 => {
             check(t, "int32_data", t.int32_data.len(), n)?;
             for &v in &t.int32_data {
@@ -189,9 +198,12 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>, expected: usize) -> R
     let mut length = None;
     for e in &t.external_data {
         let num = || {
-            e.value()
-                .parse::<u64>()
-                .map_err(|_| Error::invalid("onnx", format!("{}: external data {} {:?} is not a number", what(t), e.key(), e.value())))
+            e.value().parse::<u64>().map_err(|_| {
+                Error::invalid(
+                    "onnx",
+                    format!("{}: external data {} {:?} is not a number", what(t), e.key(), e.value()),
+                )
+            })
         };
         match e.key() {
             "location" => location = Some(e.value().to_string()),

@@ -54,9 +54,9 @@ pub(crate) fn opt_const_ints(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str) 
 pub(crate) fn static_dims(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<Vec<i64>> {
     let s = ctx.shape(v);
     if s.is_dynamic() {
-        return Err(n.unsupported(format!(
-            "operand shape {s} has dynamic axes (bind them with ImportOptions::dims / --dim)"
-        )));
+        return Err(
+            n.unsupported(format!("operand shape {s} has dynamic axes (bind them with ImportOptions::dims / --dim)"))
+        );
     }
     Ok(s.dims.clone())
 }

@@ -121,10 +121,8 @@ fn loop_(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let mut state = vec![zero, cond0];
     state.extend(&carried);
     let names: Vec<String> = body.input.iter().map(|i| i.name().to_string()).collect();
-    let mut params: Vec<(String, Shape)> = vec![
-        (names[0].clone(), Shape::scalar(DType::Int64)),
-        (names[1].clone(), Shape::scalar(DType::Bool)),
-    ];
+    let mut params: Vec<(String, Shape)> =
+        vec![(names[0].clone(), Shape::scalar(DType::Int64)), (names[1].clone(), Shape::scalar(DType::Bool))];
     for (k, &v) in carried.iter().enumerate() {
         params.push((names[2 + k].clone(), ctx.shape(v).clone()));
     }

@@ -11,8 +11,8 @@ use crate::ir::dtype::DType;
 use crate::ir::module::ValueId;
 use crate::ir::op::{BinaryOp, CompareOp, Op, UnaryOp};
 
-use super::common::{broadcast_dims, broadcast_to, broadcastable, cast, require_float, static_dims};
 use super::Handler;
+use super::common::{broadcast_dims, broadcast_to, broadcastable, cast, require_float, static_dims};
 use crate::onnx::graph::{Ctx, Node};
 use crate::onnx::tensor::{dtype_from_onnx, onnx_type_name};
 
@@ -698,7 +698,13 @@ fn shrink(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x0 = n.input(0)?;
     require(ctx, n, x0, Kind::Num)?;
     let dt = ctx.dtype(x0);
-    let work = if dt.is_int() { DType::Float64 } else if dt.is_half() { DType::Float32 } else { dt };
+    let work = if dt.is_int() {
+        DType::Float64
+    } else if dt.is_half() {
+        DType::Float32
+    } else {
+        dt
+    };
     let x = cast(ctx, x0, work)?;
     let lo = lit(ctx, x, -lambd)?;
     let hi = lit(ctx, x, lambd)?;

@@ -13,10 +13,10 @@ use crate::error::Result;
 use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, ValueDef, ValueId};
 use crate::ir::op::{ArithReduce, BinaryOp, CompareOp, Op, ReduceKind, UnaryOp};
-use crate::ir::shape::{Shape, DYNAMIC_DIM};
+use crate::ir::shape::{DYNAMIC_DIM, Shape};
 
-use super::common::{axes as norm_axes, axis as norm_axis, cast, opt_const_ints, static_dims};
 use super::Handler;
+use super::common::{axes as norm_axes, axis as norm_axis, cast, opt_const_ints, static_dims};
 use crate::onnx::graph::{Ctx, Node};
 
 /// Op types mapped here.
