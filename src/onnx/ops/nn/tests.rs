@@ -2,8 +2,6 @@
 //! inputs; pooling and ConvTranspose corner cases): single-node graphs on constant operands,
 //! folded at import and compared with the ONNX reference implementation's results.
 
-use std::collections::HashMap;
-
 use crate::onnx::graph::Ctx;
 use crate::onnx::proto::attribute_proto::AttributeType;
 use crate::onnx::proto::{AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto};
@@ -68,8 +66,7 @@ fn run(
     attrs: Vec<AttributeProto>,
     nout: usize,
 ) -> Vec<(Vec<i64>, Vec<f64>)> {
-    let dims = HashMap::new();
-    let mut ctx = Ctx::new("t", opset, None, &dims);
+    let mut ctx = Ctx::new("t", opset, None, crate::onnx::ops::handler);
     let outputs: Vec<String> = (0..nout).map(|i| format!("y{i}")).collect();
     let node = NodeProto {
         input: inputs.iter().map(|s| s.to_string()).collect(),
