@@ -4,7 +4,8 @@
 use crate::error::Result;
 use crate::ir::dtype::DType;
 use crate::ir::module::ValueId;
-use crate::ir::op::Op;
+use crate::ir::op::{BinaryOp, CompareOp, Op, UnaryOp};
+use crate::ir::shape::Shape;
 
 use crate::onnx::graph::{Ctx, Node};
 
@@ -127,4 +128,37 @@ pub(crate) fn require_float(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<(
         return Err(n.unsupported(format!("element type {dt} (float types only)")));
     }
     Ok(())
+}
+
+/// `op(x)`.
+pub(crate) fn un(ctx: &mut Ctx<'_>, op: UnaryOp, x: ValueId) -> Result<ValueId> {
+    ctx.emit1(Op::Unary(op), &[x])
+}
+
+/// `op(a, b)` on operands of equal rank (or a scalar).
+pub(crate) fn bin(ctx: &mut Ctx<'_>, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId> {
+    ctx.emit1(Op::Binary(op), &[a, b])
+}
+
+/// The IEEE comparison `a dir b` (operands of equal rank, or a scalar).
+pub(crate) fn cmp(ctx: &mut Ctx<'_>, dir: CompareOp, a: ValueId, b: ValueId) -> Result<ValueId> {
+    ctx.emit1(Op::Compare { dir, total_order: false }, &[a, b])
+}
+
+/// `cond ? on_true : on_false` (operands of equal dims or scalars).
+pub(crate) fn select(ctx: &mut Ctx<'_>, cond: ValueId, on_true: ValueId, on_false: ValueId) -> Result<ValueId> {
+    ctx.emit1(Op::Where, &[cond, on_true, on_false])
+}
+
+/// `Reshape` unless `v` already has `dims`.
+pub(crate) fn reshape_to(ctx: &mut Ctx<'_>, v: ValueId, dims: &[i64]) -> Result<ValueId> {
+    if ctx.shape(v).dims == dims {
+        return Ok(v);
+    }
+    ctx.emit1(Op::Reshape { dims: dims.to_vec() }, &[v])
+}
+
+/// An int64 iota of `dims` counting along `axis`.
+pub(crate) fn iota(ctx: &mut Ctx<'_>, dims: &[i64], axis: usize) -> Result<ValueId> {
+    ctx.emit1(Op::Iota { shape: Shape::new(DType::Int64, dims), axis }, &[])
 }

@@ -12,7 +12,9 @@ use crate::ir::module::ValueId;
 use crate::ir::op::{BinaryOp, CompareOp, Op, UnaryOp};
 
 use super::Handler;
-use super::common::{broadcast_dims, broadcast_to, broadcastable, cast, require_float, static_dims};
+use super::common::{
+    bin, broadcast_dims, broadcast_to, broadcastable, cast, cmp, require_float, select, static_dims, un,
+};
 use crate::onnx::graph::{Ctx, Node};
 use crate::onnx::tensor::{dtype_from_onnx, onnx_type_name};
 
@@ -166,23 +168,6 @@ pub(super) fn lookup(op: &str) -> Option<Handler> {
 
 // ------------------------------------------------------------------------------------------------
 // Small emit helpers (operands already of equal rank, or scalars).
-
-fn un(ctx: &mut Ctx<'_>, op: UnaryOp, x: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Unary(op), &[x])
-}
-
-fn bin(ctx: &mut Ctx<'_>, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Binary(op), &[a, b])
-}
-
-fn cmp(ctx: &mut Ctx<'_>, dir: CompareOp, a: ValueId, b: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Compare { dir, total_order: false }, &[a, b])
-}
-
-/// `cond ? t : f` (operands of equal dims or scalars).
-fn select(ctx: &mut Ctx<'_>, cond: ValueId, t: ValueId, f: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Where, &[cond, t, f])
-}
 
 /// A scalar constant of `like`'s dtype.
 fn lit(ctx: &mut Ctx<'_>, like: ValueId, v: f64) -> Result<ValueId> {

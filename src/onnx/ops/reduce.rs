@@ -16,7 +16,7 @@ use crate::ir::op::{ArithReduce, BinaryOp, CompareOp, Op, ReduceKind, UnaryOp};
 use crate::ir::shape::{DYNAMIC_DIM, Shape};
 
 use super::Handler;
-use super::common::{axes as norm_axes, axis as norm_axis, cast, opt_const_ints, static_dims};
+use super::common::{axes as norm_axes, axis as norm_axis, bin, cast, cmp, opt_const_ints, static_dims, un};
 use crate::onnx::graph::{Ctx, Node};
 
 /// Op types mapped here.
@@ -70,18 +70,6 @@ enum Red {
     LogSum,
     LogSumExp,
     SumSquare,
-}
-
-fn un(ctx: &mut Ctx<'_>, op: UnaryOp, x: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Unary(op), &[x])
-}
-
-fn bin(ctx: &mut Ctx<'_>, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Binary(op), &[a, b])
-}
-
-fn cmp(ctx: &mut Ctx<'_>, dir: CompareOp, a: ValueId, b: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Compare { dir, total_order: false }, &[a, b])
 }
 
 /// `Reduce` over `axes` (sorted); no node when there are none.

@@ -15,7 +15,8 @@ use crate::ir::shape::Shape;
 
 use super::Handler;
 use super::common::{
-    axes as norm_axes, axis as norm_axis, broadcast_dims, broadcast_to, cast, const_ints, opt_const_ints, static_dims,
+    axes as norm_axes, axis as norm_axis, bin, broadcast_dims, broadcast_to, cast, cmp, const_ints, iota,
+    opt_const_ints, reshape_to, select, static_dims,
 };
 use crate::onnx::graph::{Ctx, Node};
 use crate::onnx::proto::attribute_proto::AttributeType;
@@ -125,31 +126,6 @@ fn require_rank(n: &Node<'_>, rank: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// `Reshape` unless `v` already has `dims`.
-fn reshape_to(ctx: &mut Ctx<'_>, v: ValueId, dims: &[i64]) -> Result<ValueId> {
-    if ctx.shape(v).dims == dims {
-        return Ok(v);
-    }
-    ctx.emit1(Op::Reshape { dims: dims.to_vec() }, &[v])
-}
-
-/// An int64 iota of `dims` counting along `axis`.
-fn iota(ctx: &mut Ctx<'_>, dims: &[i64], axis: usize) -> Result<ValueId> {
-    ctx.emit1(Op::Iota { shape: Shape::new(DType::Int64, dims), axis }, &[])
-}
-
-fn binary(ctx: &mut Ctx<'_>, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Binary(op), &[a, b])
-}
-
-fn compare(ctx: &mut Ctx<'_>, dir: CompareOp, a: ValueId, b: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Compare { dir, total_order: false }, &[a, b])
-}
-
-fn select(ctx: &mut Ctx<'_>, cond: ValueId, on_true: ValueId, on_false: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Where, &[cond, on_true, on_false])
-}
-
 /// An int64 scalar constant.
 fn scalar_i64(ctx: &mut Ctx<'_>, v: i64) -> Result<ValueId> {
     ctx.const_i64(&[v], &[])
@@ -176,8 +152,8 @@ fn index_operand(ctx: &mut Ctx<'_>, n: &Node<'_>, v: ValueId, what: &str) -> Res
 /// `select(idx < 0, idx + bound, idx)` on int64 indices; `bound` is a scalar or broadcasts.
 fn wrap_negative(ctx: &mut Ctx<'_>, idx: ValueId, bound: ValueId) -> Result<ValueId> {
     let zero = scalar_i64(ctx, 0)?;
-    let neg = compare(ctx, CompareOp::LessThan, idx, zero)?;
-    let shifted = binary(ctx, BinaryOp::Add, idx, bound)?;
+    let neg = cmp(ctx, CompareOp::LessThan, idx, zero)?;
+    let shifted = bin(ctx, BinaryOp::Add, idx, bound)?;
     select(ctx, neg, shifted, idx)
 }
 
@@ -401,17 +377,17 @@ fn dynamic_reshape(
                 if r == 0 { pad } else { ctx.emit1(Op::Concatenate { axis: 0 }, &[dims, pad])? }
             };
             let zero = scalar_i64(ctx, 0)?;
-            let is_zero = compare(ctx, CompareOp::Equal, s, zero)?;
+            let is_zero = cmp(ctx, CompareOp::Equal, s, zero)?;
             s0 = select(ctx, is_zero, src, s)?;
         }
         let minus_one = scalar_i64(ctx, -1)?;
         let one = scalar_i64(ctx, 1)?;
-        let infer = compare(ctx, CompareOp::Equal, s0, minus_one)?;
+        let infer = cmp(ctx, CompareOp::Equal, s0, minus_one)?;
         let others = select(ctx, infer, one, s0)?;
         let known = ctx.emit1(Op::Reduce { kind: ReduceKind::Product, axes: vec![0] }, &[others])?;
-        let known = binary(ctx, BinaryOp::Max, known, one)?;
+        let known = bin(ctx, BinaryOp::Max, known, one)?;
         let total = ctx.emit1(Op::Reduce { kind: ReduceKind::Product, axes: vec![0] }, &[dims])?;
-        let inferred = binary(ctx, BinaryOp::Div, total, known)?;
+        let inferred = bin(ctx, BinaryOp::Div, total, known)?;
         let s1 = select(ctx, infer, inferred, s0)?;
         for i in 0..k {
             let v = ctx.emit1(Op::Slice { starts: vec![i], limits: vec![i + 1], strides: vec![1] }, &[s1])?;
@@ -1095,7 +1071,7 @@ fn scatter_core(
             let targets = &dims[..k];
             let ids = iota(ctx, &[rows], 0)?;
             let one = scalar_i64(ctx, 1)?;
-            let ids = binary(ctx, BinaryOp::Add, ids, one)?;
+            let ids = bin(ctx, BinaryOp::Add, ids, one)?;
             let ids = reshape_to(ctx, ids, &idims[..q - 1])?;
             let zero = scalar_i64(ctx, 0)?;
             let zeros = broadcast_axes(ctx, zero, targets, vec![])?;
@@ -1110,13 +1086,13 @@ fn scatter_core(
             };
             let pos = ctx.emit1(last, &[zeros, idx, ids])?;
             // Each target's update window, from the updates as `[rows] ++ dims[k..]`.
-            let row = binary(ctx, BinaryOp::Sub, pos, one)?;
-            let row = binary(ctx, BinaryOp::Max, row, zero)?;
+            let row = bin(ctx, BinaryOp::Sub, pos, one)?;
+            let row = bin(ctx, BinaryOp::Max, row, zero)?;
             let mut rows_dims = vec![rows];
             rows_dims.extend_from_slice(&dims[k..]);
             let flat = reshape_to(ctx, upd, &rows_dims)?;
             let picked = gather_axis(ctx, flat, row, 0, &rows_dims)?;
-            let hit = compare(ctx, CompareOp::GreaterThan, pos, zero)?;
+            let hit = cmp(ctx, CompareOp::GreaterThan, pos, zero)?;
             let hit = broadcast_axes(ctx, hit, &dims, (0..k).collect())?;
             select(ctx, hit, picked, data)
         }
@@ -1138,12 +1114,12 @@ fn scatter_core(
             let mut sdims = vec![1i64; q - 1];
             sdims.push(k as i64);
             let strides = ctx.const_i64(&strides, &sdims)?;
-            let lin = binary(ctx, BinaryOp::Mul, idx, strides)?;
+            let lin = bin(ctx, BinaryOp::Mul, idx, strides)?;
             let lin = ctx.emit1(Op::Reduce { kind: ReduceKind::Sum, axes: vec![q - 1] }, &[lin])?;
             let lin = reshape_to(ctx, lin, &[rows])?;
             let lin = broadcast_axes(ctx, lin, &[rows, targets], vec![0])?;
             let pos = iota(ctx, &[rows, targets], 1)?;
-            let hit = compare(ctx, CompareOp::Equal, lin, pos)?;
+            let hit = cmp(ctx, CompareOp::Equal, lin, pos)?;
             let hit = broadcast_axes(ctx, hit, &[rows, targets, win], vec![0, 1])?;
             let u = reshape_to(ctx, upd, &[rows, win])?;
             let u = broadcast_axes(ctx, u, &[rows, targets, win], vec![0, 2])?;
@@ -1151,7 +1127,7 @@ fn scatter_core(
             let factors = select(ctx, hit, u, one)?;
             let prod = ctx.emit1(Op::Reduce { kind: ReduceKind::Product, axes: vec![0] }, &[factors])?;
             let prod = reshape_to(ctx, prod, &dims)?;
-            binary(ctx, BinaryOp::Mul, data, prod)
+            bin(ctx, BinaryOp::Mul, data, prod)
         }
     }
 }
@@ -1504,9 +1480,9 @@ fn trilu(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     };
     let row = iota(ctx, &dims, r - 2)?;
     let col = iota(ctx, &dims, r - 1)?;
-    let diff = binary(ctx, BinaryOp::Sub, col, row)?;
+    let diff = bin(ctx, BinaryOp::Sub, col, row)?;
     let dir = if upper { CompareOp::GreaterOrEqual } else { CompareOp::LessOrEqual };
-    let keep = compare(ctx, dir, diff, k)?;
+    let keep = cmp(ctx, dir, diff, k)?;
     let zero = ctx.scalar(ctx.dtype(x), 0.0)?;
     Ok(vec![select(ctx, keep, x, zero)?])
 }
@@ -1526,9 +1502,9 @@ fn eye_like(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let k = n.attr_i_or("k", 0)?;
     let row = iota(ctx, &dims, 0)?;
     let col = iota(ctx, &dims, 1)?;
-    let diff = binary(ctx, BinaryOp::Sub, col, row)?;
+    let diff = bin(ctx, BinaryOp::Sub, col, row)?;
     let k = scalar_i64(ctx, k)?;
-    let eq = compare(ctx, CompareOp::Equal, diff, k)?;
+    let eq = cmp(ctx, CompareOp::Equal, diff, k)?;
     Ok(vec![cast(ctx, eq, dt)?])
 }
 
@@ -1564,7 +1540,7 @@ fn one_hot(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let keep: Vec<usize> = (0..out.len()).filter(|&i| i != axis).collect();
     let idx = broadcast_axes(ctx, idx, &out, keep)?;
     let pos = iota(ctx, &out, axis)?;
-    let hit = compare(ctx, CompareOp::Equal, pos, idx)?;
+    let hit = cmp(ctx, CompareOp::Equal, pos, idx)?;
     let off = ctx.emit1(Op::Slice { starts: vec![0], limits: vec![1], strides: vec![1] }, &[values])?;
     let on = ctx.emit1(Op::Slice { starts: vec![1], limits: vec![2], strides: vec![1] }, &[values])?;
     let off = reshape_to(ctx, off, &[])?;
@@ -1594,10 +1570,10 @@ fn reverse_sequence(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let lens = index_operand(ctx, n, lens, "sequence_lens")?;
     let lens = broadcast_axes(ctx, lens, &dims, vec![ba])?;
     let t = iota(ctx, &dims, ta)?;
-    let inside = compare(ctx, CompareOp::LessThan, t, lens)?;
+    let inside = cmp(ctx, CompareOp::LessThan, t, lens)?;
     let one = scalar_i64(ctx, 1)?;
-    let last = binary(ctx, BinaryOp::Sub, lens, one)?;
-    let rev = binary(ctx, BinaryOp::Sub, last, t)?;
+    let last = bin(ctx, BinaryOp::Sub, lens, one)?;
+    let rev = bin(ctx, BinaryOp::Sub, last, t)?;
     let src = select(ctx, inside, rev, t)?;
     let full = full_index(ctx, &dims, r, &[(ta, src)])?;
     Ok(vec![gather_points(ctx, x, full)?])

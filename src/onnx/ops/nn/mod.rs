@@ -16,10 +16,11 @@ mod tests;
 use crate::error::Result;
 use crate::ir::dtype::DType;
 use crate::ir::module::ValueId;
-use crate::ir::op::{BinaryOp, Op, ReduceKind, UnaryOp};
+use crate::ir::op::{BinaryOp, Op, ReduceKind};
 use crate::ir::shape::Shape;
 
 use super::Handler;
+use super::common::{bin, reshape_to as reshape, un};
 use crate::onnx::graph::{Ctx, Node, scalar_bytes};
 
 /// Op types mapped here.
@@ -76,16 +77,6 @@ pub(super) fn lookup(op: &str) -> Option<Handler> {
     })
 }
 
-/// `op(a, b)` on operands of equal rank (or a scalar).
-fn bin(ctx: &mut Ctx<'_>, op: BinaryOp, a: ValueId, b: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Binary(op), &[a, b])
-}
-
-/// `op(x)`.
-fn un(ctx: &mut Ctx<'_>, op: UnaryOp, x: ValueId) -> Result<ValueId> {
-    ctx.emit1(Op::Unary(op), &[x])
-}
-
 /// A scalar constant of `dtype`.
 fn scalar(ctx: &mut Ctx<'_>, n: &Node<'_>, dtype: DType, v: f64) -> Result<ValueId> {
     let bytes = scalar_bytes(dtype, v).ok_or_else(|| n.unsupported(format!("element type {dtype}")))?;
@@ -104,14 +95,6 @@ fn const_of(ctx: &mut Ctx<'_>, n: &Node<'_>, dtype: DType, dims: &[i64], data: &
 /// Static dims of `v`, or an error naming the node.
 fn dims_of(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<Vec<i64>> {
     super::common::static_dims(ctx, n, v)
-}
-
-/// `x` reshaped to `dims` (no node when unchanged).
-fn reshape(ctx: &mut Ctx<'_>, x: ValueId, dims: &[i64]) -> Result<ValueId> {
-    if ctx.shape(x).dims == dims {
-        return Ok(x);
-    }
-    ctx.emit1(Op::Reshape { dims: dims.to_vec() }, &[x])
 }
 
 /// Reduces `x` over the sorted `axes`, keeping them as size-1 axes.
