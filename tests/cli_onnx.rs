@@ -409,3 +409,22 @@ fn info_describes_a_model() {
     assert_eq!(code, 1, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn dump_binds_symbolic_dimensions_given_with_dim() {
+    let dir = scratch("dump_dim");
+    let path = write_model(&dir, "m.onnx", &model(vec![]));
+    // Without --dim the batch axis stays dynamic; with it, the compiled module has batch 3.
+    let (code, out, err) = tensorjit(&["dump", s(&path), "--stage", "input"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("f32[batch=?,32]"), "{out}");
+    let (code, out, err) = tensorjit(&["dump", s(&path), "--stage", "input", "--dim", "batch=3"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("f32[3,32]") && !out.contains("batch=?"), "{out}");
+    // --dim on an IR file is an error that names the file and the dimension.
+    let ir = dir.join("m.tjir");
+    std::fs::write(&ir, "module @m\n\nfunc @main(%0 \"x\": f32[2]) {\n  return %0\n}\n").unwrap();
+    let (code, _, err) = tensorjit(&["dump", s(&ir), "--dim", "batch=3"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("m.tjir") && err.contains("batch") && err.contains("only ONNX"), "{err}");
+}

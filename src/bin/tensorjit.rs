@@ -192,6 +192,9 @@ struct DumpArgs {
     /// streaming_stores=on, …)
     #[arg(short, long, value_name = "CONFIG", default_value = "jit")]
     backend: String,
+    /// ONNX models: the size of the symbolic dimension NAME (the others stay dynamic)
+    #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
+    dims: Vec<(String, i64)>,
     #[command(flatten)]
     constants: ConstantArgs,
 }
@@ -356,6 +359,7 @@ fn main() -> ExitCode {
                 backend: Some(a.backend),
                 print: print_options(&a.constants, Some(DEFAULT_DUMP_CONSTANT_ELEMENTS)),
                 constants_file: a.constants.constants_file,
+                dims: a.dims,
             };
             match tensorjit::cli::dump::dump(&opts) {
                 Ok(r) => {

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use crate::backends::jit::JitBackend;
 use crate::backends::jit::dump::{Stages, format_timings};
 use crate::cli::fmt::{ConstantsFileReport, Printer};
-use crate::cli::{CliError, display_name, load_module};
+use crate::cli::{CliError, display_name, load_module_with_dims};
 use crate::ir::text::PrintOptions;
 
 /// A stage [`dump`] can show.
@@ -73,6 +73,8 @@ pub struct DumpOptions {
     pub print: PrintOptions,
     /// Write the summarised constants' data to this side file (the IR stages then replay).
     pub constants_file: Option<PathBuf>,
+    /// ONNX models: sizes for symbolic dimensions (`--dim NAME=SIZE`); the others stay dynamic.
+    pub dims: Vec<(String, i64)>,
 }
 
 impl Default for DumpOptions {
@@ -83,6 +85,7 @@ impl Default for DumpOptions {
             backend: None,
             print: PrintOptions::dump(),
             constants_file: None,
+            dims: Vec::new(),
         }
     }
 }
@@ -165,7 +168,7 @@ fn jit_backend(config: Option<&str>) -> Result<std::sync::Arc<JitBackend>, CliEr
 /// Compiles `opts.file` with the jit pipeline and collects the asked-for stages.
 pub fn dump(opts: &DumpOptions) -> Result<DumpReport, CliError> {
     let backend = jit_backend(opts.backend.as_deref())?;
-    let (module, _) = load_module(&opts.file)?;
+    let (module, _) = load_module_with_dims(&opts.file, &opts.dims)?;
     let stages: Stages = backend.compile_stages(module).map_err(|e| CliError::in_file(&opts.file, e))?;
     let want = |s: Stage| opts.stages.is_empty() || opts.stages.contains(&Stage::All) || opts.stages.contains(&s);
     let mut printer = Printer::new(opts.print.clone(), opts.constants_file.as_deref())?;

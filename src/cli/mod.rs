@@ -146,9 +146,25 @@ pub fn constants_dir_of(path: &Path) -> PathBuf {
 /// constants next to it; an ONNX model ([`model_format`]) is imported instead, its symbolic
 /// dimensions left dynamic. Errors name the file, with the line and column of a parse error.
 pub fn load_module(path: &Path) -> std::result::Result<(Module, SourceMap), CliError> {
+    load_module_with_dims(path, &[])
+}
+
+/// [`load_module`], binding the named symbolic dimensions of an ONNX model (`--dim NAME=SIZE`);
+/// an error for an IR file when `dims` is not empty.
+pub fn load_module_with_dims(
+    path: &Path,
+    dims: &[(String, i64)],
+) -> std::result::Result<(Module, SourceMap), CliError> {
     if model_format(path) == ModelFormat::Onnx {
-        let m = model::import_file(path, &crate::onnx::ImportOptions::default())?;
+        let opts = crate::onnx::ImportOptions { dims: dims.iter().cloned().collect(), ..Default::default() };
+        let m = model::import_file(path, &opts)?;
         return Ok((m.module, SourceMap::default()));
+    }
+    if let Some((name, _)) = dims.first() {
+        return Err(CliError::in_file(
+            path,
+            Error::invalid("--dim", format!("{name}: only ONNX models have symbolic dimensions")),
+        ));
     }
     let text = read_text_file(path).map_err(|e| CliError::in_file(path, e))?;
     let opts = ParseOptions { constants_dir: Some(constants_dir_of(path)) };

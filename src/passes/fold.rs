@@ -1,5 +1,11 @@
 //! Constant folding: a node whose operands are all constants is evaluated at compile time with
 //! the reference kernels and replaced by constants, when its results are small.
+//!
+//! Folding never materialises data the graph only implies: a `broadcast_in_dim` of a constant
+//! (a bias, a mask, a scalar) is left as it is unless its result is tiny, because the fusion
+//! patterns (Dense + bias, scaled softmax, …) and the kernels consume it in its compact form.
+//! Consumers of such a broadcast still fold — the broadcast is evaluated on the fly as their
+//! operand — when their own result is no larger than their operands' real data.
 
 use std::sync::Arc;
 
@@ -14,6 +20,13 @@ use crate::passes::rewrite::Edits;
 
 /// Results with more elements than this are not folded (they would bloat the module).
 pub const FOLD_LIMIT_ELEMENTS: usize = 1 << 16;
+
+/// Results up to this many elements fold whatever their operands' size (a few KiB at most).
+const SMALL_RESULT_ELEMENTS: usize = 1024;
+
+/// A result folds only if it has at most this many times the elements of its operands' data
+/// (for an operand that is a broadcast of a constant, the constant's own elements).
+const MAX_GROWTH: usize = 2;
 
 /// The data of `v` if it is defined by a Constant node.
 pub fn constant_bytes(m: &Module, v: ValueId) -> Option<&[u8]> {
@@ -90,13 +103,90 @@ fn fold_node(m: &Module, n: NodeId) -> Option<Vec<Tensor>> {
         return None;
     }
     let out_shapes = out_shapes(m, &node.outputs);
-    if out_shapes.iter().any(|s| s.size().is_none_or(|n| n > FOLD_LIMIT_ELEMENTS)) {
-        return None;
+    let mut out_elems = 0usize;
+    for s in &out_shapes {
+        out_elems = out_elems.saturating_add(s.size().filter(|&n| n <= FOLD_LIMIT_ELEMENTS)?);
     }
     let mut inputs = Vec::with_capacity(node.inputs.len());
+    let mut data_elems = 0usize;
     for &i in &node.inputs {
-        let b = constant_bytes(m, i)?;
-        inputs.push(Tensor { shape: m.shape(i).clone(), data: Arc::new(AlignedBytes::from_bytes(b)) });
+        let (t, elems) = constant_operand(m, i)?;
+        data_elems = data_elems.saturating_add(elems);
+        inputs.push(t);
+    }
+    if out_elems > SMALL_RESULT_ELEMENTS && out_elems > data_elems.saturating_mul(MAX_GROWTH) {
+        return None;
     }
     reference::eval(&node.op, &inputs, &out_shapes).ok()
+}
+
+/// The value of operand `v` when it is known at compile time, with the number of elements of
+/// the data it comes from: a constant, or a `broadcast_in_dim` of a constant (left in the graph
+/// by [`fold_node`]'s growth rule and evaluated here, for this use only).
+fn constant_operand(m: &Module, v: ValueId) -> Option<(Tensor, usize)> {
+    let tensor =
+        |v: ValueId, b: &[u8]| Tensor { shape: m.shape(v).clone(), data: Arc::new(AlignedBytes::from_bytes(b)) };
+    if let Some(b) = constant_bytes(m, v) {
+        return Some((tensor(v, b), m.shape(v).size()?));
+    }
+    let ValueDef::Node { node, .. } = m.value(v).def else { return None };
+    let node = m.node(node);
+    if !matches!(node.op, Op::BroadcastInDim { .. }) || node.inputs.len() != 1 {
+        return None;
+    }
+    let src = node.inputs[0];
+    let b = constant_bytes(m, src)?;
+    let shape = m.shape(v).clone();
+    if shape.size()? > FOLD_LIMIT_ELEMENTS {
+        return None;
+    }
+    let mut out = reference::eval(&node.op, &[tensor(src, b)], std::slice::from_ref(&shape)).ok()?;
+    Some((out.pop()?, m.shape(src).size()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::text::parse_module;
+
+    /// A bias broadcast to a large shape stays a broadcast; a weight scaled by a broadcast
+    /// scalar (result as large as the weight) still folds, to the value computed by hand.
+    #[test]
+    fn broadcasts_stay_compact_but_their_consumers_fold() {
+        let ones = vec!["1.0"; 1600].join(", ");
+        let twos = vec!["2.0"; 40].join(", ");
+        let text = format!(
+            "module @m\n\nfunc @main(%0 \"x\": f32[40,40]) {{\n  \
+             %1 = constant [{ones}] : f32[40,40]\n  \
+             %2 = constant 0.5 : f32[]\n  \
+             %3 = broadcast_in_dim %2, shape=f32[40,40], axes=[] : f32[40,40]\n  \
+             %4 = mul %1, %3 : f32[40,40]\n  \
+             %5 = constant [{twos}] : f32[40]\n  \
+             %6 = broadcast_in_dim %5, shape=f32[40,40], axes=[1] : f32[40,40]\n  \
+             %7 = add %0, %6 : f32[40,40]\n  \
+             %8 = mul %7, %4 : f32[40,40]\n  \
+             return %8\n}}\n"
+        );
+        let mut m = parse_module(&text).unwrap();
+        assert!(run(&mut m).unwrap());
+        crate::passes::dce::run(&mut m).unwrap();
+        let body: Vec<_> = m.functions[0].body.iter().map(|&n| m.node(n).op.clone()).collect();
+        let broadcasts = body.iter().filter(|op| matches!(op, Op::BroadcastInDim { .. })).count();
+        assert_eq!(broadcasts, 1, "the bias broadcast stays, the scalar one is gone: {body:?}");
+        // The folded weight: 1.0 * 0.5 in every one of its 1600 elements.
+        let folded: Vec<&ConstData> = body
+            .iter()
+            .filter_map(|op| match op {
+                Op::Constant(c) if c.0.len() == 1600 * 4 => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(folded.len(), 1);
+        assert!(folded[0].0.chunks(4).all(|b| f32::from_le_bytes(b.try_into().unwrap()) == 0.5));
+        // The only other constant is the bias itself, [40], not a materialised [40, 40].
+        let sizes: Vec<usize> =
+            body.iter().filter_map(|op| if let Op::Constant(c) = op { Some(c.0.len()) } else { None }).collect();
+        assert_eq!(sizes.len(), 2, "{sizes:?}");
+        assert!(sizes.contains(&(40 * 4)), "{sizes:?}");
+    }
 }
