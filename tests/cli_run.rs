@@ -54,6 +54,7 @@ fn opts(file: PathBuf, inputs: &[(&str, PathBuf)], out: PathBuf) -> RunOptions {
         out,
         backend: Some("interp".into()),
         repeat: None,
+        ..RunOptions::default()
     }
 }
 
@@ -409,5 +410,40 @@ fn output_directory_is_checked_before_executing() {
     assert!(e.contains("--out"), "{e}");
     assert_eq!(run_to(dir.join("fresh").to_str().unwrap()).0, 0);
     assert!(dir.join("fresh/out0.npy").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--profile` / `--trace`: every step of every profiled execution is an event; the trace file
+/// is Chrome's JSON format.
+#[test]
+fn profile_and_trace_record_every_step() {
+    let dir = scratch("profile");
+    let ir = add_sum_ir(&dir);
+    write_npy(&dir.join("x.npy"), &[2, 3], &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    write_npy(&dir.join("y.npy"), &[3], &[10.0f32, 20.0, 30.0]);
+    for backend in ["interp", "jit"] {
+        let trace = dir.join(format!("{backend}.json"));
+        let mut o = opts(ir.clone(), &[("y", dir.join("y.npy")), ("x", dir.join("x.npy"))], dir.join("out"));
+        o.backend = Some(backend.into());
+        o.repeat = Some(3);
+        o.trace = Some(trace.clone());
+        let report = run(&o).unwrap();
+        let profile = report.profile.expect("a profile");
+        let events = profile.events();
+        assert!(!events.is_empty());
+        // Three profiled executions (the warm-up is not profiled): each step thrice.
+        let summary = profile.summary();
+        assert!(summary.iter().all(|s| s.calls % 3 == 0), "{summary:?}");
+        let text = std::fs::read_to_string(&trace).unwrap();
+        assert!(text.starts_with("{\"traceEvents\":["), "{text}");
+        assert_eq!(text.matches("\"ph\":\"X\"").count(), events.len(), "{text}");
+    }
+    // The interpreter times each node: the broadcast, the add and the reduction.
+    let mut o = opts(ir, &[("y", dir.join("y.npy")), ("x", dir.join("x.npy"))], dir.join("out"));
+    o.profile = true;
+    let names: Vec<String> = run(&o).unwrap().profile.unwrap().events().into_iter().map(|e| e.name).collect();
+    for want in ["broadcast_in_dim f32[2,3]", "add f32[2,3]", "reduce_sum f32[2]"] {
+        assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -77,7 +77,11 @@ fn endless_while_stopped_by_cancel_from_another_thread() {
             remote.cancel();
         });
         // The deadline only keeps a broken cancellation from hanging the test.
-        let opts = ExecOptions { deadline: Instant::now().checked_add(Duration::from_secs(30)), cancel: Some(token) };
+        let opts = ExecOptions {
+            deadline: Instant::now().checked_add(Duration::from_secs(30)),
+            cancel: Some(token),
+            ..ExecOptions::default()
+        };
         let start = Instant::now();
         let r = exe.execute_with(&[&i32s(0), &i32s(i32::MAX)], &[], &opts);
         let took = start.elapsed();
@@ -102,9 +106,9 @@ func @main(%0 "x": f32[3]) {
         let x = Buffer::from_slice(&[1f32, -2.0, 0.5], &[3]).unwrap();
         let token = CancelToken::new();
         token.cancel();
-        let r = exe.execute_with(&[&x], &[], &ExecOptions { deadline: None, cancel: Some(token) });
+        let r = exe.execute_with(&[&x], &[], &ExecOptions { cancel: Some(token), ..ExecOptions::default() });
         assert!(matches!(r, Err(Error::Cancelled)), "{config}: {:?}", r.map(|_| ()));
-        let past = ExecOptions { deadline: Some(Instant::now()), cancel: None };
+        let past = ExecOptions { deadline: Some(Instant::now()), ..ExecOptions::default() };
         let r = exe.execute_with(&[&x], &[], &past);
         assert!(matches!(r, Err(Error::DeadlineExceeded)), "{config}: {:?}", r.map(|_| ()));
         // Unexpired options change nothing: 1, 4, 0.25.

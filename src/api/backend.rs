@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::api::buffer::Buffer;
+use crate::api::profile::Profiler;
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
 use crate::ir::module::Module;
@@ -161,12 +162,15 @@ pub struct ExecOptions {
     pub deadline: Option<Instant>,
     /// Stop with [`Error::Cancelled`] once this token is cancelled.
     pub cancel: Option<CancelToken>,
+    /// Record the time of every step (jit) or node (interp) of the execution into this
+    /// profiler (`crate::api::profile`); `None`: nothing is timed.
+    pub profiler: Option<Profiler>,
 }
 
 impl ExecOptions {
     /// Options with a deadline `timeout` from now.
     pub fn with_timeout(timeout: std::time::Duration) -> ExecOptions {
-        ExecOptions { deadline: Instant::now().checked_add(timeout), cancel: None }
+        ExecOptions { deadline: Instant::now().checked_add(timeout), ..ExecOptions::default() }
     }
 
     /// Whether neither a deadline nor a token is set (nothing to check).

@@ -5,9 +5,11 @@ pub mod buffer;
 pub mod builder;
 mod ops_basic;
 mod ops_structured;
+pub mod profile;
 
 pub use backend::{Backend, CancelToken, Capabilities, ExecOptions, Executable, check_inputs};
 pub use buffer::Buffer;
 pub use builder::{Builder, Function, Value};
 pub use ops_basic::ReshapeSpec;
 pub use ops_structured::{AttentionConfig, ConvConfig, DotConfig, GatherDims, ScatterDims};
+pub use profile::{EventKind, KernelStats, ProfileEvent, Profiler};

@@ -95,6 +95,15 @@ struct RunArgs {
     /// shapes)
     #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
     dims: Vec<(String, i64)>,
+    /// Time every step of the executions (the repeated ones with --repeat, else the first) and
+    /// print where the time went: per kind (compiled loop, kernel, reference kernel, …) and the
+    /// most expensive steps (JSON: a "profile" object)
+    #[arg(long)]
+    profile: bool,
+    /// Write the profile as a Chrome trace (chrome://tracing, ui.perfetto.dev) to PATH; implies
+    /// --profile
+    #[arg(long, value_name = "PATH")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -290,7 +299,15 @@ fn main() -> ExitCode {
     let mut out = std::io::stdout().lock();
     let code = match cli.command {
         Command::Run(a) => {
-            let opts = RunOptions { file: a.file, inputs: a.inputs, out: a.out, backend: a.backend, repeat: a.repeat };
+            let opts = RunOptions {
+                file: a.file,
+                inputs: a.inputs,
+                out: a.out,
+                backend: a.backend,
+                repeat: a.repeat,
+                profile: a.profile,
+                trace: a.trace,
+            };
             match tensorjit::cli::run_with(&opts, &ModelOptions { dims: a.dims }) {
                 Ok(r) => {
                     match mode {

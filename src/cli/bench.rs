@@ -253,7 +253,7 @@ pub fn bench(opts: &BenchOptions) -> Result<BenchReport, CliError> {
     for _ in 0..opts.warmup {
         exe.execute(&refs, &[]).map_err(|e| CliError::in_file(&opts.file, e))?;
     }
-    let stats = time_executions(exe.as_ref(), &refs, opts.repeat, &opts.file)?;
+    let stats = time_executions(exe.as_ref(), &refs, opts.repeat, &opts.file, &Default::default())?;
     Ok(BenchReport {
         file: display_name(&opts.file),
         backend: backend.name().to_string(),

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::api::backend::{Backend, Executable};
+use crate::api::backend::{Backend, ExecOptions, Executable};
 use crate::api::buffer::Buffer;
+use crate::api::profile::Profiler;
 use crate::cli::model::{
     ModelFormat, bind_dims, declared_inputs, decode_onnx, import_bytes, model_format, read_onnx_file,
 };
@@ -40,6 +41,11 @@ pub struct RunOptions {
     pub backend: Option<String>,
     /// Timed executions after the first one.
     pub repeat: Option<usize>,
+    /// Profile the executions (the repeated ones with `repeat`, else the first): per-kernel
+    /// times and calls in [`RunReport::profile`].
+    pub profile: bool,
+    /// Write the profile as a Chrome trace (JSON) to this file (implies `profile`).
+    pub trace: Option<PathBuf>,
 }
 
 /// Options that concern the model file rather than the run (see [`run_with`]).
@@ -106,6 +112,8 @@ pub struct RunReport {
     pub execute_time: Duration,
     /// With `--repeat`.
     pub repeat: Option<RepeatStats>,
+    /// With `--profile` or `--trace`: the events of the profiled executions.
+    pub profile: Option<Profiler>,
 }
 
 impl RunReport {
@@ -137,6 +145,7 @@ impl RunReport {
             "compile_ms": millis(self.compile_time),
             "execute_ms": millis(self.execute_time),
             "repeat": self.repeat.map(|r| r.to_json()),
+            "profile": self.profile.as_ref().map(profile_json),
         })
     }
 }
@@ -162,7 +171,36 @@ pub fn print_report(r: &RunReport, w: &mut impl Write) -> std::io::Result<()> {
     if let Some(s) = r.repeat {
         writeln!(w, "repeat {}: median {} / execution, min {}, mean {}", s.n, ms(s.median), ms(s.min), ms(s.mean))?;
     }
+    if let Some(p) = &r.profile {
+        let runs = r.repeat.map_or(1, |s| s.n);
+        writeln!(w, "\nprofile ({runs} execution{}, the 30 most expensive steps):", if runs == 1 { "" } else { "s" })?;
+        w.write_all(p.summary_table(Some(30)).as_bytes())?;
+    }
     Ok(())
+}
+
+/// `{"executions"?, "kinds": [{"kind", "calls", "total_ms"}], "steps": [{"name", "kind", "calls",
+/// "total_ms"}]}`, largest total first.
+fn profile_json(p: &Profiler) -> serde_json::Value {
+    let stats = p.summary();
+    let mut kinds: Vec<(&'static str, u64, f64)> = Vec::new();
+    for s in &stats {
+        match kinds.iter_mut().find(|k| k.0 == s.kind.name()) {
+            Some(k) => {
+                k.1 += s.calls;
+                k.2 += millis(s.total);
+            }
+            None => kinds.push((s.kind.name(), s.calls, millis(s.total))),
+        }
+    }
+    kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
+    serde_json::json!({
+        "kinds": kinds.iter().map(|k| serde_json::json!({"kind": k.0, "calls": k.1, "total_ms": k.2})).collect::<Vec<_>>(),
+        "steps": stats
+            .iter()
+            .map(|s| serde_json::json!({"name": s.name, "kind": s.kind.name(), "calls": s.calls, "total_ms": millis(s.total)}))
+            .collect::<Vec<_>>(),
+    })
 }
 
 fn usage(msg: impl Into<String>) -> CliError {
@@ -319,11 +357,12 @@ pub(crate) fn time_executions(
     inputs: &[&Buffer],
     n: usize,
     file: &Path,
+    opts: &ExecOptions,
 ) -> Result<RepeatStats, CliError> {
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let outs = exe.execute(inputs, &[]).map_err(|e| CliError::in_file(file, e))?;
+        let outs = exe.execute_with(inputs, &[], opts).map_err(|e| CliError::in_file(file, e))?;
         drop(outs);
         times.push(t.elapsed());
     }
@@ -352,13 +391,19 @@ pub fn run_with(opts: &RunOptions, model: &ModelOptions) -> Result<RunReport, Cl
     let (exe, compile_time) = compile(backend.as_ref(), module, &opts.file)?;
 
     let refs: Vec<&Buffer> = buffers.iter().collect();
+    let profiler = (opts.profile || opts.trace.is_some()).then(Profiler::new);
+    let profiled = ExecOptions { profiler: profiler.clone(), ..ExecOptions::default() };
+    let first = if opts.repeat.is_some() { ExecOptions::default() } else { profiled.clone() };
     let t1 = Instant::now();
-    let outs = exe.execute(&refs, &[]).map_err(|e| CliError::in_file(&opts.file, e))?;
+    let outs = exe.execute_with(&refs, &[], &first).map_err(|e| CliError::in_file(&opts.file, e))?;
     let execute_time = t1.elapsed();
     let repeat = match opts.repeat {
-        Some(n) => Some(time_executions(exe.as_ref(), &refs, n, &opts.file)?),
+        Some(n) => Some(time_executions(exe.as_ref(), &refs, n, &opts.file, &profiled)?),
         None => None,
     };
+    if let (Some(path), Some(p)) = (&opts.trace, &profiler) {
+        std::fs::write(path, p.chrome_trace()).map_err(|e| CliError::new(format!("{}: {e}", path.display())))?;
+    }
 
     let mut outputs = Vec::with_capacity(outs.len());
     let mut manifest = String::new();
@@ -384,6 +429,7 @@ pub fn run_with(opts: &RunOptions, model: &ModelOptions) -> Result<RunReport, Cl
         compile_time,
         execute_time,
         repeat,
+        profile: profiler,
     })
 }
 

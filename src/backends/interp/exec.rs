@@ -14,6 +14,7 @@ use super::dynamic::{self, Bindings};
 use super::plan::Plan;
 use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
+use crate::api::profile::EventKind;
 use crate::backends::signature::Signature;
 use crate::backends::slot::FinalizeSlot;
 use crate::error::{Error, Result};
@@ -228,7 +229,11 @@ impl Ctx<'_> {
                 // remove it. Its operands' last uses are elsewhere, so nothing is dropped here.
                 continue;
             }
+            let started = self.opts.profiler.as_ref().map(|_| std::time::Instant::now());
             self.run_node(f, pos, n).map_err(|e| locate(e, m, f, n, nesting))?;
+            if let (Some(p), Some(t)) = (&self.opts.profiler, started) {
+                p.record(EventKind::Interp, t, || node_label(m, n));
+            }
         }
         let outputs = fd.outputs.as_deref().unwrap_or(&[]);
         let result = outputs.iter().map(|&v| self.get(v)).collect::<Result<Vec<_>>>()?;
@@ -453,4 +458,18 @@ fn reshape(name: &str, x: Tensor, dims: &[i64]) -> Result<Tensor> {
         return Err(Error::invalid(name, format!("cannot reshape {} ({} elements) to {shape}", x.shape, x.len())));
     }
     Ok(Tensor { shape, data: x.data })
+}
+
+/// The profile label of node `n`: its op and its first result's shape (`add f32[8,384]`).
+fn node_label(m: &Module, n: NodeId) -> String {
+    let node = m.node(n);
+    let op = node.op.op_type().name();
+    match node.outputs.first() {
+        Some(&v) => {
+            let s = m.shape(v);
+            let dims: Vec<String> = s.dims.iter().map(|d| d.to_string()).collect();
+            format!("{op} {}[{}]", s.dtype.short_name(), dims.join(","))
+        }
+        None => op.to_string(),
+    }
 }

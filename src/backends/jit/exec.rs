@@ -3,6 +3,7 @@
 //! interpreter.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::backends::signature::Signature;
 use crate::backends::slot::FinalizeSlot;
@@ -11,6 +12,7 @@ use super::loops::run_loop;
 use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step};
 use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
+use crate::api::profile::EventKind;
 use crate::backends::interp::InterpExecutable;
 use crate::backends::interp::{count_iteration, locate, scalar_bool};
 use crate::backends::signature::unnamed;
@@ -174,11 +176,15 @@ impl<'p> Exec<'p> {
             if self.bounded {
                 self.opts.check()?;
             }
+            let started = self.opts.profiler.as_ref().map(|_| Instant::now());
             match step {
                 Step::Loop(s) => run_loop(s, &mut self.env, self.pool)?,
                 Step::Kernel(s) => run_kernel(plan, s, &mut self.env, self.pool, self.depth)?,
                 Step::Alias(s) => run_alias(s, &mut self.env)?,
                 Step::Call(s) => self.run_call(s)?,
+            }
+            if let (Some(p), Some(t)) = (&self.opts.profiler, started) {
+                p.record(step_kind(step), t, || step_label(plan, fp, step));
             }
             for v in &fp.drops[i] {
                 self.env[v.index()] = None;
@@ -362,4 +368,52 @@ fn node_func(m: &Module, node: NodeId) -> FuncId {
 /// bounded length (see [`locate`]).
 fn annotate(e: Error, m: &Module, node: NodeId, nesting: usize) -> Error {
     locate(e, m, node_func(m, node), node, nesting)
+}
+
+/// The profile kind of a plan step.
+fn step_kind(step: &Step) -> EventKind {
+    match step {
+        Step::Loop(_) => EventKind::Loop,
+        Step::Kernel(s) if s.fast.is_some() => EventKind::Kernel,
+        Step::Kernel(_) => EventKind::Reference,
+        Step::Alias(_) => EventKind::Alias,
+        Step::Call(_) => EventKind::Control,
+    }
+}
+
+/// `f32[8,128,384]`: a shape as IR text writes it (named axes unnamed).
+fn short_shape(s: &Shape) -> String {
+    let dims: Vec<String> = s.dims.iter().map(|d| d.to_string()).collect();
+    format!("{}[{}]", s.dtype.short_name(), dims.join(","))
+}
+
+/// The profile label of a plan step: what it runs and on what shape, so that steps doing the
+/// same work on the same shapes add up in the profile's summary.
+fn step_label(plan: &Plan, fp: &FuncPlan, step: &Step) -> String {
+    let m = &plan.module;
+    match step {
+        Step::Loop(s) => {
+            let Some(c) = fp.clustering.clusters.get(s.cluster) else { return format!("loop {}", s.cluster) };
+            let mut ops: Vec<&str> = Vec::new();
+            for &n in &c.nodes {
+                let name = m.node(n).op.op_type().name();
+                if !ops.contains(&name) {
+                    ops.push(name);
+                }
+            }
+            let shown = ops.len().min(6);
+            let more = if ops.len() > shown { ", …" } else { "" };
+            let dims: Vec<String> = c.dims.iter().map(|d| d.to_string()).collect();
+            format!("loop: {}{more} {}[{}]", ops[..shown].join(", "), c.dtype.short_name(), dims.join(","))
+        }
+        Step::Kernel(s) => match &s.fast {
+            Some(f) => f.describe(),
+            None => {
+                let out = s.out_shapes.first().map(short_shape).unwrap_or_default();
+                format!("{} {out}", s.op.op_type().name())
+            }
+        },
+        Step::Alias(s) => format!("alias {}", m.node(s.node).op.op_type().name()),
+        Step::Call(s) => m.node(s.node).op.op_type().name().to_string(),
+    }
 }
