@@ -38,7 +38,7 @@ pub const ENV_VARS: &[&str] = &[
 
 /// The value of environment variable `name`, trimmed; `None` when it is unset, empty or only
 /// whitespace (every variable of the crate treats those alike), or not valid Unicode.
-pub fn env_value(name: &str) -> Option<String> {
+pub(crate) fn env_value(name: &str) -> Option<String> {
     std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 

@@ -27,10 +27,14 @@
 //!
 //! The layers of the crate, lowest first (each imports only from those below it; checked by
 //! `tests/layers.rs`, described in docs/architecture.md): [`error`], [`env`](mod@env) → [`limits`] →
-//! [`config`], [`threads`] → [`ir`] → [`memory`] → [`kernels`] → [`codegen`] → [`lower`],
-//! [`passes`] → [`api`] (the contract: [`Backend`], [`Builder`], [`Buffer`], [`Executable`]) →
-//! [`backends`] (`interp`, `jit`), [`weights`] (safetensors, `.npz`, `.npy`) → [`onnx`](mod@onnx)
-//! (model import) → [`registry`], [`cli`].
+//! [`config`], [`threads`] → [`ir`] → [`memory`] → `kernels` → `codegen` → `lower`, `passes` →
+//! [`api`] (the contract: [`Backend`], [`Builder`], [`Buffer`], [`Executable`]) → [`backends`]
+//! (`interp`, `jit`), [`weights`] (safetensors, `.npz`, `.npy`) → [`onnx`](mod@onnx) (model
+//! import) → [`registry`], [`cli`].
+//!
+//! `kernels`, `codegen`, `lower` and `passes` are internal (the first, second and last are
+//! public only under the `internals` feature, which exists for this crate's own tests, benches
+//! and tools and has no stability promise).
 #![deny(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -38,25 +42,42 @@ pub mod api;
 pub mod backends;
 #[cfg(feature = "cli")]
 pub mod cli;
-#[cfg(feature = "jit")]
-pub mod codegen;
 #[cfg(feature = "compliance")]
 pub mod compliance;
 pub mod config;
 pub mod env;
 pub mod error;
 pub mod ir;
-pub mod kernels;
 pub mod limits;
-#[cfg(feature = "jit")]
-pub mod lower;
 pub mod memory;
 #[cfg(feature = "onnx")]
 pub mod onnx;
-pub mod passes;
 pub mod registry;
 pub mod threads;
 pub mod weights;
+
+// The internal layers: crate-private for users; public (hidden from the docs, no stability
+// promise) under the `internals` feature, which only this crate's own tests, benches and tools
+// turn on. Items they alone use are allowed to be dead in the plain build.
+#[cfg(all(feature = "jit", feature = "internals"))]
+#[doc(hidden)]
+pub mod codegen;
+#[cfg(all(feature = "jit", not(feature = "internals")))]
+mod codegen;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod kernels;
+#[cfg(not(feature = "internals"))]
+mod kernels;
+// Nothing outside the crate uses the lowering, so it stays private even under `internals`.
+#[cfg(feature = "jit")]
+mod lower;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod passes;
+// Used by the jit backend and by the ONNX importer (dead-code elimination).
+#[cfg(all(any(feature = "jit", feature = "onnx"), not(feature = "internals")))]
+mod passes;
 
 pub use api::{Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Value};
 pub use backends::interp::InterpOptions;

@@ -1,12 +1,10 @@
 //! The documented resource limits of tensorjit, in one place: tensor size, nesting depth, input
 //! sizes and thread counts (docs/limits.md describes them for users).
 //!
-//! Every limit here turns a hostile or mistaken input into an [`Error`] naming the op, file or
-//! value, instead of a crash, an abort or an unbounded wait.
+//! Every limit here turns a hostile or mistaken input into an [`Error`](crate::Error) naming the
+//! op, file or value, instead of a crash, an abort or an unbounded wait.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-use crate::error::{Error, Result};
 
 /// Deepest nesting of functions: closures inside closures and chains of `call`s. Enforced by the
 /// verifier and at compile time (and again at execution, for recursive calls).
@@ -59,23 +57,4 @@ pub fn set_max_tensor_bytes(bytes: usize) -> usize {
     let prev = max_tensor_bytes();
     MAX_TENSOR_BYTES.store(bytes.clamp(1, DEFAULT_MAX_TENSOR_BYTES), Ordering::Relaxed);
     prev
-}
-
-/// Checks `depth` (1-based) against [`MAX_NESTING`] for `what`.
-pub fn check_nesting(what: &str, depth: usize) -> Result<()> {
-    if depth > MAX_NESTING {
-        return Err(Error::limit(what, format!("nested {depth} levels deep; at most {MAX_NESTING} are allowed")));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nesting_limit_is_inclusive() {
-        assert!(check_nesting("f", MAX_NESTING).is_ok());
-        assert!(matches!(check_nesting("f", MAX_NESTING + 1), Err(Error::Limit { .. })));
-    }
 }

@@ -70,7 +70,7 @@ fn zeroed_lines(n: usize) -> Vec<Line> {
 /// Whether an allocation of `bytes` bytes (64-byte aligned) is possible now: the allocator is
 /// asked for it and it is freed at once, untouched (on Linux a large request is an address
 /// space reservation; an impossible one, larger than the system can ever map, is refused).
-pub fn can_allocate(bytes: usize) -> bool {
+pub(crate) fn can_allocate(bytes: usize) -> bool {
     let Ok(layout) = std::alloc::Layout::from_size_align(bytes, ALIGN) else {
         return false;
     };
@@ -89,7 +89,7 @@ pub fn can_allocate(bytes: usize) -> bool {
 }
 
 /// The output size from which [`check_outputs`] probes the allocator before a kernel runs.
-pub const PROBE_MIN_BYTES: usize = 64 << 20;
+pub(crate) const PROBE_MIN_BYTES: usize = 64 << 20;
 
 /// Checks, before a kernel of `op` builds outputs of `shapes`, that each shape is within the
 /// limits of [`crate::limits`] and, when they total at least [`PROBE_MIN_BYTES`], that the
@@ -97,7 +97,7 @@ pub const PROBE_MIN_BYTES: usize = 64 << 20;
 /// outputs in ordinary `Vec`s do not abort the process: [`Error::Limit`] or
 /// [`Error::OutOfMemory`] naming `op`. `op` is only formatted on failure: this runs before
 /// every kernel step of every execution.
-pub fn check_outputs(op: impl std::fmt::Display, shapes: &[Shape]) -> Result<()> {
+pub(crate) fn check_outputs(op: impl std::fmt::Display, shapes: &[Shape]) -> Result<()> {
     let mut total = 0usize;
     for s in shapes {
         s.check_limits().map_err(|e| match e {
@@ -343,7 +343,7 @@ pub fn release_pool() {
 
 /// The little-endian bytes of a slice of elements, without copying (every target this crate
 /// supports is little-endian).
-pub fn element_bytes<T: Element>(data: &[T]) -> &[u8] {
+pub(crate) fn element_bytes<T: Element>(data: &[T]) -> &[u8] {
     // SAFETY: every `Element` type is plain old data without padding (bool is one byte 0/1,
     // complex types are two packed floats), so its memory is `size_of_val(data)` initialised
     // bytes; the returned slice borrows `data` immutably for the same lifetime.

@@ -170,6 +170,7 @@ pub fn stats() -> ThreadPoolStats {
 /// the current rayon pool when the caller is one of its threads (a backend's `pool.install`),
 /// otherwise in the shared pool — never in rayon's global pool, which would be a second set of
 /// threads beside tensorjit's. `threads` 0 becomes the size of that pool; 1 runs `f(1)` here.
+#[cfg(any(feature = "jit", feature = "internals"))]
 pub(crate) fn in_pool<R: Send>(threads: usize, f: impl FnOnce(usize) -> R + Send) -> Result<R> {
     if threads == 1 {
         return Ok(f(1));

@@ -2,7 +2,7 @@
 """gemm_numpy.py: the tjgemm shapes timed with numpy (OpenBLAS/MKL) for a side-by-side table.
 
 Usage:
-    cargo build --release --bin tjgemm
+    cargo build --release --features internals --bin tjgemm
     python3 benches/compare/gemm_numpy.py [--tjgemm target/release/tjgemm | --tjgemm-output FILE] [--quick]
         [--rounds R] [--prepacked]
 

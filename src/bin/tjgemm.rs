@@ -1,8 +1,9 @@
 //! `tjgemm`: GEMM throughput tables (GFLOP/s and % of the FMA peak measured in the same run)
 //! for f32 squares, transformer shapes on 1 and 2 threads, and bf16 vs f32.
 //!
-//! Usage: `cargo build --release --bin tjgemm && target/release/tjgemm [--quick] [--cpu-time]
-//! [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]
+//! Usage (it calls the crate's internal kernels, so it needs the `internals` feature):
+//! `cargo build --release --features internals --bin tjgemm && target/release/tjgemm [--quick]
+//! [--cpu-time] [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]
 //! [--prepacked] [--openblas LIB] [--shapes MxKxN,... [--threads T] [--reps R]]`.
 //! `--prepacked` packs B once before timing (`PackedB`, as the jit does for constant weights).
 //! `--openblas LIB` (Linux) also times OpenBLAS's `cblas_sgemm` from that shared library (for

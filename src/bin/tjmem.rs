@@ -4,8 +4,8 @@
 //! Prints VmRSS / VmHWM (from `/proc/self/status`) after each phase; the peak of each phase is
 //! measured separately by resetting VmHWM (`/proc/self/clear_refs` = 5) before it.
 //!
-//! `cargo build --release --bin tjmem && target/release/tjmem [--layers 4] [--width 2560]
-//! [--batch 8] [--op dense|dense-oi|dot] [--backend jit[:options]] [--phases]` (`--phases`
+//! `cargo build --release --features internals --bin tjmem && target/release/tjmem [--layers 4]
+//! [--width 2560] [--batch 8] [--op dense|dense-oi|dot] [--backend jit[:options]] [--phases]` (`--phases`
 //! also measures the verifier and the optimisation passes alone on a copy of the module).
 
 use tensorjit::ir::op::{Activation, DenseLayout};

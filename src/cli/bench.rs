@@ -24,6 +24,7 @@ use crate::ir::text::format_shape;
 
 /// How `bench` makes a parameter's value when no `--input` gives one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
 pub enum Fill {
     /// All elements zero.
     #[default]

@@ -19,6 +19,7 @@ use crate::ir::text::PrintOptions;
 
 /// A stage [`dump`] can show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+#[non_exhaustive]
 pub enum Stage {
     /// The module as parsed.
     Input,

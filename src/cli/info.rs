@@ -12,6 +12,7 @@ use crate::weights::Weights;
 
 /// What [`info`] found.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum InfoReport {
     /// An ONNX model.
     Onnx {

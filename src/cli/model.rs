@@ -17,6 +17,7 @@ use crate::onnx::{ImportOptions, OnnxModel, load_bytes_with};
 
 /// The kind of a model file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ModelFormat {
     /// IR text.
     Ir,

@@ -324,6 +324,7 @@ pub(crate) fn load_with_inputs(
 
 /// Where a parameter's value came from (see `load_with_inputs`).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum InputSource {
     /// A `.npy` file.
     File(PathBuf),

@@ -86,6 +86,8 @@ impl Ty {
     }
 
     /// The type of an [`ElemTy`].
+    // Only `elementwise` and `supports` use it, for the crate's own tests.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn from_elem(e: ElemTy) -> Ty {
         match e {
             ElemTy::F32 => Ty::F32,
@@ -301,6 +303,8 @@ pub fn reduce_identity(kind: ReduceKind, ty: Ty) -> Lit {
 impl LoopKernel {
     /// A kernel of one float element type over a flat iteration space: input `n` is read as
     /// `inputs[n]` says, `outputs[o]` is the register stored to output `o`.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn elementwise(ty: ElemTy, inputs: Vec<Access>, insts: Vec<Inst>, outputs: Vec<Reg>) -> LoopKernel {
         LoopKernel { in_tys: vec![Ty::from_elem(ty); inputs.len()], inputs, insts, outputs, reduce: None }
     }
@@ -391,11 +395,15 @@ impl LoopKernel {
     }
 
     /// Checks that registers refer to earlier instructions, inputs exist and operand types agree.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn validate(&self) -> Result<(), String> {
         self.types().map(|_| ())
     }
 
     /// Element type of output `o`.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn output_ty(&self, o: usize) -> Option<Ty> {
         let tys = self.types().ok()?;
         self.outputs.get(o).and_then(|&r| tys.get(r).copied())

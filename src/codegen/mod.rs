@@ -22,7 +22,10 @@ use cranelift_module::{FuncId, Linkage, Module, ModuleReloc};
 
 use crate::error::{Error, Result};
 
+// The paths the crate's own tests use (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use emit::{supports, supports_typed};
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Ty};
 
 type KernelFn = unsafe extern "C" fn(args: *const *mut u8, start: usize, end: usize);
@@ -268,6 +271,8 @@ fn define_streaming(st: &mut JitState, id: FuncId, name: &str) -> std::result::R
 }
 
 /// Number of distinct kernels compiled so far in this process.
+// Only the crate's own tests and benches use it (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn compiled_count() -> usize {
     state().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).cache.len()).unwrap_or(0)
 }
@@ -275,6 +280,8 @@ pub fn compiled_count() -> usize {
 /// Forgets every cached compilation, so the next [`compile`] of any kernel runs Cranelift again
 /// (for measuring cold compile times). The machine code already handed out stays valid: it is
 /// never unmapped.
+// Only the crate's own benches use it (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn clear_cache() {
     if let Ok(s) = state() {
         s.lock().unwrap_or_else(|e| e.into_inner()).cache.clear();

@@ -81,6 +81,7 @@ pub enum DType {
 
 /// The broad class of a dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DTypeClass {
     /// `Bool`.
     Bool,

@@ -45,6 +45,8 @@ impl Tensor {
     }
 
     /// Whether the tensor has no elements.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

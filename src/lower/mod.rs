@@ -2,5 +2,3 @@
 //! kernels ([`cluster`]), whose programs ([`crate::codegen::loop_kernel`]) the code generator compiles.
 
 pub mod cluster;
-
-pub use cluster::{Cluster, Clustering, Item, cluster_function};

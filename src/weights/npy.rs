@@ -29,6 +29,7 @@ fn io_err(path: &Path, e: impl std::fmt::Display) -> Error {
 
 /// How an output was stored in its `.npy` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Storage {
     /// The .npy dtype is the tensor's dtype.
     Native,

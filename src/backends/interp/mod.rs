@@ -1,5 +1,5 @@
 //! The reference backend "interp": executes a compiled module node by node with the reference
-//! kernels of [`crate::kernels::reference`]. It is the semantic oracle of the other backends and
+//! kernels (`kernels::reference`, internal). It is the semantic oracle of the other backends and
 //! the portable fallback (no JIT, no `unsafe`).
 //!
 //! Options ([`InterpOptions`], or the part after `interp:` in the config string; see

@@ -12,13 +12,13 @@
 //! - `while_limit=N`: every `while` may run at most N iterations; one more is an
 //!   [`Error::Limit`] naming the while node (default: unbounded; a deadline or a
 //!   [`crate::api::CancelToken`] in [`crate::api::ExecOptions`] stops a run too).
-//! - `fusion=on|off`: run the egg fusion pass ([`crate::passes::egraph`]) that rewrites decomposed
+//! - `fusion=on|off`: run the egg fusion pass (`passes::egraph`, internal) that rewrites decomposed
 //!   Dense, LayerNorm, Softmax, GELU and attention into fused ops (default on).
 //! - `reductions=fast|ordered`: `fast` (default) lets fused float Sum/Product reductions keep
 //!   vector partial sums (reassociated, like every vectorising compiler); `ordered` accumulates
 //!   each output in element order, bit-identical to the reference interpreter.
 //! - `streaming_stores=auto|on|off`: write a loop's outputs with non-temporal stores (no read of
-//!   each destination line before it is written; see [`crate::codegen::compile_streaming`]) when they
+//!   each destination line before it is written; see docs/architecture.md, "JIT") when they
 //!   take at least the last-level cache's size (`auto`, the default), always (`on`), or never.
 //! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
 //!   [`dump`] and docs/debugging.md).

@@ -27,7 +27,7 @@ pub enum Reductions {
 }
 
 /// When loops write their outputs with non-temporal stores (`streaming_stores=auto|on|off`; see
-/// [`crate::codegen::compile_streaming`]).
+/// docs/architecture.md, "JIT").
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum StreamingStores {

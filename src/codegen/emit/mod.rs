@@ -81,6 +81,8 @@ pub(crate) fn unroll_for(k: &LoopKernel) -> i64 {
 
 /// Whether the JIT can emit `inst` in a kernel of float element type `ty` (operands of that
 /// type).
+// Only the crate's own tests and benches use it (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn supports(ty: ElemTy, inst: &Inst) -> bool {
     supports_typed(inst, Ty::from_elem(ty))
 }

@@ -94,6 +94,7 @@ pub struct BlobRef {
 
 /// The format of a [`SideFile`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SideFormat {
     /// Raw blobs, 64-byte aligned, referenced as `file("NAME", offset=…, bytes=…, hash=…)`.
     Raw,

@@ -15,6 +15,8 @@ pub mod layer_norm;
 pub mod softmax;
 pub mod vmath;
 
+// The paths the crate's own tests and benches use (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use attention::{AttentionLayout, AttentionMask, AttentionParams, attention_f32};
 pub use gelu::gelu_f32;
 pub use layer_norm::{layer_norm_f32, layer_norm_strided_f32};
@@ -81,7 +83,9 @@ impl FusedIsa {
         }
     }
 
-    /// Whether the AVX2 code may run (AVX2 or AVX-512 after [`FusedIsa::checked`]).
+    /// Whether the AVX2 code may run (AVX2 or AVX-512 after [`FusedIsa::checked`]); only the
+    /// x86-64 paths ask.
+    #[cfg(target_arch = "x86_64")]
     #[inline]
     pub(crate) fn avx2(self) -> bool {
         matches!(self, FusedIsa::Avx2 | FusedIsa::Avx512)

@@ -111,6 +111,8 @@ pub fn gelu_tanh_scalar(x: f32) -> f32 {
 }
 
 /// `exp` of every element of `x` into `y` (the shorter length) on the given path.
+// Only the crate's own tests and benches use it (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn exp_f32(isa: super::FusedIsa, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if isa.checked() == super::FusedIsa::Avx512 {
@@ -150,7 +152,7 @@ macro_rules! vector_math {
     ($feat:literal) => {
         use super::{ERFC, EXP_FLUSH, EXP_HI, GELU_HI, GELU_LO, LN2_HI, LN2_LO, LOG2E, P, SQRT_2_OVER_PI};
         use ops::*;
-        pub use ops::{LANES, M, V, hsum};
+        pub use ops::{LANES, V, hsum};
 
         /// The core shared by the exp variants: for finite `xc`, `xc = n·ln 2 + r` (Cody–Waite,
         /// |r| ≤ ln2/2) and `e^r` by the polynomial; returns `(e^r, n)` with `n` integer-valued.
@@ -368,6 +370,8 @@ macro_rules! vector_math {
         ///
         /// # Safety
         /// The CPU must have this module's target features.
+        // Only `exp_f32` uses it, for the crate's own tests.
+        #[cfg_attr(not(feature = "internals"), allow(dead_code))]
         #[target_feature(enable = $feat)]
         pub fn exp_slice(x: &[f32], y: &mut [f32]) {
             map(x, y, |v| exp(v));

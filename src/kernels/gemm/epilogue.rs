@@ -16,6 +16,8 @@ use super::isa::Isa;
 
 /// The activation applied last in the epilogue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+// The jit never asks for some activations; the crate's own tests and benches do (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub enum Activation {
     /// Identity.
     #[default]
@@ -38,6 +40,8 @@ pub enum Activation {
 
 impl Activation {
     /// Every activation, [`Activation::None`] first.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub const ALL: [Activation; 8] = [
         Activation::None,
         Activation::Relu,
@@ -52,6 +56,8 @@ impl Activation {
 
 /// An optional bias added before the activation.
 #[derive(Clone, Copy, Debug, Default)]
+// The jit only adds per-column biases; the crate's own tests use per-row ones (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub enum Bias<'a, T> {
     /// No bias.
     #[default]
@@ -82,17 +88,16 @@ impl<T: Scalar> Default for Epilogue<'_, T> {
 }
 
 impl<'a, T: Scalar> Epilogue<'a, T> {
-    /// `C = A·B` (overwrite, no bias, no activation).
-    pub fn overwrite() -> Self {
-        Self::default()
-    }
-
     /// `C += A·B`.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn accumulate() -> Self {
         Epilogue { beta: T::ONE, ..Self::default() }
     }
 
     /// A dense layer: `C = act(A·B + bias)` with a per-column bias.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn dense(bias: &'a [T], activation: Activation) -> Self {
         Epilogue { bias: Bias::PerColumn(bias), activation, ..Self::default() }
     }

@@ -154,6 +154,8 @@ pub fn selected_isa() -> Isa {
 
 /// A one-line description of the dispatch decision (the "debug log" of the choice):
 /// the selected ISA and the hardware features it was chosen from.
+// Only the crate's own tests and benches use it (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn dispatch_summary() -> String {
     let f = hardware_features();
     format!(

@@ -36,9 +36,11 @@ mod x86;
 
 use half::{bf16, f16};
 
-pub use blocking::{Blocking, CacheSizes, cache_sizes};
+pub use blocking::{Blocking, cache_sizes};
 pub use epilogue::{Activation, Bias, Epilogue, Scalar};
-pub use isa::{Features, Isa, dispatch_summary, hardware_features, isa_supported, selected_isa};
+// `dispatch_summary`: the path the crate's own tests use (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
+pub use isa::{Isa, dispatch_summary, hardware_features, isa_supported, selected_isa};
 
 use crate::error::{Error, Result};
 use driver::{BSource, Job, PackedPanels, RawMat, RawMatMut};
@@ -67,10 +69,14 @@ impl<'a, T> MatRef<'a, T> {
         MatRef { data, rs: cols, cs: 1 }
     }
     /// A column-major matrix with `rows` rows.
+    // Only unit tests use it.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn col_major(data: &'a [T], rows: usize) -> Self {
         MatRef { data, rs: 1, cs: rows }
     }
     /// The transpose (same data, strides swapped).
+    // Only unit tests use it.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn t(self) -> Self {
         MatRef { data: self.data, rs: self.cs, cs: self.rs }
     }
@@ -90,16 +96,14 @@ pub struct MatMut<'a, T> {
 
 impl<'a, T> MatMut<'a, T> {
     /// A strided view.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn new(data: &'a mut [T], rs: usize, cs: usize) -> Self {
         MatMut { data, rs, cs }
     }
     /// A row-major matrix with `cols` columns.
     pub fn row_major(data: &'a mut [T], cols: usize) -> Self {
         MatMut { data, rs: cols, cs: 1 }
-    }
-    /// A column-major matrix with `rows` rows.
-    pub fn col_major(data: &'a mut [T], rows: usize) -> Self {
-        MatMut { data, rs: 1, cs: rows }
     }
 }
 
@@ -136,6 +140,8 @@ pub enum Path {
 
 /// Which tile geometry of the ISA (AVX2 f32: 6x16 / 4x24; AVX-512 f32: 14x32 / 8x48).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+// The jit always picks `Auto`; the crate's own tests and tools force the others (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub enum Geometry {
     /// Cheapest for the shape by the cost model.
     #[default]
@@ -211,6 +217,8 @@ impl<'a, TI, TO: Scalar> GemmArgs<'a, TI, TO> {
         self
     }
     /// With options.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn options(mut self, o: GemmOptions) -> Self {
         self.options = o;
         self
@@ -595,13 +603,10 @@ fn gemm_i8_in_pool(args: GemmArgs<'_, i8, i32>) -> Result<()> {
     execute(ck, &[&kernel::GENERIC_I32], None, None)
 }
 
-/// `C = A·B` for contiguous row-major f32 matrices (A m x k, B k x n, C m x n), one thread.
-pub fn matmul_f32(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) -> Result<()> {
-    gemm_f32(GemmArgs::new(m, n, k, MatRef::row_major(a, k), MatRef::row_major(b, n), MatMut::row_major(c, n)))
-}
-
 /// The tile family the f32 entry point would use for an m x n problem on `isa` (for logs and
 /// benchmarks), e.g. `avx512-f32-14x32`.
+// Only the crate's own tests and benches use it (feature `internals`).
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn f32_kernel_name(isa: Isa, m: usize, n: usize, geometry: Geometry) -> &'static str {
     choose_family(f32_families(isa), m, n, geometry).name
 }

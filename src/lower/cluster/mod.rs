@@ -55,7 +55,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-use crate::codegen::loop_kernel::{Access, ElemTy, Inst, Lit, LoopKernel, Reduction, Reg, Ty, reduce_combine};
+use crate::codegen::loop_kernel::{Access, Inst, Lit, LoopKernel, Reduction, Reg, Ty, reduce_combine};
 use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{BinaryOp, CompareOp, Op, ReduceKind, UnaryOp};
@@ -178,15 +178,6 @@ pub struct Clustering {
     pub clusters: Vec<Cluster>,
     /// Execution order. Constants are not listed (they are preloaded).
     pub schedule: Vec<Item>,
-}
-
-/// The float element type of `d`, if it is F32 or F64.
-pub fn elem_ty(d: DType) -> Option<ElemTy> {
-    match d {
-        DType::Float32 => Some(ElemTy::F32),
-        DType::Float64 => Some(ElemTy::F64),
-        _ => None,
-    }
 }
 
 /// Clusters the body of function `f` of `m` (see the module docs for the rule).

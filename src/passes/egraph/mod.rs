@@ -114,6 +114,8 @@ impl EggReport {
     }
 
     /// How often rule `name` fired.
+    // Only the crate's own tests and benches use it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn fired(&self, name: &str) -> usize {
         self.rules_fired.get(name).copied().unwrap_or(0)
     }

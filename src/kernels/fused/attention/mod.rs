@@ -319,7 +319,11 @@ fn pack_qt(
         let qo = p.off(nh, sq, d, b, h, i0 + r);
         &q[qo..qo + d]
     };
+    // Rows 0..r0 go through the AVX2 path (x86-64 only), the rest through the loop below.
+    #[cfg(target_arch = "x86_64")]
     let mut r0 = 0;
+    #[cfg(not(target_arch = "x86_64"))]
+    let r0 = 0;
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() && d >= 8 {
         while r0 + 8 <= rows {
@@ -382,7 +386,11 @@ fn store_out(
     for r in (0..rows).filter(|&r| m[r] == f32::NEG_INFINITY) {
         zero_rows(p, b, h, i0 + r..i0 + r + 1, out);
     }
+    // Rows 0..r0 go through the AVX2 path (x86-64 only), the rest through the loop below.
+    #[cfg(target_arch = "x86_64")]
     let mut r0 = 0;
+    #[cfg(not(target_arch = "x86_64"))]
+    let r0 = 0;
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() && vd >= 8 {
         while r0 + 8 <= rows {

@@ -71,7 +71,8 @@ pub(super) fn scores(
         });
         return;
     }
-    let _ = isa;
+    // Only the x86-64 paths report the lanes' maxima.
+    let _ = (isa, tmax);
     for j in 0..nk {
         let kr = &k[j * ks..j * ks + d];
         let row = &mut st[j * Q_BLOCK..j * Q_BLOCK + lanes];
