@@ -114,6 +114,8 @@ filetests! {
     attention_causal_near_miss_offset => ["sdpa"];
     attention_seq_lens => ["sdpa"];
     attention_seq_lens_near_miss => ["sdpa"];
+    restore_keepdims_then_broadcast => ["restore-keepdims-reshape", "restore-keepdims-broadcast", "softmax-plain"];
+    restore_broadcast_two_sizes => ["restore-broadcast", "softmax-plain"];
 }
 
 /// Near misses must not fire the rule they nearly match.
@@ -285,6 +287,17 @@ fn differential(name: &str) {
 fn differential_softmax() {
     differential("softmax_max_subtracted");
     differential("softmax_plain_keepdims");
+}
+
+/// Values restored along the same axes to different sizes stay distinct (no e-class merges
+/// values of two shapes, so the pass rewrites the function), and the result computes the same.
+#[test]
+fn restores_of_different_sizes_stay_distinct() {
+    for name in ["restore_keepdims_then_broadcast", "restore_broadcast_two_sizes"] {
+        let (_, _, report) = filetest(name);
+        assert!(report.skipped.is_empty() && report.changed(), "{name}: {report}");
+        differential(name);
+    }
 }
 
 #[test]
