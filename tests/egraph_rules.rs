@@ -300,6 +300,34 @@ fn restores_of_different_sizes_stay_distinct() {
     }
 }
 
+/// The analysis flags a class into which values of two different shapes were merged (the pass
+/// then leaves the function unchanged instead of extracting from it), and the flag survives
+/// further merges.
+#[test]
+fn analysis_flags_merged_shapes() {
+    use egg::Analysis;
+    use tensorjit::passes::egraph::analysis::{Facts, TAnalysis};
+    let facts = |dims: &[i64]| Facts {
+        shape: Some(Shape::new(DType::Float32, dims)),
+        splat: None,
+        leaf: None,
+        shape_conflict: false,
+    };
+    let mut a = TAnalysis::new(vec![]);
+    let mut same = facts(&[2, 3]);
+    a.merge(&mut same, facts(&[2, 3]));
+    assert!(!same.shape_conflict);
+    let mut unknown = Facts { shape: None, ..facts(&[]) };
+    a.merge(&mut unknown, facts(&[2, 3]));
+    assert!(!unknown.shape_conflict && unknown.shape == Some(Shape::new(DType::Float32, &[2, 3])));
+    let mut bad = facts(&[2, 3, 1]);
+    assert!(a.merge(&mut bad, facts(&[2, 3, 3])).0, "the flag is a change of the class's facts");
+    assert!(bad.shape_conflict);
+    let mut later = facts(&[2, 3, 1]);
+    a.merge(&mut later, bad);
+    assert!(later.shape_conflict);
+}
+
 #[test]
 fn differential_gelu() {
     differential("gelu_erf");
