@@ -114,6 +114,8 @@ filetests! {
     attention_causal_near_miss_offset => ["sdpa"];
     attention_seq_lens => ["sdpa"];
     attention_seq_lens_near_miss => ["sdpa"];
+    restore_keepdims_then_broadcast => ["restore-keepdims-reshape", "restore-keepdims-broadcast", "softmax-plain"];
+    restore_broadcast_two_sizes => ["restore-broadcast", "softmax-plain"];
 }
 
 /// Near misses must not fire the rule they nearly match.
@@ -285,6 +287,45 @@ fn differential(name: &str) {
 fn differential_softmax() {
     differential("softmax_max_subtracted");
     differential("softmax_plain_keepdims");
+}
+
+/// Values restored along the same axes to different sizes stay distinct (no e-class merges
+/// values of two shapes, so the pass rewrites the function), and the result computes the same.
+#[test]
+fn restores_of_different_sizes_stay_distinct() {
+    for name in ["restore_keepdims_then_broadcast", "restore_broadcast_two_sizes"] {
+        let (_, _, report) = filetest(name);
+        assert!(report.skipped.is_empty() && report.changed(), "{name}: {report}");
+        differential(name);
+    }
+}
+
+/// The analysis flags a class into which values of two different shapes were merged (the pass
+/// then leaves the function unchanged instead of extracting from it), and the flag survives
+/// further merges.
+#[test]
+fn analysis_flags_merged_shapes() {
+    use egg::Analysis;
+    use tensorjit::passes::egraph::analysis::{Facts, TAnalysis};
+    let facts = |dims: &[i64]| Facts {
+        shape: Some(Shape::new(DType::Float32, dims)),
+        splat: None,
+        leaf: None,
+        shape_conflict: false,
+    };
+    let mut a = TAnalysis::new(vec![]);
+    let mut same = facts(&[2, 3]);
+    a.merge(&mut same, facts(&[2, 3]));
+    assert!(!same.shape_conflict);
+    let mut unknown = Facts { shape: None, ..facts(&[]) };
+    a.merge(&mut unknown, facts(&[2, 3]));
+    assert!(!unknown.shape_conflict && unknown.shape == Some(Shape::new(DType::Float32, &[2, 3])));
+    let mut bad = facts(&[2, 3, 1]);
+    assert!(a.merge(&mut bad, facts(&[2, 3, 3])).0, "the flag is a change of the class's facts");
+    assert!(bad.shape_conflict);
+    let mut later = facts(&[2, 3, 1]);
+    a.merge(&mut later, bad);
+    assert!(later.shape_conflict);
 }
 
 #[test]

@@ -223,3 +223,119 @@ fn shape_subgraphs_fold_at_import() {
     assert!(!text.contains("dynamic"), "{text}");
     assert_eq!(m.outputs[0].shape.dims, vec![2, 3]);
 }
+
+fn i64_input(name: &str, dims: &[i64]) -> ValueInfoProto {
+    let dims: Vec<Result<i64, &str>> = dims.iter().map(|&d| Ok(d)).collect();
+    input(name, tensor_proto::DataType::Int64, &dims)
+}
+
+/// `y = Unsqueeze(x, axes)` (opset 13) with `x: f32[2, 3]` and `axes` a graph input `i64[1]`.
+fn unsqueeze_by_input() -> GraphProto {
+    GraphProto {
+        name: Some("g".to_string()),
+        node: vec![node("Unsqueeze", "unsq", &["x", "axes"], &["y"])],
+        input: vec![input("x", tensor_proto::DataType::Float, &[Ok(2), Ok(3)]), i64_input("axes", &[1])],
+        output: vec![output("y")],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn operands_that_must_be_constant_name_the_graph_inputs_to_freeze() {
+    use tensorjit::onnx::inputs_to_freeze;
+    // The operand is a graph input itself.
+    let e = load_bytes(&model(13, unsqueeze_by_input())).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("\"unsq\"") && text.contains("input 1 (axes)"), "{text}");
+    assert!(text.contains("graph input \"axes\"") && text.contains("ImportOptions::constant_inputs"), "{text}");
+    assert!(!text.contains("symbolic") && !text.contains("ImportOptions::dims"), "{text}");
+    assert_eq!(inputs_to_freeze(&e), ["axes"]);
+
+    // Computed from two graph inputs: pads = Concat(a, b).
+    let mut g = GraphProto {
+        name: Some("g".to_string()),
+        node: vec![node("Concat", "cat", &["a", "b"], &["pads"]), node("Pad", "pad", &["x", "pads"], &["y"])],
+        input: vec![
+            input("x", tensor_proto::DataType::Float, &[Ok(2), Ok(3)]),
+            i64_input("a", &[2]),
+            i64_input("b", &[2]),
+        ],
+        output: vec![output("y")],
+        ..Default::default()
+    };
+    g.node[0].attribute.push(AttributeProto {
+        name: Some("axis".to_string()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(0),
+        ..Default::default()
+    });
+    let e = load_bytes(&model(18, g)).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("\"pad\"") && text.contains("input 1 (pads)"), "{text}");
+    assert!(text.contains("computed at run time from graph inputs \"a\", \"b\""), "{text}");
+    assert_eq!(inputs_to_freeze(&e), ["a", "b"]);
+
+    // Computed from a graph input's dynamic dims: binding them is suggested too.
+    let g = GraphProto {
+        name: Some("g".to_string()),
+        node: vec![node("Shape", "shape", &["x"], &["s"]), node("ConstantOfShape", "fill", &["s"], &["y"])],
+        input: vec![input("x", tensor_proto::DataType::Float, &[Err("batch"), Ok(3)])],
+        output: vec![output("y")],
+        ..Default::default()
+    };
+    let text = load_bytes(&model(17, g)).unwrap_err().to_string();
+    assert!(text.contains("\"fill\"") && text.contains("input 0 (shape)"), "{text}");
+    assert!(text.contains("graph input \"x\"") && text.contains("ImportOptions::dims"), "{text}");
+
+    // Other errors name nothing to freeze.
+    let mut g = add_relu(f32_tensor("b", &[2], &[1.0, -3.0]));
+    g.node[1].op_type = Some("NoSuchOp".to_string());
+    assert!(inputs_to_freeze(&load_bytes(&model(17, g)).unwrap_err()).is_empty());
+}
+
+#[test]
+fn constant_inputs_fold_like_initializers() {
+    let bytes = model(13, unsqueeze_by_input());
+    let mut opts = ImportOptions::default();
+    opts.constant_inputs.insert("axes".to_string(), tensorjit::Buffer::from_slice(&[-1i64], &[1]).unwrap());
+    let m = load_bytes_with(&bytes, None, &opts).unwrap();
+    // `axes` is no longer an input; Unsqueeze at axis -1 of a rank-3 result: [2, 3, 1].
+    let names: Vec<&str> = m.inputs.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["x"]);
+    assert_eq!(m.outputs[0].shape.dims, vec![2, 3, 1]);
+    let exe = tensorjit::new_with_config("interp").unwrap().compile(m.module).unwrap();
+    let x = tensorjit::Buffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let y = &exe.execute(&[&x], &[]).unwrap()[0];
+    assert_eq!(y.dims(), [2, 3, 1]);
+    assert_eq!(y.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+
+    // A frozen input overrides an initializer listed as an input (a default value).
+    let mut g = add_relu(f32_tensor("b", &[2], &[1.0, -3.0]));
+    g.input.push(input("b", tensor_proto::DataType::Float, &[Ok(2)]));
+    let mut opts = ImportOptions::default();
+    opts.dims.insert("batch".to_string(), 1);
+    opts.constant_inputs.insert("b".to_string(), tensorjit::Buffer::from_slice(&[10.0f32, 20.0], &[2]).unwrap());
+    let m = load_bytes_with(&model(17, g), None, &opts).unwrap();
+    assert_eq!(m.inputs.len(), 1);
+    let exe = tensorjit::new_with_config("interp").unwrap().compile(m.module).unwrap();
+    let x = tensorjit::Buffer::from_slice(&[-11.0f32, 1.0], &[1, 2]).unwrap();
+    // relu([-11 + 10, 1 + 20]) by hand.
+    assert_eq!(exe.execute(&[&x], &[]).unwrap()[0].to_vec::<f32>().unwrap(), [0.0, 21.0]);
+}
+
+#[test]
+fn constant_inputs_are_checked() {
+    let bytes = model(13, unsqueeze_by_input());
+    let bad = [
+        ("nope", tensorjit::Buffer::from_slice(&[1i64], &[1]).unwrap(), "not a graph input"),
+        ("axes", tensorjit::Buffer::from_slice(&[1i32], &[1]).unwrap(), "is declared"),
+        ("axes", tensorjit::Buffer::from_slice(&[1i64, 2], &[2]).unwrap(), "dims [2]"),
+        ("axes", tensorjit::Buffer::from_slice(&[1i64], &[1, 1]).unwrap(), "dims [1, 1]"),
+    ];
+    for (name, value, want) in bad {
+        let mut opts = ImportOptions::default();
+        opts.constant_inputs.insert(name.to_string(), value);
+        let e = load_bytes_with(&bytes, None, &opts).unwrap_err().to_string();
+        assert!(e.contains(&format!("{name:?}")) && e.contains(want), "{name}: {e}");
+    }
+}

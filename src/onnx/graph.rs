@@ -44,6 +44,10 @@ pub struct Ctx<'a> {
     pub(crate) base_dir: Option<&'a Path>,
     /// Fold constant nodes at import (on by default).
     pub(crate) fold: bool,
+    /// The `value` tensors of the main graph's `Constant` nodes, moved out of the model before
+    /// its nodes are imported ([`Ctx::take_constant_values`]), by the node's output name: the
+    /// handler moves each payload into the module instead of copying it.
+    constant_values: HashMap<String, TensorProto>,
     /// The operator table.
     lookup_op: Lookup,
 }
@@ -235,7 +239,36 @@ impl<'a> Ctx<'a> {
     pub(crate) fn new(name: &str, opset: i64, base_dir: Option<&'a Path>, lookup_op: Lookup) -> Ctx<'a> {
         let m = Module::new(name);
         let func = m.main;
-        Ctx { m, func, opset, scopes: vec![HashMap::new()], base_dir, fold: true, lookup_op }
+        Ctx {
+            m,
+            func,
+            opset,
+            scopes: vec![HashMap::new()],
+            base_dir,
+            fold: true,
+            lookup_op,
+            constant_values: HashMap::new(),
+        }
+    }
+
+    /// Moves the `value` tensors out of the default-domain `Constant` nodes of `g` (the main
+    /// graph, owned by the importer), so that [`Ctx::constant_value`] hands them over instead of
+    /// the handler copying them from the borrowed node.
+    pub(crate) fn take_constant_values(&mut self, g: &mut GraphProto) {
+        for node in &mut g.node {
+            if node.op_type() != "Constant" || !(node.domain().is_empty() || node.domain() == "ai.onnx") {
+                continue;
+            }
+            let Some(out) = node.output.first().filter(|o| !self.constant_values.contains_key(*o)) else { continue };
+            if let Some(t) = node.attribute.iter_mut().find(|a| a.name() == "value").and_then(|a| a.t.take()) {
+                self.constant_values.insert(out.clone(), t);
+            }
+        }
+    }
+
+    /// The `value` tensor that [`Ctx::take_constant_values`] moved out of `Constant` node `n`.
+    pub(crate) fn constant_value(&mut self, n: &Node<'_>) -> Option<TensorProto> {
+        self.constant_values.remove(n.proto.output.first()?)
     }
 
     /// The shape of a value.
@@ -274,6 +307,39 @@ impl<'a> Ctx<'a> {
             },
             ValueDef::Param(_) => None,
         }
+    }
+
+    /// The graph inputs (parameters of `main`: name and value) that `v` is computed from, in
+    /// parameter order: the input itself for an input, none for a constant. Follows operands
+    /// and the values that `If`/`Loop` bodies read.
+    pub(crate) fn graph_inputs_of(&self, v: ValueId) -> Vec<(String, ValueId)> {
+        let main = self.m.main;
+        let mut seen = HashSet::new();
+        let mut stack = vec![v];
+        let mut params = std::collections::BTreeSet::new();
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            let vd = self.m.value(x);
+            match vd.def {
+                ValueDef::Param(k) if vd.func == main => {
+                    params.insert(k);
+                }
+                ValueDef::Param(_) => {}
+                ValueDef::Node { node, .. } => {
+                    let node = self.m.node(node);
+                    stack.extend(&node.inputs);
+                    for f in node.op.callees() {
+                        let f = self.m.func(f);
+                        stack.extend(f.body.iter().flat_map(|&b| self.m.node(b).inputs.iter().copied()));
+                        stack.extend(f.outputs.iter().flatten());
+                    }
+                }
+            }
+        }
+        let f = self.m.func(main);
+        params.into_iter().filter_map(|k| Some((f.param_names.get(k)?.clone(), *f.params.get(k)?))).collect()
     }
 
     /// The elements of a constant integer tensor (any integer dtype) as `i64`.

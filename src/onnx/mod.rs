@@ -26,6 +26,7 @@ use std::path::Path;
 
 use prost::Message;
 
+use crate::api::Buffer;
 use crate::error::{Error, Result};
 use crate::ir::module::Module;
 use crate::ir::shape::Shape;
@@ -44,6 +45,16 @@ pub struct ImportOptions {
     pub dims: HashMap<String, i64>,
     /// Full shapes for graph inputs by name, overriding the model's (dims only; the dtype stays).
     pub input_dims: HashMap<String, Vec<i64>>,
+    /// Values for graph inputs by name: each becomes a constant holding that value, exactly like
+    /// an initializer (folded at import, usable where an operator needs a constant: axes,
+    /// `Resize` sizes and scales, pads, starts/ends, split, `k`, depth…), and is no longer an
+    /// input of the module ([`OnnxModel::inputs`] lists the others). The buffer's dtype must be
+    /// the input's element type and its dims must match the input's fixed dims (a symbolic or
+    /// unknown dim takes any size); a name that is not a graph input is an error. An
+    /// initializer that is also listed as a graph input (a default value) is replaced by the
+    /// given value. An import error about an operand that must be constant names the graph
+    /// inputs to freeze; [`inputs_to_freeze`] reads them back.
+    pub constant_inputs: HashMap<String, Buffer>,
 }
 
 /// A graph input or output: its ONNX name and IR shape.
@@ -174,21 +185,40 @@ fn import(mut model: ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) 
     let name = if g.name().is_empty() { "onnx".to_string() } else { g.name().to_string() };
     let mut ctx = graph::Ctx::new(&name, opset, base_dir, ops::handler);
 
-    // Initializers first (payloads moved out of the proto), then the real inputs as parameters.
+    // Every frozen input must be a graph input.
+    if let Some(name) = opts.constant_inputs.keys().find(|k| !g.input.iter().any(|vi| vi.name() == k.as_str())) {
+        let names: Vec<&str> = g.input.iter().map(|vi| vi.name()).collect();
+        return Err(Error::invalid(
+            "onnx",
+            format!("ImportOptions::constant_inputs names {name:?}, which is not a graph input (inputs: {names:?})"),
+        ));
+    }
+    // Initializers first (payloads moved out of the proto; those overridden by a frozen input
+    // are skipped), then the frozen inputs as constants and the others as parameters.
     let mut initializers = std::mem::take(&mut g.initializer);
     let init_names: std::collections::HashSet<String> = initializers.iter().map(|t| t.name().to_string()).collect();
-    for t in initializers.iter_mut() {
+    for t in initializers.iter_mut().filter(|t| !opts.constant_inputs.contains_key(t.name())) {
         let v = ctx.initializer(t).map_err(|e| in_tensor(e, t.name()))?;
         ctx.bind(t.name(), v);
     }
     drop(initializers);
     let mut inputs = Vec::new();
-    for vi in g.input.iter().filter(|vi| !init_names.contains(vi.name())) {
+    for vi in &g.input {
+        if let Some(value) = opts.constant_inputs.get(vi.name()) {
+            let (shape, bytes) = frozen_input(vi, value)?;
+            let v = ctx.constant(shape, bytes).map_err(|e| in_tensor(e, vi.name()))?;
+            ctx.bind(vi.name(), v);
+            continue;
+        }
+        if init_names.contains(vi.name()) {
+            continue;
+        }
         let shape = input_shape(vi, opts)?;
         let v = ctx.m.add_param(ctx.func, vi.name(), shape.clone());
         ctx.bind(vi.name(), v);
         inputs.push(TensorInfo { name: vi.name().to_string(), shape });
     }
+    ctx.take_constant_values(&mut g);
     ctx.import_nodes(&g)?;
     let mut outs = Vec::new();
     let mut outputs = Vec::new();
@@ -212,6 +242,100 @@ fn in_tensor(e: Error, name: &str) -> Error {
         Error::Invalid { op, msg } => Error::Invalid { op: format!("{op}: initializer {name:?}"), msg },
         other => other,
     }
+}
+
+/// The constant for graph input `vi` frozen to `value` ([`ImportOptions::constant_inputs`]):
+/// its shape and bytes, after checking the dtype and the fixed dims against the declaration.
+fn frozen_input(vi: &ValueInfoProto, value: &Buffer) -> Result<(Shape, Vec<u8>)> {
+    let what = || format!("input {:?} (ImportOptions::constant_inputs)", vi.name());
+    let tensor = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => t,
+        _ => return Err(Error::not_implemented("onnx", format!("{}: only tensor inputs are supported", what()))),
+    };
+    let dtype = value.dtype();
+    if tensor::dtype_from_onnx(tensor.elem_type()) != Some(dtype) {
+        return Err(Error::invalid(
+            "onnx",
+            format!(
+                "{}: the value is {dtype}, the input is declared {}",
+                what(),
+                tensor::onnx_type_name(tensor.elem_type())
+            ),
+        ));
+    }
+    let dims: Vec<i64> = value.dims().iter().map(|&d| d as i64).collect();
+    if let Some(shape) = &tensor.shape {
+        use proto::tensor_shape_proto::dimension::Value as D;
+        let fits = shape.dim.len() == dims.len()
+            && shape.dim.iter().zip(&dims).all(|(d, &n)| !matches!(d.value, Some(D::DimValue(v)) if v != n));
+        if !fits {
+            return Err(Error::invalid(
+                "onnx",
+                format!(
+                    "{}: the value has dims {dims:?}, the input is declared {}",
+                    what(),
+                    type_text(vi.r#type.as_ref())
+                ),
+            ));
+        }
+    }
+    Ok((Shape::new(dtype, &dims), value.to_bytes()?))
+}
+
+/// The graph inputs that an import error asks to freeze: the names quoted after "graph input"
+/// / "graph inputs" in the message of an operand that must be a constant known at import but
+/// is (computed from) a graph input. Empty for any other error.
+///
+/// ```no_run
+/// use tensorjit::onnx::{ImportOptions, inputs_to_freeze, load_with};
+/// let opts = ImportOptions::default();
+/// if let Err(e) = load_with("model.onnx", &opts) {
+///     // e.g. ["axes"]: give their values in ImportOptions::constant_inputs and import again.
+///     println!("{:?}", inputs_to_freeze(&e));
+/// }
+/// ```
+pub fn inputs_to_freeze(e: &Error) -> Vec<String> {
+    let msg = match e {
+        Error::NotImplemented { msg, .. } => msg,
+        _ => return vec![],
+    };
+    let marker = ops::common::FROM_GRAPH_INPUT;
+    let Some(at) = msg.find(&format!(" is {marker} ")).or_else(|| msg.find(&format!(" from {marker}"))) else {
+        return vec![];
+    };
+    let rest = &msg[at..];
+    let rest = &rest[rest.find(marker).map_or(0, |i| i + marker.len())..];
+    let mut chars = rest.strip_prefix('s').unwrap_or(rest).strip_prefix(' ').unwrap_or("").chars().peekable();
+    let mut names = vec![];
+    // A comma-separated list of Rust-quoted strings.
+    while chars.next() == Some('"') {
+        let mut name = String::new();
+        loop {
+            match chars.next() {
+                Some('"') => break,
+                Some('\\') => match chars.next() {
+                    Some('n') => name.push('\n'),
+                    Some('t') => name.push('\t'),
+                    Some('r') => name.push('\r'),
+                    Some('0') => name.push('\0'),
+                    Some(c @ ('"' | '\\' | '\'')) => name.push(c),
+                    // \u{…} and other escapes: not a name this parser can restore.
+                    _ => return vec![],
+                },
+                Some(c) => name.push(c),
+                None => return vec![],
+            }
+        }
+        names.push(name);
+        if chars.peek() != Some(&',') {
+            break;
+        }
+        chars.next();
+        if chars.next() != Some(' ') {
+            break;
+        }
+    }
+    names
 }
 
 /// The IR shape of a graph input: ONNX dims, with `dim_param` names bound by the options or

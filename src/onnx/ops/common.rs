@@ -1,9 +1,9 @@
 //! Helpers shared by the handlers: ONNX broadcasting onto the IR's equal-rank rule, axis
 //! normalisation, reading constant operands, dtype checks.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
-use crate::ir::module::ValueId;
+use crate::ir::module::{ValueDef, ValueId};
 use crate::ir::op::{BinaryOp, CompareOp, Op, UnaryOp};
 use crate::ir::shape::Shape;
 
@@ -35,13 +35,50 @@ pub(crate) fn axes(n: &Node<'_>, list: &[i64], rank: usize) -> Result<Vec<usize>
 /// folding): `what` names it in the error (e.g. "shape").
 pub(crate) fn const_ints(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str) -> Result<Vec<i64>> {
     let v = n.input(i)?;
-    ctx.known_i64s(v).ok_or_else(|| {
-        n.unsupported(format!(
-            "input {i} ({what}) must be a constant integer tensor known at import (it is computed at run time; \
-             bind the model's symbolic dimensions with ImportOptions::dims / --dim)"
-        ))
-    })
+    ctx.known_i64s(v).ok_or_else(|| not_constant(ctx, n, i, what, "a constant integer tensor"))
 }
+
+/// The error for operand `i` of `n` (`what`, e.g. "axes"), which must be `kind` (e.g. "a
+/// constant integer tensor") known at import but is not a constant. It names the graph inputs
+/// the operand is computed from and says how to make them constants: freezing them with
+/// [`ImportOptions::constant_inputs`](crate::onnx::ImportOptions::constant_inputs) (which
+/// [`crate::onnx::inputs_to_freeze`] reads back from the error), making them initializers, or,
+/// when the value may derive from dynamic dimensions, binding those.
+pub(crate) fn not_constant(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str, kind: &str) -> Error {
+    let head = format!("input {i} ({what}) must be {kind} known at import");
+    let Some(v) = n.opt_input(i) else { return n.invalid(format!("{head}, but it is not given")) };
+    let inputs = ctx.graph_inputs_of(v);
+    let quoted: Vec<String> = inputs.iter().map(|(s, _)| format!("{s:?}")).collect();
+    let is_param = matches!(ctx.m.value(v).def, ValueDef::Param(_)) && ctx.m.value(v).func == ctx.m.main;
+    let msg = match quoted.len() {
+        0 => format!("{head}, but it is computed at run time"),
+        1 if is_param => format!(
+            "{head}, but it is {FROM_GRAPH_INPUT} {}: freeze it with ImportOptions::constant_inputs (or make it \
+             an initializer)",
+            quoted[0]
+        ),
+        k => {
+            let dynamic = inputs.iter().any(|&(_, p)| ctx.shape(p).is_dynamic());
+            let (them, s) = if k == 1 { ("it", "") } else { ("them", "s") };
+            let mut m = format!(
+                "{head}, but it is computed at run time from {FROM_GRAPH_INPUT}{s} {}: freeze {them} with \
+                 ImportOptions::constant_inputs (or make {them} initializer{s})",
+                quoted.join(", ")
+            );
+            if dynamic {
+                m.push_str(
+                    "; if it comes from their dynamic dimensions, bind those with ImportOptions::dims / --dim instead",
+                );
+            }
+            m
+        }
+    };
+    n.unsupported(msg)
+}
+
+/// The words before the quoted input names in [`not_constant`]'s message (`graph input "a"`,
+/// `graph inputs "a", "b"`), which [`crate::onnx::inputs_to_freeze`] looks for.
+pub(crate) const FROM_GRAPH_INPUT: &str = "graph input";
 
 /// [`const_ints`] for an optional operand.
 pub(crate) fn opt_const_ints(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str) -> Result<Option<Vec<i64>>> {

@@ -8,6 +8,7 @@ use crate::ir::op::{BinaryOp, CompareOp, Op};
 use crate::ir::shape::Shape;
 
 use super::Handler;
+use super::common::not_constant;
 use crate::onnx::graph::{Ctx, Node};
 use crate::onnx::proto::GraphProto;
 
@@ -140,9 +141,11 @@ fn loop_(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         let cond_out = scalar_bool(ctx, n, outs[0], "the body's condition output")?;
         if n_scan > 0 {
             if known_trip.is_none() {
-                return Err(n.unsupported(
-                    "scan outputs need a trip count known at import (the output length would be dynamic)",
-                ));
+                // The output length would be dynamic.
+                return Err(match trip {
+                    Some(_) => not_constant(ctx, n, 0, "M, the trip count", "a constant (the loop has scan outputs)"),
+                    None => n.unsupported("scan outputs need a trip count (the output length would be dynamic)"),
+                });
             }
             // The body must not stop early: its condition output is the condition input.
             if cond_out != bparams[1].1 || ctx.known(cond0).is_none_or(|b| b[0] == 0) {

@@ -11,12 +11,12 @@
 
 use crate::error::Result;
 use crate::ir::dtype::DType;
-use crate::ir::module::{FuncId, ValueDef, ValueId};
+use crate::ir::module::{FuncId, ValueId};
 use crate::ir::op::{ArithReduce, BinaryOp, CompareOp, Op, ReduceKind, UnaryOp};
 use crate::ir::shape::{DYNAMIC_DIM, Shape};
 
 use super::Handler;
-use super::common::{axes as norm_axes, axis as norm_axis, bin, cast, cmp, opt_const_ints, static_dims, un};
+use super::common::{axes as norm_axes, axis as norm_axis, bin, cast, cmp, not_constant, static_dims, un};
 use crate::onnx::graph::{Ctx, Node};
 
 /// Op types mapped here.
@@ -110,20 +110,6 @@ fn count(ctx: &mut Ctx<'_>, x: ValueId, axes: &[usize], dtype: DType) -> Result<
     Ok(c)
 }
 
-/// The error for operand `i` (`what`), not a constant, when the output shape depends on its
-/// values: a graph input is named as such; a value computed at run time gets the error of
-/// [`opt_const_ints`] (which suggests binding the symbolic dimensions it derives from).
-fn runtime_operand(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str) -> crate::error::Error {
-    let is_input = n.opt_input(i).is_some_and(|v| matches!(ctx.m.value(v).def, ValueDef::Param(_)));
-    if !is_input && let Err(e) = opt_const_ints(ctx, n, i, what) {
-        return e;
-    }
-    n.unsupported(format!(
-        "input {i} ({what}) is a graph input: its values are only known at run time and the output shape \
-         depends on them (tensorjit needs them at import: an initializer or a Constant)"
-    ))
-}
-
 /// The reduced axes of a Reduce* node (sorted), from its attribute or its input by opset.
 fn reduce_axes(ctx: &Ctx<'_>, n: &Node<'_>, x: ValueId, kind: Red) -> Result<Vec<usize>> {
     let rank = ctx.rank(x);
@@ -139,7 +125,7 @@ fn reduce_axes(ctx: &Ctx<'_>, n: &Node<'_>, x: ValueId, kind: Red) -> Result<Vec
                 None => match ctx.shape(v).dims[..] {
                     [0] => Some(vec![]),
                     [len] if len == rank as i64 && rank > 0 => Some((0..len).collect()),
-                    _ => return Err(runtime_operand(ctx, n, 1, "axes")),
+                    _ => return Err(not_constant(ctx, n, 1, "axes", "a constant integer tensor")),
                 },
             },
         }
@@ -331,7 +317,7 @@ fn top_k(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let k = if n.opset < 10 {
         n.attr_i("k")?.ok_or_else(|| n.invalid("attribute \"k\" is required"))?
     } else {
-        let k = ctx.known_i64s(n.input(1)?).ok_or_else(|| runtime_operand(ctx, n, 1, "k"))?;
+        let k = ctx.known_i64s(n.input(1)?).ok_or_else(|| not_constant(ctx, n, 1, "k", "a constant integer tensor"))?;
         let [k] = k[..] else { return Err(n.invalid(format!("k must hold one value, got {k:?}"))) };
         k
     };

@@ -15,7 +15,7 @@ use crate::ir::shape::Shape;
 
 use super::Handler;
 use super::common::{
-    axes as norm_axes, axis as norm_axis, bin, broadcast_dims, broadcast_to, cast, cmp, const_ints, iota,
+    axes as norm_axes, axis as norm_axis, bin, broadcast_dims, broadcast_to, cast, cmp, const_ints, iota, not_constant,
     opt_const_ints, reshape_to, select, static_dims,
 };
 use crate::onnx::graph::{Ctx, Node};
@@ -242,7 +242,7 @@ fn known_scalar_f64(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str) -> Result
     let vals = ctx
         .known_f64s(v)
         .or_else(|| ctx.known_i64s(v).map(|v| v.into_iter().map(|x| x as f64).collect()))
-        .ok_or_else(|| n.unsupported(format!("input {i} ({what}) must be a constant known at import")))?;
+        .ok_or_else(|| not_constant(ctx, n, i, what, "a constant"))?;
     match vals.as_slice() {
         [x] => Ok(*x),
         _ => Err(n.invalid(format!("input {i} ({what}) must hold one element, got {}", vals.len()))),
@@ -911,7 +911,16 @@ fn gather(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
 /// `GatherElements(data, indices)` along `axis`: `out[i][j] = data[indices[i][j]][j]` (axis 0).
 fn gather_elements(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
-    let dims = static_dims(ctx, n, x)?;
+    let (_, full) = elements_index(ctx, n, x)?;
+    Ok(vec![gather_points(ctx, x, full)?])
+}
+
+/// The operands shared by GatherElements and ScatterElements (input 1, `indices`, along the
+/// `axis` attribute of `data`): the indices' dims and the full point index of every element
+/// (`[..idims, rank]`, negative indices wrapped, constant ones bounds-checked). Guards: data
+/// of rank ≥ 1 and static dims; indices of the same rank, no larger than data off the axis.
+fn elements_index(ctx: &mut Ctx<'_>, n: &Node<'_>, data: ValueId) -> Result<(Vec<i64>, ValueId)> {
+    let dims = static_dims(ctx, n, data)?;
     let r = dims.len();
     if r == 0 {
         return Err(n.invalid("data must have rank ≥ 1"));
@@ -919,21 +928,15 @@ fn gather_elements(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let axis = norm_axis(n, n.attr_i_or("axis", 0)?, r)?;
     let raw = n.input(1)?;
     let idims = static_dims(ctx, n, raw)?;
-    check_elements_shape(n, &dims, &idims, axis, "indices")?;
+    if idims.len() != r || (0..r).any(|a| a != axis && idims[a] > dims[a]) {
+        return Err(n.invalid(format!("indices shape {idims:?} does not fit data shape {dims:?} off axis {axis}")));
+    }
     let idx = index_operand(ctx, n, raw, "indices")?;
     check_known_indices(ctx, n, idx, &[dims[axis]], "indices")?;
     let bound = scalar_i64(ctx, dims[axis])?;
     let idx = wrap_negative(ctx, idx, bound)?;
     let full = full_index(ctx, &idims, r, &[(axis, idx)])?;
-    Ok(vec![gather_points(ctx, x, full)?])
-}
-
-/// Indices of GatherElements / ScatterElements: same rank as data, no larger off the axis.
-fn check_elements_shape(n: &Node<'_>, dims: &[i64], idims: &[i64], axis: usize, what: &str) -> Result<()> {
-    if idims.len() != dims.len() || (0..dims.len()).any(|a| a != axis && idims[a] > dims[a]) {
-        return Err(n.invalid(format!("{what} shape {idims:?} does not fit data shape {dims:?} off axis {axis}")));
-    }
-    Ok(())
+    Ok((idims, full))
 }
 
 /// Index vectors of GatherND / ScatterND (shape `batch ++ [k]`) as normalised int64, bounded by
@@ -1161,26 +1164,13 @@ fn scatter_nd(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
 /// `ScatterElements(data, indices, updates)` (and the deprecated `Scatter`) along `axis`.
 fn scatter_elements(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let data = n.input(0)?;
-    let dims = static_dims(ctx, n, data)?;
-    let r = dims.len();
-    if r == 0 {
-        return Err(n.invalid("data must have rank ≥ 1"));
-    }
-    let axis = norm_axis(n, n.attr_i_or("axis", 0)?, r)?;
-    let raw = n.input(1)?;
-    let idims = static_dims(ctx, n, raw)?;
     let upd = n.input(2)?;
     let udims = static_dims(ctx, n, upd)?;
     let red = reduction(n)?;
-    check_elements_shape(n, &dims, &idims, axis, "indices")?;
+    let (idims, full) = elements_index(ctx, n, data)?;
     if udims != idims {
         return Err(n.invalid(format!("updates shape {udims:?} differs from indices shape {idims:?}")));
     }
-    let idx = index_operand(ctx, n, raw, "indices")?;
-    check_known_indices(ctx, n, idx, &[dims[axis]], "indices")?;
-    let bound = scalar_i64(ctx, dims[axis])?;
-    let idx = wrap_negative(ctx, idx, bound)?;
-    let full = full_index(ctx, &idims, r, &[(axis, idx)])?;
     Ok(vec![scatter_core(ctx, n, data, full, upd, red)?])
 }
 
@@ -1239,8 +1229,14 @@ fn constant(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     };
     let v = match kind {
         "value" => {
-            let t = n.attr_tensor("value")?.ok_or_else(|| n.invalid("value has no tensor"))?;
-            ctx.initializer(&mut t.clone())?
+            let t = n.attr_tensor("value")?;
+            // A main-graph node's tensor was moved out of the model before import: move its
+            // payload into the module; a subgraph's is borrowed, so copy it.
+            let mut t = match ctx.constant_value(n) {
+                Some(t) => t,
+                None => t.ok_or_else(|| n.invalid("value has no tensor"))?.clone(),
+            };
+            ctx.initializer(&mut t)?
         }
         "value_float" => {
             let v = n.attr_f("value_float")?.unwrap_or_default();
@@ -1338,8 +1334,11 @@ fn range(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         return Err(n.invalid("start, limit and delta must be scalars of one type"));
     }
     let stash = n.attr_i_or("stash_type", 1)?;
-    let not_const =
-        || n.unsupported("start, limit and delta must be constants known at import (the output size depends on them)");
+    // The output size depends on all three values.
+    let not_const = || {
+        let i = ins.iter().position(|&v| ctx.known(v).is_none()).unwrap_or(0);
+        not_constant(ctx, n, i, ["start", "limit", "delta"][i], "a constant scalar")
+    };
     if dt.is_int() {
         let vals: Vec<i64> = ins
             .iter()
@@ -1410,9 +1409,8 @@ fn non_zero(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     } else if ctx.known(x).is_some() {
         return Err(n.unsupported(format!("element type {}", s.dtype)));
     } else {
-        return Err(
-            n.unsupported("the input must be a constant known at import (the output size depends on its values)")
-        );
+        // The output size depends on the input's values.
+        return Err(not_constant(ctx, n, 0, "X", "a constant"));
     };
     // A scalar gives `[0, count]` (the reference's convention).
     let dims = s.dims.clone();
@@ -1445,7 +1443,7 @@ fn dropout(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
             match ctx.known(t) {
                 Some(b) if b.iter().all(|&v| v == 0) => {}
                 Some(_) => return Err(n.unsupported("training_mode = true (random dropout)")),
-                None => return Err(n.unsupported("training_mode must be a constant false (known at import)")),
+                None => return Err(not_constant(ctx, n, 2, "training_mode", "a constant false")),
             }
         }
     } else {

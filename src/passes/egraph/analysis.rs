@@ -55,6 +55,9 @@ pub struct Facts {
     pub splat: Option<f64>,
     /// The class is this leaf (constant data, if any, is in the leaf table).
     pub leaf: Option<u32>,
+    /// Nodes of two different known shapes were merged into this class: some rule proved
+    /// unequal values equal. The pass leaves such a function unchanged (see [`super::run`]).
+    pub shape_conflict: bool,
 }
 
 impl Analysis<TNode> for TAnalysis {
@@ -64,9 +67,9 @@ impl Analysis<TNode> for TAnalysis {
         match enode {
             TNode::Leaf(i) => {
                 let l = &egraph.analysis.leaves[*i as usize];
-                Facts { shape: Some(l.shape.clone()), splat: l.splat, leaf: Some(*i) }
+                Facts { shape: Some(l.shape.clone()), splat: l.splat, leaf: Some(*i), shape_conflict: false }
             }
-            TNode::Internal(..) => Facts { shape: None, splat: None, leaf: None },
+            TNode::Internal(..) => Facts { shape: None, splat: None, leaf: None, shape_conflict: false },
             TNode::Op(key, children) => {
                 let shapes: Option<Vec<&Shape>> = children.iter().map(|&c| egraph[c].data.shape.as_ref()).collect();
                 let shape = shapes
@@ -78,7 +81,7 @@ impl Analysis<TNode> for TAnalysis {
                     Op::Unary(UnaryOp::Neg) => child_splat.map(|v| -v),
                     _ => None,
                 };
-                Facts { shape, splat, leaf: None }
+                Facts { shape, splat, leaf: None, shape_conflict: false }
             }
         }
     }
@@ -91,6 +94,14 @@ impl Analysis<TNode> for TAnalysis {
             changed_a = true;
         } else if a.shape != b.shape {
             b_differs = true;
+            if b.shape.is_some() && !a.shape_conflict {
+                a.shape_conflict = true;
+                changed_a = true;
+            }
+        }
+        if b.shape_conflict && !a.shape_conflict {
+            a.shape_conflict = true;
+            changed_a = true;
         }
         if a.splat.is_none() && b.splat.is_some() {
             a.splat = b.splat;

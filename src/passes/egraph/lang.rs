@@ -92,9 +92,16 @@ pub enum Internal {
     /// `BroadcastInDim` over the other axes, or a keep-dims `Reshape` (size-1 axes, broadcast
     /// later by a binary op), optionally followed by an identity-axes `BroadcastInDim`.
     /// Operand: `r`.
+    ///
+    /// The node carries the class's `dims`: the restored axes may have any size (1 for a
+    /// keep-dims reshape, the full size for a broadcast), so `r` and `axes` alone do not fix the
+    /// value. Without them, a keep-dims reshape and its broadcast (or two broadcasts of `r` to
+    /// different sizes) would be the same e-node and hash-consing would merge their classes.
     Restore {
         /// The axes of the class's shape that `r` lacks (sorted).
         axes: Vec<usize>,
+        /// The dims of the class's shape (the restored value).
+        dims: Vec<i64>,
     },
     /// `d·d` or `Pow(d, 2)`. Operand: `d`.
     Square,

@@ -24,7 +24,9 @@
 //!    old position; unchanged nodes are reused as they are, new ones are added with
 //!    [`Module::add_node`], nodes no root needs leave the body. Opaque nodes keep their place.
 //!
-//! A function in which no fusion rule fired is left untouched. If a function cannot be
+//! A function in which no fusion rule fired is left untouched, and so is one in which the
+//! rules merged values of different shapes into one e-class (the analysis flags it: a rule bug,
+//! listed in [`EggReport::skipped`]). If a function cannot be
 //! converted (it is not verified: an operand used before its definition, a recorded shape that
 //! inference does not reproduce) it is left unchanged and the report says why.
 
@@ -480,6 +482,15 @@ fn rewrite_function(m: &mut Module, f: FuncId, cfg: &EggConfig, external: &[bool
         eg = runner.egraph;
     }
     if !fusion_fired {
+        return;
+    }
+    // A class holding values of two shapes means a rule proved unequal values equal; whatever
+    // extraction picks for it may not fit its users, so keep the function as it was.
+    if let Some(c) = eg.classes().find(|c| c.data.shape_conflict) {
+        report.skipped.push(format!(
+            "{label}: e-class {} merged values of different shapes (a fusion rule is unsound here)",
+            c.id
+        ));
         return;
     }
     let t_extract = Instant::now();

@@ -8,7 +8,7 @@ use crate::ir::op::{BinaryOp, Op, ReduceKind};
 use crate::ir::shape::Shape;
 
 use super::super::common::{broadcast_dims, broadcast_to};
-use super::{bin, dims_of, reshape, scalar};
+use super::{bin, dims_of, reshape};
 use crate::onnx::graph::{Ctx, Node};
 
 /// `DotGeneral` with the given axes (output dtype = input dtype).
@@ -138,7 +138,7 @@ pub(super) fn gemm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let cb = usize::from(trans_b);
     let mut y = dot(ctx, a, b, (vec![ca], vec![cb]), (vec![], vec![]))?;
     if alpha != 1.0 {
-        let s = scalar(ctx, n, dt, alpha)?;
+        let s = ctx.scalar(dt, alpha)?;
         y = bin(ctx, BinaryOp::Mul, y, s)?;
     }
     if let Some(c) = c {
@@ -151,7 +151,7 @@ pub(super) fn gemm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         }
         let mut c = broadcast_to(ctx, n, c, &[m, nn])?;
         if beta != 1.0 {
-            let s = scalar(ctx, n, dt, beta)?;
+            let s = ctx.scalar(dt, beta)?;
             c = bin(ctx, BinaryOp::Mul, c, s)?;
         }
         y = bin(ctx, BinaryOp::Add, y, c)?;
@@ -364,7 +364,7 @@ fn diagonal(ctx: &mut Ctx<'_>, n: &Node<'_>, t: &mut Term) -> Result<()> {
         let mask = ctx.constant(Shape::new(crate::ir::dtype::DType::Bool, &mdims), mask)?;
         let full = Shape::new(crate::ir::dtype::DType::Bool, &dims);
         let mask = ctx.emit1(Op::BroadcastInDim { shape: full, axes: pos.clone() }, &[mask])?;
-        let zero = scalar(ctx, n, ctx.dtype(t.v), 0.0)?;
+        let zero = ctx.scalar(ctx.dtype(t.v), 0.0)?;
         let v = ctx.emit1(Op::Where, &[mask, t.v, zero])?;
         t.v = v;
         sum_axes(ctx, t, &pos[1..])?;

@@ -77,12 +77,6 @@ pub(super) fn lookup(op: &str) -> Option<Handler> {
     })
 }
 
-/// A scalar constant of `dtype`.
-fn scalar(ctx: &mut Ctx<'_>, n: &Node<'_>, dtype: DType, v: f64) -> Result<ValueId> {
-    let bytes = scalar_bytes(dtype, v).ok_or_else(|| n.unsupported(format!("element type {dtype}")))?;
-    ctx.constant(Shape::scalar(dtype), bytes)
-}
-
 /// A constant of `dtype` and `dims` holding `data` (each element rounded to the dtype).
 fn const_of(ctx: &mut Ctx<'_>, n: &Node<'_>, dtype: DType, dims: &[i64], data: &[f64]) -> Result<ValueId> {
     let mut bytes = Vec::with_capacity(data.len() * dtype.size());
@@ -118,7 +112,7 @@ fn mean_keep(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, axes: &[usize]) -> Res
     let dims = dims_of(ctx, n, x)?;
     let count: i64 = axes.iter().map(|&a| dims[a]).product();
     let s = reduce_keep(ctx, n, x, ReduceKind::Sum, axes)?;
-    let c = scalar(ctx, n, ctx.dtype(x), count as f64)?;
+    let c = ctx.scalar(ctx.dtype(x), count as f64)?;
     bin(ctx, BinaryOp::Div, s, c)
 }
 

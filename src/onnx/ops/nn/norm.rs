@@ -6,9 +6,7 @@ use crate::ir::module::ValueId;
 use crate::ir::op::{ArithReduce, BinaryOp, Op, UnaryOp};
 
 use super::super::common::{axes as norm_axes, axis as norm_axis, broadcast_dims, cast, extend_rank};
-use super::{
-    bin, channel_param, dims_of, float_dtype_attr, mean_keep, require_dims, require_float, reshape, scalar, un,
-};
+use super::{bin, channel_param, dims_of, float_dtype_attr, mean_keep, require_dims, require_float, reshape, un};
 use crate::onnx::graph::{Ctx, Node};
 
 /// `x − mean` and the biased variance of `x` over `axes` (both with the axes kept).
@@ -21,11 +19,11 @@ fn centered_var(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, axes: &[usize]) -> 
 }
 
 /// `1 / sqrt(var + eps)`.
-fn inv_std(ctx: &mut Ctx<'_>, n: &Node<'_>, var: ValueId, eps: f64) -> Result<ValueId> {
-    let e = scalar(ctx, n, ctx.dtype(var), eps)?;
+fn inv_std(ctx: &mut Ctx<'_>, var: ValueId, eps: f64) -> Result<ValueId> {
+    let e = ctx.scalar(ctx.dtype(var), eps)?;
     let ve = bin(ctx, BinaryOp::Add, var, e)?;
     let sd = un(ctx, UnaryOp::Sqrt, ve)?;
-    let one = scalar(ctx, n, ctx.dtype(var), 1.0)?;
+    let one = ctx.scalar(ctx.dtype(var), 1.0)?;
     bin(ctx, BinaryOp::Div, one, sd)
 }
 
@@ -64,7 +62,7 @@ pub(super) fn batch_norm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>
     }
     let (scale, bias, mean, var) = (p[0], p[1], p[2], p[3]);
     if !training {
-        let inv = inv_std(ctx, n, var, eps)?;
+        let inv = inv_std(ctx, var, eps)?;
         let k = bin(ctx, BinaryOp::Mul, scale, inv)?;
         let d = bin(ctx, BinaryOp::Sub, x, mean)?;
         let y = bin(ctx, BinaryOp::Mul, d, k)?;
@@ -72,7 +70,7 @@ pub(super) fn batch_norm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>
     }
     let axes: Vec<usize> = (0..rank).filter(|&a| a != 1).collect();
     let (bmean, d, bvar) = centered_var(ctx, n, x, &axes)?;
-    let inv = inv_std(ctx, n, bvar, eps)?;
+    let inv = inv_std(ctx, bvar, eps)?;
     let k = bin(ctx, BinaryOp::Mul, scale, inv)?;
     let y = bin(ctx, BinaryOp::Mul, d, k)?;
     let y = bin(ctx, BinaryOp::Add, y, bias)?;
@@ -83,8 +81,8 @@ pub(super) fn batch_norm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>
         let st = ctx.dtype(input);
         let batch = reshape(ctx, batch, &[c])?;
         let batch = cast(ctx, batch, st)?;
-        let m = scalar(ctx, n, st, momentum)?;
-        let m1 = scalar(ctx, n, st, 1.0 - momentum)?;
+        let m = ctx.scalar(st, momentum)?;
+        let m1 = ctx.scalar(st, 1.0 - momentum)?;
         let a = bin(ctx, BinaryOp::Mul, input, m)?;
         let b = bin(ctx, BinaryOp::Mul, batch, m1)?;
         outs.push(bin(ctx, BinaryOp::Add, a, b)?);
@@ -106,7 +104,7 @@ pub(super) fn instance_norm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<Value
     let bias = channel_param(ctx, n, n.input(2)?, xd[1], rank, dt, "B")?;
     let axes: Vec<usize> = (2..rank).collect();
     let (_, d, var) = centered_var(ctx, n, x, &axes)?;
-    let inv = inv_std(ctx, n, var, eps)?;
+    let inv = inv_std(ctx, var, eps)?;
     let y = bin(ctx, BinaryOp::Mul, d, inv)?;
     let y = bin(ctx, BinaryOp::Mul, y, scale)?;
     Ok(vec![bin(ctx, BinaryOp::Add, y, bias)?])
@@ -148,7 +146,7 @@ pub(super) fn layer_norm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>
     let axes: Vec<usize> = (a..rank).collect();
     let xs = cast(ctx, x, stash)?;
     let (mean, d, var) = centered_var(ctx, n, xs, &axes)?;
-    let inv = inv_std(ctx, n, var, eps)?;
+    let inv = inv_std(ctx, var, eps)?;
     let norm = bin(ctx, BinaryOp::Mul, d, inv)?;
     let norm = cast(ctx, norm, dt)?;
     let y = scale_shift(ctx, n, norm, 1, 2)?;
@@ -183,7 +181,7 @@ pub(super) fn group_norm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>
     let xs = cast(ctx, x, stash)?;
     let xs = reshape(ctx, xs, &[nb, g, rest])?;
     let (_, d, var) = centered_var(ctx, n, xs, &[2])?;
-    let inv = inv_std(ctx, n, var, eps)?;
+    let inv = inv_std(ctx, var, eps)?;
     let norm = bin(ctx, BinaryOp::Mul, d, inv)?;
     let norm = cast(ctx, norm, dt)?;
     let y = if per_group {
@@ -233,11 +231,11 @@ pub(super) fn lrn(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         padding,
     };
     let s = ctx.emit1(op, &[sq])?;
-    let k = scalar(ctx, n, dt, alpha / size as f64)?;
+    let k = ctx.scalar(dt, alpha / size as f64)?;
     let s = bin(ctx, BinaryOp::Mul, s, k)?;
-    let b = scalar(ctx, n, dt, bias)?;
+    let b = ctx.scalar(dt, bias)?;
     let t = bin(ctx, BinaryOp::Add, s, b)?;
-    let e = scalar(ctx, n, dt, beta)?;
+    let e = ctx.scalar(dt, beta)?;
     let t = bin(ctx, BinaryOp::Pow, t, e)?;
     Ok(vec![bin(ctx, BinaryOp::Div, x, t)?])
 }
@@ -255,7 +253,7 @@ pub(super) fn mean_variance_norm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<
     let m2 = bin(ctx, BinaryOp::Mul, mean, mean)?;
     let var = bin(ctx, BinaryOp::Sub, ex2, m2)?;
     let sd = un(ctx, UnaryOp::Sqrt, var)?;
-    let e = scalar(ctx, n, dt, 1e-9)?;
+    let e = ctx.scalar(dt, 1e-9)?;
     let sd = bin(ctx, BinaryOp::Add, sd, e)?;
     let d = bin(ctx, BinaryOp::Sub, x, mean)?;
     Ok(vec![bin(ctx, BinaryOp::Div, d, sd)?])

@@ -8,7 +8,7 @@ use crate::ir::op::{ArithReduce, BinaryOp, CompareOp, Op, PadAxis, ReduceKind, U
 use crate::ir::shape::Shape;
 
 use super::conv::{AutoPad, MAX_WINDOW_ATTR, auto_pad, pads_attr, spatial_attr, split_same};
-use super::{bin, const_of, dims_of, mean_keep, reduce_keep, require_float, scalar, un};
+use super::{bin, const_of, dims_of, mean_keep, reduce_keep, require_float, un};
 use crate::onnx::graph::{Ctx, Node};
 
 /// The window of one spatial axis after `auto_pad` / `ceil_mode` are resolved.
@@ -180,7 +180,7 @@ fn max_indices(
     } else {
         i64::MIN as f64
     };
-    let fill = scalar(ctx, n, dt, fill)?;
+    let fill = ctx.scalar(dt, fill)?;
     let mut axes = vec![PadAxis::default(); 2];
     axes.extend(w.iter().map(|a| PadAxis { start: a.lo, end: a.hi + a.extra(), interior: 0 }));
     let xp = ctx.emit1(Op::Pad { axes }, &[x, fill])?;
@@ -267,7 +267,7 @@ fn pool_divisor(ctx: &mut Ctx<'_>, n: &Node<'_>, w: &[AxisWin], include_pad: boo
             Some(d) => bin(ctx, BinaryOp::Mul, d, c)?,
         });
     }
-    let u = scalar(ctx, n, dt, uniform)?;
+    let u = ctx.scalar(dt, uniform)?;
     match div {
         None => Ok(u),
         Some(d) if uniform == 1.0 => Ok(d),
@@ -288,25 +288,25 @@ pub(super) fn average_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueI
 }
 
 /// `|x|^p`, with `p` ∈ {1, 2} as exact forms.
-fn abs_pow(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, p: i64) -> Result<ValueId> {
+fn abs_pow(ctx: &mut Ctx<'_>, x: ValueId, p: i64) -> Result<ValueId> {
     match p {
         1 => un(ctx, UnaryOp::Abs, x),
         2 => bin(ctx, BinaryOp::Mul, x, x),
         _ => {
             let a = un(ctx, UnaryOp::Abs, x)?;
-            let e = scalar(ctx, n, ctx.dtype(x), p as f64)?;
+            let e = ctx.scalar(ctx.dtype(x), p as f64)?;
             bin(ctx, BinaryOp::Pow, a, e)
         }
     }
 }
 
 /// `s^(1/p)`.
-fn root(ctx: &mut Ctx<'_>, n: &Node<'_>, s: ValueId, p: i64) -> Result<ValueId> {
+fn root(ctx: &mut Ctx<'_>, s: ValueId, p: i64) -> Result<ValueId> {
     match p {
         1 => Ok(s),
         2 => un(ctx, UnaryOp::Sqrt, s),
         _ => {
-            let e = scalar(ctx, n, ctx.dtype(s), 1.0 / p as f64)?;
+            let e = ctx.scalar(ctx.dtype(s), 1.0 / p as f64)?;
             bin(ctx, BinaryOp::Pow, s, e)
         }
     }
@@ -337,9 +337,9 @@ pub(super) fn lp_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let p = lp_p(n)?;
     let xd = dims_of(ctx, n, x)?;
     let w = window(n, &xd, true)?;
-    let a = abs_pow(ctx, n, x, p)?;
+    let a = abs_pow(ctx, x, p)?;
     let s = reduce_window(ctx, n, a, ArithReduce::Sum, &w)?;
-    Ok(vec![root(ctx, n, s, p)?])
+    Ok(vec![root(ctx, s, p)?])
 }
 
 /// The spatial axes of a global pool's input.
@@ -376,9 +376,9 @@ pub(super) fn global_lp_pool(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<Valu
     require_float(ctx, n, x)?;
     let p = lp_p(n)?;
     let axes = spatial_axes(ctx, n, x)?;
-    let a = abs_pow(ctx, n, x, p)?;
+    let a = abs_pow(ctx, x, p)?;
     let s = reduce_keep(ctx, n, a, ReduceKind::Sum, &axes)?;
-    Ok(vec![root(ctx, n, s, p)?])
+    Ok(vec![root(ctx, s, p)?])
 }
 
 #[cfg(test)]

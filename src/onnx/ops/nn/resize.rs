@@ -9,8 +9,8 @@ use crate::ir::module::ValueId;
 use crate::ir::op::{BinaryOp, Op, ReduceKind, UnaryOp};
 use crate::ir::shape::Shape;
 
-use super::super::common::{axes as norm_axes, cast};
-use super::{bin, const_of, dims_of, reshape, scalar};
+use super::super::common::{axes as norm_axes, cast, not_constant};
+use super::{bin, const_of, dims_of, reshape};
 use crate::onnx::graph::{Ctx, Node};
 
 /// Interpolation modes.
@@ -254,7 +254,7 @@ fn apply_axis(
         let mask = ctx.constant(Shape::new(DType::Bool, &[out_w]), mask)?;
         let yd = dims_of(ctx, n, y)?;
         let mask = ctx.emit1(Op::BroadcastInDim { shape: Shape::new(DType::Bool, &yd), axes: vec![axis] }, &[mask])?;
-        let e = scalar(ctx, n, ctx.dtype(y), cfg.extrapolation)?;
+        let e = ctx.scalar(ctx.dtype(y), cfg.extrapolation)?;
         y = ctx.emit1(Op::Where, &[mask, e, y])?;
     }
     Ok(y)
@@ -317,18 +317,14 @@ fn resample(
 /// Reads a constant float operand (`None` when absent or empty).
 fn const_floats(ctx: &Ctx<'_>, n: &Node<'_>, i: usize, what: &str) -> Result<Option<Vec<f64>>> {
     let Some(v) = n.opt_input(i) else { return Ok(None) };
-    let vals = ctx
-        .known_f64s(v)
-        .ok_or_else(|| n.unsupported(format!("input {i} ({what}) must be a constant float tensor known at import")))?;
+    let vals = ctx.known_f64s(v).ok_or_else(|| not_constant(ctx, n, i, what, "a constant float tensor"))?;
     Ok(if vals.is_empty() { None } else { Some(vals) })
 }
 
 /// Reads a constant integer operand (`None` when absent or empty).
 fn const_sizes(ctx: &Ctx<'_>, n: &Node<'_>, i: usize) -> Result<Option<Vec<i64>>> {
     let Some(v) = n.opt_input(i) else { return Ok(None) };
-    let vals = ctx
-        .known_i64s(v)
-        .ok_or_else(|| n.unsupported(format!("input {i} (sizes) must be a constant integer tensor known at import")))?;
+    let vals = ctx.known_i64s(v).ok_or_else(|| not_constant(ctx, n, i, "sizes", "a constant integer tensor"))?;
     Ok(if vals.is_empty() { None } else { Some(vals) })
 }
 

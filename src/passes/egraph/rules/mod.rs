@@ -267,7 +267,7 @@ pub fn internals(eg: &EG, id: Id) -> impl Iterator<Item = (&Internal, &[Id])> {
 pub fn restores(eg: &EG, id: Id) -> Vec<(Id, Vec<usize>)> {
     internals(eg, id)
         .filter_map(|(i, c)| match i {
-            Internal::Restore { axes } => Some((c[0], axes.clone())),
+            Internal::Restore { axes, .. } => Some((c[0], axes.clone())),
             _ => None,
         })
         .collect()

@@ -80,13 +80,14 @@ fn complement(axes: &[usize], rank: usize) -> Vec<usize> {
 
 /// `BroadcastInDim(r, shape=X, axes=K) = Restore{R}(r)` where `R` = the axes of X not in K.
 /// Guards: K strictly increasing (no permutation), rank(r) = |K|, every dim of r equals the dim
-/// of X it maps to (only the R axes are created, none stretched), R non-empty, same dtype.
+/// of X it maps to (only the R axes are created, none stretched), R non-empty, same dtype, X
+/// static (the node records X's dims, which must fix the value).
 fn restore_broadcast(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (op, c) in ops(eg, id) {
         let Op::BroadcastInDim { shape: x, axes } = op else { continue };
         let Some(r) = shape(eg, c[0]) else { continue };
-        if r.dtype != x.dtype || r.rank() != axes.len() || !axes.windows(2).all(|w| w[0] < w[1]) {
+        if r.dtype != x.dtype || x.is_dynamic() || r.rank() != axes.len() || !axes.windows(2).all(|w| w[0] < w[1]) {
             continue;
         }
         if axes.iter().enumerate().any(|(i, &a)| x.dims.get(a) != Some(&r.dims[i]) || r.dims[i] < 0) {
@@ -94,7 +95,7 @@ fn restore_broadcast(eg: &EG, id: Id) -> Vec<TNode> {
         }
         let restored = complement(axes, x.rank());
         if !restored.is_empty() {
-            out.push(TNode::internal(Internal::Restore { axes: restored }, &[c[0]]));
+            out.push(TNode::internal(Internal::Restore { axes: restored, dims: x.dims.clone() }, &[c[0]]));
         }
     }
     out
@@ -131,7 +132,7 @@ fn restore_keepdims_reshape(eg: &EG, id: Id) -> Vec<TNode> {
             continue;
         }
         if let Some(ins) = inserted_ones(&r.dims, dims) {
-            out.push(TNode::internal(Internal::Restore { axes: ins }, &[c[0]]));
+            out.push(TNode::internal(Internal::Restore { axes: ins, dims: dims.clone() }, &[c[0]]));
         }
     }
     out
@@ -139,19 +140,19 @@ fn restore_keepdims_reshape(eg: &EG, id: Id) -> Vec<TNode> {
 
 /// `BroadcastInDim(k, shape=X, axes=[0..rank]) = Restore{R}(r)` when `k = Restore{R}(r)` is a
 /// keep-dims value (size 1 on R) and the broadcast only stretches those R axes. Guards:
-/// identity axes, k's dims equal X's outside R and are 1 on R.
+/// identity axes, X static, k's dims equal X's outside R and are 1 on R.
 fn restore_keepdims_broadcast(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (op, c) in ops(eg, id) {
         let Op::BroadcastInDim { shape: x, axes } = op else { continue };
         let Some(k) = shape(eg, c[0]) else { continue };
-        if k.rank() != x.rank() || axes.iter().enumerate().any(|(i, &a)| i != a) {
+        if k.rank() != x.rank() || x.is_dynamic() || axes.iter().enumerate().any(|(i, &a)| i != a) {
             continue;
         }
         for (r, ra) in super::restores(eg, c[0]) {
             let ok = (0..x.rank()).all(|i| if ra.contains(&i) { k.dims[i] == 1 } else { k.dims[i] == x.dims[i] });
             if ok {
-                out.push(TNode::internal(Internal::Restore { axes: ra }, &[r]));
+                out.push(TNode::internal(Internal::Restore { axes: ra, dims: x.dims.clone() }, &[r]));
             }
         }
     }
