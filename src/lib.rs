@@ -79,7 +79,9 @@ pub mod passes;
 #[cfg(all(any(feature = "jit", feature = "onnx"), not(feature = "internals")))]
 mod passes;
 
-pub use api::{Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Profiler, Value};
+pub use api::{
+    Backend, Buffer, Builder, CancelToken, Capabilities, ExecOptions, Executable, Function, Profiler, Value,
+};
 pub use backends::interp::InterpOptions;
 #[cfg(feature = "jit")]
 pub use backends::jit::JitOptions;
