@@ -1,5 +1,6 @@
 //! Kernels: the reference implementation of every op (plain safe Rust), the GEMM microkernels
-//! and the hand-written fused kernels (Softmax, LayerNorm, GELU, attention).
+//! the hand-written fused kernels (Softmax, LayerNorm, GELU, attention) and the data-movement
+//! kernel (strided copies: transposes, broadcasts, slices).
 
 // The GEMM and fused kernels serve the jit backend (and this crate's own tests and benches):
 // builds without either leave them out.
@@ -7,6 +8,8 @@
 pub mod fused;
 #[cfg(any(feature = "jit", feature = "internals"))]
 pub mod gemm;
+#[cfg(any(feature = "jit", feature = "internals"))]
+pub mod movement;
 pub mod reference;
 pub mod tensor;
 
