@@ -154,6 +154,12 @@ impl Profiler {
         out
     }
 
+    /// Totals per kind of step (the events of [`Profiler::summary`] grouped by kind: `name` is
+    /// the kind's name), largest total first.
+    pub fn kind_totals(&self) -> Vec<KernelStats> {
+        group_by_kind(&self.summary())
+    }
+
     /// The summary as a text table: time per kind, then the `top` most expensive names (all
     /// with `None`), each with its calls, total and mean time and its share of the time of the
     /// steps (control-flow events excluded from the share: their time is their steps').
@@ -162,19 +168,11 @@ impl Profiler {
         let work: Duration = stats.iter().filter(|s| s.kind != EventKind::Control).map(|s| s.total).sum();
         let share = |d: Duration| if work.is_zero() { 0.0 } else { 100.0 * d.as_secs_f64() / work.as_secs_f64() };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let mut kinds: HashMap<EventKind, (u64, Duration)> = HashMap::new();
-        for s in &stats {
-            let k = kinds.entry(s.kind).or_default();
-            k.0 += s.calls;
-            k.1 += s.total;
-        }
-        let mut kinds: Vec<_> = kinds.into_iter().collect();
-        kinds.sort_by_key(|k| std::cmp::Reverse(k.1.1));
         let mut t = String::new();
         let _ = writeln!(t, "{:<10} {:>8} {:>11} {:>7}", "kind", "calls", "total ms", "share");
-        for (k, (calls, total)) in &kinds {
-            let pct = if *k == EventKind::Control { "-".to_string() } else { format!("{:.1}%", share(*total)) };
-            let _ = writeln!(t, "{:<10} {:>8} {:>11.3} {:>7}", k.name(), calls, ms(*total), pct);
+        for k in group_by_kind(&stats) {
+            let pct = if k.kind == EventKind::Control { "-".to_string() } else { format!("{:.1}%", share(k.total)) };
+            let _ = writeln!(t, "{:<10} {:>8} {:>11.3} {:>7}", k.name, k.calls, ms(k.total), pct);
         }
         let _ = writeln!(t);
         let _ = writeln!(t, "{:>11} {:>7} {:>8} {:>10}  {:<9} name", "total ms", "share", "calls", "mean µs", "kind");
@@ -229,6 +227,27 @@ impl Profiler {
         t.push_str("\n],\"displayTimeUnit\":\"ms\"}\n");
         t
     }
+}
+
+/// `stats` summed per kind, largest total first.
+fn group_by_kind(stats: &[KernelStats]) -> Vec<KernelStats> {
+    let mut kinds: Vec<KernelStats> = Vec::new();
+    for s in stats {
+        match kinds.iter_mut().find(|k| k.kind == s.kind) {
+            Some(k) => {
+                k.calls += s.calls;
+                k.total += s.total;
+            }
+            None => kinds.push(KernelStats {
+                name: s.kind.name().to_string(),
+                kind: s.kind,
+                calls: s.calls,
+                total: s.total,
+            }),
+        }
+    }
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.total));
+    kinds
 }
 
 /// Appends `s` as a JSON string literal.

@@ -183,19 +183,12 @@ pub fn print_report(r: &RunReport, w: &mut impl Write) -> std::io::Result<()> {
 /// "total_ms"}]}`, largest total first.
 fn profile_json(p: &Profiler) -> serde_json::Value {
     let stats = p.summary();
-    let mut kinds: Vec<(&'static str, u64, f64)> = Vec::new();
-    for s in &stats {
-        match kinds.iter_mut().find(|k| k.0 == s.kind.name()) {
-            Some(k) => {
-                k.1 += s.calls;
-                k.2 += millis(s.total);
-            }
-            None => kinds.push((s.kind.name(), s.calls, millis(s.total))),
-        }
-    }
-    kinds.sort_by(|a, b| b.2.total_cmp(&a.2));
     serde_json::json!({
-        "kinds": kinds.iter().map(|k| serde_json::json!({"kind": k.0, "calls": k.1, "total_ms": k.2})).collect::<Vec<_>>(),
+        "kinds": p
+            .kind_totals()
+            .iter()
+            .map(|k| serde_json::json!({"kind": k.kind.name(), "calls": k.calls, "total_ms": millis(k.total)}))
+            .collect::<Vec<_>>(),
         "steps": stats
             .iter()
             .map(|s| serde_json::json!({"name": s.name, "kind": s.kind.name(), "calls": s.calls, "total_ms": millis(s.total)}))

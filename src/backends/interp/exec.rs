@@ -465,11 +465,7 @@ fn node_label(m: &Module, n: NodeId) -> String {
     let node = m.node(n);
     let op = node.op.op_type().name();
     match node.outputs.first() {
-        Some(&v) => {
-            let s = m.shape(v);
-            let dims: Vec<String> = s.dims.iter().map(|d| d.to_string()).collect();
-            format!("{op} {}[{}]", s.dtype.short_name(), dims.join(","))
-        }
+        Some(&v) => format!("{op} {}", crate::ir::text::format_shape(m.shape(v))),
         None => op.to_string(),
     }
 }

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::Op;
 use crate::ir::shape::Shape;
+use crate::ir::text::format_shape;
 use crate::kernels::tensor::Tensor;
 use crate::memory::AlignedBytes;
 
@@ -381,12 +382,6 @@ fn step_kind(step: &Step) -> EventKind {
     }
 }
 
-/// `f32[8,128,384]`: a shape as IR text writes it (named axes unnamed).
-fn short_shape(s: &Shape) -> String {
-    let dims: Vec<String> = s.dims.iter().map(|d| d.to_string()).collect();
-    format!("{}[{}]", s.dtype.short_name(), dims.join(","))
-}
-
 /// The profile label of a plan step: what it runs and on what shape, so that steps doing the
 /// same work on the same shapes add up in the profile's summary.
 fn step_label(plan: &Plan, fp: &FuncPlan, step: &Step) -> String {
@@ -403,13 +398,12 @@ fn step_label(plan: &Plan, fp: &FuncPlan, step: &Step) -> String {
             }
             let shown = ops.len().min(6);
             let more = if ops.len() > shown { ", …" } else { "" };
-            let dims: Vec<String> = c.dims.iter().map(|d| d.to_string()).collect();
-            format!("loop: {}{more} {}[{}]", ops[..shown].join(", "), c.dtype.short_name(), dims.join(","))
+            format!("loop: {}{more} {}", ops[..shown].join(", "), format_shape(&Shape::new(c.dtype, &c.dims)))
         }
         Step::Kernel(s) => match &s.fast {
             Some(f) => f.describe(),
             None => {
-                let out = s.out_shapes.first().map(short_shape).unwrap_or_default();
+                let out = s.out_shapes.first().map(format_shape).unwrap_or_default();
                 format!("{} {out}", s.op.op_type().name())
             }
         },

@@ -202,20 +202,16 @@ impl FastKernel for RowGather {
         let rb = self.row_bytes;
         let mut data = AlignedBytes::try_recycled(starts.len() * rb)?;
         let src = x.data.as_bytes();
-        let copy = |dst: &mut [u8]| {
-            if rb == 0 {
-                return;
+        let dst = data.as_bytes_mut();
+        let row = |(k, out): (usize, &mut [u8])| out.copy_from_slice(&src[starts[k] * rb..starts[k] * rb + rb]);
+        match pool {
+            _ if rb == 0 => {}
+            Some(p) if dst.len() >= ROW_GATHER_PARALLEL_BYTES && p.current_num_threads() > 1 => {
+                use rayon::prelude::*;
+                p.install(|| dst.par_chunks_mut(rb).enumerate().for_each(row))
             }
-            let run = |(k, row): (usize, &mut [u8])| row.copy_from_slice(&src[starts[k] * rb..starts[k] * rb + rb]);
-            match pool {
-                Some(p) if dst.len() >= ROW_GATHER_PARALLEL_BYTES && p.current_num_threads() > 1 => {
-                    use rayon::prelude::*;
-                    p.install(|| dst.par_chunks_mut(rb).enumerate().for_each(run))
-                }
-                _ => dst.chunks_mut(rb).enumerate().for_each(run),
-            }
-        };
-        copy(data.as_bytes_mut());
+            _ => dst.chunks_mut(rb).enumerate().for_each(row),
+        }
         Ok(vec![Tensor { shape: out.clone(), data: Arc::new(data) }])
     }
 }

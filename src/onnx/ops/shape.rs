@@ -529,8 +529,9 @@ fn reshape_axes(ctx: &mut Ctx<'_>, x: ValueId, out: &[OutDim]) -> Result<ValueId
     ctx.emit1(Op::DynamicReshape { specs }, &ins)
 }
 
-/// `DepthToSpace(input)` with `blocksize` and `mode` (DCR, CRD).
-fn depth_to_space(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
+/// The operands of DepthToSpace / SpaceToDepth: the input, its dims `[b, c, h, w]`, `blocksize`
+/// and `mode` (default DCR).
+fn block_operands(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<(ValueId, [i64; 4], i64, String)> {
     let x = n.input(0)?;
     let dims = static_dims(ctx, n, x)?;
     let bs = n.attr_i("blocksize")?.ok_or_else(|| n.invalid("blocksize is required"))?;
@@ -538,6 +539,12 @@ fn depth_to_space(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let [b, c, h, w] = dims[..] else {
         return Err(n.invalid(format!("input must have rank 4, got shape {dims:?}")));
     };
+    Ok((x, [b, c, h, w], bs, mode))
+}
+
+/// `DepthToSpace(input)` with `blocksize` and `mode` (DCR, CRD).
+fn depth_to_space(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
+    let (x, [b, c, h, w], bs, mode) = block_operands(ctx, n)?;
     let bb = bs.checked_mul(bs).filter(|&bb| bs > 0 && bb <= c.max(1) && c % bb == 0);
     let Some(bb) = bb else {
         return Err(n.invalid(format!("blocksize {bs} does not divide the {c} channels into blocksize² groups")));
@@ -555,13 +562,7 @@ fn depth_to_space(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
 
 /// `SpaceToDepth(input)` with `blocksize` and `mode` (DCR, CRD).
 fn space_to_depth(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
-    let x = n.input(0)?;
-    let dims = static_dims(ctx, n, x)?;
-    let bs = n.attr_i("blocksize")?.ok_or_else(|| n.invalid("blocksize is required"))?;
-    let mode = n.attr_s("mode")?.unwrap_or_else(|| "DCR".to_string());
-    let [b, c, h, w] = dims[..] else {
-        return Err(n.invalid(format!("input must have rank 4, got shape {dims:?}")));
-    };
+    let (x, [b, c, h, w], bs, mode) = block_operands(ctx, n)?;
     if bs <= 0 || h % bs != 0 || w % bs != 0 || bs.checked_mul(bs).and_then(|bb| bb.checked_mul(c)).is_none() {
         return Err(n.invalid(format!("blocksize {bs} does not divide the spatial dims {h}x{w}")));
     }
