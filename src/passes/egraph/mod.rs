@@ -12,7 +12,7 @@
 //!    of a reduction, square, inverse square root), then GELU/softmax/LayerNorm, then dense and
 //!    attention. Each stage is an egg `Runner` with the node, iteration and time limits of
 //!    [`EggConfig`]; its statistics and stop reason go into the [`EggReport`].
-//! 3. **Extract** greedily ([`extract`]) with [`FusionCost`]: fused ops cost 1, other ops 10,
+//! 3. **Extract** greedily ([`extract`]) with [`FusionCost`]: fused ops cost 1, reshapes 2, other ops 10,
 //!    leaves 1, internal idioms are never chosen. Limits of this extractor: it compares
 //!    *tree* costs (a subexpression shared by two users is counted twice when choosing), so it
 //!    does not see that keeping an intermediate that other users need anyway makes the unfused
@@ -177,7 +177,7 @@ impl CostFunction<TNode> for FusionCost {
         let (mut bad, mut total) = match enode {
             TNode::Leaf(_) => (false, 1.0),
             TNode::Internal(..) => (true, f64::INFINITY),
-            TNode::Op(k, _) => (false, if is_fused(k.op()) { 1.0 } else { 10.0 }),
+            TNode::Op(k, _) => (false, op_cost(k.op())),
         };
         for &c in enode.children() {
             let (b, v) = costs(c);
@@ -185,6 +185,18 @@ impl CostFunction<TNode> for FusionCost {
             total = (total + v).min(1e300);
         }
         (bad, total)
+    }
+}
+
+/// The cost of one op node: fused ops 1, reshapes 2 (an alias at run time: a fused op that needs
+/// its bias or gamma reshaped from the `[1,…,1,N]` form still wins), other ops 10.
+fn op_cost(op: &Op) -> f64 {
+    if is_fused(op) {
+        1.0
+    } else if matches!(op, Op::Reshape { .. }) {
+        2.0
+    } else {
+        10.0
     }
 }
 

@@ -7,7 +7,7 @@ use crate::ir::module::ValueId;
 use crate::ir::op::{BinaryOp, Op, ReduceKind};
 use crate::ir::shape::Shape;
 
-use super::super::common::{broadcast_dims, broadcast_to};
+use super::super::common::{broadcast_dims, broadcast_to, reshape_to};
 use super::{bin, dims_of, reshape};
 use crate::onnx::graph::{Ctx, Node};
 
@@ -149,7 +149,15 @@ pub(super) fn gemm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         if cd.len() > 2 || broadcast_dims(n, &[cd.clone(), vec![m, nn]])? != [m, nn] {
             return Err(n.invalid(format!("C {cd:?} does not broadcast to [{m}, {nn}]")));
         }
-        let mut c = broadcast_to(ctx, n, c, &[m, nn])?;
+        // Rank 2 with leading size-1 axes; the add broadcasts it (a bias stays `[1, N]`, not
+        // an `[M, N]` copy, so the fusion pass sees the dense + bias pattern).
+        let mut c = if cd.len() < 2 {
+            let mut d2 = vec![1; 2 - cd.len()];
+            d2.extend(&cd);
+            reshape_to(ctx, c, &d2)?
+        } else {
+            c
+        };
         if beta != 1.0 {
             let s = ctx.scalar(dt, beta)?;
             c = bin(ctx, BinaryOp::Mul, c, s)?;

@@ -7,7 +7,10 @@
 
 use egg::Id;
 
-use super::{Rule, approx, binary, binary_comm, emit, ops, same, same_shape, shape, splat, splat_is, unary};
+use super::{
+    Arg, Rule, approx, binary, binary_comm, emit, emit_aux, ops, same, same_shape, shape, splat, splat_is, squeezed,
+    unary,
+};
 use crate::ir::op::{Activation, BinaryOp, DenseLayout, Op, UnaryOp};
 use crate::passes::egraph::analysis::EG;
 use crate::passes::egraph::lang::TNode;
@@ -96,37 +99,43 @@ fn out_dims(eg: &EG, w: Id, layout: DenseLayout) -> Option<Vec<i64>> {
 }
 
 /// `FusedDense(x, w) + BroadcastInDim(b, axes = the trailing |N…| axes)` (either order)
-/// `= FusedDense(x, w, b)`. Guards: the dense has no bias or activation yet; b's dims are
-/// exactly w's output dims N… and the broadcast maps them to the trailing output axes in order
-/// (or b is added directly when the output is exactly N…); the sum has the dense's shape.
+/// `= FusedDense(x, w, b)`, and the same with the bias broadcast implicitly by the add (`b` of
+/// dims `[1, …, 1, N…]`, as ONNX exports write it: it becomes `Reshape(b, N…)`). Guards: the
+/// dense has no bias or activation yet; b's dims are exactly w's output dims N… and the
+/// broadcast maps them to the trailing output axes in order (or b is added directly when the
+/// output is exactly N…, or with size-1 leading axes only); same dtype; the sum has the
+/// dense's shape.
 fn dense_bias(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (y, bb) in binary_comm(eg, id, BinaryOp::Add) {
         let (Some(ys), Some(bs)) = (shape(eg, y), shape(eg, bb)) else { continue };
-        if ys != bs || !same_shape(eg, id, y) {
+        if !same_shape(eg, id, y) || bs.dtype != ys.dtype {
             continue;
         }
         for (layout, has_bias, c) in plain_dense(eg, y) {
             let Some(n) = out_dims(eg, c[1], layout) else { continue };
-            if has_bias {
+            if has_bias || n.len() > ys.rank() {
                 continue;
             }
             let lead = ys.rank() - n.len();
             let mut biases = vec![];
-            if ys.dims == n {
-                biases.push(bb);
-            }
-            for (op, bc) in ops(eg, bb) {
-                if let Op::BroadcastInDim { axes, .. } = op
-                    && axes.iter().copied().eq(lead..ys.rank())
-                    && shape(eg, bc[0]).is_some_and(|b| b.dims == n)
-                {
-                    biases.push(bc[0]);
+            if ys == bs {
+                for (op, bc) in ops(eg, bb) {
+                    if let Op::BroadcastInDim { axes, .. } = op
+                        && axes.iter().copied().eq(lead..ys.rank())
+                        && shape(eg, bc[0]).is_some_and(|b| b.dims == n)
+                    {
+                        biases.push(Arg::Class(bc[0]));
+                    }
                 }
+            }
+            if bs.rank() == ys.rank() {
+                let keep: Vec<usize> = (lead..ys.rank()).collect();
+                biases.extend(squeezed(eg, bb, &keep, &n));
             }
             for b in biases {
                 let fused = Op::FusedDense { activation: Activation::None, layout, has_bias: true };
-                out.extend(emit(eg, id, fused, &[c[0], c[1], b]));
+                emit_aux(eg, id, fused, &[Arg::Class(c[0]), Arg::Class(c[1]), b], &mut out);
             }
         }
     }

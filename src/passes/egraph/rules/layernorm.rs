@@ -8,8 +8,8 @@
 use egg::Id;
 
 use super::{
-    Rule, binary, binary_comm, emit, internal1, means, ops, restores_along, same, same_shape, scalar_const, shape,
-    shortest_f32, splat,
+    Arg, Rule, binary, binary_comm, emit, emit_aux, internal1, means, ops, restores_along, same, same_shape,
+    scalar_const, shape, shortest_f32, splat,
 };
 use crate::ir::dtype::DType;
 use crate::ir::op::{BinaryOp, Op, UnaryOp};
@@ -158,24 +158,27 @@ fn layer_norms(eg: &EG, id: Id) -> Vec<Norm> {
 }
 
 /// `p` when class `g` is `p` broadcast over x's other axes: `BroadcastInDim(p, shape of x,
-/// axes=A)` with p's dims equal to x's dims on A; or `g` itself when A is every axis of x.
-fn per_feature(eg: &EG, g: Id, x: Id, axes: &[usize]) -> Vec<Id> {
+/// axes=A)` with p's dims equal to x's dims on A; `g` itself when A is every axis of x; or `g`
+/// reshaped to x's dims on A when `g` has x's rank with size 1 off A (the implicit broadcasting
+/// of binary ops, as ONNX exports write gamma and beta).
+fn per_feature(eg: &EG, g: Id, x: Id, axes: &[usize]) -> Vec<Arg> {
     let (Some(xs), Some(gs)) = (shape(eg, x), shape(eg, g)) else { return vec![] };
-    if gs != xs {
+    if gs.dtype != xs.dtype || gs.rank() != xs.rank() {
         return vec![];
     }
     let mut out = vec![];
-    if axes.len() == xs.rank() {
-        out.push(g);
-    }
-    for (op, c) in ops(eg, g) {
-        if let Op::BroadcastInDim { axes: ba, .. } = op
-            && ba == axes
-            && shape(eg, c[0]).is_some_and(|p| p.dims.iter().zip(axes).all(|(&d, &a)| xs.dims[a] == d))
-        {
-            out.push(c[0]);
+    let feature: Vec<i64> = axes.iter().map(|&a| xs.dims[a]).collect();
+    if gs == xs {
+        for (op, c) in ops(eg, g) {
+            if let Op::BroadcastInDim { axes: ba, .. } = op
+                && ba == axes
+                && shape(eg, c[0]).is_some_and(|p| p.dims == feature)
+            {
+                out.push(Arg::Class(c[0]));
+            }
         }
     }
+    out.extend(super::squeezed(eg, g, axes, &feature));
     out
 }
 
@@ -193,7 +196,7 @@ fn layernorm_gamma(eg: &EG, id: Id) -> Vec<TNode> {
             for gamma in per_feature(eg, g, x, &ln.axes) {
                 let op =
                     Op::FusedLayerNorm { axes: ln.axes.clone(), epsilon: ln.eps, has_gamma: true, has_beta: false };
-                out.extend(emit(eg, id, op, &[x, gamma]));
+                emit_aux(eg, id, op, &[Arg::Class(x), gamma], &mut out);
             }
         }
     }
@@ -217,9 +220,9 @@ fn layernorm_beta(eg: &EG, id: Id) -> Vec<TNode> {
                     has_gamma: ln.has_gamma,
                     has_beta: true,
                 };
-                let mut operands = ln.operands.clone();
+                let mut operands: Vec<Arg> = ln.operands.iter().map(|&o| Arg::Class(o)).collect();
                 operands.push(beta);
-                out.extend(emit(eg, id, op, &operands));
+                emit_aux(eg, id, op, &operands, &mut out);
             }
         }
     }

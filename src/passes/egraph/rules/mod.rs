@@ -326,3 +326,79 @@ pub fn emit(eg: &EG, class: Id, op: Op, operands: &[Id]) -> Option<TNode> {
 pub fn same(eg: &EG, a: Id, b: Id) -> bool {
     eg.find(a) == eg.find(b)
 }
+
+/// An operand of a node a matcher builds: an existing class, or a new auxiliary node (with the
+/// shape it will have) that is added as its own class and referred to with [`local`].
+#[derive(Clone, Debug)]
+pub enum Arg {
+    /// An existing e-class.
+    Class(Id),
+    /// A new node and its shape (its operands are existing classes).
+    New(TNode, Shape),
+}
+
+/// Like [`emit`] with some operands new auxiliary nodes: appends to `found` the auxiliary nodes
+/// and then `op` over them (referred to with [`local`]), or nothing unless `op`'s inferred shape
+/// is exactly the class's shape.
+pub fn emit_aux(eg: &EG, class: Id, op: Op, args: &[Arg], found: &mut Vec<TNode>) {
+    let Some(want) = shape(eg, class) else { return };
+    let mut shapes: Vec<&Shape> = vec![];
+    for a in args {
+        match a {
+            Arg::Class(c) => match shape(eg, *c) {
+                Some(s) => shapes.push(s),
+                None => return,
+            },
+            Arg::New(_, s) => shapes.push(s),
+        }
+    }
+    static SCRATCH: OnceLock<Module> = OnceLock::new();
+    let scratch = SCRATCH.get_or_init(|| Module::new("egraph-check"));
+    match infer_shapes(scratch, &op, &shapes) {
+        Ok(got) if got.len() == 1 && got[0] == *want => {}
+        _ => return,
+    }
+    let mut operands = vec![];
+    for a in args {
+        match a {
+            Arg::Class(c) => operands.push(*c),
+            Arg::New(n, _) => {
+                operands.push(local(found.len()));
+                found.push(n.clone());
+            }
+        }
+    }
+    found.push(TNode::op(op, &operands));
+}
+
+/// Class `b` as a value of dims `dims`, when `b` is `dims` with size-1 axes inserted (the
+/// implicit broadcasting form of binary ops, e.g. a bias `[1,1,N]` for `[N]`): `b` itself when
+/// its dims already are `dims`, the operand of a `Reshape` in its class that has them, or a new
+/// `Reshape` node. `keep` lists the axes of `b` that hold `dims`, increasing (all others must be 1).
+pub fn squeezed(eg: &EG, b: Id, keep: &[usize], dims: &[i64]) -> Option<Arg> {
+    let bs = shape(eg, b)?;
+    if keep.len() != dims.len() || keep.iter().any(|&a| a >= bs.rank()) || !keep.windows(2).all(|w| w[0] < w[1]) {
+        return None;
+    }
+    for a in 0..bs.rank() {
+        let ok = match keep.iter().position(|&k| k == a) {
+            Some(i) => bs.dims[a] == dims[i],
+            None => bs.dims[a] == 1,
+        };
+        if !ok {
+            return None;
+        }
+    }
+    if bs.dims == dims {
+        return Some(Arg::Class(b));
+    }
+    for (op, c) in ops(eg, b) {
+        if matches!(op, Op::Reshape { .. }) && shape(eg, c[0]).is_some_and(|s| s.dims == dims && s.dtype == bs.dtype) {
+            return Some(Arg::Class(c[0]));
+        }
+    }
+    if dims.iter().any(|&d| d < 0) {
+        return None;
+    }
+    Some(Arg::New(TNode::op(Op::Reshape { dims: dims.to_vec() }, &[b]), Shape::new(bs.dtype, dims)))
+}

@@ -3,7 +3,7 @@
 
 use egg::Id;
 
-use super::{Rule, approx, binary, binary_comm, ops, reduces, same, same_shape, shape, splat, unary};
+use super::{Rule, approx, binary, binary_comm, local, ops, reduces, same, same_shape, shape, splat, unary};
 use crate::ir::op::{BinaryOp, Op, ReduceKind, UnaryOp};
 use crate::passes::egraph::analysis::EG;
 use crate::passes::egraph::lang::{Internal, TNode};
@@ -37,21 +37,38 @@ fn count(eg: &EG, x: Id, axes: &[usize]) -> Option<f64> {
     Some(n)
 }
 
-/// `s = ReduceSum(x, A)` inside `class = op(s, c)`: `(x, A)` when `c`'s splat value satisfies
-/// `ok(value, n)` with `n = ∏ dims(x)[A]`, and `c` does not widen the result (class shape =
-/// shape of s).
+/// `s = ReduceSum(x, A)` inside `class = op(s, c)`: `Mean{A}(x)` when `c`'s splat value
+/// satisfies `ok(value, n)` with `n = ∏ dims(x)[A]`, and `c` does not widen the result (class
+/// shape = shape of s). Also the keep-dims form `s = Reshape(ReduceSum(x, A))` that inserts
+/// size-1 axes exactly at A (ONNX `ReduceSum(keepdims=1)` / `ReduceMean` decompositions): then
+/// the class is `Restore{A}(Mean{A}(x))` with the mean a new class.
 fn mean_of(eg: &EG, class: Id, s: Id, c: Id, ok: fn(f64, f64) -> bool) -> Vec<TNode> {
     let mut out = vec![];
     let Some(v) = splat(eg, c) else { return out };
     if !same_shape(eg, class, s) {
         return out;
     }
+    let is_mean = |x: Id, axes: &[usize]| {
+        !axes.is_empty()
+            && shape(eg, x).is_some_and(|sh| sh.dtype.is_float())
+            && count(eg, x, axes).is_some_and(|n| n > 0.0 && ok(v, n))
+    };
     for (x, axes) in reduces(eg, s, ReduceKind::Sum) {
-        if axes.is_empty() || !shape(eg, x).is_some_and(|sh| sh.dtype.is_float()) {
-            continue;
-        }
-        if count(eg, x, &axes).is_some_and(|n| n > 0.0 && ok(v, n)) {
+        if is_mean(x, &axes) {
             out.push(TNode::internal(Internal::Mean { axes }, &[x]));
+        }
+    }
+    let Some(kd) = shape(eg, s).filter(|k| !k.is_dynamic()) else { return out };
+    for (op, rc) in ops(eg, s) {
+        let Op::Reshape { .. } = op else { continue };
+        let Some(r) = shape(eg, rc[0]) else { continue };
+        let Some(ins) = inserted_ones(&r.dims, &kd.dims) else { continue };
+        for (x, axes) in reduces(eg, rc[0], ReduceKind::Sum) {
+            if axes == ins && is_mean(x, &axes) {
+                let base = out.len();
+                out.push(TNode::internal(Internal::Mean { axes: axes.clone() }, &[x]));
+                out.push(TNode::internal(Internal::Restore { axes, dims: kd.dims.clone() }, &[local(base)]));
+            }
         }
     }
     out
