@@ -27,17 +27,37 @@ impl std::fmt::Write for HashWriter {
     }
 }
 
+/// Bytes of a constant that its key hashes: every byte of a small constant, evenly spaced
+/// 64-byte samples of a large one (CSE runs several times per compile, and hashing every byte of
+/// a model's weights each time cost more than the rest of the pipeline; equal keys are confirmed
+/// by comparing all bytes).
+const SAMPLED_BYTES: usize = 4096;
+
+/// A hash of a constant's length and sampled bytes (see [`SAMPLED_BYTES`]).
+fn payload_hash(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    bytes.len().hash(&mut h);
+    if bytes.len() <= SAMPLED_BYTES {
+        bytes.hash(&mut h);
+    } else {
+        const CHUNK: usize = 64;
+        let chunks = SAMPLED_BYTES / CHUNK;
+        let step = (bytes.len() - CHUNK) / (chunks - 1);
+        for i in 0..chunks {
+            bytes[i * step..i * step + CHUNK].hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
 /// Writes the op part of what makes two nodes equal (with the operands and the output shapes of
-/// [`write_shapes`]): the op's `Debug` form, which holds every attribute. A constant is written as the length and a hash of
-/// its bytes (never a text form of the payload: weights can be hundreds of megabytes; bytes are
-/// compared on a match). The output shapes tell constants of equal bytes but different dims apart.
+/// [`write_shapes`]): the op's `Debug` form, which holds every attribute. A constant is written as
+/// the length and a hash of sampled bytes ([`payload_hash`]; never a text form of the payload:
+/// weights can be hundreds of megabytes; all bytes are compared on a match). The output shapes
+/// tell constants of equal bytes but different dims apart.
 fn write_op(w: &mut impl std::fmt::Write, node: &Node) -> std::fmt::Result {
     match &node.op {
-        Op::Constant(c) => {
-            let mut h = DefaultHasher::new();
-            c.0.as_slice().hash(&mut h);
-            write!(w, "const#{}#{:016x}", c.0.len(), h.finish())?;
-        }
+        Op::Constant(c) => write!(w, "const#{}#{:016x}", c.0.len(), payload_hash(c.0.as_slice()))?,
         op => write!(w, "{op:?}")?,
     }
     Ok(())
@@ -91,15 +111,16 @@ pub fn run(m: &mut Module) -> Result<bool> {
                 _ => true,
             };
             let cands = seen.entry((hash, inputs)).or_default();
-            // The first earlier node with the same key text (the text is built only here).
-            let same_key = if cands.is_empty() {
+            // The first earlier node with the same key text (the text is built only here) and
+            // the same constant bytes.
+            let same = if cands.is_empty() {
                 None
             } else {
                 let text = key_text(m, node);
-                cands.iter().copied().find(|&p| key_text(m, &m.nodes[p.index()]) == text)
+                cands.iter().copied().find(|&p| key_text(m, &m.nodes[p.index()]) == text && same_payload(p))
             };
-            match same_key {
-                Some(prev) if same_payload(prev) => {
+            match same {
+                Some(prev) => {
                     let prev_outputs = m.nodes[prev.index()].outputs.clone();
                     for (&o, &p) in node.outputs.iter().zip(&prev_outputs) {
                         edits.replace(o, p);
@@ -107,12 +128,49 @@ pub fn run(m: &mut Module) -> Result<bool> {
                     edits.remove(n);
                     changed = true;
                 }
-                // Same key but other constant bytes: the first node stays the key's entry.
-                Some(_) => {}
                 None => cands.push(n),
             }
         }
     }
     edits.apply(m);
     Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::run;
+    use crate::ir::dtype::DType;
+    use crate::ir::module::{Module, ValueId};
+    use crate::ir::op::{ConstData, Op};
+    use crate::ir::shape::Shape;
+
+    /// Adds an f32 constant of `n` elements to main; returns its value.
+    fn constant(m: &mut Module, data: &[f32]) -> ValueId {
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let shape = Shape::new(DType::Float32, &[data.len() as i64]);
+        let n = m.add_node(m.main, Op::Constant(ConstData(Arc::new(bytes))), vec![], vec![shape]);
+        m.node(n).outputs[0]
+    }
+
+    /// Large constants are keyed by sampled bytes, but merged only when every byte is equal: a
+    /// difference between the samples keeps them apart, and a later copy of the second still
+    /// merges with it (the key's first entry is not the only candidate).
+    #[test]
+    fn large_constants_merge_only_when_every_byte_is_equal() {
+        let mut m = Module::new("cse");
+        let a: Vec<f32> = (0..10_000).map(|i| i as f32).collect();
+        let mut b = a.clone();
+        b[5_001] = -1.0; // byte offset 20_004: between two 64-byte samples
+        let ca = constant(&mut m, &a);
+        let cb = constant(&mut m, &b);
+        let cb2 = constant(&mut m, &b);
+        let ca2 = constant(&mut m, &a);
+        m.func_mut(m.main).outputs = Some(vec![ca, cb, cb2, ca2]);
+        assert!(run(&mut m).unwrap());
+        let outs = m.func(m.main).outputs.clone().unwrap();
+        assert_eq!(outs, vec![ca, cb, cb, ca]);
+        assert_eq!(m.func(m.main).body.len(), 2);
+    }
 }
