@@ -40,6 +40,7 @@ mod loops;
 mod movement;
 mod options;
 mod plan;
+mod shared;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +56,7 @@ use crate::ir::module::Module;
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
 pub use options::{JitOptions, OPTIONS, Reductions, StreamingStores};
+pub use shared::{ConstantCacheStats, MIN_SHARED_BYTES, constant_cache_stats};
 
 use crate::threads::Threads;
 

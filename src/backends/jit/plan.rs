@@ -22,7 +22,6 @@ use crate::ir::op::{Op, UnaryOp};
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::{Clustering, Item, cluster_function};
-use crate::memory::AlignedBytes;
 
 /// One node run by its reference kernel.
 pub(crate) struct KernelStep {
@@ -236,7 +235,7 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
                 if shape.byte_size() != Some(data.0.len()) {
                     return Err(internal(format!("constant {n}: {} bytes for shape {shape}", data.0.len())));
                 }
-                constants.push((v, Tensor { shape, data: Arc::new(AlignedBytes::from_bytes(&data.0)) }));
+                constants.push((v, Tensor { shape, data: super::shared::constant(&data.0) }));
             }
         }
     }
