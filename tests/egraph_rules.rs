@@ -118,6 +118,10 @@ filetests! {
     attention_causal_near_miss_offset => ["sdpa"];
     attention_seq_lens => ["sdpa"];
     attention_seq_lens_near_miss => ["sdpa"];
+    attention_bert_torchscript => ["sdpa"];
+    attention_bert_dynamo => ["sdpa"];
+    attention_bert_near_miss_softmax_axis => [];
+    attention_bert_dynamo_near_miss_v_heads => [];
     restore_keepdims_then_broadcast => ["restore-keepdims-reshape", "restore-keepdims-broadcast", "softmax-plain"];
     restore_broadcast_two_sizes => ["restore-broadcast", "softmax-plain"];
 }
@@ -137,6 +141,8 @@ fn near_misses_do_not_fire() {
         ("layernorm_near_miss_keepdims_axis", &["layernorm-core"]),
         ("attention_near_miss_softmax_axis", &["sdpa"]),
         ("attention_near_miss_v_axis", &["sdpa"]),
+        ("attention_bert_near_miss_softmax_axis", &["sdpa"]),
+        ("attention_bert_dynamo_near_miss_v_heads", &["sdpa"]),
     ] {
         let (_, m) = load(name);
         let mut after = m.clone();

@@ -10,6 +10,11 @@
 //! - `reshape(reshape(x))` → `reshape(x)`; a reshape to x's own dims → `x`.
 //! - `broadcast_in_dim(x)` to x's own shape with axes `0..rank` → `x`.
 //! - a slice covering every axis with stride 1, a reverse of no axes, a pad of all zeros → `x`.
+//! - `logical_and(all-true constant, x)` (either order) → `x`, or `broadcast_in_dim(x)` to the
+//!   result shape when the constant widens it (a Bool mask combined with an all-true one).
+//! - a `gather` whose constant start indices enumerate the leading operand axes in row-major
+//!   order, each index vector taking the whole of the remaining axes, with the batch axes before
+//!   the offset axes → `reshape(x)` (the ONNX exporters' "flatten then gather every row" mask).
 //!
 //! A replacement is only made when the replacing value has exactly the node's result shape.
 
@@ -17,6 +22,7 @@ use crate::error::Result;
 use crate::ir::dtype::DType;
 use crate::ir::module::{Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{BinaryOp, Op, UnaryOp};
+use crate::passes::egraph::analysis::values;
 use crate::passes::fold::constant_bytes;
 use crate::passes::rewrite::Edits;
 
@@ -51,6 +57,93 @@ fn def_node(m: &Module, v: ValueId) -> Option<NodeId> {
         ValueDef::Node { node, .. } => Some(node),
         ValueDef::Param(_) => None,
     }
+}
+
+/// Whether `v` is a Bool constant with every element true.
+fn is_all_true(m: &Module, v: ValueId) -> bool {
+    m.shape(v).dtype == DType::Bool && constant_bytes(m, v).is_some_and(|d| !d.is_empty() && d.iter().all(|&b| b != 0))
+}
+
+/// `logical_and(t, x)` with `t` all true: `x` itself when it has the result's shape, else a
+/// broadcast of `x` (same rank, each dim 1 or the result's) to the result's shape.
+fn and_all_true(m: &Module, n: NodeId) -> Option<Rewrite> {
+    let node = m.node(n);
+    let out = m.shape(node.outputs[0]);
+    let ins = &node.inputs;
+    for (t, x) in [(ins[0], ins[1]), (ins[1], ins[0])] {
+        if !is_all_true(m, t) {
+            continue;
+        }
+        let xs = m.shape(x);
+        if xs == out {
+            return Some(Rewrite::Value(x));
+        }
+        let widens = xs.rank() == out.rank()
+            && !xs.is_dynamic()
+            && !out.is_dynamic()
+            && xs.dims.iter().zip(&out.dims).all(|(&a, &b)| a == 1 || a == b);
+        if widens {
+            let op = Op::BroadcastInDim { shape: out.clone(), axes: (0..out.rank()).collect() };
+            return Some(Rewrite::Node(Box::new(op), vec![x]));
+        }
+    }
+    None
+}
+
+/// Largest index tensor (in elements) decoded to look for an enumeration.
+const MAX_GATHER_INDICES: usize = 1 << 20;
+
+/// A `gather` that reads the operand in row-major order, as a `reshape` (see the module doc):
+/// the index vector (trailing or implicit, k components) addresses operand axes `0..k` in
+/// order with slice size 1 there and the whole axis elsewhere, the offset axes are the last
+/// output axes, and the constant indices are the row-major enumeration of the first k dims (so
+/// none is clamped).
+fn gather_enumeration(m: &Module, n: NodeId) -> Option<Rewrite> {
+    let node = m.node(n);
+    let Op::Gather {
+        index_vector_axis, offset_output_axes, collapsed_slice_axes, start_index_map, slice_sizes, ..
+    } = &node.op
+    else {
+        return None;
+    };
+    let (xs, is, out) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]), m.shape(node.outputs[0]));
+    if xs.is_dynamic() || is.is_dynamic() || out.is_dynamic() || !is.dtype.is_int() {
+        return None;
+    }
+    let (r, q) = (xs.rank(), is.rank());
+    let k = match *index_vector_axis {
+        a if a == q => 1,
+        a if a + 1 == q => is.dims[a] as usize,
+        _ => return None,
+    };
+    if k == 0 || k > r || start_index_map.iter().copied().ne(0..k) || slice_sizes.len() != r {
+        return None;
+    }
+    if !(0..r).all(|a| slice_sizes[a] == if a < k { 1 } else { xs.dims[a] }) {
+        return None;
+    }
+    if collapsed_slice_axes.iter().any(|&a| a >= k)
+        || offset_output_axes.iter().copied().ne(out.rank() - offset_output_axes.len()..out.rank())
+    {
+        return None;
+    }
+    let lead: Vec<usize> = xs.dims[..k].iter().map(|&d| d as usize).collect();
+    let count: usize = lead.iter().product();
+    if is.size() != Some(count * k) || count * k > MAX_GATHER_INDICES || out.size() != xs.size() {
+        return None;
+    }
+    let Op::Constant(data) = &m.node(def_node(m, node.inputs[1])?).op else { return None };
+    let idx = values(is, data)?;
+    // Index vector number e must be the multi-index of e over `lead`, row-major.
+    let enumerates = (0..count).all(|e| {
+        let mut rest = e;
+        (0..k).rev().all(|c| {
+            let want = rest % lead[c];
+            rest /= lead[c];
+            idx[e * k + c] == want as f64
+        })
+    });
+    enumerates.then(|| Rewrite::Node(Box::new(Op::Reshape { dims: out.dims.clone() }), vec![node.inputs[0]]))
 }
 
 enum Rewrite {
@@ -128,6 +221,8 @@ fn rule(m: &Module, n: NodeId) -> Option<Rewrite> {
             }
         }
         Op::Reverse { axes } if axes.is_empty() => return Some(Rewrite::Value(ins[0])),
+        Op::Binary(BinaryOp::LogicalAnd) => return and_all_true(m, n),
+        Op::Gather { .. } => return gather_enumeration(m, n),
         Op::Pad { axes } if axes.iter().all(|a| a.start == 0 && a.end == 0 && a.interior == 0) => {
             return Some(Rewrite::Value(ins[0]));
         }

@@ -101,6 +101,43 @@ pub(super) fn micro_tiles(lanes: usize, rows: usize, mut f: impl FnMut(usize, us
     }
 }
 
+/// Applies `f(score, value)` to the scores of query rows `i0..i0 + rows` and keys `j0..j0 + nk`
+/// with the value of a `[B, H, Sq, Skv]`-broadcast operand (element strides `sm`) at (b, h, i,
+/// j). An operand that does not vary along the query axis (the `[B, 1, 1, Skv]` padding mask)
+/// is read once per key and applied to the key's row of query lanes (a vectorisable loop).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn apply_broadcast<T: Copy>(
+    m: &[T],
+    sm: [usize; 4],
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    j0: usize,
+    nk: usize,
+    st: &mut [f32],
+    f: impl Fn(f32, T) -> f32,
+) {
+    let base = b * sm[0] + h * sm[1] + i0 * sm[2] + j0 * sm[3];
+    if sm[2] == 0 {
+        for j in 0..nk {
+            let mv = m[base + j * sm[3]];
+            for x in &mut st[j * Q_BLOCK..j * Q_BLOCK + rows] {
+                *x = f(*x, mv);
+            }
+        }
+    } else {
+        for r in 0..rows {
+            let rb = base + r * sm[2];
+            for j in 0..nk {
+                let x = &mut st[j * Q_BLOCK + r];
+                *x = f(*x, m[rb + j * sm[3]]);
+            }
+        }
+    }
+}
+
 /// Excludes (−∞) causally hidden keys and keys masked by the Bool mask, adds the additive mask
 /// and the bias (to keys not already −∞), for query rows `i0..i0 + rows` and keys `j0..j0 + nk`.
 #[allow(clippy::too_many_arguments)]
@@ -114,42 +151,26 @@ pub(super) fn mask_tile(
     nk: usize,
     st: &mut [f32],
 ) {
-    for r in 0..rows {
-        let i = i0 + r;
-        // Keys visible to query i within the tile.
-        let nv = if p.causal { (i + 1).saturating_sub(j0).min(nk) } else { nk };
-        for j in nv..nk {
-            st[j * Q_BLOCK + r] = f32::NEG_INFINITY;
-        }
-        match p.mask {
-            AttentionMask::None => {}
-            AttentionMask::Bool(m, sm) => {
-                let base = b * sm[0] + h * sm[1] + i * sm[2] + j0 * sm[3];
-                for j in 0..nv {
-                    if !m[base + j * sm[3]] {
-                        st[j * Q_BLOCK + r] = f32::NEG_INFINITY;
-                    }
-                }
-            }
-            AttentionMask::Additive(m, sm) => {
-                let base = b * sm[0] + h * sm[1] + i * sm[2] + j0 * sm[3];
-                for j in 0..nv {
-                    let x = &mut st[j * Q_BLOCK + r];
-                    if *x != f32::NEG_INFINITY {
-                        *x += m[base + j * sm[3]];
-                    }
-                }
+    if p.causal {
+        for r in 0..rows {
+            // Keys visible to query i0 + r within the tile.
+            let nv = (i0 + r + 1).saturating_sub(j0).min(nk);
+            for j in nv..nk {
+                st[j * Q_BLOCK + r] = f32::NEG_INFINITY;
             }
         }
-        if let Some((bias, sb)) = p.bias {
-            let base = b * sb[0] + h * sb[1] + i * sb[2] + j0 * sb[3];
-            for j in 0..nv {
-                let x = &mut st[j * Q_BLOCK + r];
-                if *x != f32::NEG_INFINITY {
-                    *x += bias[base + j * sb[3]];
-                }
-            }
+    }
+    // Excluded keys stay −∞ (the mask and the bias are not added to them).
+    let add = |x: f32, a: f32| if x == f32::NEG_INFINITY { x } else { x + a };
+    match p.mask {
+        AttentionMask::None => {}
+        AttentionMask::Bool(m, sm) => {
+            apply_broadcast(m, sm, b, h, i0, rows, j0, nk, st, |x, keep| if keep { x } else { f32::NEG_INFINITY })
         }
+        AttentionMask::Additive(m, sm) => apply_broadcast(m, sm, b, h, i0, rows, j0, nk, st, add),
+    }
+    if let Some((bias, sb)) = p.bias {
+        apply_broadcast(bias, sb, b, h, i0, rows, j0, nk, st, add);
     }
 }
 

@@ -4,6 +4,16 @@
 //! `Where(mask, scores, −inf or a large negative)`, and a causal mask (a constant
 //! lower-triangular mask or an Iota comparison).
 //!
+//! Q, K and V are read through their head-split transposes: the BERT exports' `[B,S,H·D]`
+//! projections reshaped to `[B,S,H,D]` and transposed to `[B,H,S,D]` (K to `[B,H,D,S]`), with the
+//! output transposed back and reshaped to `[B,S,H·D]`, become one BSHD op on the reshapes, so no
+//! head transpose is left (the reshapes are views). The exporters' padding mask — the additive
+//! `Where(all-true ∧ mask, 0, finfo.min)` at `[B,1,S,S]`, built on the `[B,1,1,S]`
+//! `attention_mask` — becomes the op's additive mask in its compact form `Where(mask, 0,
+//! finfo.min)` at `[B,1,1,S]` (an auxiliary node of the result; see [`compact_additive`]). It
+//! stays additive, not Bool, so that a row with every key masked keeps the unfused graph's
+//! uniform weights.
+//!
 //! The softmax is stage 2's FusedSoftmax: the rule requires its axis to be the key axis (3) of
 //! the `[B,H,S,Skv]` scores — a softmax over any other axis is not attention.
 //!
@@ -30,7 +40,7 @@
 
 use egg::Id;
 
-use super::{Rule, binary, binary_comm, emit, local, ops, same, same_shape, shape, splat};
+use super::{Rule, binary, binary_comm, local, ops, same, same_shape, shape, splat};
 use crate::ir::dtype::DType;
 use crate::ir::infer::infer_shapes;
 use crate::ir::module::Module;
@@ -103,40 +113,65 @@ fn plain_dtypes(op: &Op, input: DType) -> bool {
     matches!(op, Op::DotGeneral { accumulator_dtype: None, output_dtype, .. } if output_dtype.is_none_or(|d| d == input))
 }
 
-/// Every reading of class `id` as `(Q·c₁)·(K·c₂)ᵀ·c₃`: a DotGeneral with batch axes (B, H) of
-/// the layout and contracting the head dim (3) of Q and of K, where K may be pre-transposed
-/// (its axes are mapped back through the permutation). Guards: ranks 4, q batch axes `[0,1]`
-/// (BHSD) or `[0,2]` (BSHD), k's batch axes the same axes of k and its contracted axis k's
-/// head dim; every scale a splat constant not widening its operand.
+/// The readings of class `x` whose axes hold the logical (B, H, S, D) axes at positions
+/// `map` as an operand in a layout: `x` itself and `y` of a `Transpose(y, perm)` in the class
+/// (the axes mapped through `perm`), each kept when its (B, H, S, D) axes are in BHSD or BSHD
+/// order. Scale factors on either side of the transpose are peeled ([`peel_scale`]).
+fn layout_views(eg: &EG, x: Id, map: [usize; 4]) -> Vec<(Id, AttentionLayout, f64)> {
+    let mut out = vec![];
+    for (x1, f1) in peel_scale(eg, x) {
+        for (y, perm) in peel_transpose(eg, x1) {
+            let Some(m) = map.iter().map(|&a| perm.get(a).copied()).collect::<Option<Vec<usize>>>() else { continue };
+            let layout = match m.as_slice() {
+                [0, 1, 2, 3] => AttentionLayout::Bhsd,
+                [0, 2, 1, 3] => AttentionLayout::Bshd,
+                _ => continue,
+            };
+            for (z, f2) in peel_scale(eg, y) {
+                if shape(eg, z).is_some_and(|s| s.rank() == 4) {
+                    out.push((z, layout, f1 * f2));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The axis of a rank-4 operand that is neither batch nor contracting, if exactly one.
+fn free_axis(batch: &[usize], contracting: &[usize]) -> Option<usize> {
+    if batch.len() != 2 || contracting.len() != 1 {
+        return None;
+    }
+    let mut free = (0..4).filter(|a| !batch.contains(a) && !contracting.contains(a));
+    let f = free.next()?;
+    free.next().is_none().then_some(f)
+}
+
+/// Every reading of class `id` as `(Q·c₁)·(K·c₂)ᵀ·c₃`: a DotGeneral with two batch axes (B, H)
+/// and one contracting axis (the head dim) on each side, so that its result is the `[B, H, Sq,
+/// Skv]` scores, where Q and K are read through a transpose ([`layout_views`]) and both are in
+/// the same layout (BHSD, or BSHD: the `[B, S, H, D]` reshapes of the projections, the head
+/// split transposes skipped). Guards: ranks 4; plain dtypes; every scale a splat constant not
+/// widening its operand.
 fn qk_scores(eg: &EG, id: Id) -> Vec<Scores> {
     let mut out = vec![];
     for (d, f0) in peel_scale(eg, id) {
         for (op, c) in ops(eg, d) {
             let Op::DotGeneral { lhs_contracting, lhs_batch, rhs_contracting, rhs_batch, .. } = op else { continue };
             let Some(qs) = shape(eg, c[0]) else { continue };
-            if qs.rank() != 4 || !plain_dtypes(op, qs.dtype) || *lhs_contracting != [3] || rhs_contracting.len() != 1 {
+            if qs.rank() != 4 || !plain_dtypes(op, qs.dtype) || shape(eg, c[1]).is_none_or(|s| s.rank() != 4) {
                 continue;
             }
-            let layout = match lhs_batch.as_slice() {
-                [0, 1] => AttentionLayout::Bhsd,
-                [0, 2] => AttentionLayout::Bshd,
-                _ => continue,
+            let (Some(qf), Some(kf)) = (free_axis(lhs_batch, lhs_contracting), free_axis(rhs_batch, rhs_contracting))
+            else {
+                continue;
             };
-            for (q, fq) in peel_scale(eg, c[0]) {
-                for (k1, fk1) in peel_scale(eg, c[1]) {
-                    for (k2, perm) in peel_transpose(eg, k1) {
-                        let batch: Option<Vec<usize>> = rhs_batch.iter().map(|&i| perm.get(i).copied()).collect();
-                        let contract = perm.get(rhs_contracting[0]).copied();
-                        if batch.as_deref() != Some(lhs_batch.as_slice()) || contract != Some(3) {
-                            continue;
-                        }
-                        for (k, fk2) in peel_scale(eg, k2) {
-                            if shape(eg, k).is_some_and(|s| s.rank() == 4)
-                                && shape(eg, q).is_some_and(|s| s.rank() == 4)
-                            {
-                                out.push(Scores { q, k, layout, scale: f0 * fq * fk1 * fk2 });
-                            }
-                        }
+            let qmap = [lhs_batch[0], lhs_batch[1], qf, lhs_contracting[0]];
+            let kmap = [rhs_batch[0], rhs_batch[1], kf, rhs_contracting[0]];
+            for (q, ql, fq) in layout_views(eg, c[0], qmap) {
+                for (k, kl, fk) in layout_views(eg, c[1], kmap) {
+                    if ql == kl {
+                        out.push(Scores { q, k, layout: ql, scale: f0 * fq * fk });
                     }
                 }
             }
@@ -296,11 +331,22 @@ fn causal_additive(eg: &EG, m: Id) -> bool {
     })
 }
 
+/// Where the fused op's mask operand comes from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum MaskSrc {
+    /// An existing class (Bool, or additive in the scores' dtype).
+    Class(Id),
+    /// A new additive mask `Where(cond, on_true, on_false)` with a compact Bool `cond` (rank
+    /// 4, broadcasting to the scores) and rank-0 splat branches: the compact form of an
+    /// additive `Where` mask built on a broadcast condition (see [`compact_additive`]).
+    Where { cond: Id, on_true: Id, on_false: Id },
+}
+
 /// Scores with their masking peeled off.
 #[derive(Clone, Copy)]
 struct Masked {
     core: Id,
-    mask: Option<Id>,
+    mask: Option<MaskSrc>,
     causal: bool,
     /// Per-batch key lengths (Int32 `[B]`).
     lens: Option<Id>,
@@ -347,6 +393,82 @@ fn seq_len_mask(eg: &EG, cond: Id) -> Option<Id> {
     None
 }
 
+/// Whether `small` (rank 4) broadcasts to `full` (rank 4) axis by axis.
+fn broadcasts_to(small: &Shape, full: &[i64]) -> bool {
+    small.rank() == 4 && full.len() == 4 && small.dims.iter().zip(full).all(|(&a, &b)| a == 1 || a == b)
+}
+
+/// Classes equal to Bool class `cond` up to a broadcast, smallest first: `cond` itself, `x` of a
+/// `BroadcastInDim(x, identity axes)` and the other operand of a `LogicalAnd` with an all-true
+/// constant, recursively (depth 3), each of rank 4 broadcasting to `cond`'s dims.
+fn bool_sources(eg: &EG, cond: Id, depth: usize) -> Vec<Id> {
+    let mut out = vec![cond];
+    let Some(cs) = shape(eg, cond).filter(|s| s.dtype == DType::Bool && s.rank() == 4).cloned() else { return out };
+    if depth == 0 {
+        return out;
+    }
+    let fits = |x: Id| shape(eg, x).is_some_and(|s| s.dtype == DType::Bool && broadcasts_to(s, &cs.dims));
+    for (op, c) in ops(eg, cond) {
+        match op {
+            Op::BroadcastInDim { axes, .. } if *axes == [0, 1, 2, 3] && fits(c[0]) => {
+                out.extend(bool_sources(eg, c[0], depth - 1))
+            }
+            Op::Binary(BinaryOp::LogicalAnd) => {
+                for (t, x) in [(c[0], c[1]), (c[1], c[0])] {
+                    if splat(eg, t) == Some(1.0) && fits(x) {
+                        out.extend(bool_sources(eg, x, depth - 1));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out.sort_by_key(|&x| shape(eg, x).and_then(|s| s.size()).unwrap_or(usize::MAX));
+    out
+}
+
+/// A rank-0 class of a splat constant `c`: `c` itself when it has rank 0, else a rank-0 class
+/// `x` of a `BroadcastInDim(x)` in its class.
+fn scalar_class(eg: &EG, c: Id) -> Option<Id> {
+    if shape(eg, c)?.rank() == 0 {
+        return Some(c);
+    }
+    ops(eg, c).find_map(|(op, x)| {
+        (matches!(op, Op::BroadcastInDim { .. }) && shape(eg, x[0]).is_some_and(|s| s.rank() == 0)).then_some(x[0])
+    })
+}
+
+/// The compact form of an additive mask `m` of the `[B,H,Sq,Skv]` scores `ts`: when `m` is
+/// `Where(cond, a, b)` with finite splat constants a, b and `cond` a broadcast of a smaller
+/// Bool class ([`bool_sources`], e.g. the `[B,1,1,Skv]` padding mask widened to `[B,1,Sq,Skv]`
+/// by a `LogicalAnd` with an all-true constant), the same `Where` on the small condition. It is
+/// the same additive mask, element for element, so the fused op stays exact — also for a row
+/// with every key masked: its scores all become the same large negative value and the softmax
+/// gives uniform weights, as in the unfused graph (a Bool mask would make that row 0). An
+/// infinite fill is not taken (the unfused graph gives NaN rows there, the fused op 0).
+fn compact_additive(eg: &EG, m: Id, ts: &Shape) -> Option<MaskSrc> {
+    let ms = shape(eg, m)?;
+    if ms.dtype != ts.dtype || !broadcasts_to(ms, &ts.dims) {
+        return None;
+    }
+    for (op, c) in ops(eg, m) {
+        if *op != Op::Where {
+            continue;
+        }
+        let finite = |x: Id| splat(eg, x).is_some_and(f64::is_finite);
+        if !finite(c[1]) || !finite(c[2]) {
+            continue;
+        }
+        let (Some(on_true), Some(on_false)) = (scalar_class(eg, c[1]), scalar_class(eg, c[2])) else { continue };
+        let cs = shape(eg, c[0])?;
+        let small = bool_sources(eg, c[0], 3).into_iter().next()?;
+        if matches!((shape(eg, small).and_then(|s| s.size()), cs.size()), (Some(a), Some(b)) if a < b) {
+            return Some(MaskSrc::Where { cond: small, on_true, on_false });
+        }
+    }
+    None
+}
+
 /// Every reading of the pre-softmax class `t` as masked scores: `core + mask` (float, either
 /// order), `Where(mask, core, −inf)`, `Where(¬mask, −inf, core)`, the causal forms of both
 /// (offset 0: `causal`; an offset hiding nothing: no mask; another offset: a Bool mask), and a
@@ -360,7 +482,7 @@ fn masked(eg: &EG, t: Id, depth: usize) -> Vec<Masked> {
     }
     let Some(ts) = shape(eg, t).cloned() else { return out };
     let skv = ts.dims.last().copied().unwrap_or(-1);
-    let mut add = |inner: Id, mask: Option<Id>, causal: bool, lens: Option<Id>| {
+    let mut add = |inner: Id, mask: Option<MaskSrc>, causal: bool, lens: Option<Id>| {
         for p in masked(eg, inner, depth - 1) {
             if (mask.is_some() && p.mask.is_some()) || (causal && p.causal) || (lens.is_some() && p.lens.is_some()) {
                 continue;
@@ -374,8 +496,10 @@ fn masked(eg: &EG, t: Id, depth: usize) -> Vec<Masked> {
         }
         if causal_additive(eg, m) {
             add(a, None, true, None);
+        } else if let Some(w) = compact_additive(eg, m, &ts) {
+            add(a, Some(w), false, None);
         } else {
-            add(a, Some(m), false, None);
+            add(a, Some(MaskSrc::Class(m)), false, None);
         }
     }
     for (op, c) in ops(eg, t) {
@@ -392,7 +516,7 @@ fn masked(eg: &EG, t: Id, depth: usize) -> Vec<Masked> {
             } else if let Some(len) = seq_len_mask(eg, cond) {
                 add(on_true, None, false, Some(len));
             } else {
-                add(on_true, Some(cond), false, None);
+                add(on_true, Some(MaskSrc::Class(cond)), false, None);
             }
         }
         if same_shape(eg, t, on_false) && splat(eg, on_true).is_some_and(is_large_negative) {
@@ -404,7 +528,7 @@ fn masked(eg: &EG, t: Id, depth: usize) -> Vec<Masked> {
             }
             for (op2, n) in ops(eg, cond) {
                 if *op2 == Op::Unary(UnaryOp::LogicalNot) {
-                    add(on_false, Some(n[0]), false, None);
+                    add(on_false, Some(MaskSrc::Class(n[0])), false, None);
                 }
             }
         }
@@ -496,13 +620,13 @@ fn peel_repeat(eg: &EG, id: Id, layout: AttentionLayout) -> Vec<Id> {
 }
 
 /// The mask operand for the fused op: the mask's pre-broadcast value when it was broadcast
-/// right-aligned from rank 2–3 with dims equal to the scores' or 1, else the mask itself.
+/// right-aligned from rank 2–4 with dims equal to the scores' or 1, else the mask itself.
 fn mask_operand(eg: &EG, m: Id) -> Id {
     let Some(ms) = shape(eg, m) else { return m };
     for (op, c) in ops(eg, m) {
         if let Op::BroadcastInDim { axes, .. } = op
             && let Some(s0) = shape(eg, c[0])
-            && (2..=3).contains(&s0.rank())
+            && (2..=4).contains(&s0.rank())
             && axes.iter().copied().eq(ms.rank() - s0.rank()..ms.rank())
             && s0.dims.iter().zip(axes).all(|(&d, &a)| d == 1 || d == ms.dims[a])
         {
@@ -512,15 +636,18 @@ fn mask_operand(eg: &EG, m: Id) -> Id {
     m
 }
 
-/// `softmax_axis3(Q·Kᵀ·scale (+ mask)) · V` (BHSD), or its `Transpose([0,2,1,3])` (BSHD)
-/// `= FusedScaledDotProductAttention{layout, scale, causal}(q, k, v[, mask][, lens])`. Guards:
-/// the PV DotGeneral has batch axes `[0,1]` on the probabilities and (B, H) of v's layout,
-/// contracts the probabilities' key axis 3 with v's sequence axis; the softmax is over axis 3,
-/// the key axis of the `[B,H,S,Skv]` scores; Q, K and V use the same layout; the scale is the
-/// product of every splat factor (non-zero, finite); K and V may be GQA-expanded
-/// ([`peel_repeat`]); the fused op's inferred shape (q's shape with v's head dim, GQA-checked:
-/// K and V with the same kv heads dividing H) is exactly the class's shape. With a length mask
-/// the result starts with the two auxiliary nodes of `query_seq_len = Sq`.
+/// `softmax_axis3(Q·Kᵀ·scale (+ mask)) · V` with the output in BHSD, or its
+/// `Transpose([0,2,1,3])` (the output in BSHD) `= FusedScaledDotProductAttention{layout, scale,
+/// causal}(q, k, v[, mask][, lens])` with the layout of the output: Q, K and V are read through
+/// their head-split transposes ([`layout_views`]), so the BERT form `reshape → transpose →
+/// attention → transpose → reshape` becomes one BSHD op on the `[B, S, H, D]` reshapes. Guards:
+/// the PV DotGeneral has batch axes `[0,1]` on the probabilities and contracts their key axis
+/// 3 with v's sequence axis; the softmax is over axis 3, the key axis of the `[B,H,S,Skv]`
+/// scores; Q, K and V in the output's layout; the scale is the product of every splat factor
+/// (non-zero, finite); K and V may be GQA-expanded ([`peel_repeat`]); the fused op's inferred
+/// shape (q's shape with v's head dim, GQA-checked: K and V with the same kv heads dividing H)
+/// is exactly the class's shape. Auxiliary nodes (a compact additive mask, the
+/// `query_seq_len = Sq` of a length mask) come first in the result.
 fn sdpa(eg: &EG, id: Id) -> Vec<TNode> {
     let mut outs: Vec<(Id, AttentionLayout)> = vec![(id, AttentionLayout::Bhsd)];
     for (op, c) in ops(eg, id) {
@@ -531,8 +658,8 @@ fn sdpa(eg: &EG, id: Id) -> Vec<TNode> {
         }
     }
     let mut found = vec![];
+    let mut seen = vec![];
     for (o, layout) in outs {
-        let (h_axis, s_axis) = head_seq_axes(layout);
         for (op, c) in ops(eg, o) {
             let Op::DotGeneral { lhs_contracting, lhs_batch, rhs_contracting, rhs_batch, .. } = op else { continue };
             let (p, v) = (c[0], c[1]);
@@ -540,7 +667,15 @@ fn sdpa(eg: &EG, id: Id) -> Vec<TNode> {
             if !plain_dtypes(op, ps.dtype) || *lhs_batch != [0, 1] || *lhs_contracting != [3] {
                 continue;
             }
-            if *rhs_batch != [0, h_axis] || *rhs_contracting != [s_axis] || shape(eg, v).is_none_or(|s| s.rank() != 4) {
+            // v's (B, H, S, D): batch, batch, contracted, free.
+            let Some(vf) = free_axis(rhs_batch, rhs_contracting) else { continue };
+            let vmap = [rhs_batch[0], rhs_batch[1], rhs_contracting[0], vf];
+            let vviews: Vec<Id> = layout_views(eg, v, vmap)
+                .into_iter()
+                .filter(|&(_, l, f)| l == layout && f == 1.0)
+                .map(|(x, ..)| x)
+                .collect();
+            if vviews.is_empty() {
                 continue;
             }
             for (sop, t) in ops(eg, p) {
@@ -563,12 +698,13 @@ fn sdpa(eg: &EG, id: Id) -> Vec<TNode> {
                             quantized_matmuls: false,
                         };
                         for k in peel_repeat(eg, s.k, layout) {
-                            for vv in peel_repeat(eg, v, layout) {
-                                let mut operands = vec![s.q, k, vv];
-                                operands.extend(m.mask.map(|mm| mask_operand(eg, mm)));
-                                match m.lens {
-                                    None => found.extend(emit(eg, id, op.clone(), &operands)),
-                                    Some(len) => emit_with_lens(eg, id, op.clone(), operands, len, &mut found),
+                            for &v0 in &vviews {
+                                for vv in peel_repeat(eg, v0, layout) {
+                                    let key = (op.clone(), [s.q, k, vv], m.mask, m.lens);
+                                    if !seen.contains(&key) {
+                                        emit_full(eg, id, op.clone(), [s.q, k, vv], m.mask, m.lens, &mut found);
+                                        seen.push(key);
+                                    }
                                 }
                             }
                         }
@@ -580,40 +716,83 @@ fn sdpa(eg: &EG, id: Id) -> Vec<TNode> {
     found
 }
 
-/// Adds to `found` the nodes of `op(operands…, query_seq_len, len)` with `query_seq_len` =
-/// `ReduceMax(Iota(i32[B, Sq+1], axis 1), axis 1)` (Sq for every batch), if the op's inferred
-/// shape is exactly the class's shape.
-fn emit_with_lens(eg: &EG, class: Id, op: Op, operands: Vec<Id>, len: Id, found: &mut Vec<TNode>) {
-    let (Some(want), Some(ls)) = (shape(eg, class), shape(eg, len)) else { return };
-    let Some(qs) = shape(eg, operands[0]) else { return };
-    let (_, s_axis) = match op {
-        Op::FusedScaledDotProductAttention { layout, .. } => head_seq_axes(layout),
-        _ => return,
-    };
-    let (nb, sq) = (qs.dims[0], qs.dims[s_axis]);
-    if nb < 0 || sq < 0 || sq >= i64::from(i32::MAX) {
+/// An operand of the fused op: an existing class or an auxiliary node of the result.
+#[derive(Clone, Copy)]
+enum Operand {
+    Class(Id),
+    Aux(usize),
+}
+
+/// How many nodes a matcher result may hold before a node with auxiliary operands (which refer
+/// to earlier nodes of the result by index, at most 16 back from its start) is no longer added.
+const MAX_RESULT_WITH_AUX: usize = 12;
+
+/// Adds to `found` the nodes of `op(q, k, v[, mask][, query_seq_len, len])`, if the op's
+/// inferred shape is exactly the class's shape: first the auxiliary nodes — a compact mask
+/// `Where(cond, on_true, on_false)` ([`MaskSrc::Where`]), and with lengths `query_seq_len` =
+/// `ReduceMax(Iota(i32[B, Sq+1], axis 1), axis 1)` (Sq for every batch) — then the op. A mask
+/// class is passed in its pre-broadcast form ([`mask_operand`]).
+fn emit_full(
+    eg: &EG,
+    class: Id,
+    op: Op,
+    qkv: [Id; 3],
+    mask: Option<MaskSrc>,
+    lens: Option<Id>,
+    found: &mut Vec<TNode>,
+) {
+    let Some(want) = shape(eg, class) else { return };
+    let Op::FusedScaledDotProductAttention { layout, .. } = op else { return };
+    let (_, s_axis) = head_seq_axes(layout);
+    // The auxiliary nodes (children may be `Operand::Aux` of earlier ones) and the operands.
+    let mut aux: Vec<(Op, Vec<Operand>)> = vec![];
+    let mut operands: Vec<(Operand, Shape)> = vec![];
+    for x in qkv {
+        let Some(sh) = shape(eg, x) else { return };
+        operands.push((Operand::Class(x), sh.clone()));
+    }
+    match mask {
+        None => {}
+        Some(MaskSrc::Class(m)) => {
+            let m = mask_operand(eg, m);
+            let Some(sh) = shape(eg, m) else { return };
+            operands.push((Operand::Class(m), sh.clone()));
+        }
+        Some(MaskSrc::Where { cond, on_true, on_false }) => {
+            let (Some(cs), Some(ts)) = (shape(eg, cond), shape(eg, on_true)) else { return };
+            aux.push((Op::Where, vec![Operand::Class(cond), Operand::Class(on_true), Operand::Class(on_false)]));
+            operands.push((Operand::Aux(aux.len() - 1), Shape::new(ts.dtype, &cs.dims)));
+        }
+    }
+    if let Some(len) = lens {
+        let (Some(qs), Some(ls)) = (shape(eg, qkv[0]), shape(eg, len)) else { return };
+        let (nb, sq) = (qs.dims[0], qs.dims[s_axis]);
+        if nb < 0 || sq < 0 || sq >= i64::from(i32::MAX) {
+            return;
+        }
+        aux.push((Op::Iota { shape: Shape::new(DType::Int32, &[nb, sq + 1]), axis: 1 }, vec![]));
+        aux.push((Op::Reduce { kind: ReduceKind::Max, axes: vec![1] }, vec![Operand::Aux(aux.len() - 1)]));
+        operands.push((Operand::Aux(aux.len() - 1), Shape::new(DType::Int32, &[nb])));
+        operands.push((Operand::Class(len), ls.clone()));
+    }
+    if !aux.is_empty() && found.len() + aux.len() > MAX_RESULT_WITH_AUX {
         return;
     }
-    let iota = Op::Iota { shape: Shape::new(DType::Int32, &[nb, sq + 1]), axis: 1 };
-    let qlen_shape = Shape::new(DType::Int32, &[nb]);
-    let mut shapes: Vec<Shape> = vec![];
-    for &o in &operands {
-        let Some(sh) = shape(eg, o) else { return };
-        shapes.push(sh.clone());
-    }
-    shapes.push(qlen_shape);
-    shapes.push(ls.clone());
-    let refs: Vec<&Shape> = shapes.iter().collect();
+    let refs: Vec<&Shape> = operands.iter().map(|(_, s)| s).collect();
     let scratch = Module::new("egraph-check");
     match infer_shapes(&scratch, &op, &refs) {
         Ok(got) if got.len() == 1 && got[0] == *want => {}
         _ => return,
     }
-    let base = found.len();
-    found.push(TNode::op(iota, &[]));
-    found.push(TNode::op(Op::Reduce { kind: ReduceKind::Max, axes: vec![1] }, &[local(base)]));
-    let mut all = operands;
-    all.push(local(base + 1));
-    all.push(len);
-    found.push(TNode::op(op, &all));
+    let start = found.len();
+    let child = |o: &Operand| match *o {
+        Operand::Class(id) => id,
+        Operand::Aux(k) => local(start + k),
+    };
+    for (aop, ch) in &aux {
+        let ids: Vec<Id> = ch.iter().map(child).collect();
+        found.push(TNode::op(aop.clone(), &ids));
+    }
+    let ids: Vec<Id> = operands.iter().map(|(o, _)| child(o)).collect();
+    found.push(TNode::op(op, &ids));
 }
