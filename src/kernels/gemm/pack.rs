@@ -597,6 +597,104 @@ mod tests {
         assert_eq!(d, [129, 126, 131, 0]);
     }
 
+    /// The AVX-512 bf16 pair packs against the element loop of the definition: B rows (unit
+    /// column stride, panels of 32) and A rows (unit k stride, even and odd row strides), odd
+    /// and even k, partial panels. Each value encodes its (row, k).
+    #[test]
+    fn pair_packs_match_the_definition() {
+        use half::bf16;
+        if !super::super::isa::isa_supported(Isa::Avx512) {
+            return;
+        }
+        let code = |r: usize, k: usize| bf16::from_bits((r * 64 + k) as u16 + 1);
+        for w in [14usize, 32] {
+            for rows in [1usize, 13, w, 2 * w + 5, 70] {
+                for kc in [1usize, 2, 7, 16, 33] {
+                    // (rs, cs) = (1, stride) is B's transposed view; (stride, 1) is A.
+                    for (rs, cs) in [(1usize, rows + 3), (kc + 1, 1), (kc + 2, 1), (2 * kc.div_ceil(2) + 4, 1)] {
+                        let len = (rows - 1) * rs + (kc - 1) * cs + 1;
+                        let mut src = vec![bf16::from_bits(0xFFFF); len];
+                        for r in 0..rows {
+                            for k in 0..kc {
+                                src[r * rs + k * cs] = code(r, k);
+                            }
+                        }
+                        let kg = kc.div_ceil(2);
+                        let size = rows.div_ceil(w) * kg * w * 2;
+                        let mut got = vec![bf16::from_bits(0x7777); size];
+                        // SAFETY: rows x kc at (rs, cs) lie in `src`; `got` holds the panels.
+                        unsafe {
+                            pack_panels::<bf16, bf16>(
+                                src.as_ptr(),
+                                rs,
+                                cs,
+                                rows,
+                                kc,
+                                w,
+                                2,
+                                got.as_mut_ptr(),
+                                Isa::Avx512,
+                            )
+                        };
+                        for p in 0..rows.div_ceil(w) {
+                            for g in 0..kg {
+                                for i in 0..w {
+                                    for q in 0..2 {
+                                        let (r, k) = (p * w + i, 2 * g + q);
+                                        let want = if r < rows && k < kc { code(r, k) } else { bf16::ZERO };
+                                        let at = p * kg * w * 2 + (g * w + i) * 2 + q;
+                                        assert_eq!(
+                                            got[at].to_bits(),
+                                            want.to_bits(),
+                                            "w {w} rows {rows} kc {kc} rs {rs} cs {cs}: row {r} k {k}"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The converting A pack (f16 → f32 runs, then transposed) against the element loop, on
+    /// every ISA this CPU runs, with k across several runs and partial panels.
+    #[test]
+    fn converting_pack_matches_the_definition() {
+        use half::f16;
+        for isa in [Isa::Generic, Isa::Avx2, Isa::Avx512] {
+            if !super::super::isa::isa_supported(isa) {
+                continue;
+            }
+            for w in [6usize, 14, 16, 13] {
+                for rows in [1usize, w - 1, w, 2 * w + 3] {
+                    for kc in [1usize, 63, 64, 65, 130] {
+                        let rs = kc + 5;
+                        let src: Vec<f16> =
+                            (0..rows * rs).map(|x| f16::from_f32(((x / rs) * 200 + x % rs) as f32)).collect();
+                        let mut got = vec![-1.0f32; rows.div_ceil(w) * kc * w];
+                        // SAFETY: rows x kc at strides (rs, 1) lie in `src`; `got` holds the panels.
+                        unsafe { pack_panels::<f16, f32>(src.as_ptr(), rs, 1, rows, kc, w, 1, got.as_mut_ptr(), isa) };
+                        for p in 0..rows.div_ceil(w) {
+                            for k in 0..kc {
+                                for i in 0..w {
+                                    let r = p * w + i;
+                                    let want = if r < rows { src[r * rs + k].to_f32() } else { 0.0 };
+                                    assert_eq!(
+                                        got[(p * kc + k) * w + i],
+                                        want,
+                                        "{isa:?} w {w} rows {rows} kc {kc} row {r} k {k}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The AVX-512 transposing pack against the definition: every panel width the kernels use
     /// (and odd ones), partial panels, k tails of every length mod 16, and a row stride that
     /// is not a multiple of 16. Each value encodes its (row, k), so a misplaced one is named.
