@@ -298,32 +298,36 @@ fn dense_f64<H: Half>(x: &[H], w: &[H], b: &[H], m: usize, k: usize, n: usize) -
 }
 
 /// FusedDense + bias + GELU built directly, `w` a parameter or a constant (pre-packed at compile
-/// time).
-fn check_dense_gelu<H: Half>(m: usize, k: usize, n: usize, constant_w: bool) {
+/// time), `[K, N]` or (`transposed`, layout OutputsInput) `[N, K]`.
+fn check_dense_gelu<H: Half>(m: usize, k: usize, n: usize, constant_w: bool, transposed: bool) {
     let x = values::<H>(m * k, 1, -1.0, 1.0);
     let w = values::<H>(k * n, 2, -0.5, 0.5);
     let b = values::<H>(n, 3, -1.0, 1.0);
-    let want: Vec<f64> = dense_f64(&x, &w, &b, m, k, n).into_iter().map(gelu).collect();
+    // The [K, N] matrix of w (w itself, or the transpose of a [N, K] w).
+    let wkn: Vec<H> = if transposed { (0..k * n).map(|i| w[(i % n) * k + i / n]).collect() } else { w.clone() };
+    let want: Vec<f64> = dense_f64(&x, &wkn, &b, m, k, n).into_iter().map(gelu).collect();
+    let (layout, wdims) =
+        if transposed { (DenseLayout::OutputsInput, [n, k]) } else { (DenseLayout::InputOutputs, [k, n]) };
     let be = jit();
     let builder = tensorjit::Builder::new(be.clone(), "dense");
     let f = builder.main();
     let dt = <H as tensorjit::Element>::DTYPE;
     let shape = |d: &[usize]| tensorjit::Shape::new(dt, &d.iter().map(|&v| v as i64).collect::<Vec<_>>());
     let xp = f.parameter("x", shape(&[m, k])).expect("x");
-    let wv =
-        if constant_w { f.constant(&w, &[k, n]).expect("w") } else { f.parameter("w", shape(&[k, n])).expect("w") };
+    let wv = if constant_w { f.constant(&w, &wdims).expect("w") } else { f.parameter("w", shape(&wdims)).expect("w") };
     let bp = f.parameter("b", shape(&[n])).expect("b");
-    let y = f.fused_dense(xp, wv, Some(bp), Activation::Gelu, DenseLayout::InputOutputs).expect("dense");
+    let y = f.fused_dense(xp, wv, Some(bp), Activation::Gelu, layout).expect("dense");
     f.return_(&[y]).expect("return");
     let e = be.compile_jit(builder.module()).expect("compile");
     let mut inputs = vec![buffer(&x, &[m, k])];
     if !constant_w {
-        inputs.push(buffer(&w, &[k, n]));
+        inputs.push(buffer(&w, &wdims));
     }
     inputs.push(buffer(&b, &[n]));
     let refs: Vec<&Buffer> = inputs.iter().collect();
     let got = e.execute(&refs, &[]).expect("execute")[0].to_vec::<H>().expect("output");
-    assert_rounded_once(&format!("dense+bias+gelu {m}x{k}x{n} constant w {constant_w}"), &got, &want);
+    let what = format!("dense+bias+gelu {m}x{k}x{n} constant w {constant_w} {layout:?}");
+    assert_rounded_once(&what, &got, &want);
 }
 
 /// Dense + bias written unfused (DotGeneral, BroadcastInDim, Add): fused by the pipeline into one
@@ -342,8 +346,10 @@ fn check_dense_text<H: Half>(m: usize, k: usize, n: usize) {
 fn dense_bias_gelu_values() {
     for &(m, k, n) in &[(1, 3, 5), (7, 33, 45), (29, 130, 67), (130, 97, 70)] {
         for constant_w in [false, true] {
-            check_dense_gelu::<bf16>(m, k, n, constant_w);
-            check_dense_gelu::<f16>(m, k, n, constant_w);
+            for transposed in [false, true] {
+                check_dense_gelu::<bf16>(m, k, n, constant_w, transposed);
+                check_dense_gelu::<f16>(m, k, n, constant_w, transposed);
+            }
         }
         check_dense_text::<bf16>(m, k, n);
         check_dense_text::<f16>(m, k, n);
