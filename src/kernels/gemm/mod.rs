@@ -107,7 +107,7 @@ impl<'a, T> MatMut<'a, T> {
     }
 }
 
-/// The right-hand side: a strided matrix or weights packed once with [`PackedB`] (f32 only).
+/// The right-hand side: a strided matrix or weights packed once with [`PackedB`] (f32, bf16 and f16 inputs).
 #[derive(Clone, Copy, Debug)]
 pub enum Rhs<'a, T> {
     /// A strided k x n matrix.
@@ -538,7 +538,7 @@ fn gemm_f32_in_pool(args: GemmArgs<'_, f32, f32>) -> Result<()> {
 
 fn no_prepack<TI, T: Scalar>(ck: &Checked<'_, TI, T>, dtype: &str) -> Result<()> {
     if ck.packed.is_some() {
-        return Err(Error::not_implemented(OP, format!("pre-packed B with {dtype} inputs (f32 only)")));
+        return Err(Error::not_implemented(OP, format!("pre-packed B with {dtype} inputs (f32, bf16 and f16 only)")));
     }
     Ok(())
 }
