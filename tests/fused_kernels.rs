@@ -779,22 +779,20 @@ fn jit_end_to_end_matches_interp() {
         let bt = rng.vec(129, -0.5, 0.5);
         let inputs = [buf_f32(&x, &dims, dt), buf_f32(&g, &[129], dt), buf_f32(&bt, &[129], dt)];
         let shapes = [shape(dt, &dims), shape(dt, &[129]), shape(dt, &[129])];
-        // Softmax and LayerNorm are F32/F64 ops (§5); GELU takes the half types too.
+        // Every fused op takes the half types too (computed in f32, rounded once, §9).
         let (a, b) = both(&shapes, &inputs, &|f, p| {
-            let mut outs = vec![f.fused_gelu(p[0], true)?, f.fused_gelu(p[0], false)?];
-            if f.shape(p[0])?.dtype == DType::Float32 {
-                outs.extend([
-                    f.fused_softmax(p[0], 1)?,
-                    f.fused_softmax(p[0], 0)?,
-                    f.fused_layer_norm(p[0], &[-1], 1e-5, Some(p[1]), Some(p[2]))?,
-                    f.fused_layer_norm(p[0], &[1], 1e-3, None, None)?,
-                    // Over axis 0: the strided kernel (37 rows of 129 columns, stride 129).
-                    f.fused_layer_norm(p[0], &[0], 1e-5, None, None)?,
-                ]);
-            }
-            Ok(outs)
+            Ok(vec![
+                f.fused_gelu(p[0], true)?,
+                f.fused_gelu(p[0], false)?,
+                f.fused_softmax(p[0], 1)?,
+                f.fused_softmax(p[0], 0)?,
+                f.fused_layer_norm(p[0], &[-1], 1e-5, Some(p[1]), Some(p[2]))?,
+                f.fused_layer_norm(p[0], &[1], 1e-3, None, None)?,
+                // Over axis 0: the strided kernel (37 rows of 129 columns, stride 129).
+                f.fused_layer_norm(p[0], &[0], 1e-5, None, None)?,
+            ])
         });
-        assert_eq!(a.len(), if dt == DType::Float32 { 7 } else { 2 });
+        assert_eq!(a.len(), 7);
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
             assert_close(&format!("{dt} output {i}"), x, y, rel, abs);
         }

@@ -432,6 +432,134 @@ macro_rules! lowp_test {
 lowp_test!(bf16_inputs_f32_accumulation, bf16, |x: f64| bf16::from_f64(x), gemm_bf16);
 lowp_test!(f16_inputs_f32_accumulation, f16, |x: f64| f16::from_f64(x), gemm_f16);
 
+/// Pre-packed low-precision B (bf16 pairs for the AVX512-BF16 tiles, f32 panels elsewhere) on
+/// every ISA, with A and B in every layout (row strides odd and even), odd k, several KC blocks,
+/// partial panels, one and two threads, and the epilogue with GELU.
+macro_rules! lowp_prepacked_test {
+    ($name:ident, $T:ty, $from:expr, $entry:ident, $pack:ident) => {
+        #[test]
+        fn $name() {
+            for isa in isas() {
+                for &(m, n, k) in &[(1, 1, 1), (1, 70, 33), (5, 33, 17), (29, 65, 127), (130, 70, 301), (3, 100, 50)] {
+                    for (la, lb) in [(0, 0), (1, 1), (2, 2), (0, 1), (2, 0)] {
+                        for threads in [1, 2] {
+                            let cs = Case { m, n, k, la, lb, lc: 0 };
+                            let ep = Ep { alpha: 1.0, beta: 0.0, bias: 2, act: Activation::GeluErf };
+                            let p = problem(cs, ep);
+                            let a: Vec<$T> = p.a.0.iter().map(|&x| $from(x)).collect();
+                            let b: Vec<$T> = p.b.0.iter().map(|&x| $from(x)).collect();
+                            let bias: Vec<f32> = p.bias.iter().map(|&x| x as f32).collect();
+                            let opts = GemmOptions {
+                                isa: Some(isa),
+                                blocking: Blocking { kc: 32, mc: 0, nc: 0 },
+                                ..Default::default()
+                            };
+                            let packed = PackedB::$pack(k, n, MatRef::new(&b, p.b.1, p.b.2), &opts).unwrap();
+                            drop(b);
+                            let mut c: Vec<f32> = p.c.0.iter().map(|&x| x as f32).collect();
+                            $entry(
+                                GemmArgs::new(
+                                    m,
+                                    n,
+                                    k,
+                                    MatRef::new(&a, p.a.1, p.a.2),
+                                    Rhs::Packed(&packed),
+                                    MatMut::new(&mut c, p.c.1, p.c.2),
+                                )
+                                .epilogue(epilogue(ep, &bias, 1.0, 0.0))
+                                .threads(threads)
+                                .options(GemmOptions { isa: Some(isa), ..Default::default() }),
+                            )
+                            .unwrap();
+                            let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+                            let what =
+                                format!("prepacked {} {isa:?} {} t{threads}", stringify!($T), packed.kernel_name());
+                            check(&what, cs, &got, &p, 2e-6);
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+lowp_prepacked_test!(bf16_prepacked_b, bf16, |x: f64| bf16::from_f64(x), gemm_bf16, bf16_with_options);
+lowp_prepacked_test!(f16_prepacked_b, f16, |x: f64| f16::from_f64(x), gemm_f16, f16_with_options);
+
+#[test]
+fn prepacked_b_of_another_dtype_is_an_error() {
+    let b = vec![bf16::ONE; 12];
+    let packed = PackedB::new_bf16(3, 4, MatRef::row_major(&b, 4)).unwrap();
+    assert_eq!(packed.packed_from(), PackedFrom::Bf16);
+    let a = vec![f16::ONE; 6];
+    let mut c = vec![0.0f32; 8];
+    let e =
+        gemm_f16(GemmArgs::new(2, 4, 3, MatRef::row_major(&a, 3), Rhs::Packed(&packed), MatMut::row_major(&mut c, 4)));
+    assert!(e.unwrap_err().to_string().contains("packed from Bf16"));
+    let a = vec![1.0f32; 6];
+    let e =
+        gemm_f32(GemmArgs::new(2, 4, 3, MatRef::row_major(&a, 3), Rhs::Packed(&packed), MatMut::row_major(&mut c, 4)));
+    assert!(e.unwrap_err().to_string().contains("packed from Bf16"));
+}
+
+/// The bf16 product where it differs from an f32-rounded one: inputs with all 8 significant
+/// bits used, k long enough that the f32 accumulation order matters, compared with the f64
+/// product of the same bf16 values within the f32 accumulation bound (k · 2⁻²⁴ · Σ|a·b|), on
+/// every ISA (AVX2 converts in packing; AVX-512 uses `vdpbf16ps` where present), packed per
+/// call and pre-packed, sizes not a multiple of any vector width.
+#[test]
+fn bf16_and_f16_full_precision_values() {
+    let (m, n, k) = (37, 45, 771);
+    let v = |s: usize, i: usize| ((i * 2654435761 + s * 97) % 1000) as f64 / 500.0 - 1.0;
+    let a64: Vec<f64> = (0..m * k).map(|i| v(1, i)).collect();
+    let b64: Vec<f64> = (0..k * n).map(|i| v(2, i)).collect();
+    let ab: Vec<bf16> = a64.iter().map(|&x| bf16::from_f64(x)).collect();
+    let bb: Vec<bf16> = b64.iter().map(|&x| bf16::from_f64(x)).collect();
+    let ah: Vec<f16> = a64.iter().map(|&x| f16::from_f64(x)).collect();
+    let bh: Vec<f16> = b64.iter().map(|&x| f16::from_f64(x)).collect();
+    let reference = |a: &dyn Fn(usize) -> f64, b: &dyn Fn(usize) -> f64| -> (Vec<f64>, Vec<f64>) {
+        let mut want = vec![0.0; m * n];
+        let mut mag = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    want[i * n + j] += a(i * k + p) * b(p * n + j);
+                    mag[i * n + j] += (a(i * k + p) * b(p * n + j)).abs();
+                }
+            }
+        }
+        (want, mag)
+    };
+    let (wb, mb) = reference(&|i| ab[i].to_f64(), &|i| bb[i].to_f64());
+    let (wh, mh) = reference(&|i| ah[i].to_f64(), &|i| bh[i].to_f64());
+    let close = |what: &str, got: &[f32], want: &[f64], mag: &[f64]| {
+        for (idx, (&g, (&w, &s))) in got.iter().zip(want.iter().zip(mag)).enumerate() {
+            let tol = k as f64 * f64::from(f32::EPSILON) * s + 1e-30;
+            assert!((g as f64 - w).abs() <= tol, "{what}: C[{idx}] = {g} want {w} (tol {tol:.3e})");
+        }
+    };
+    for isa in isas() {
+        let opts = GemmOptions { isa: Some(isa), ..Default::default() };
+        for prepacked in [false, true] {
+            let mut c = vec![0.0f32; m * n];
+            let pb = PackedB::bf16_with_options(k, n, MatRef::row_major(&bb, n), &opts).unwrap();
+            let rhs = if prepacked { Rhs::Packed(&pb) } else { Rhs::Mat(MatRef::row_major(&bb, n)) };
+            gemm_bf16(
+                GemmArgs::new(m, n, k, MatRef::row_major(&ab, k), rhs, MatMut::row_major(&mut c, n)).options(opts),
+            )
+            .unwrap();
+            close(&format!("bf16 {isa:?} prepacked {prepacked}"), &c, &wb, &mb);
+            let ph = PackedB::f16_with_options(k, n, MatRef::row_major(&bh, n), &opts).unwrap();
+            let rhs = if prepacked { Rhs::Packed(&ph) } else { Rhs::Mat(MatRef::row_major(&bh, n)) };
+            gemm_f16(
+                GemmArgs::new(m, n, k, MatRef::row_major(&ah, k), rhs, MatMut::row_major(&mut c, n)).options(opts),
+            )
+            .unwrap();
+            close(&format!("f16 {isa:?} prepacked {prepacked}"), &c, &wh, &mh);
+        }
+    }
+}
+
 #[test]
 fn i8_gemm_is_exact_including_extremes() {
     for isa in isas() {

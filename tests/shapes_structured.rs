@@ -15,7 +15,9 @@ use tensorjit::ir::op::{
 };
 use tensorjit::{Error, Result, Shape};
 
-use DType::{BFloat16, Bool, Complex64, Complex128, Float32, Float64, Int8, Int32, Int64, Uint8, Uint32, Uint64};
+use DType::{
+    BFloat16, Bool, Complex64, Complex128, Float16, Float32, Float64, Int8, Int32, Int64, Uint8, Uint32, Uint64,
+};
 
 mod common;
 use common::backend;
@@ -920,8 +922,16 @@ fn fused_softmax_gelu_layer_norm() {
     rejects(&b, "FusedSoftmax", || f.fused_softmax(x, 3));
     let xi = p(&f, Int32, &[4]);
     rejects(&b, "FusedSoftmax", || f.fused_softmax(xi, 0));
+    // Half types are accepted (computed in f32, rounded once per fused op, §9); F8 is not.
     let h = p(&f, BFloat16, &[4]);
-    rejects(&b, "FusedSoftmax", || f.fused_softmax(h, 0));
+    assert_eq!(sh(&f, f.fused_softmax(h, 0).unwrap()), s(BFloat16, &[4]));
+    let h16 = p(&f, Float16, &[2, 4]);
+    assert_eq!(sh(&f, f.fused_softmax(h16, 1).unwrap()), s(Float16, &[2, 4]));
+    let g4h = p(&f, Float16, &[4]);
+    let ln = f.fused_layer_norm(h16, &[1], 1e-5, Some(g4h), Some(g4h)).unwrap();
+    assert_eq!(sh(&f, ln), s(Float16, &[2, 4]));
+    let g4f = p(&f, Float32, &[4]);
+    rejects(&b, "FusedLayerNorm", || f.fused_layer_norm(h16, &[1], 1e-5, Some(g4f), None));
     assert_eq!(sh(&f, f.fused_gelu(h, true).unwrap()), s(BFloat16, &[4]));
     assert_eq!(sh(&f, f.fused_gelu(x, false).unwrap()), s(Float32, &[2, 3, 4]));
     rejects(&b, "FusedGelu", || f.fused_gelu(xi, true));
@@ -940,7 +950,8 @@ fn fused_softmax_gelu_layer_norm() {
             _ => None,
         })
         .collect();
-    assert_eq!(ln_axes, vec![vec![2], vec![1, 2], vec![1]]);
+    // The F16 layer norm over [1] built above comes first.
+    assert_eq!(ln_axes, vec![vec![1], vec![2], vec![1, 2], vec![1]]);
     let op = "FusedLayerNorm";
     rejects(&b, op, || f.fused_layer_norm(x, &[-1], 1e-5, Some(g34), None));
     rejects(&b, op, || f.fused_layer_norm(x, &[-1], 1e-5, None, Some(g34)));
@@ -980,6 +991,14 @@ fn fused_dense_shapes_and_errors() {
     rejects(&b, op, || f.fused_dense(xi, wi, None, Activation::None, DenseLayout::InputOutputs));
     let w1 = p(&f, Float32, &[3]);
     rejects(&b, op, || f.fused_dense(x, w1, None, Activation::None, DenseLayout::InputOutputs));
+    // BF16 / F16: the dtype is kept; x, w and bias must agree.
+    for dt in [BFloat16, Float16] {
+        let (xh, wh, bh) = (p(&f, dt, &[2, 3]), p(&f, dt, &[3, 4]), p(&f, dt, &[4]));
+        let v = f.fused_dense(xh, wh, Some(bh), Activation::Gelu, DenseLayout::InputOutputs).unwrap();
+        assert_eq!(sh(&f, v), s(dt, &[2, 4]));
+        rejects(&b, op, || f.fused_dense(xh, w, None, Activation::None, DenseLayout::InputOutputs));
+        rejects(&b, op, || f.fused_dense(xh, wh, Some(bias), Activation::None, DenseLayout::InputOutputs));
+    }
 }
 
 #[test]

@@ -4,8 +4,9 @@
 //! Usage (it calls the crate's internal kernels, so it needs the `internals` feature):
 //! `cargo build --release --features internals --bin tjgemm && target/release/tjgemm [--quick]
 //! [--cpu-time] [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]
-//! [--prepacked] [--openblas LIB] [--shapes MxKxN,... [--threads T] [--reps R]]`.
-//! `--prepacked` packs B once before timing (`PackedB`, as the jit does for constant weights).
+//! [--prepacked] [--openblas LIB] [--shapes MxKxN,... [--threads T] [--reps R] [--half]]`.
+//! `--prepacked` packs B once before timing (`PackedB`, as the jit does for constant weights;
+//! bf16/f16 too). `--half` with `--shapes`: f32 vs bf16 vs f16 inputs on 1 thread.
 //! `--openblas LIB` (Linux) also times OpenBLAS's `cblas_sgemm` from that shared library (for
 //! numpy's own copy: `python3 -c "import numpy, glob, os; print(glob.glob(os.path.dirname(
 //! numpy.__file__) + '.libs/*openblas*'))"`) in the same harness and prints tensorjit / OpenBLAS.
@@ -15,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use half::bf16;
+use half::{bf16, f16};
 use tensorjit::kernels::gemm::*;
 
 /// Register-only FMA loop (inline asm, so nothing but FMAs on independent registers): 12
@@ -435,21 +436,42 @@ impl Bench {
     fn bf16(&self, m: usize, n: usize, k: usize) -> f64 {
         let a: Vec<bf16> = data(m * k, 1).into_iter().map(bf16::from_f32).collect();
         let b: Vec<bf16> = data(k * n, 2).into_iter().map(bf16::from_f32).collect();
+        let opts = GemmOptions { isa: Some(self.isa), ..Default::default() };
+        let packed =
+            self.prepacked.then(|| PackedB::bf16_with_options(k, n, MatRef::row_major(&b, n), &opts).expect("pack B"));
+        self.half(m, n, k, &a, &b, packed.as_ref(), gemm_bf16)
+    }
+
+    fn f16(&self, m: usize, n: usize, k: usize) -> f64 {
+        let a: Vec<f16> = data(m * k, 1).into_iter().map(f16::from_f32).collect();
+        let b: Vec<f16> = data(k * n, 2).into_iter().map(f16::from_f32).collect();
+        let opts = GemmOptions { isa: Some(self.isa), ..Default::default() };
+        let packed =
+            self.prepacked.then(|| PackedB::f16_with_options(k, n, MatRef::row_major(&b, n), &opts).expect("pack B"));
+        self.half(m, n, k, &a, &b, packed.as_ref(), gemm_f16)
+    }
+
+    /// GFLOP/s of a half-input product (1 thread), B packed per call or pre-packed.
+    #[allow(clippy::too_many_arguments)]
+    fn half<T: Copy>(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[T],
+        b: &[T],
+        packed: Option<&PackedB>,
+        entry: fn(GemmArgs<'_, T, f32>) -> tensorjit::Result<()>,
+    ) -> f64 {
         let mut c = vec![0.0f32; m * n];
         let opts = GemmOptions { isa: Some(self.isa), ..Default::default() };
         let t = best_time(self.budget, self.cpu, || {
-            gemm_bf16(
-                GemmArgs::new(
-                    m,
-                    n,
-                    k,
-                    MatRef::row_major(&a, k),
-                    MatRef::row_major(&b, n),
-                    MatMut::row_major(&mut c, n),
-                )
-                .options(opts),
-            )
-            .expect("gemm_bf16");
+            let rhs = match packed {
+                Some(p) => Rhs::Packed(p),
+                None => Rhs::from(MatRef::row_major(b, n)),
+            };
+            entry(GemmArgs::new(m, n, k, MatRef::row_major(a, k), rhs, MatMut::row_major(&mut c, n)).options(opts))
+                .expect("half gemm");
         });
         2.0 * (m * n * k) as f64 / t / 1e9
     }
@@ -531,6 +553,19 @@ fn main() {
                 eprintln!("tjgemm: bad shape {shape} (want MxKxN)");
                 std::process::exit(2);
             };
+            if args.iter().any(|a| a == "--half") {
+                // f32 vs bf16 vs f16 inputs (f32 accumulation), 1 thread, best of R rounds each.
+                let best = |f: &dyn Fn() -> f64| (0..reps).map(|_| f()).fold(0.0, f64::max);
+                let f = best(&|| bench.f32(m, n, k, 1));
+                let b = best(&|| bench.bf16(m, n, k));
+                let h = best(&|| bench.f16(m, n, k));
+                println!(
+                    "{m:>5} {k:>5} {n:>5} f32 {f:>6.1} bf16 {b:>6.1} ({:.2}x) f16 {h:>6.1} ({:.2}x)",
+                    b / f,
+                    h / f
+                );
+                continue;
+            }
             let name = if m == 1 { "gemv" } else { f32_kernel_name(isa, m, n, geometry) };
             // tensorjit and OpenBLAS alternate, so a burst of load from other processes
             // lands on both; each side reports its best run.

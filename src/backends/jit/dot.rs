@@ -11,10 +11,12 @@
 //! per GEMM) when each product is small.
 //!
 //! FusedDense is the same product (x's last axis against w's input axis) with the bias and the
-//! activation in the GEMM epilogue, so there is no extra pass over the output.
+//! activation in the GEMM epilogue, so there is no extra pass over the output. On BF16/F16 the bias
+//! is widened to f32 and the activation runs on the f32 accumulators: one rounding per fused op
+//! (§9).
 //!
-//! A constant f32 right-hand side (DotGeneral without batch axes, or FusedDense's w) is packed once
-//! at compile time ([`PackedB`]) and listed in [`FastKernel::prepacked_operands`], so the plan does
+//! A constant f32, bf16 or f16 right-hand side (DotGeneral without batch axes, or FusedDense's w) is
+//! packed once at compile time ([`PackedB`]) and listed in [`FastKernel::prepacked_operands`], so the plan does
 //! not keep its bytes.
 //!
 //! Dtypes: F32 and F64 (accumulating in their own type), BF16 and F16 (f32 accumulation, one rounding
@@ -23,6 +25,7 @@
 //! combinations (f32 inputs asking for f64 accumulation, other integer dtypes, mixed dtypes) keep
 //! the reference kernel.
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -76,7 +79,8 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
             let (x, w) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]));
             let out = m.shape(node.outputs[0]).dtype;
             let dt = x.dtype;
-            if !matches!(dt, DType::Float32 | DType::Float64) || w.dtype != dt || out != dt || x.rank() < 1 {
+            let float = matches!(dt, DType::Float32 | DType::Float64 | DType::BFloat16 | DType::Float16);
+            if !float || w.dtype != dt || out != dt || x.rank() < 1 {
                 return Ok(None);
             }
             if *has_bias && m.shape(node.inputs[2]).dtype != dt {
@@ -111,7 +115,12 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
         }
     };
     let packed = match (&geom, constant_bytes(m, node.inputs[1])) {
-        (Some(g), Some(bytes)) if spec.in_dtype == DType::Float32 && g.nb == 1 && g.k > 0 && g.n > 0 => {
+        (Some(g), Some(bytes))
+            if matches!(spec.in_dtype, DType::Float32 | DType::BFloat16 | DType::Float16)
+                && g.nb == 1
+                && g.k > 0
+                && g.n > 0 =>
+        {
             Some(pack_constant(&spec, g, bytes)?)
         }
         _ => None,
@@ -160,30 +169,50 @@ fn constant_bytes(m: &Module, v: crate::ir::module::ValueId) -> Option<&[u8]> {
     }
 }
 
-/// Packs the constant right-hand side (f32 little-endian `bytes` of shape `rhs`) as its K x N matrix.
+/// Packs the constant right-hand side (little-endian `bytes` of `spec.in_dtype`, shape `rhs`)
+/// as its K x N matrix: f32, or bf16/f16 (packed for their GEMM entry point).
 fn pack_constant(spec: &Spec, g: &Geom, bytes: &[u8]) -> Result<PackedB> {
-    let want = g.rhs_len * 4;
+    match spec.in_dtype {
+        DType::Float32 => {
+            let data = decode(spec, g, bytes, f32::from_le_bytes)?;
+            with_rhs(g, &data, PackedB::new)
+        }
+        DType::BFloat16 => {
+            let data = decode(spec, g, bytes, |b: [u8; 2]| bf16::from_bits(u16::from_le_bytes(b)))?;
+            with_rhs(g, &data, PackedB::new_bf16)
+        }
+        DType::Float16 => {
+            let data = decode(spec, g, bytes, |b: [u8; 2]| f16::from_bits(u16::from_le_bytes(b)))?;
+            with_rhs(g, &data, PackedB::new_f16)
+        }
+        d => Err(Error::invalid(spec.op, format!("constant operand 1 of dtype {d} cannot be pre-packed"))),
+    }
+}
+
+/// The elements of a constant of `g.rhs_len` values of `N` bytes each.
+fn decode<T, const N: usize>(spec: &Spec, g: &Geom, bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Result<Vec<T>> {
+    let want = g.rhs_len * N;
     if bytes.len() != want {
         return Err(Error::invalid(
             spec.op,
             format!("constant operand 1 has {} bytes, its shape needs {want}", bytes.len()),
         ));
     }
-    // SAFETY: every bit pattern is a valid f32; `align_to` only yields the aligned middle part.
-    let (pre, mid, post) = unsafe { bytes.align_to::<f32>() };
-    let copied: Vec<f32>;
-    let data: &[f32] = if pre.is_empty() && post.is_empty() {
-        mid
-    } else {
-        copied = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        &copied
-    };
+    Ok(bytes.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).collect())
+}
+
+/// Packs the rhs of `g` (in place or gathered) with `pack`.
+fn with_rhs<T: Copy>(
+    g: &Geom,
+    data: &[T],
+    pack: impl Fn(usize, usize, MatRef<'_, T>) -> Result<PackedB>,
+) -> Result<PackedB> {
     let side = &g.rhs;
     match &side.gather {
-        None => PackedB::new(g.k, g.n, MatRef::new(tail(data, side.boff[0]), side.rs, side.cs)),
+        None => pack(g.k, g.n, MatRef::new(tail(data, side.boff[0]), side.rs, side.cs)),
         Some(gt) => {
             let dense = gather(data, gt);
-            PackedB::new(g.k, g.n, MatRef::row_major(&dense, g.n))
+            pack(g.k, g.n, MatRef::row_major(&dense, g.n))
         }
     }
 }
@@ -496,11 +525,13 @@ impl GemmKernel {
             }
             DType::BFloat16 => {
                 let (a, b) = self.operands::<bf16>(inputs);
-                self.half_out(out, |c| self.run_typed(g, a, b, c, None, threads))
+                let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<bf16>().iter().map(|x| x.to_f32()).collect());
+                self.half_out(out, |c| self.run_typed(g, a, b, c, bias.as_deref(), threads))
             }
             DType::Float16 => {
                 let (a, b) = self.operands::<f16>(inputs);
-                self.half_out(out, |c| self.run_typed(g, a, b, c, None, threads))
+                let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<f16>().iter().map(|x| x.to_f32()).collect());
+                self.half_out(out, |c| self.run_typed(g, a, b, c, bias.as_deref(), threads))
             }
             DType::Int8 => {
                 let (a, b) = self.operands::<i8>(inputs);
@@ -531,8 +562,8 @@ impl GemmKernel {
                 let mut c = vec![0f32; out.len()];
                 f(&mut c)?;
                 match d {
-                    DType::BFloat16 => narrow(&c, out.typed_mut::<bf16>(), bf16::from_f32),
-                    DType::Float16 => narrow(&c, out.typed_mut::<f16>(), f16::from_f32),
+                    DType::BFloat16 => out.typed_mut::<bf16>().convert_from_f32_slice(&c),
+                    DType::Float16 => out.typed_mut::<f16>().convert_from_f32_slice(&c),
                     _ => return Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
                 }
                 Ok(())

@@ -1,6 +1,8 @@
 //! Fast kernels for fused nodes of the "jit" plan (see [`super::fast`]): FusedSoftmax,
 //! FusedLayerNorm (a block of consecutive axes), FusedGelu and FusedScaledDotProductAttention on F32, BF16 and
-//! F16 (half types computed in f32 and rounded once), using [`crate::kernels::fused`]. Other
+//! F16 (half types computed in f32 and rounded once: softmax, GELU and layer norm widen blocks of
+//! whole rows into L2-sized f32 scratch, run the f32 kernel and round each result once into the
+//! output), using [`crate::kernels::fused`]. Other
 //! dtypes (F64) and unusual forms (LayerNorm over axes that are not one increasing block, dynamic shapes, shapes the
 //! reference kernel would reject) keep the reference kernel.
 
@@ -221,6 +223,79 @@ fn with_output(name: &str, shape: &Shape, zero: bool, f: impl FnOnce(&mut [f32])
     Ok(out)
 }
 
+/// Elements per block of the half-type path: each block is widened into f32 scratch (two
+/// buffers of this many values, in L2), run through the f32 kernel and rounded once into the
+/// output, so no full-size f32 copy of the operand or the result is made.
+const HALF_BLOCK: usize = 16 * 1024;
+
+/// The half types with their vector slice conversions (F16C / AVX-512 where `half` finds them).
+trait HalfElem: Copy + Send + Sync + crate::ir::dtype::Element {
+    fn widen(src: &[Self], dst: &mut [f32]);
+    fn round(src: &[f32], dst: &mut [Self]);
+}
+
+impl HalfElem for bf16 {
+    fn widen(src: &[bf16], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn round(src: &[f32], dst: &mut [bf16]) {
+        dst.convert_from_f32_slice(src);
+    }
+}
+
+impl HalfElem for f16 {
+    fn widen(src: &[f16], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn round(src: &[f32], dst: &mut [f16]) {
+        dst.convert_from_f32_slice(src);
+    }
+}
+
+/// The f32 kernel of a block: `(x, y)` of whole units.
+type BlockFn<'a> = dyn Fn(&[f32], &mut [f32]) + Sync + 'a;
+
+/// Runs `f` over blocks of whole `unit`-element pieces (rows or slabs) of a half-type `x` into
+/// `y`: each block widened to f32, computed, rounded once; blocks in parallel over `pool`.
+fn half_blocks<H: HalfElem>(pool: Option<&rayon::ThreadPool>, x: &[H], y: &mut [H], unit: usize, f: &BlockFn<'_>) {
+    use rayon::prelude::*;
+    let unit = unit.max(1);
+    let per = (HALF_BLOCK / unit).max(1) * unit;
+    let n = x.len().min(y.len());
+    let run = |(xs, ys): (&[H], &mut [H])| {
+        let mut a = vec![0f32; xs.len()];
+        let mut b = vec![0f32; xs.len()];
+        H::widen(xs, &mut a);
+        f(&a, &mut b);
+        H::round(&b, ys);
+    };
+    match pool {
+        Some(p) if p.current_num_threads() > 1 && n > per => {
+            p.install(|| x[..n].par_chunks(per).zip(y[..n].par_chunks_mut(per)).for_each(run));
+        }
+        _ => x[..n].chunks(per).zip(y[..n].chunks_mut(per)).for_each(run),
+    }
+}
+
+/// A tensor of `shape` (a half dtype) computed block-wise from the half operand `x` by `f`
+/// (see [`half_blocks`]).
+fn half_output(
+    name: &str,
+    x: &Tensor,
+    shape: &Shape,
+    unit: usize,
+    pool: Option<&rayon::ThreadPool>,
+    f: &BlockFn<'_>,
+) -> Result<Tensor> {
+    let mut out = Tensor::try_zeros(shape.clone())?;
+    match shape.dtype {
+        DType::BFloat16 => half_blocks(pool, x.typed::<bf16>(), out.typed_mut::<bf16>(), unit, f),
+        DType::Float16 => half_blocks(pool, x.typed::<f16>(), out.typed_mut::<f16>(), unit, f),
+        d => return Err(Error::invalid(name, format!("output {shape} has dtype {d}, expected BF16 or F16"))),
+    }
+    Ok(out)
+}
+
 fn seq_lens(name: &str, t: &Tensor, b: usize) -> Result<Vec<usize>> {
     let v: Vec<i64> = match t.shape.dtype {
         DType::Int32 => t.typed::<i32>().iter().map(|&x| x as i64).collect(),
@@ -354,6 +429,13 @@ impl FastKernel for FusedKernel {
                     return Err(Error::invalid(name, format!("axis {axis} out of range for {}", x.shape)));
                 }
                 let (outer, n, inner) = (dims[..axis].iter().product(), dims[axis], dims[axis + 1..].iter().product());
+                if x.shape.dtype.is_half() {
+                    let slab = n * inner;
+                    let f = |a: &[f32], b: &mut [f32]| {
+                        softmax_f32(self.isa, a, b, a.len().checked_div(slab).unwrap_or(0), n, inner, None);
+                    };
+                    return Ok(vec![half_output(name, x, out, slab, pool, &f)?]);
+                }
                 let xv = as_f32(name, x)?;
                 with_output(name, out, false, |y| {
                     softmax_f32(self.isa, &xv, y, outer, n, inner, pool);
@@ -363,6 +445,10 @@ impl FastKernel for FusedKernel {
             Kind::Gelu { exact } => {
                 if out.num_elements() != x.len() {
                     return Err(Error::invalid(name, format!("output {out} does not match x {}", x.shape)));
+                }
+                if x.shape.dtype.is_half() {
+                    let f = |a: &[f32], b: &mut [f32]| gelu_f32(self.isa, a, b, exact, None);
+                    return Ok(vec![half_output(name, x, out, 1, pool, &f)?]);
                 }
                 let xv = as_f32(name, x)?;
                 with_output(name, out, false, |y| {
@@ -387,6 +473,19 @@ impl FastKernel for FusedKernel {
                 };
                 let g = if has_gamma { Some(param(1, "gamma")?) } else { None };
                 let b = if has_beta { Some(param(1 + has_gamma as usize, "beta")?) } else { None };
+                if x.shape.dtype.is_half() {
+                    let (g, b) = (g.as_deref(), b.as_deref());
+                    let slab = n * inner;
+                    let f = |a: &[f32], y: &mut [f32]| {
+                        let units = a.len().checked_div(slab).unwrap_or(0);
+                        if inner == 1 {
+                            layer_norm_f32(self.isa, a, y, units, n, epsilon, g, b, None);
+                        } else {
+                            layer_norm_strided_f32(self.isa, a, y, units, n, inner, epsilon, g, b, None);
+                        }
+                    };
+                    return Ok(vec![half_output(name, x, out, slab, pool, &f)?]);
+                }
                 let xv = as_f32(name, x)?;
                 with_output(name, out, false, |y| {
                     if inner == 1 {

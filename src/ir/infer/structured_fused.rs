@@ -13,7 +13,7 @@ pub(super) fn infer(op: &str, attrs: &Op, inputs: &[&Shape]) -> Result<Vec<Shape
         Op::FusedSoftmax { axis } => {
             count(op, inputs, 1)?;
             let x = inputs[0];
-            f32_or_f64(op, "x", x)?;
+            float_dtype(op, "x", x)?;
             if *axis >= x.rank() {
                 bail!(op, "axis {axis} out of range for x {x}");
             }
@@ -21,9 +21,7 @@ pub(super) fn infer(op: &str, attrs: &Op, inputs: &[&Shape]) -> Result<Vec<Shape
         }
         Op::FusedGelu { .. } => {
             count(op, inputs, 1)?;
-            if !inputs[0].dtype.is_float() {
-                bail!(op, "x has dtype {}; a float dtype is required", inputs[0].dtype);
-            }
+            float_dtype(op, "x", inputs[0])?;
             Ok(vec![inputs[0].clone()])
         }
         Op::FusedLayerNorm { axes, epsilon, has_gamma, has_beta } => {
@@ -93,10 +91,11 @@ pub(super) fn infer(op: &str, attrs: &Op, inputs: &[&Shape]) -> Result<Vec<Shape
     }
 }
 
-/// Requires F32 or F64.
-fn f32_or_f64(op: &str, what: &str, s: &Shape) -> Result<()> {
-    if !matches!(s.dtype, DType::Float32 | DType::Float64) {
-        bail!(op, "{what} has dtype {}; Float32 or Float64 is required", s.dtype);
+/// Requires a float dtype: F32, F64, or a half type (F16/BF16, computed in f32 and rounded once
+/// per fused op, §9).
+fn float_dtype(op: &str, what: &str, s: &Shape) -> Result<()> {
+    if !matches!(s.dtype, DType::Float32 | DType::Float64 | DType::BFloat16 | DType::Float16) {
+        bail!(op, "{what} has dtype {}; Float32, Float64, BFloat16 or Float16 is required", s.dtype);
     }
     Ok(())
 }
@@ -118,7 +117,7 @@ fn layer_norm(
     has_beta: bool,
 ) -> Result<Vec<Shape>> {
     let x = inputs[0];
-    f32_or_f64(op, "x", x)?;
+    float_dtype(op, "x", x)?;
     if axes.is_empty() {
         bail!(op, "at least one normalised axis is required");
     }
@@ -139,7 +138,7 @@ fn layer_norm(
 }
 
 fn dense(op: &str, layout: DenseLayout, x: &Shape, w: &Shape, bias: Option<&Shape>) -> Result<Shape> {
-    f32_or_f64(op, "x", x)?;
+    float_dtype(op, "x", x)?;
     if w.dtype != x.dtype {
         bail!(op, "w dtype {} differs from x dtype {}", w.dtype, x.dtype);
     }
@@ -343,7 +342,7 @@ fn embedding_lookup(op: &str, quant: &Quantization, data: &Shape, indices: &Shap
 
 fn qkv_projection(op: &str, q_dim: i64, kv_dim: i64, flags: [bool; 3], inputs: &[&Shape]) -> Result<Vec<Shape>> {
     let (x, w) = (inputs[0], inputs[1]);
-    f32_or_f64(op, "x", x)?;
+    float_dtype(op, "x", x)?;
     if q_dim < 1 || kv_dim < 1 {
         bail!(op, "q_dim {q_dim} and kv_dim {kv_dim} must be ≥ 1");
     }

@@ -107,7 +107,7 @@ impl<'a, T> MatMut<'a, T> {
     }
 }
 
-/// The right-hand side: a strided matrix or weights packed once with [`PackedB`] (f32 only).
+/// The right-hand side: a strided matrix or weights packed once with [`PackedB`] (f32, bf16 and f16 inputs).
 #[derive(Clone, Copy, Debug)]
 pub enum Rhs<'a, T> {
     /// A strided k x n matrix.
@@ -518,15 +518,19 @@ fn gemm_f32_in_pool(args: GemmArgs<'_, f32, f32>) -> Result<()> {
     let fams = f32_families(ck.isa);
     match ck.packed {
         Some(p) => {
-            let pf = p.family;
+            p.expect_from(PackedFrom::F32)?;
+            let Panels::F32(panels, pf) = &p.panels else {
+                return Err(Error::invalid(OP, "operand B: f32 weights packed as bf16 pairs (internal error)"));
+            };
+            let pf = *pf;
             let j = &ck.job;
             if j.m == 1 && j.n > 0 && j.k > 0 && ck.options.path == Path::Auto && pf.g == 1 {
                 // Batch-1 products with constant weights: a matrix-vector pass over the panels.
                 // SAFETY: `check` validated the job against these panels (same k and n).
-                unsafe { gemv::gemv_prepacked(j, &p.panels, pf.nr, ck.isa, ck.threads) };
+                unsafe { gemv::gemv_prepacked(j, panels, pf.nr, ck.isa, ck.threads) };
                 return Ok(());
             }
-            execute(ck, &[pf], Some(gemv::gemv::<f32>), Some((pf, &p.panels)))
+            execute(ck, &[pf], Some(gemv::gemv::<f32>), Some((pf, panels)))
         }
         None => execute(ck, fams, Some(gemv::gemv::<f32>), None),
     }
@@ -534,7 +538,7 @@ fn gemm_f32_in_pool(args: GemmArgs<'_, f32, f32>) -> Result<()> {
 
 fn no_prepack<TI, T: Scalar>(ck: &Checked<'_, TI, T>, dtype: &str) -> Result<()> {
     if ck.packed.is_some() {
-        return Err(Error::not_implemented(OP, format!("pre-packed B with {dtype} inputs (f32 only)")));
+        return Err(Error::not_implemented(OP, format!("pre-packed B with {dtype} inputs (f32, bf16 and f16 only)")));
     }
     Ok(())
 }
@@ -551,33 +555,74 @@ fn gemm_f64_in_pool(args: GemmArgs<'_, f64, f64>) -> Result<()> {
     execute(ck, fams, Some(gemv::gemv::<f64>), None)
 }
 
+/// The AVX512-BF16 pair family when `isa` is AVX-512 and the CPU has AVX512-BF16.
+fn bf16_pair_family(isa: Isa) -> Option<&'static Family<bf16, bf16, f32>> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && hardware_features().avx512_bf16 {
+        return Some(&x86::AVX512_BF16);
+    }
+    let _ = isa;
+    None
+}
+
+/// Runs a half-precision product on the f32 tiles (A and B converted to f32 while packing, f32
+/// FMAs), with pre-packed f32 panels when B was packed from `from`.
+fn half_on_f32_tiles<TI>(ck: Checked<'_, TI, f32>, from: PackedFrom) -> Result<()>
+where
+    TI: Copy + Send + Sync,
+    f32: PackFrom<TI>,
+{
+    match ck.packed {
+        Some(p) => {
+            p.expect_from(from)?;
+            match &p.panels {
+                Panels::F32(panels, pf) => execute(ck, &[*pf], None, Some((*pf, panels))),
+                Panels::Bf16Pairs(..) => {
+                    Err(Error::invalid(OP, "operand B: bf16 pairs need the AVX512-BF16 tiles (internal error)"))
+                }
+            }
+        }
+        None => {
+            let fams = f32_families(ck.isa);
+            execute(ck, fams, None, None)
+        }
+    }
+}
+
 /// bf16 inputs, f32 accumulation and output: AVX512-BF16 `vdpbf16ps` tiles where the CPU has
-/// them (and the ISA is AVX-512), else bf16 → f32 conversion while packing and the f32 tiles.
+/// them (and the ISA is AVX-512), else bf16 → f32 conversion while packing and the f32 tiles
+/// (the AVX2 path, or any ISA forced through [`GemmOptions::isa`]). B may be pre-packed
+/// ([`PackedB::new_bf16`]).
 pub fn gemm_bf16(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
     crate::threads::in_pool(args.threads, |threads| gemm_bf16_in_pool(args.threads(threads)))?
 }
 
 fn gemm_bf16_in_pool(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
     let ck = check(args)?;
-    no_prepack(&ck, "bf16")?;
-    #[cfg(target_arch = "x86_64")]
-    if ck.isa == Isa::Avx512 && hardware_features().avx512_bf16 {
-        return execute(ck, &[&x86::AVX512_BF16], None, None);
+    if let Some(p) = ck.packed
+        && let Panels::Bf16Pairs(panels, pf) = &p.panels
+    {
+        p.expect_from(PackedFrom::Bf16)?;
+        return execute(ck, &[*pf], None, Some((*pf, panels)));
     }
-    let fams = f32_families(ck.isa);
-    execute(ck, fams, None, None)
+    if ck.packed.is_none()
+        && let Some(fam) = bf16_pair_family(ck.isa)
+    {
+        return execute(ck, &[fam], None, None);
+    }
+    half_on_f32_tiles(ck, PackedFrom::Bf16)
 }
 
-/// f16 inputs, f32 accumulation and output (converted to f32 while packing).
+/// f16 inputs, f32 accumulation and output: f16 → f32 conversion while packing (F16C vector
+/// conversions where the CPU has them) and the f32 tiles. B may be pre-packed
+/// ([`PackedB::new_f16`]).
 pub fn gemm_f16(args: GemmArgs<'_, f16, f32>) -> Result<()> {
     crate::threads::in_pool(args.threads, |threads| gemm_f16_in_pool(args.threads(threads)))?
 }
 
 fn gemm_f16_in_pool(args: GemmArgs<'_, f16, f32>) -> Result<()> {
     let ck = check(args)?;
-    no_prepack(&ck, "f16")?;
-    let fams = f32_families(ck.isa);
-    execute(ck, fams, None, None)
+    half_on_f32_tiles(ck, PackedFrom::F16)
 }
 
 /// int8 x int8 → int32 (wrapping). AVX512-VNNI `vpdpbusd` tiles where present (A offset by
@@ -611,19 +656,78 @@ pub fn f32_kernel_name(isa: Isa, m: usize, n: usize, geometry: Geometry) -> &'st
     choose_family(f32_families(isa), m, n, geometry).name
 }
 
-/// A constant f32 right-hand side packed once into the tile layout of one ISA (its large
-/// geometry), so repeated products skip packing B; the source can be dropped afterwards.
+/// The source element type a [`PackedB`] was packed from (the entry point must match it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackedFrom {
+    /// f32 weights ([`gemm_f32`]).
+    F32,
+    /// bf16 weights ([`gemm_bf16`]).
+    Bf16,
+    /// f16 weights ([`gemm_f16`]).
+    F16,
+}
+
+/// The panels of a [`PackedB`]: f32 (converted exactly from bf16/f16 sources where the tiles
+/// compute in f32) or bf16 pairs for the AVX512-BF16 tiles.
+enum Panels {
+    F32(PackedPanels<f32>, &'static Family<f32, f32, f32>),
+    Bf16Pairs(PackedPanels<bf16>, &'static Family<bf16, bf16, f32>),
+}
+
+/// A constant right-hand side (f32, bf16 or f16) packed once into the tile layout of one ISA
+/// (its large geometry), so repeated products skip packing B; the source can be dropped
+/// afterwards. bf16 weights are packed as bf16 pairs for the AVX512-BF16 tiles (when the ISA is
+/// AVX-512 and the CPU has them), else converted to f32 panels (exact) like f16 weights.
 pub struct PackedB {
-    panels: PackedPanels<f32>,
-    family: &'static Family<f32, f32, f32>,
+    panels: Panels,
+    from: PackedFrom,
     k: usize,
     n: usize,
 }
 
 impl std::fmt::Debug for PackedB {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PackedB({}x{}, {}, kc={})", self.k, self.n, self.family.name, self.panels.kc)
+        write!(f, "PackedB({}x{} {:?}, {}, kc={})", self.k, self.n, self.from, self.kernel_name(), self.kc())
     }
+}
+
+/// The ISA a packing call resolves to (`options.isa`, which must be supported, or the selected one).
+fn pack_isa(options: &GemmOptions) -> Result<Isa> {
+    match options.isa {
+        Some(i) if !isa_supported(i) => {
+            Err(Error::invalid("PackedB", format!("isa {}: not supported by this CPU", i.name())))
+        }
+        Some(i) => Ok(i),
+        None => Ok(selected_isa()),
+    }
+}
+
+/// The family of `fams` that `geometry` asks for (the large one unless Wide).
+fn packing_family<PA, PB, T>(fams: &[&'static Family<PA, PB, T>], geometry: Geometry) -> &'static Family<PA, PB, T> {
+    match geometry {
+        Geometry::Wide => fams.get(1).copied().unwrap_or(fams[0]),
+        _ => fams[0],
+    }
+}
+
+/// Packs a k x n source of `TI` into f32 panels of the f32 family for `options`.
+fn pack_f32_panels<TI: Copy>(
+    k: usize,
+    n: usize,
+    b: MatRef<'_, TI>,
+    options: &GemmOptions,
+    from: PackedFrom,
+) -> Result<PackedB>
+where
+    f32: PackFrom<TI>,
+{
+    check_extent("B", k, n, b.rs, b.cs, b.data.len())?;
+    let family = packing_family(f32_families(pack_isa(options)?), options.geometry);
+    let kc = blocking::packed_kc(family.nr, family.g, 4, options.blocking);
+    let view = RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs };
+    // SAFETY: the extent of b was checked above.
+    let panels = unsafe { PackedPanels::pack::<TI, f32>(family, view, k, n, kc) };
+    Ok(PackedB { panels: Panels::F32(panels, family), from, k, n })
 }
 
 impl PackedB {
@@ -634,24 +738,37 @@ impl PackedB {
 
     /// Packs for `options.isa` (must be supported), `options.geometry` and `options.blocking.kc`.
     pub fn with_options(k: usize, n: usize, b: MatRef<'_, f32>, options: &GemmOptions) -> Result<PackedB> {
-        check_extent("B", k, n, b.rs, b.cs, b.data.len())?;
-        let isa = match options.isa {
-            Some(i) if !isa_supported(i) => {
-                return Err(Error::invalid("PackedB", format!("isa {}: not supported by this CPU", i.name())));
-            }
-            Some(i) => i,
-            None => selected_isa(),
-        };
-        let fams = f32_families(isa);
-        let family = match options.geometry {
-            Geometry::Wide => fams.get(1).copied().unwrap_or(fams[0]),
-            _ => fams[0],
-        };
-        let kc = blocking::packed_kc(family.nr, family.g, 4, options.blocking);
-        let view = RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs };
-        // SAFETY: the extent of b was checked above.
-        let panels = unsafe { PackedPanels::pack::<f32, f32>(family, view, k, n, kc) };
-        Ok(PackedB { panels, family, k, n })
+        pack_f32_panels(k, n, b, options, PackedFrom::F32)
+    }
+
+    /// Packs bf16 weights for [`gemm_bf16`] on the selected ISA.
+    pub fn new_bf16(k: usize, n: usize, b: MatRef<'_, bf16>) -> Result<PackedB> {
+        Self::bf16_with_options(k, n, b, &GemmOptions::default())
+    }
+
+    /// Packs bf16 weights for `options` (as [`PackedB::with_options`]): bf16 pairs for the
+    /// AVX512-BF16 tiles where [`gemm_bf16`] would use them, else f32 panels.
+    pub fn bf16_with_options(k: usize, n: usize, b: MatRef<'_, bf16>, options: &GemmOptions) -> Result<PackedB> {
+        let isa = pack_isa(options)?;
+        if let Some(family) = bf16_pair_family(isa) {
+            check_extent("B", k, n, b.rs, b.cs, b.data.len())?;
+            let kc = blocking::packed_kc(family.nr, family.g, 2, options.blocking);
+            let view = RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs };
+            // SAFETY: the extent of b was checked above.
+            let panels = unsafe { PackedPanels::pack::<bf16, bf16>(family, view, k, n, kc) };
+            return Ok(PackedB { panels: Panels::Bf16Pairs(panels, family), from: PackedFrom::Bf16, k, n });
+        }
+        pack_f32_panels(k, n, b, options, PackedFrom::Bf16)
+    }
+
+    /// Packs f16 weights for [`gemm_f16`] on the selected ISA (f32 panels).
+    pub fn new_f16(k: usize, n: usize, b: MatRef<'_, f16>) -> Result<PackedB> {
+        Self::f16_with_options(k, n, b, &GemmOptions::default())
+    }
+
+    /// Packs f16 weights for `options` (as [`PackedB::with_options`]).
+    pub fn f16_with_options(k: usize, n: usize, b: MatRef<'_, f16>, options: &GemmOptions) -> Result<PackedB> {
+        pack_f32_panels(k, n, b, options, PackedFrom::F16)
     }
 
     /// Rows (the contraction size).
@@ -662,13 +779,40 @@ impl PackedB {
     pub fn n(&self) -> usize {
         self.n
     }
+    /// The source element type.
+    pub fn packed_from(&self) -> PackedFrom {
+        self.from
+    }
     /// Bytes held by the packed panels.
     pub fn size_bytes(&self) -> usize {
-        self.panels.buf.len() * 4
+        match &self.panels {
+            Panels::F32(p, _) => p.buf.len() * 4,
+            Panels::Bf16Pairs(p, _) => p.buf.len() * 2,
+        }
     }
     /// The tile family it was packed for.
     pub fn kernel_name(&self) -> &'static str {
-        self.family.name
+        match &self.panels {
+            Panels::F32(_, f) => f.name,
+            Panels::Bf16Pairs(_, f) => f.name,
+        }
+    }
+    fn kc(&self) -> usize {
+        match &self.panels {
+            Panels::F32(p, _) => p.kc,
+            Panels::Bf16Pairs(p, _) => p.kc,
+        }
+    }
+
+    /// Errors unless this was packed from `want` (the entry point's input type).
+    fn expect_from(&self, want: PackedFrom) -> Result<()> {
+        if self.from != want {
+            return Err(Error::invalid(
+                OP,
+                format!("operand B: packed from {:?} weights, this product takes {want:?}", self.from),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -45,12 +45,19 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
     isa: Isa,
 ) {
     let kgroups = kc.div_ceil(g);
+    // bf16 pairs (AVX512-BF16 tiles) packed with vector shuffles.
+    // SAFETY: forwarded contract.
+    if g == 2 && unsafe { pair_pack::<TI, PA>(isa, src, rs, cs, rows, kc, w, dst) } {
+        return;
+    }
     // SAFETY: every read is at r * rs + k * cs with r < rows and k < kc; every write is inside
     // the panel extent stated in the contract.
     unsafe {
         // Several full panels of contiguous rows (B row-major): walk the source row by row.
         let full =
             if g == 1 && rs == 1 && rows >= 2 * w { pack_cols_rowwise::<TI, PA>(src, cs, rows, kc, w, dst) } else { 0 };
+        // Scratch of `convert_panel` (allocated at its first use).
+        let mut conv: Vec<PA> = Vec::new();
         for p in full..rows.div_ceil(w) {
             let r0 = p * w;
             let rw = w.min(rows - r0);
@@ -72,6 +79,9 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
                     }
                 } else if transpose_panel::<TI, PA>(isa, s0, rs, cs, kc, w, rw, pd) {
                     // Rows with unit k stride: transposed in vector registers.
+                } else if convert_panel::<TI, PA>(isa, s0, rs, cs, kc, w, rw, pd, &mut conv) {
+                    // Rows with unit k stride needing a conversion: converted in runs, then
+                    // transposed.
                 } else if rw == w && pack_rows_fixed::<TI, PA>(s0, rs, cs, kc, w, pd) {
                     // Full panel of a common width: done with the unrolled copy.
                 } else {
@@ -97,6 +107,119 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
                             *pd.add((kg * w + i) * g + q) = v;
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// [`pack_panels`] for `g == 2` with 2-byte elements copied as they are (bf16 → bf16 pairs) on
+/// AVX-512 (the ISA of the AVX512-BF16 tiles): B rows (`rs == 1`, each k a contiguous source
+/// row) are interleaved two k rows at a time with `vpermt2w`, walking the source row by row;
+/// A rows with unit k stride (`cs == 1`, an even row stride) hold each pair as one 32-bit value,
+/// so the pairs are transposed like f32 by [`x86_transpose::panel_f32`]. Returns false (nothing
+/// written) for other layouts, types or ISAs; the generic element loop then packs.
+///
+/// # Safety
+/// As [`pack_panels`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn pair_pack<TI: Copy, PA: PackFrom<TI>>(
+    isa: Isa,
+    src: *const TI,
+    rs: usize,
+    cs: usize,
+    rows: usize,
+    kc: usize,
+    w: usize,
+    dst: *mut PA,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let copy16 = PA::IDENTITY && size_of::<TI>() == 2 && size_of::<PA>() == 2;
+        if isa == Isa::Avx512 && copy16 && rows > 0 && kc > 0 && super::isa::hardware_features().avx512 {
+            if rs == 1 && w == 32 {
+                // SAFETY: AVX-512 F/BW are present (checked); the extents are the caller's.
+                unsafe { x86_pairs::interleave_rows(src.cast::<u16>(), cs, rows, kc, dst.cast::<u16>()) };
+                return true;
+            }
+            if cs == 1 && rs.is_multiple_of(2) && rs != 1 {
+                let kg = kc.div_ceil(2);
+                let full = kc / 2;
+                for p in 0..rows.div_ceil(w) {
+                    let r0 = p * w;
+                    let rw = w.min(rows - r0);
+                    // SAFETY: panel p holds kg * w pairs (the contract's extent); the pairs of row
+                    // r0 + i < rows at k < 2·full lie inside the source; the odd last k (if any)
+                    // is read element-wise below.
+                    unsafe {
+                        let pd = dst.add(p * kg * w * 2);
+                        let s0 = src.add(r0 * rs);
+                        if full > 0 {
+                            x86_transpose::panel_f32(s0.cast::<f32>(), rs / 2, full, w, rw, pd.cast::<f32>());
+                        }
+                        if kc % 2 == 1 {
+                            let d = pd.add(full * w * 2);
+                            for i in 0..w {
+                                *d.add(2 * i) = if i < rw { PA::cvt(*s0.add(i * rs + kc - 1)) } else { PA::PAD };
+                                *d.add(2 * i + 1) = PA::PAD;
+                            }
+                        }
+                    }
+                }
+                return true;
+            }
+        }
+    }
+    let _ = (isa, src, rs, cs, rows, kc, w, dst);
+    false
+}
+
+/// The AVX-512 pair interleave for bf16 B panels.
+#[cfg(target_arch = "x86_64")]
+mod x86_pairs {
+    use std::arch::x86_64::*;
+
+    /// Packs `rows` columns (unit stride) x `kc` k rows (`cs` apart) of 16-bit values into
+    /// panels of 32 columns: panel `p` (at `dst + p * ceil(kc/2) * 64`) holds, per pair of k rows,
+    /// the 32 columns' (k, k+1) values interleaved; columns past `rows` and the k past `kc` are 0.
+    /// Pairs of rows are walked in order, each panel's 32 columns loaded (masked at the edge) and
+    /// interleaved by two `vpermt2w`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BW; `src[c + k * cs]` is readable for `c < rows`, `k < kc`;
+    /// `dst` is writable for `ceil(rows/32) * ceil(kc/2) * 64` values.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn interleave_rows(src: *const u16, cs: usize, rows: usize, kc: usize, dst: *mut u16) {
+        let kg = kc.div_ceil(2);
+        let np = rows.div_ceil(32);
+        let lo_idx: [u16; 32] = std::array::from_fn(|x| (x / 2 + (x % 2) * 32) as u16);
+        let hi_idx: [u16; 32] = std::array::from_fn(|x| (16 + x / 2 + (x % 2) * 32) as u16);
+        // SAFETY: loads are masked to columns < rows of rows k < kc; stores stay in panel p < np,
+        // group g < kg (64 values each), inside the extent of the contract.
+        unsafe {
+            let lo = _mm512_loadu_si512(lo_idx.as_ptr().cast());
+            let hi = _mm512_loadu_si512(hi_idx.as_ptr().cast());
+            for g in 0..kg {
+                let (k0, k1) = (2 * g, 2 * g + 1);
+                let (s0, s1) = (src.add(k0 * cs), src.wrapping_add(k1 * cs));
+                // The next pair of rows, a few pairs ahead (a strided stream).
+                let ahead = 2 * g + 8;
+                for p in 0..np {
+                    let c0 = p * 32;
+                    let m: __mmask32 = if rows - c0 >= 32 { !0 } else { (1u32 << (rows - c0)) - 1 };
+                    if ahead < kc {
+                        super::super::tile::prefetch_span(
+                            src.wrapping_add(ahead * cs + c0).cast::<u8>(),
+                            64.min((rows - c0) * 2),
+                        );
+                    }
+                    let r0 = _mm512_maskz_loadu_epi16(m, s0.add(c0).cast());
+                    let r1 =
+                        if k1 < kc { _mm512_maskz_loadu_epi16(m, s1.add(c0).cast()) } else { _mm512_setzero_si512() };
+                    let d = dst.add((p * kg + g) * 64);
+                    _mm512_storeu_si512(d.cast(), _mm512_permutex2var_epi16(r0, lo, r1));
+                    _mm512_storeu_si512(d.add(32).cast(), _mm512_permutex2var_epi16(r0, hi, r1));
                 }
             }
         }
@@ -134,6 +257,74 @@ unsafe fn transpose_panel<TI: Copy, PA: PackFrom<TI>>(
     let _ = (isa, s0, rs, cs, kc, w, rw, pd);
     false
 }
+
+/// One panel of `rw <= w` source rows with unit k stride (row-major A) whose elements need a
+/// conversion to 4-byte packed values (bf16/f16 → f32): chunks of [`CONVERT_RUN`] k values of
+/// each row are converted as runs ([`PackFrom::cvt_run`]: F16C for f16) into a scratch block,
+/// which is then transposed into the panel (in AVX-512 registers, or by an unrolled copy of
+/// fixed width). `tmp` is the scratch, grown to `w · CONVERT_RUN` values at the first use.
+/// Returns false (nothing written) for other layouts and types.
+///
+/// # Safety
+/// As [`pack_panels`] for one panel of `rw` rows.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn convert_panel<TI: Copy, PA: PackFrom<TI>>(
+    isa: Isa,
+    s0: *const TI,
+    rs: usize,
+    cs: usize,
+    kc: usize,
+    w: usize,
+    rw: usize,
+    pd: *mut PA,
+    tmp: &mut Vec<PA>,
+) -> bool {
+    if PA::IDENTITY || size_of::<PA>() != 4 || cs != 1 || rs == 1 || rw == 0 || rw > w {
+        return false;
+    }
+    if tmp.len() < w * CONVERT_RUN {
+        tmp.resize(w * CONVERT_RUN, PA::PAD);
+    }
+    for k0 in (0..kc).step_by(CONVERT_RUN) {
+        let kk = CONVERT_RUN.min(kc - k0);
+        // SAFETY: row i < rw, k0 + kk <= kc lie in the source; the panel holds kc * w values
+        // and this chunk writes k0..k0+kk of them.
+        unsafe {
+            for i in 0..rw {
+                let src = std::slice::from_raw_parts(s0.add(i * rs + k0), kk);
+                PA::cvt_run(src, &mut tmp[i * CONVERT_RUN..i * CONVERT_RUN + kk]);
+            }
+            let d = pd.add(k0 * w);
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx512 {
+                // 4-byte values moved bit for bit (f32 after the conversion).
+                x86_transpose::panel_f32(tmp.as_ptr().cast::<f32>(), CONVERT_RUN, kk, w, rw, d.cast::<f32>());
+                continue;
+            }
+            let t = tmp.as_ptr();
+            let fixed = rw == w
+                && dispatch_width!(w, [4, 6, 8, 14, 16, 24, 32, 48], |W| {
+                    for k in 0..kk {
+                        let v: [PA; W] = std::array::from_fn(|i| *t.add(i * CONVERT_RUN + k));
+                        std::ptr::write_unaligned(d.add(k * W).cast::<[PA; W]>(), v);
+                    }
+                });
+            if !fixed {
+                for k in 0..kk {
+                    for i in 0..w {
+                        *d.add(k * w + i) = if i < rw { tmp[i * CONVERT_RUN + k] } else { PA::PAD };
+                    }
+                }
+            }
+        }
+    }
+    let _ = isa;
+    true
+}
+
+/// k values per converted run of [`convert_panel`].
+const CONVERT_RUN: usize = 64;
 
 /// The AVX-512 transposing pack.
 #[cfg(target_arch = "x86_64")]
@@ -288,7 +479,8 @@ unsafe fn pack_cols_fixed<TI: Copy, PA: PackFrom<TI>>(
 /// needed (moving them through an array value makes the compiler stage it on the stack).
 ///
 /// # Safety
-/// `s` is readable and `d` writable for `W` elements; they do not overlap.
+/// `s` is readable and `d` writable for `W` elements, each aligned for its type; they do not
+/// overlap.
 #[inline(always)]
 unsafe fn copy_row<TI: Copy, PA: PackFrom<TI>, const W: usize>(s: *const TI, d: *mut PA) {
     // SAFETY: the caller's contract; with IDENTITY, TI and PA are the same type.
@@ -296,8 +488,7 @@ unsafe fn copy_row<TI: Copy, PA: PackFrom<TI>, const W: usize>(s: *const TI, d: 
         if PA::IDENTITY {
             std::ptr::copy_nonoverlapping(s.cast::<PA>(), d, W);
         } else {
-            let v: [TI; W] = std::ptr::read_unaligned(s.cast());
-            std::ptr::write_unaligned(d.cast::<[PA; W]>(), v.map(PA::cvt));
+            PA::cvt_run(std::slice::from_raw_parts(s, W), std::slice::from_raw_parts_mut(d, W));
         }
     }
 }
@@ -404,6 +595,104 @@ mod tests {
         // SAFETY: 1 row x 3 k at strides (3, 1) lie in `a`; 1 panel of 2 groups x 1 x 2 fits `d`.
         unsafe { pack_panels::<i8, u8>(a.as_ptr(), 3, 1, 1, 3, 1, 2, d.as_mut_ptr(), Isa::Generic) };
         assert_eq!(d, [129, 126, 131, 0]);
+    }
+
+    /// The AVX-512 bf16 pair packs against the element loop of the definition: B rows (unit
+    /// column stride, panels of 32) and A rows (unit k stride, even and odd row strides), odd
+    /// and even k, partial panels. Each value encodes its (row, k).
+    #[test]
+    fn pair_packs_match_the_definition() {
+        use half::bf16;
+        if !super::super::isa::isa_supported(Isa::Avx512) {
+            return;
+        }
+        let code = |r: usize, k: usize| bf16::from_bits((r * 64 + k) as u16 + 1);
+        for w in [14usize, 32] {
+            for rows in [1usize, 13, w, 2 * w + 5, 70] {
+                for kc in [1usize, 2, 7, 16, 33] {
+                    // (rs, cs) = (1, stride) is B's transposed view; (stride, 1) is A.
+                    for (rs, cs) in [(1usize, rows + 3), (kc + 1, 1), (kc + 2, 1), (2 * kc.div_ceil(2) + 4, 1)] {
+                        let len = (rows - 1) * rs + (kc - 1) * cs + 1;
+                        let mut src = vec![bf16::from_bits(0xFFFF); len];
+                        for r in 0..rows {
+                            for k in 0..kc {
+                                src[r * rs + k * cs] = code(r, k);
+                            }
+                        }
+                        let kg = kc.div_ceil(2);
+                        let size = rows.div_ceil(w) * kg * w * 2;
+                        let mut got = vec![bf16::from_bits(0x7777); size];
+                        // SAFETY: rows x kc at (rs, cs) lie in `src`; `got` holds the panels.
+                        unsafe {
+                            pack_panels::<bf16, bf16>(
+                                src.as_ptr(),
+                                rs,
+                                cs,
+                                rows,
+                                kc,
+                                w,
+                                2,
+                                got.as_mut_ptr(),
+                                Isa::Avx512,
+                            )
+                        };
+                        for p in 0..rows.div_ceil(w) {
+                            for g in 0..kg {
+                                for i in 0..w {
+                                    for q in 0..2 {
+                                        let (r, k) = (p * w + i, 2 * g + q);
+                                        let want = if r < rows && k < kc { code(r, k) } else { bf16::ZERO };
+                                        let at = p * kg * w * 2 + (g * w + i) * 2 + q;
+                                        assert_eq!(
+                                            got[at].to_bits(),
+                                            want.to_bits(),
+                                            "w {w} rows {rows} kc {kc} rs {rs} cs {cs}: row {r} k {k}"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The converting A pack (f16 → f32 runs, then transposed) against the element loop, on
+    /// every ISA this CPU runs, with k across several runs and partial panels.
+    #[test]
+    fn converting_pack_matches_the_definition() {
+        use half::f16;
+        for isa in [Isa::Generic, Isa::Avx2, Isa::Avx512] {
+            if !super::super::isa::isa_supported(isa) {
+                continue;
+            }
+            for w in [6usize, 14, 16, 13] {
+                for rows in [1usize, w - 1, w, 2 * w + 3] {
+                    for kc in [1usize, 63, 64, 65, 130] {
+                        let rs = kc + 5;
+                        let src: Vec<f16> =
+                            (0..rows * rs).map(|x| f16::from_f32(((x / rs) * 200 + x % rs) as f32)).collect();
+                        let mut got = vec![-1.0f32; rows.div_ceil(w) * kc * w];
+                        // SAFETY: rows x kc at strides (rs, 1) lie in `src`; `got` holds the panels.
+                        unsafe { pack_panels::<f16, f32>(src.as_ptr(), rs, 1, rows, kc, w, 1, got.as_mut_ptr(), isa) };
+                        for p in 0..rows.div_ceil(w) {
+                            for k in 0..kc {
+                                for i in 0..w {
+                                    let r = p * w + i;
+                                    let want = if r < rows { src[r * rs + k].to_f32() } else { 0.0 };
+                                    assert_eq!(
+                                        got[(p * kc + k) * w + i],
+                                        want,
+                                        "{isa:?} w {w} rows {rows} kc {kc} row {r} k {k}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The AVX-512 transposing pack against the definition: every panel width the kernels use
