@@ -8,8 +8,7 @@
 use egg::Id;
 
 use super::{
-    Arg, Rule, approx, binary, binary_comm, emit, emit_aux, ops, same, same_shape, shape, splat, splat_is, squeezed,
-    unary,
+    Arg, Rule, binary, binary_comm, emit, emit_aux, ops, same, same_shape, shape, splat, splat_is, squeezed, unary,
 };
 use crate::ir::op::{Activation, BinaryOp, DenseLayout, Op, UnaryOp};
 use crate::passes::egraph::analysis::EG;
@@ -32,7 +31,7 @@ pub fn rules() -> Vec<Rule> {
 /// axes) = FusedDense{layout}(x, w)`; when a rank-2 `w` is `Transpose(w0, [1,0])`, also
 /// `FusedDense{other layout}(x, w0)`. Guards: x's contracted axis is its last; w has rank ≥ 2
 /// and is contracted on its first axis (InputOutputs) or last axis (OutputsInput); no batch
-/// axes; no accumulator or output dtype other than the input's; x, w F32/F64 with equal K
+/// axes; no accumulator or output dtype other than the input's; x, w float (F32, F64, BF16, F16) with equal K
 /// (inference of the fused op, which must give the dot's shape).
 fn dense_matmul(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
@@ -195,7 +194,7 @@ fn sixth_plus_half(eg: &EG, t: Id, y: Id) -> bool {
             && (binary(eg, s, BinaryOp::Div).into_iter().any(|(a, six)| same(eg, a, y) && splat_is(eg, six, 6.0))
                 || binary_comm(eg, s, BinaryOp::Mul)
                     .into_iter()
-                    .any(|(a, k)| same(eg, a, y) && splat(eg, k).is_some_and(|v| approx(v, 1.0 / 6.0))))
+                    .any(|(a, k)| same(eg, a, y) && splat_is(eg, k, 1.0 / 6.0)))
     })
 }
 

@@ -2,7 +2,8 @@
 //! `x·½·(1+tanh(√(2/π)·(x+0.044715·x³)))`, in the bracketings and operand orders exporters use.
 //!
 //! Every constant is compared to its exact value within relative 1e-6 (f32 rounding passes, a
-//! constant off by 1e-3 does not) and must be a splat constant that does not widen x.
+//! constant off by 1e-3 does not; a bf16/f16 constant within one unit in the last place of its
+//! type, `approx_in`) and must be a splat constant that does not widen x.
 
 use egg::Id;
 

@@ -107,7 +107,7 @@ fn restored_of_eps(eg: &EG, r: Id, axes: &[usize], inner: &dyn Fn(Id) -> Vec<Id>
 /// broadcast back) or `(x − μ) / Sqrt(var + eps)` `= FusedLayerNorm{A, eps}(x)`. Guards: μ is the
 /// mean of the same x over A (n checked by the Mean idiom), var is the biased variance of that
 /// x and μ over the same A (two-pass or E[x²]−μ²), every broadcast back restores exactly A, eps
-/// a non-negative scalar constant, the result has x's shape, x F32/F64.
+/// a non-negative scalar constant, the result has x's shape, x float (F32, F64, BF16, F16).
 fn layernorm_core(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     let mut forms: Vec<(Id, Id, bool)> =

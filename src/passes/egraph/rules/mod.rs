@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 
 use egg::{Applier, Id, Language, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
 
+use crate::ir::dtype::DType;
 use crate::ir::infer::infer_shapes;
 use crate::ir::module::Module;
 use crate::ir::op::{BinaryOp, Op, ReduceKind, UnaryOp};
@@ -200,9 +201,34 @@ pub fn splat(eg: &EG, id: Id) -> Option<f64> {
     eg[id].data.splat
 }
 
-/// Whether the class is a constant with every element ≈ `v`.
+/// `a ≈ b` for a constant `a` stored in `dtype`: within [`REL_TOL`], or, for bf16 and f16 (8 and
+/// 11 significant bits), within half a unit in the last place of `b` in that type (plus
+/// [`REL_TOL`] for a detour through f32), so that a constant such as 1/√2 matches in the form
+/// the half type holds (0.70703125 in bf16) but not the type's next value (0.7109375).
+pub fn approx_in(dtype: Option<DType>, a: f64, b: f64) -> bool {
+    let mantissa_bits = match dtype {
+        Some(DType::BFloat16) => 7,
+        Some(DType::Float16) => 10,
+        _ => return approx(a, b),
+    };
+    if approx(a, b) {
+        return true;
+    }
+    if !b.is_finite() || b == 0.0 {
+        return false;
+    }
+    let ulp = 2f64.powi(b.abs().log2().floor() as i32 - mantissa_bits);
+    (a - b).abs() <= ulp / 2.0 + REL_TOL * b.abs()
+}
+
+/// The dtype of a class.
+pub fn dtype(eg: &EG, id: Id) -> Option<DType> {
+    shape(eg, id).map(|s| s.dtype)
+}
+
+/// Whether the class is a constant with every element ≈ `v` ([`approx_in`] its dtype).
 pub fn splat_is(eg: &EG, id: Id, v: f64) -> bool {
-    splat(eg, id).is_some_and(|s| approx(s, v))
+    splat(eg, id).is_some_and(|s| approx_in(dtype(eg, id), s, v))
 }
 
 /// The value of a class that is a scalar constant (a rank-0 or single-element constant leaf),
@@ -401,4 +427,27 @@ pub fn squeezed(eg: &EG, b: Id, keep: &[usize], dims: &[i64]) -> Option<Arg> {
         return None;
     }
     Some(Arg::New(TNode::op(Op::Reshape { dims: dims.to_vec() }, &[b]), Shape::new(bs.dtype, dims)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::approx_in;
+    use crate::ir::dtype::DType;
+    use half::{bf16, f16};
+
+    #[test]
+    fn half_type_constants_match_within_half_an_ulp() {
+        let r = std::f64::consts::FRAC_1_SQRT_2;
+        let b = Some(DType::BFloat16);
+        let h = Some(DType::Float16);
+        // 1/√2 as each half type holds it matches; the type's neighbouring values do not.
+        assert!(approx_in(b, f64::from(bf16::from_f64(r)), r));
+        assert!(!approx_in(b, 0.7109375, r));
+        assert!(!approx_in(b, 0.703125, r));
+        assert!(approx_in(h, f64::from(f16::from_f64(r)), r));
+        assert!(!approx_in(h, f64::from(f16::from_f64(r)) + 2f64.powi(-11), r));
+        // f32 and untyped keep the 1e-6 relative tolerance.
+        assert!(!approx_in(Some(DType::Float32), f64::from(bf16::from_f64(r)), r));
+        assert!(approx_in(None, f64::from(r as f32), r));
+    }
 }

@@ -3,7 +3,8 @@
 
 use egg::Id;
 
-use super::{Rule, approx, binary, binary_comm, local, ops, reduces, same, same_shape, shape, splat, unary};
+use super::{Rule, approx_in, binary, binary_comm, dtype, local, ops, reduces, same, same_shape, shape, splat, unary};
+use crate::ir::dtype::DType;
 use crate::ir::op::{BinaryOp, Op, ReduceKind, UnaryOp};
 use crate::passes::egraph::analysis::EG;
 use crate::passes::egraph::lang::{Internal, TNode};
@@ -42,16 +43,17 @@ fn count(eg: &EG, x: Id, axes: &[usize]) -> Option<f64> {
 /// shape = shape of s). Also the keep-dims form `s = Reshape(ReduceSum(x, A))` that inserts
 /// size-1 axes exactly at A (ONNX `ReduceSum(keepdims=1)` / `ReduceMean` decompositions): then
 /// the class is `Restore{A}(Mean{A}(x))` with the mean a new class.
-fn mean_of(eg: &EG, class: Id, s: Id, c: Id, ok: fn(f64, f64) -> bool) -> Vec<TNode> {
+fn mean_of(eg: &EG, class: Id, s: Id, c: Id, ok: fn(Option<DType>, f64, f64) -> bool) -> Vec<TNode> {
     let mut out = vec![];
     let Some(v) = splat(eg, c) else { return out };
+    let cd = dtype(eg, c);
     if !same_shape(eg, class, s) {
         return out;
     }
     let is_mean = |x: Id, axes: &[usize]| {
         !axes.is_empty()
             && shape(eg, x).is_some_and(|sh| sh.dtype.is_float())
-            && count(eg, x, axes).is_some_and(|n| n > 0.0 && ok(v, n))
+            && count(eg, x, axes).is_some_and(|n| n > 0.0 && ok(cd, v, n))
     };
     for (x, axes) in reduces(eg, s, ReduceKind::Sum) {
         if is_mean(x, &axes) {
@@ -80,14 +82,14 @@ fn mean_of(eg: &EG, class: Id, s: Id, c: Id, ok: fn(f64, f64) -> bool) -> Vec<TN
 fn mean_sum_times_reciprocal(eg: &EG, id: Id) -> Vec<TNode> {
     binary_comm(eg, id, BinaryOp::Mul)
         .into_iter()
-        .flat_map(|(s, c)| mean_of(eg, id, s, c, |v, n| approx(v, 1.0 / n)))
+        .flat_map(|(s, c)| mean_of(eg, id, s, c, |d, v, n| approx_in(d, v, 1.0 / n)))
         .collect()
 }
 
 /// `ReduceSum(x, A) / c = Mean{A}(x)` when `c` is a constant ≈ `n = ∏ dims(x)[A]`. Guards as
 /// for `mean-sum-times-reciprocal`.
 fn mean_sum_div_count(eg: &EG, id: Id) -> Vec<TNode> {
-    binary(eg, id, BinaryOp::Div).into_iter().flat_map(|(s, c)| mean_of(eg, id, s, c, approx)).collect()
+    binary(eg, id, BinaryOp::Div).into_iter().flat_map(|(s, c)| mean_of(eg, id, s, c, approx_in)).collect()
 }
 
 /// The complement of `axes` in `0..rank`.

@@ -39,7 +39,7 @@ fn normalised(eg: &EG, id: Id) -> Vec<(Id, usize)> {
 /// `exp(x − Restore{[a]}(ReduceMax(x,[a]))) / Restore{[a]}(ReduceSum(that,[a])) =
 /// FusedSoftmax{a}(x)`. Guards: both reductions over the same single axis `a`, the max over the
 /// same x that is subtracted, both broadcasts put back exactly axis `a`, the difference and the
-/// result have x's shape, x is F32/F64 (inference of the fused op).
+/// result have x's shape, x is F32, F64, BF16 or F16 (inference of the fused op).
 fn softmax_max_subtracted(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (e, a) in normalised(eg, id) {
@@ -62,7 +62,7 @@ fn softmax_max_subtracted(eg: &EG, id: Id) -> Vec<TNode> {
 
 /// `exp(x) / Restore{[a]}(ReduceSum(exp(x), [a])) = FusedSoftmax{a}(x)` (no max subtraction;
 /// the fused op is the stable form of the same value). Guards: one axis `a` for the sum and the
-/// broadcast, result of x's shape, x F32/F64.
+/// broadcast, result of x's shape, x F32, F64, BF16 or F16.
 fn softmax_plain(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (e, a) in normalised(eg, id) {
