@@ -1,9 +1,11 @@
 //! Executables compiled from the same weights share them: the second compile of a model with a
-//! large constant (an embedding-sized table added to the input) gets the first one's copy from
-//! the process-wide cache, both compute the right values, and the copy outlives neither.
-//! (Its own test binary: the cache's counters are process-wide.)
+//! large constant (an embedding-sized table added to the input; a dense layer's weights, which
+//! the GEMM packs at compile time) gets the first one's copy from the process-wide cache, both
+//! compute the right values, and the copy outlives neither. (Its own test binary, one test: the
+//! cache's counters are process-wide.)
 
 use tensorjit::backends::jit::{MIN_SHARED_BYTES, constant_cache_stats};
+use tensorjit::ir::op::{Activation, DenseLayout};
 use tensorjit::{Buffer, DType, Shape};
 
 const N: usize = 40_000; // 160 KB of f32, above MIN_SHARED_BYTES
@@ -43,4 +45,32 @@ fn a_recompiled_model_shares_its_constants() {
     }
     drop((a, b));
     assert_eq!(constant_cache_stats().live_entries, 0);
+
+    // A dense layer's constant weights are packed once for both executables, even when they
+    // are compiled for different batch sizes.
+    let dense = |rows: usize| {
+        let backend = tensorjit::new_with_config("jit").unwrap();
+        let b = backend.builder("dense");
+        let main = b.main();
+        let x = main.parameter("x", Shape::new(DType::Float32, &[rows as i64, K as i64])).unwrap();
+        let w: Vec<f32> = (0..K * K).map(|i| if i % (K + 1) == 0 { 2.0 } else { 0.0 }).collect();
+        let w = main.constant(&w, &[K, K]).unwrap();
+        let y = main.fused_dense(x, w, None, Activation::None, DenseLayout::InputOutputs).unwrap();
+        main.return_(&[y]).unwrap();
+        b.compile().unwrap()
+    };
+    let before = constant_cache_stats();
+    let d4 = dense(4);
+    let d9 = dense(9);
+    let after = constant_cache_stats();
+    assert_eq!((after.misses, after.hits), (before.misses + 1, before.hits + 1), "{after:?}");
+    for (exe, rows) in [(&d4, 4), (&d9, 9)] {
+        let x: Vec<f32> = (0..rows * K).map(|i| (i % 7) as f32).collect();
+        let xb = Buffer::from_slice(&x, &[rows, K]).unwrap();
+        let y = exe.execute(&[&xb], &[]).unwrap()[0].to_vec::<f32>().unwrap();
+        // w = 2·I: y = 2x.
+        assert!(y.iter().zip(&x).all(|(a, b)| *a == 2.0 * b));
+    }
 }
+
+const K: usize = 160; // 160² f32 = 100 KB of weights

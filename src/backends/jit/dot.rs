@@ -26,6 +26,8 @@
 //! the reference kernel.
 
 use half::slice::HalfFloatSliceExt;
+use std::sync::Arc;
+
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -121,11 +123,17 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
                 && g.k > 0
                 && g.n > 0 =>
         {
-            Some(pack_constant(&spec, g, bytes)?)
+            // Shared by every executable packing the same bytes the same way (a model compiled
+            // for several shapes packs its weights once): the packing depends on the dtype, the
+            // rhs dims and which of its axes are contracted (the process's GEMM kernels are
+            // chosen once).
+            let tag =
+                format!("gemm-b {} {:?} rc={:?} rb={:?} k={} n={}", spec.in_dtype, rs.dims, spec.rc, spec.rb, g.k, g.n);
+            Some(super::shared::shared(bytes, tag, PackedB::size_bytes, || pack_constant(&spec, g, bytes))?)
         }
         _ => None,
     };
-    let desc = describe(&spec, geom.as_ref(), packed.as_ref());
+    let desc = describe(&spec, geom.as_ref(), packed.as_deref());
     let prepacked = if packed.is_some() { vec![1] } else { vec![] };
     Ok(Some(Box::new(GemmKernel { spec, packed, prepacked, desc })))
 }
@@ -451,8 +459,9 @@ impl DotElem for i8 {
 /// DotGeneral or FusedDense on GEMM.
 struct GemmKernel {
     spec: Spec,
-    /// The constant right-hand side, packed at compile time.
-    packed: Option<PackedB>,
+    /// The constant right-hand side, packed at compile time (shared with other executables
+    /// that pack the same bytes the same way).
+    packed: Option<Arc<PackedB>>,
     /// `[1]` when `packed` is set.
     prepacked: Vec<usize>,
     desc: String,

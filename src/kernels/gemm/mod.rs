@@ -780,6 +780,8 @@ impl PackedB {
         self.n
     }
     /// The source element type.
+    // Only the crate's own tests read it (feature `internals`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn packed_from(&self) -> PackedFrom {
         self.from
     }
