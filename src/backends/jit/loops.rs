@@ -14,6 +14,7 @@ use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::Cluster;
 use crate::memory::AlignedBytes;
 
+use super::plan::{Arena, Retain};
 use crate::backends::signature::unnamed;
 
 /// Loops over at least this many elements are split across the thread pool.
@@ -91,8 +92,11 @@ impl LoopStep {
         let mut taken = vec![false; self.inputs.len()];
         for j in 0..self.n_plain {
             let cand = (0..self.inputs.len()).find(|&k| {
+                // Not over a value another operand of this step reads (its earlier occurrences
+                // read the storage through the same pointer while the output is written).
                 !taken[k]
                     && self.input_dies[k]
+                    && !self.inputs[..k].contains(&self.inputs[k])
                     && kernel.inputs[k] == Access::Full
                     && m.shape(self.inputs[k]).byte_size() == self.out_shapes[j].byte_size()
             });
@@ -104,64 +108,112 @@ impl LoopStep {
     }
 }
 
-/// The argument pointers of one kernel call, shared by the threads running its chunks.
-struct Args(Vec<*mut u8>);
+/// Scratch vectors of [`run_loop`], kept by an execution state so that a step allocates
+/// nothing once they have grown to the plan's widest step.
+#[derive(Default)]
+pub(crate) struct LoopScratch {
+    /// Dying inputs moved out of their value slots, by kernel input (`None`: read in place).
+    taken: Vec<Option<Tensor>>,
+    /// Whether each input's storage became an output's (in place).
+    consumed: Vec<bool>,
+    /// The new storage of each output (`None`: written over an input).
+    outs: Vec<Option<Arc<AlignedBytes>>>,
+    /// The kernel's argument pointers: inputs, then outputs.
+    args: Vec<*mut u8>,
+}
 
-// SAFETY: the pointers refer to buffers owned by the executing call, which outlive every chunk
-// (the parallel loop joins before they are released); chunks write disjoint element ranges.
-unsafe impl Sync for Args {}
+// SAFETY: the pointers in `args` are only written and read by the `run_loop` call that filled
+// them (and the pool threads it joins), which clears them before returning; between steps the
+// vector is empty, so moving the scratch to another thread moves no live pointer.
+unsafe impl Send for LoopScratch {}
 
-impl Args {
-    fn ptrs(&self) -> &[*mut u8] {
-        &self.0
+impl LoopScratch {
+    /// Lets go of everything a failed step left behind.
+    pub(crate) fn clear(&mut self) {
+        self.taken.clear();
+        self.consumed.clear();
+        self.outs.clear();
+        self.args.clear();
     }
 }
 
-pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&rayon::ThreadPool>) -> Result<()> {
-    let mut ins: Vec<Tensor> = Vec::with_capacity(s.inputs.len());
+/// The argument pointers of one kernel call, shared by the threads running its chunks.
+struct Args<'a>(&'a [*mut u8]);
+
+// SAFETY: the pointers refer to buffers owned by the executing call, which outlive every chunk
+// (the parallel loop joins before they are released); chunks write disjoint element ranges.
+unsafe impl Sync for Args<'_> {}
+
+impl Args<'_> {
+    fn ptrs(&self) -> &[*mut u8] {
+        self.0
+    }
+}
+
+/// Runs loop step `s`: its inputs are read from `env` (dying ones moved out, and put back unless
+/// an output took their storage over), its outputs' storage comes from their memory slots in
+/// `arena` (`retain`: the plan's) or is allocated, and the outputs are stored in `env`.
+pub(crate) fn run_loop(
+    s: &LoopStep,
+    env: &mut [Option<Tensor>],
+    arena: &mut Arena,
+    retain: &[Retain],
+    scratch: &mut LoopScratch,
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<()> {
+    scratch.clear();
+    let LoopScratch { taken, consumed, outs, args } = scratch;
     for (k, &v) in s.inputs.iter().enumerate() {
-        let t = if s.input_dies[k] {
-            env.get_mut(v.index()).and_then(Option::take)
-        } else {
-            env.get(v.index()).cloned().flatten()
+        // A value read twice dies at its last occurrence: earlier ones read it from `env` first.
+        let t = if s.input_dies[k] { env.get_mut(v.index()).and_then(Option::take) } else { None };
+        let p = match t.as_ref().or_else(|| env.get(v.index()).and_then(Option::as_ref)) {
+            Some(t) => t.data.as_ptr() as *mut u8,
+            None => return Err(internal(format!("loop input {v} is not available"))),
         };
-        ins.push(t.ok_or_else(|| internal(format!("loop input {v} is not available")))?);
+        taken.push(t);
+        consumed.push(false);
+        args.push(p);
     }
-    let mut in_ptrs: Vec<Option<*mut u8>> = vec![None; ins.len()];
-    let mut fresh: Vec<Option<AlignedBytes>> = Vec::with_capacity(s.outputs.len());
-    let mut out_ptrs: Vec<*mut u8> = Vec::with_capacity(s.outputs.len());
     for j in 0..s.outputs.len() {
-        let reused = s.in_place[j].and_then(|k| Arc::get_mut(&mut ins[k].data).map(|b| (k, b.as_mut_ptr())));
-        match reused {
-            Some((k, p)) => {
-                in_ptrs[k] = Some(p);
-                out_ptrs.push(p);
-                fresh.push(None);
-            }
-            None => {
-                let bytes = s.out_shapes[j]
-                    .byte_size()
-                    .ok_or_else(|| internal(format!("loop output {} has no static size", s.outputs[j])))?;
-                // The kernel writes every element of every output, so stale pooled bytes are fine.
-                let mut b = AlignedBytes::try_recycled(bytes)
-                    .map_err(|_| Error::out_of_memory(format!("loop output {}", s.outputs[j]), bytes))?;
-                out_ptrs.push(b.as_mut_ptr());
-                fresh.push(Some(b));
-            }
+        let v = s.outputs[j];
+        let over = s.in_place[j].and_then(|k| {
+            let t = taken.get_mut(k)?.as_mut()?;
+            Arc::get_mut(&mut t.data).map(|b| (k, b.as_mut_ptr()))
+        });
+        if let Some((k, p)) = over {
+            consumed[k] = true;
+            args[k] = p;
+            args.push(p);
+            outs.push(None);
+            continue;
         }
+        let bytes =
+            s.out_shapes[j].byte_size().ok_or_else(|| internal(format!("loop output {v} has no static size")))?;
+        let plan = retain.get(v.index()).copied().unwrap_or(Retain::Shell);
+        let mut data = match arena.slot_storage(plan, bytes) {
+            Some(d) => d,
+            // The kernel writes every element of every output, so stale pooled bytes are fine.
+            None => Arc::new(
+                AlignedBytes::try_recycled(bytes)
+                    .map_err(|_| Error::out_of_memory(format!("loop output {v}"), bytes))?,
+            ),
+        };
+        let p = Arc::get_mut(&mut data)
+            .ok_or_else(|| internal(format!("loop output {v}: storage is shared")))?
+            .as_mut_ptr();
+        args.push(p);
+        outs.push(Some(data));
     }
-    let mut args: Vec<*mut u8> =
-        ins.iter().zip(&in_ptrs).map(|(t, p)| p.unwrap_or(t.data.as_ptr() as *mut u8)).collect();
-    args.extend(out_ptrs);
+    let n_in = s.inputs.len();
     // A streaming kernel needs 16-byte aligned output pointers (buffers here are 64-byte
     // aligned; this keeps any other storage on the ordinary kernel) and aligned chunk starts,
     // which whole-element ranges (no reduction) cut at multiples of CHUNK_ALIGN give.
-    let stream_ok = s.iters == s.len && args[ins.len()..].iter().all(|p| (*p as usize).is_multiple_of(16));
+    let stream_ok = s.iters == s.len && args[n_in..].iter().all(|p| (*p as usize).is_multiple_of(16));
     let code = match &s.streaming {
         Some(nt) if stream_ok => nt,
         _ => &s.code,
     };
-    let args = Args(args);
+    let call_args = Args(args.as_slice());
     let threads = pool.map_or(1, |p| p.current_num_threads());
     // A reduction's units are whole rows: any split is as good as another.
     let align = if s.iters == s.len { CHUNK_ALIGN } else { 1 };
@@ -175,30 +227,48 @@ pub(crate) fn run_loop(s: &LoopStep, env: &mut [Option<Tensor>], pool: Option<&r
                     // SAFETY: `args` holds one pointer per kernel input then per output; Full inputs
                     // and outputs have `len` elements of their own types (checked shapes), Scalar
                     // inputs one, Strided inputs are the operands whose shapes their stride maps
-                    // were derived from (every offset in bounds); outputs are fresh buffers or a
-                    // dying Full input of this call's own (uniquely held) storage of the same byte
-                    // size, written element for element; reduction outputs have `iters` elements
-                    // and unit j writes only element j (and the plain elements of its rows);
-                    // chunks are disjoint. A streaming kernel is only chosen with 16-byte aligned
-                    // outputs and whole-element ranges, whose chunk starts are multiples of
-                    // CHUNK_ALIGN (≥ 16 elements), so its non-temporal stores are aligned.
-                    unsafe { code.run(args.ptrs(), a, b) }
+                    // were derived from (every offset in bounds); outputs are fresh buffers, slot
+                    // buffers of their exact byte size held uniquely, or a dying Full input of
+                    // this call's own (uniquely held) storage of the same byte size, written
+                    // element for element; reduction outputs have `iters` elements and unit j
+                    // writes only element j (and the plain elements of its rows); chunks are
+                    // disjoint. A streaming kernel is only chosen with 16-byte aligned outputs and
+                    // whole-element ranges, whose chunk starts are multiples of CHUNK_ALIGN (≥ 16
+                    // elements), so its non-temporal stores are aligned.
+                    unsafe { code.run(call_args.ptrs(), a, b) }
                 })
             });
         }
         _ if s.iters > 0 => {
             // SAFETY: as above, on the whole range from one thread (start 0: aligned).
-            unsafe { code.run(args.ptrs(), 0, s.iters) }
+            unsafe { code.run(call_args.ptrs(), 0, s.iters) }
         }
         _ => {}
     }
-    for (j, b) in fresh.into_iter().enumerate() {
-        let data = match (b, s.in_place[j]) {
-            (Some(b), _) => Arc::new(b),
-            (None, Some(k)) => ins[k].data.clone(),
-            (None, None) => return Err(internal(format!("loop output {} has no buffer", s.outputs[j]))),
+    args.clear();
+    for (j, out) in outs.iter_mut().enumerate() {
+        let v = s.outputs[j];
+        let data = match (out.take(), s.in_place[j]) {
+            (Some(d), _) => d,
+            (None, Some(k)) => match taken.get(k).and_then(Option::as_ref) {
+                Some(t) => t.data.clone(),
+                None => return Err(internal(format!("loop output {v} has no buffer"))),
+            },
+            (None, None) => return Err(internal(format!("loop output {v} has no buffer"))),
         };
-        env[s.outputs[j].index()] = Some(Tensor { shape: s.out_shapes[j].clone(), data });
+        env[v.index()] = Some(arena.tensor(v, &s.out_shapes[j], data));
+    }
+    // Dying inputs: one whose storage an output took over keeps only its shape; the others go
+    // back to their value slots, where the plan's drops release them after this step.
+    for (k, t) in taken.drain(..).enumerate() {
+        if let Some(t) = t {
+            let v = s.inputs[k];
+            if consumed[k] {
+                arena.release_shell(v, t);
+            } else {
+                env[v.index()] = Some(t);
+            }
+        }
     }
     Ok(())
 }
