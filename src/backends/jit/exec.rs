@@ -8,8 +8,8 @@ use std::time::Instant;
 use crate::backends::signature::Signature;
 use crate::backends::slot::FinalizeSlot;
 
-use super::loops::{LoopScratch, run_loop};
-use super::plan::{AliasStep, Arena, CallStep, FuncPlan, KernelStep, Plan, Retain, Step};
+use super::loops::{Arena, LoopScratch, Retain, run_loop};
+use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step};
 use crate::api::backend::{ExecOptions, Executable, check_inputs, check_output_buffers};
 use crate::api::buffer::Buffer;
 use crate::api::profile::EventKind;
@@ -70,7 +70,7 @@ impl ExecState {
     fn new(plan: &Plan) -> ExecState {
         ExecState {
             env: vec![None; plan.num_values],
-            arena: Arena::new(plan),
+            arena: Arena::new(plan.num_values, plan.num_slots),
             loops: LoopScratch::default(),
             kernel_inputs: Vec::new(),
         }

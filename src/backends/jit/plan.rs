@@ -9,7 +9,7 @@
 //! holds the only reference to that input's storage, which is never the case for a caller's
 //! (non-donated) input or a constant, and is the case for a donated input.
 //!
-//! Across executions ([`Retain`], [`Arena`]): every loop output of `main` is planned into a
+//! Across executions ([`Retain`], [`Arena`](super::loops::Arena)): every loop output of `main` is planned into a
 //! memory slot of its byte size, shared by values whose lifetimes (with their aliases') do not
 //! overlap; an execution state keeps the slots' storage and the shapes of released values, so
 //! that the next execution writes its loop outputs into the same memory without allocating.
@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::loops::LoopStep;
+use super::loops::{LoopStep, Retain};
 use crate::backends::interp::captures;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueId};
@@ -119,110 +119,6 @@ pub(crate) struct FuncPlan {
     pub outputs: Vec<ValueId>,
     /// The clusters and schedule the steps come from.
     pub clustering: Clustering,
-}
-
-/// What an execution state keeps of a value once it is released (see [`Arena`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Retain {
-    /// The tensor's shape (its data is released): the next execution reuses the shape's heap
-    /// storage for this value.
-    Shell,
-    /// A constant: kept whole (its data is shared with [`Plan::constants`], never written).
-    Constant,
-    /// A loop output of `main` that owns memory slot `s`: its storage goes back to the slot,
-    /// for the next value planned into that slot (in this or the next execution).
-    Slot(u32),
-    /// An alias (Reshape, Identity, …) of the storage of slot `s`'s value: released like a
-    /// shell (the slot's value gives the storage back); when it is a result of `main` written
-    /// into a caller's buffer, the buffer's previous storage goes to slot `s`.
-    AliasOf(u32),
-}
-
-/// The memory an execution state keeps from one execution to the next, as [`Plan::retain`]
-/// says: the tensors of released values (their shapes; constants whole) and the storage of
-/// `main`'s memory slots. With it a steady-state execution of loop steps allocates nothing: a
-/// value's tensor comes back with its shape, a loop output's storage from its slot.
-pub(crate) struct Arena {
-    /// Released values' tensors, by value: shells (shape, empty data) and constants.
-    keep: Vec<Option<Tensor>>,
-    /// The storage of each memory slot while no value holds it.
-    slots: Vec<Option<Arc<AlignedBytes>>>,
-    /// The empty storage a shell holds.
-    empty: Arc<AlignedBytes>,
-}
-
-impl Arena {
-    /// An empty arena for `plan`.
-    pub(crate) fn new(plan: &Plan) -> Arena {
-        Arena {
-            keep: vec![None; plan.num_values],
-            slots: vec![None; plan.num_slots],
-            empty: Arc::new(AlignedBytes::zeroed(0)),
-        }
-    }
-
-    /// The tensor of value `v` with `shape` (unnamed) holding `data`: `v`'s kept shell when it
-    /// has that shape (no allocation), else a new tensor.
-    pub(crate) fn tensor(&mut self, v: ValueId, shape: &Shape, data: Arc<AlignedBytes>) -> Tensor {
-        match self.keep.get_mut(v.index()).and_then(Option::take) {
-            Some(mut t)
-                if t.shape.dtype == shape.dtype && t.shape.dims == shape.dims && t.shape.axis_names.is_none() =>
-            {
-                t.data = data;
-                t
-            }
-            _ => Tensor { shape: unnamed(shape), data },
-        }
-    }
-
-    /// The empty storage (a shared handle: no allocation).
-    pub(crate) fn empty(&self) -> Arc<AlignedBytes> {
-        self.empty.clone()
-    }
-
-    /// The kept tensor of constant `v`, if a previous execution released it.
-    pub(crate) fn take_kept(&mut self, v: ValueId) -> Option<Tensor> {
-        self.keep.get_mut(v.index()).and_then(Option::take)
-    }
-
-    /// Storage of `bytes` bytes for a value planned as `retain`: its slot's when that is free,
-    /// of that size and uniquely held (so it can be written), else `None`.
-    pub(crate) fn slot_storage(&mut self, retain: Retain, bytes: usize) -> Option<Arc<AlignedBytes>> {
-        let Retain::Slot(s) = retain else { return None };
-        let mut d = self.slots.get_mut(s as usize).and_then(Option::take)?;
-        (d.len() == bytes && Arc::get_mut(&mut d).is_some()).then_some(d)
-    }
-
-    /// Releases `t`, the tensor of value `v`, planned as `retain`: a slot's storage goes back to
-    /// the slot, a constant is kept whole, and otherwise only the shape is kept.
-    pub(crate) fn release(&mut self, v: ValueId, mut t: Tensor, retain: Retain) {
-        match retain {
-            Retain::Constant => {}
-            Retain::Slot(s) => {
-                let d = std::mem::replace(&mut t.data, self.empty.clone());
-                if let Some(slot) = self.slots.get_mut(s as usize) {
-                    *slot = Some(d);
-                }
-            }
-            Retain::Shell | Retain::AliasOf(_) => t.data = self.empty.clone(),
-        }
-        if let Some(k) = self.keep.get_mut(v.index()) {
-            *k = Some(t);
-        }
-    }
-
-    /// Puts `data` in slot `s` (whatever the slot held is let go).
-    pub(crate) fn fill_slot(&mut self, s: u32, data: Arc<AlignedBytes>) {
-        if let Some(slot) = self.slots.get_mut(s as usize) {
-            *slot = Some(data);
-        }
-    }
-
-    /// Keeps the shape of `t`, the tensor of value `v`, and lets its data go (an input whose
-    /// storage a loop output took over in place).
-    pub(crate) fn release_shell(&mut self, v: ValueId, t: Tensor) {
-        self.release(v, t, Retain::Shell);
-    }
 }
 
 /// A module lowered for the executor: one [`FuncPlan`] per function (main, named functions,
