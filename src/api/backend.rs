@@ -128,6 +128,52 @@ pub trait Executable: Send + Sync {
     /// # Ok::<(), tensorjit::Error>(())
     /// ```
     fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], opts: &ExecOptions) -> Result<Vec<Buffer>>;
+    /// Runs with `inputs` (and `donate`, as [`Executable::execute_with`]) under `opts` and puts
+    /// result `i` into `outputs[i]`, a live buffer of [`Executable::output_shapes`]`()[i]`
+    /// (exactly: dtype and dims), instead of returning new buffers. Each output buffer then
+    /// holds its result (every handle of it sees the new values); the storage it held before
+    /// may be kept by the executable and reused by later executions, so that a steady-state
+    /// call allocates nothing where the backend can (the "jit" backend's loop steps). Outputs
+    /// are checked before anything runs and written only when the execution succeeded; an
+    /// output buffer given twice is an error.
+    ///
+    /// ```
+    /// use tensorjit::{Buffer, DType, ExecOptions, Shape};
+    ///
+    /// let backend = tensorjit::new_with_config("jit")?;
+    /// let builder = backend.builder("twice");
+    /// let main = builder.main();
+    /// let x = main.parameter("x", Shape::new(DType::Float32, &[3]))?;
+    /// let y = main.add(x, x)?;
+    /// main.return_(&[y])?;
+    /// let exe = builder.compile()?;
+    /// let out = Buffer::from_slice(&[0f32; 3], &[3])?;
+    /// for k in 1..4 {
+    ///     let x = Buffer::from_slice(&[k as f32, 0.5, -1.0], &[3])?;
+    ///     exe.execute_into(&[&x], &[], &[&out], &ExecOptions::default())?;
+    ///     assert_eq!(out.to_vec::<f32>()?, [2.0 * k as f32, 1.0, -2.0]);
+    /// }
+    /// // A buffer of another shape is refused before anything runs.
+    /// let wrong = Buffer::from_slice(&[0f32; 4], &[4])?;
+    /// let x = Buffer::from_slice(&[1f32, 2.0, 3.0], &[3])?;
+    /// assert!(exe.execute_into(&[&x], &[], &[&wrong], &ExecOptions::default()).is_err());
+    /// # Ok::<(), tensorjit::Error>(())
+    /// ```
+    fn execute_into(&self, inputs: &[&Buffer], donate: &[bool], outputs: &[&Buffer], opts: &ExecOptions) -> Result<()> {
+        check_output_buffers(self.output_shapes(), outputs)?;
+        let results = self.execute_with(inputs, donate, opts)?;
+        if results.len() != outputs.len() {
+            return Err(Error::Execution(format!(
+                "internal error: {} results for {} output buffers",
+                results.len(),
+                outputs.len()
+            )));
+        }
+        for (out, r) in outputs.iter().zip(&results) {
+            out.replace_storage(r.storage()?)?;
+        }
+        Ok(())
+    }
     /// Releases resources; later executes fail.
     fn finalize(&self) {}
 }
@@ -230,6 +276,40 @@ pub fn check_inputs(names: &[String], shapes: &[Shape], inputs: &[&Buffer], dona
                 "execute",
                 format!("parameter {i} ({name:?}): {} bytes of storage for shape {got}", data.len()),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the output buffers of [`Executable::execute_into`] against the results' `shapes`:
+/// their count, each buffer live with exactly its result's dtype and dims (and storage of that
+/// size), and no buffer given twice. Errors name the output.
+pub fn check_output_buffers(shapes: &[Shape], outputs: &[&Buffer]) -> Result<()> {
+    if outputs.len() != shapes.len() {
+        return Err(Error::invalid(
+            "execute_into",
+            format!("{} output buffers given, the function has {} results", outputs.len(), shapes.len()),
+        ));
+    }
+    for (i, (want, buf)) in shapes.iter().zip(outputs).enumerate() {
+        let got = buf.shape();
+        if got.dtype != want.dtype || got.dims != want.dims {
+            return Err(Error::invalid("execute_into", format!("output {i} is {want}, the buffer given is {got}")));
+        }
+        let data = buf.storage().map_err(|e| match e {
+            Error::UseAfterFree { what, state } => {
+                Error::UseAfterFree { what: format!("{what} given as output {i}"), state }
+            }
+            other => other,
+        })?;
+        if got.byte_size() != Some(data.len()) {
+            return Err(Error::invalid(
+                "execute_into",
+                format!("output {i}: {} bytes of storage for shape {got}", data.len()),
+            ));
+        }
+        if let Some(j) = outputs[..i].iter().position(|b| b.same_buffer(buf)) {
+            return Err(Error::invalid("execute_into", format!("output buffers {j} and {i} are the same buffer")));
         }
     }
     Ok(())

@@ -167,6 +167,21 @@ impl Buffer {
         }
     }
 
+    /// Puts `data` in place of the storage (the buffer's new contents; the caller has checked
+    /// that it fits the shape) and returns the previous storage. Errors if donated or finalized.
+    pub(crate) fn replace_storage(&self, data: Arc<AlignedBytes>) -> Result<Arc<AlignedBytes>> {
+        let mut st = self.inner.state.write().unwrap_or_else(|e| e.into_inner());
+        match &mut *st {
+            State::Live(d) => Ok(std::mem::replace(d, data)),
+            s => Err(Buffer::dead_error(s)),
+        }
+    }
+
+    /// Whether `self` and `other` are handles of the same buffer (clones of one another).
+    pub fn same_buffer(&self, other: &Buffer) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// A copy of the raw bytes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         Ok(self.storage()?.as_bytes().to_vec())

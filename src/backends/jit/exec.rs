@@ -2,27 +2,25 @@
 //! reference kernels for the other nodes), or hands a module the plan cannot express to the
 //! interpreter.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::backends::signature::Signature;
 use crate::backends::slot::FinalizeSlot;
 
-use super::loops::run_loop;
+use super::loops::{Arena, LoopScratch, Retain, run_loop};
 use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step};
-use crate::api::backend::{ExecOptions, Executable};
+use crate::api::backend::{ExecOptions, Executable, check_inputs, check_output_buffers};
 use crate::api::buffer::Buffer;
 use crate::api::profile::EventKind;
 use crate::backends::interp::InterpExecutable;
 use crate::backends::interp::{count_iteration, locate, scalar_bool};
-use crate::backends::signature::unnamed;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::Op;
 use crate::ir::shape::Shape;
 use crate::ir::text::format_shape;
 use crate::kernels::tensor::Tensor;
-use crate::memory::AlignedBytes;
 
 /// What an executable runs.
 pub(crate) enum Runner {
@@ -33,19 +31,84 @@ pub(crate) enum Runner {
     Interp(InterpExecutable),
 }
 
+/// Most execution states an executable keeps between executions (one per execution running at
+/// the same time, up to this many).
+const MAX_KEPT_STATES: usize = 16;
+
 /// A module compiled by the "jit" backend. `Send + Sync`: the plan is shared read-only and every
 /// execution has its own value slots.
+///
+/// Executions reuse their memory: each runs on an execution state (value slots, the shapes of
+/// released values, `main`'s memory slots for loop outputs, scratch vectors) taken from the
+/// executable and handed back at the end, so that a steady-state execution of loop steps makes
+/// no heap allocation ([`Executable::execute_into`] then allocates nothing at all; `execute`
+/// allocates its results). The states keep the loop outputs' storage between executions (at
+/// most the peak of one execution's live loop outputs per state); [`JitExecutable::release_memory`]
+/// or `finalize` frees it.
 pub struct JitExecutable {
     runner: FinalizeSlot<Runner>,
     sig: Signature,
     /// Most iterations one `while` may run (`while_limit=N`); `None`: unbounded.
     while_limit: Option<u64>,
+    /// Execution states of finished executions, for the next ones.
+    states: Mutex<Vec<ExecState>>,
+}
+
+/// The memory of one execution, kept from one execution to the next.
+struct ExecState {
+    /// A slot per value of the module (closures read their ancestors' values by id).
+    env: Vec<Option<Tensor>>,
+    /// Released values' shapes, constants, memory slots.
+    arena: Arena,
+    /// Scratch vectors of loop steps.
+    loops: LoopScratch,
+    /// Operands of a kernel step, moved out of `env` while it runs.
+    kernel_inputs: Vec<Tensor>,
+}
+
+impl ExecState {
+    fn new(plan: &Plan) -> ExecState {
+        ExecState {
+            env: vec![None; plan.num_values],
+            arena: Arena::new(plan.num_values, plan.num_slots),
+            loops: LoopScratch::default(),
+            kernel_inputs: Vec::new(),
+        }
+    }
+
+    /// Releases every value still held (results, constants, what a failed run left) as the plan
+    /// says, so that the next execution starts from empty value slots.
+    fn sweep(&mut self, plan: &Plan) {
+        self.loops.clear();
+        self.kernel_inputs.clear();
+        for (i, slot) in self.env.iter_mut().enumerate() {
+            if let Some(t) = slot.take() {
+                let v = ValueId(i as u32);
+                self.arena.release(v, t, plan.retain.get(i).copied().unwrap_or(Retain::Shell));
+            }
+        }
+    }
+}
+
+/// Where the results of an execution go.
+enum Results<'a> {
+    /// New buffers, returned.
+    New(&'a mut Vec<Buffer>),
+    /// The caller's buffers (checked), whose storage is exchanged with the results'.
+    Into(&'a [&'a Buffer]),
 }
 
 impl JitExecutable {
     /// `while_limit` applies to the plan; an interpreter runner carries its own.
     pub(crate) fn new(runner: Runner, sig: Signature, while_limit: Option<u64>) -> Self {
-        JitExecutable { runner: FinalizeSlot::new(runner), sig, while_limit }
+        JitExecutable { runner: FinalizeSlot::new(runner), sig, while_limit, states: Mutex::new(Vec::new()) }
+    }
+
+    /// Frees the memory kept between executions (the loop outputs' storage and the shapes of
+    /// the execution states; see the type's docs). The next execution allocates it again.
+    pub fn release_memory(&self) {
+        let states = std::mem::take(&mut *self.states.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(states);
     }
 
     /// Whether this executable runs on the flat plan of compiled loops (`false`: it was handed
@@ -114,34 +177,147 @@ impl Executable for JitExecutable {
             Runner::Interp(e) => return e.execute_with(inputs, donate, opts),
             Runner::Plan { plan, pool } => (plan, pool.as_deref().filter(|p| p.current_num_threads() > 1)),
         };
-        let args = self.sig.take_inputs(inputs, donate, |_, _| Ok(()))?;
-        let mut env: Vec<Option<Tensor>> = vec![None; plan.num_values];
-        for (v, t) in &plan.constants {
-            env[v.index()] = Some(t.clone());
-        }
-        let main = plan.main();
-        for (t, &(p, used)) in args.into_iter().zip(&main.params) {
-            if used {
-                env[p.index()] = Some(t);
-            }
-        }
-        let mut ex =
-            Exec { plan, env, pool, depth: 0, opts, bounded: !opts.is_unbounded(), while_limit: self.while_limit };
-        ex.run_steps(main)?;
-        main.outputs
-            .iter()
-            .map(|&v| {
-                let t = ex.env[v.index()].clone().ok_or_else(|| internal(format!("output {v} was not computed")))?;
-                Buffer::from_storage(t.shape, t.data)
-            })
-            .collect()
+        let mut out = Vec::with_capacity(plan.main().outputs.len());
+        self.run_plan(plan, pool, inputs, donate, opts, Results::New(&mut out))?;
+        Ok(out)
+    }
+
+    fn execute_into(&self, inputs: &[&Buffer], donate: &[bool], outputs: &[&Buffer], opts: &ExecOptions) -> Result<()> {
+        let runner = self.runner()?;
+        let (plan, pool) = match &*runner {
+            Runner::Interp(e) => return e.execute_into(inputs, donate, outputs, opts),
+            Runner::Plan { plan, pool } => (plan, pool.as_deref().filter(|p| p.current_num_threads() > 1)),
+        };
+        check_output_buffers(&self.sig.output_shapes, outputs)?;
+        self.run_plan(plan, pool, inputs, donate, opts, Results::Into(outputs))
     }
 
     fn finalize(&self) {
+        self.release_memory();
         if let Some(r) = self.runner.take()
             && let Runner::Interp(e) = &*r
         {
             e.finalize();
+        }
+    }
+}
+
+impl JitExecutable {
+    /// Runs `plan` on a kept execution state (or a new one) and hands the state back.
+    fn run_plan(
+        &self,
+        plan: &Plan,
+        pool: Option<&rayon::ThreadPool>,
+        inputs: &[&Buffer],
+        donate: &[bool],
+        opts: &ExecOptions,
+        results: Results<'_>,
+    ) -> Result<()> {
+        let kept = self.states.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut st = kept.filter(|s| s.env.len() == plan.num_values).unwrap_or_else(|| ExecState::new(plan));
+        let r = self.run_on(plan, pool, &mut st, inputs, donate, opts, results);
+        st.sweep(plan);
+        let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        if states.len() < MAX_KEPT_STATES {
+            states.push(st);
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_on(
+        &self,
+        plan: &Plan,
+        pool: Option<&rayon::ThreadPool>,
+        st: &mut ExecState,
+        inputs: &[&Buffer],
+        donate: &[bool],
+        opts: &ExecOptions,
+        results: Results<'_>,
+    ) -> Result<()> {
+        self.bind_inputs(plan, st, inputs, donate)?;
+        for (v, t) in &plan.constants {
+            let t = st.arena.take_kept(*v).unwrap_or_else(|| t.clone());
+            st.env[v.index()] = Some(t);
+        }
+        let main = plan.main();
+        let mut ex =
+            Exec { plan, st, pool, depth: 0, opts, bounded: !opts.is_unbounded(), while_limit: self.while_limit };
+        ex.run_steps(main)?;
+        let missing = |v: ValueId| internal(format!("output {v} was not computed"));
+        match results {
+            Results::New(out) => {
+                for (k, &v) in main.outputs.iter().enumerate() {
+                    // A value returned twice is shared by its buffers.
+                    let env = &mut ex.st.env;
+                    let t =
+                        if main.outputs[k + 1..].contains(&v) { env[v.index()].clone() } else { env[v.index()].take() };
+                    let t = t.ok_or_else(|| missing(v))?;
+                    out.push(Buffer::from_storage(t.shape, t.data)?);
+                }
+            }
+            Results::Into(bufs) => {
+                for (k, (&v, buf)) in main.outputs.iter().zip(bufs).enumerate() {
+                    let t = ex.st.env[v.index()].as_mut().ok_or_else(|| missing(v))?;
+                    let old = buf.replace_storage(t.data.clone())?;
+                    if main.outputs[k + 1..].contains(&v) {
+                        continue;
+                    }
+                    // The caller's previous storage (of the same size, checked) goes where the
+                    // next execution writes this result: a loop output's own storage (the sweep
+                    // after the run puts it in its memory slot), or the slot an alias reads.
+                    match plan.retain[v.index()] {
+                        Retain::Slot(_) => t.data = old,
+                        Retain::AliasOf(s) => ex.st.arena.fill_slot(s, old),
+                        Retain::Shell | Retain::Constant => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `inputs` (count, dtypes, shapes, `donate` flags, every buffer live) and only then
+    /// stores their storage in `main`'s parameters' value slots: shared reads first, then the
+    /// donated buffers moved out (a buffer passed twice, once donated, stays readable by the
+    /// shared use), as [`Signature::take_inputs`] does, without allocating.
+    fn bind_inputs(&self, plan: &Plan, st: &mut ExecState, inputs: &[&Buffer], donate: &[bool]) -> Result<()> {
+        let sig = &self.sig;
+        check_inputs(&sig.input_names, &sig.input_shapes, inputs, donate)?;
+        let params = &plan.main().params;
+        if params.len() != inputs.len() {
+            return Err(internal(format!("{} parameters planned for {} inputs", params.len(), inputs.len())));
+        }
+        let donated = |i: usize| donate.get(i).copied().unwrap_or(false);
+        for (i, buf) in inputs.iter().enumerate() {
+            if !buf.is_live() {
+                buf.storage().map_err(|e| self.name_param(e, i))?;
+            }
+        }
+        for pass_donated in [false, true] {
+            for (i, buf) in inputs.iter().enumerate() {
+                if donated(i) != pass_donated {
+                    continue;
+                }
+                let data = if pass_donated { buf.take_for_donation() } else { buf.storage() };
+                let data = data.map_err(|e| self.name_param(e, i))?;
+                let (p, used) = params[i];
+                if used {
+                    st.env[p.index()] = Some(st.arena.tensor(p, buf.shape(), data));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds "given as parameter i (name)" to a buffer-state error, keeping its kind.
+    fn name_param(&self, e: Error, i: usize) -> Error {
+        match e {
+            Error::UseAfterFree { what, state } => Error::UseAfterFree {
+                what: format!("{what} given as parameter {i} ({:?})", self.sig.input_names[i]),
+                state,
+            },
+            other => other,
         }
     }
 }
@@ -153,7 +329,7 @@ const MAX_DEPTH: usize = 200;
 /// values by id), the pool, and the call depth.
 struct Exec<'p> {
     plan: &'p Plan,
-    env: Vec<Option<Tensor>>,
+    st: &'p mut ExecState,
     pool: Option<&'p rayon::ThreadPool>,
     depth: usize,
     /// Deadline and cancellation of this execution.
@@ -178,17 +354,21 @@ impl<'p> Exec<'p> {
                 self.opts.check()?;
             }
             let started = self.opts.profiler.as_ref().map(|_| Instant::now());
+            let st = &mut *self.st;
             match step {
-                Step::Loop(s) => run_loop(s, &mut self.env, self.pool)?,
-                Step::Kernel(s) => run_kernel(plan, s, &mut self.env, self.pool, self.depth)?,
-                Step::Alias(s) => run_alias(s, &mut self.env)?,
+                Step::Loop(s) => run_loop(s, &mut st.env, &mut st.arena, &plan.retain, &mut st.loops, self.pool)?,
+                Step::Kernel(s) => run_kernel(plan, s, st, self.pool, self.depth)?,
+                Step::Alias(s) => run_alias(s, st)?,
                 Step::Call(s) => self.run_call(s)?,
             }
             if let (Some(p), Some(t)) = (&self.opts.profiler, started) {
                 p.record(step_kind(step), t, || step_label(plan, fp, step));
             }
+            let st = &mut *self.st;
             for v in &fp.drops[i] {
-                self.env[v.index()] = None;
+                if let Some(t) = st.env[v.index()].take() {
+                    st.arena.release(*v, t, plan.retain[v.index()]);
+                }
             }
         }
         Ok(())
@@ -217,7 +397,7 @@ impl<'p> Exec<'p> {
         self.depth += 1;
         for (&(p, used), t) in fp.params.iter().zip(args) {
             if used {
-                self.env[p.index()] = Some(t);
+                self.st.env[p.index()] = Some(t);
             }
         }
         let r = self.run_steps(fp);
@@ -225,7 +405,7 @@ impl<'p> Exec<'p> {
         r?;
         let mut outs = Vec::with_capacity(fp.outputs.len());
         for &v in &fp.outputs {
-            let t = self.env[v.index()].clone().ok_or_else(|| internal(format!("output {v} was not computed")))?;
+            let t = self.st.env[v.index()].clone().ok_or_else(|| internal(format!("output {v} was not computed")))?;
             outs.push(t);
         }
         // The callee's own values are done; releasing them lets the caller hold the only
@@ -233,11 +413,11 @@ impl<'p> Exec<'p> {
         // Its constants stay: they are loaded once per execution and the callee may run again.
         for &v in &fp.outputs {
             if m.value(v).func == f && !is_constant(m, v) {
-                self.env[v.index()] = None;
+                self.st.env[v.index()] = None;
             }
         }
         for &(p, _) in &fp.params {
-            self.env[p.index()] = None;
+            self.st.env[p.index()] = None;
         }
         Ok(outs)
     }
@@ -246,7 +426,7 @@ impl<'p> Exec<'p> {
         let plan = self.plan;
         let m = &plan.module;
         let name = m.node(s.node).op.op_type();
-        let inputs = s.inputs.iter().map(|&v| slot(&self.env, v)).collect::<Result<Vec<_>>>()?;
+        let inputs = s.inputs.iter().map(|&v| slot(&self.st.env, v)).collect::<Result<Vec<_>>>()?;
         let nesting = self.depth;
         let at = |e: Error| annotate(e, m, s.node, nesting);
         let outs = match m.node(s.node).op {
@@ -288,7 +468,7 @@ impl<'p> Exec<'p> {
             if t.shape.dtype != want.dtype || t.shape.dims != want.dims {
                 return Err(internal(format!("{name} output {k} is {}, expected {want}", t.shape)));
             }
-            self.env[s.outputs[k].index()] = Some(t);
+            self.st.env[s.outputs[k].index()] = Some(t);
         }
         Ok(())
     }
@@ -305,32 +485,52 @@ fn slot(env: &[Option<Tensor>], v: crate::ir::module::ValueId) -> Result<Tensor>
 fn run_kernel(
     plan: &Plan,
     s: &KernelStep,
-    env: &mut [Option<Tensor>],
+    st: &mut ExecState,
     pool: Option<&rayon::ThreadPool>,
     nesting: usize,
 ) -> Result<()> {
     let packed = s.fast.as_ref().map_or(&[][..], |f| f.prepacked_operands());
-    let inputs = s
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            if packed.contains(&i) {
-                // Captured by the fast kernel at compile time: shape only, no data.
-                Ok(Tensor { shape: unnamed(plan.module.shape(v)), data: Arc::new(AlignedBytes::zeroed(0)) })
-            } else {
-                slot(env, v)
+    let ExecState { env, arena, kernel_inputs: ins, .. } = st;
+    ins.clear();
+    // The operands are moved out of their value slots while the kernel runs (and back after),
+    // so that no tensor is copied.
+    let mut gathered = Ok(());
+    for (i, &v) in s.inputs.iter().enumerate() {
+        let t = if packed.contains(&i) {
+            // Captured by the fast kernel at compile time: shape only, no data.
+            let empty = arena.empty();
+            Some(arena.tensor(v, plan.module.shape(v), empty))
+        } else if let Some(first) = s.inputs[..i].iter().position(|&u| u == v) {
+            Some(ins[first].clone())
+        } else {
+            env.get_mut(v.index()).and_then(Option::take)
+        };
+        match t {
+            Some(t) => ins.push(t),
+            None => {
+                gathered = Err(internal(format!("value {v} is not available")));
+                break;
             }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let at = |e: Error| annotate(e, &plan.module, s.node, nesting);
-    crate::memory::check_outputs(s.op.op_type(), &s.out_shapes).map_err(at)?;
-    let outs = match &s.fast {
-        Some(k) => k.run(&inputs, &s.out_shapes, pool),
-        None => crate::kernels::reference::eval(&s.op, &inputs, &s.out_shapes),
+        }
     }
-    .map_err(at)?;
-    drop(inputs);
+    let at = |e: Error| annotate(e, &plan.module, s.node, nesting);
+    let outs = gathered.and_then(|()| {
+        crate::memory::check_outputs(s.op.op_type(), &s.out_shapes).map_err(at)?;
+        match &s.fast {
+            Some(k) => k.run(ins, &s.out_shapes, pool),
+            None => crate::kernels::reference::eval(&s.op, ins, &s.out_shapes),
+        }
+        .map_err(at)
+    });
+    for (i, t) in ins.drain(..).enumerate() {
+        let v = s.inputs[i];
+        if packed.contains(&i) {
+            arena.release_shell(v, t);
+        } else if !s.inputs[..i].contains(&v) {
+            env[v.index()] = Some(t);
+        }
+    }
+    let outs = outs?;
     if outs.len() != s.outputs.len() {
         return Err(internal(format!(
             "{} kernel returned {} results for {} outputs",
@@ -348,14 +548,16 @@ fn run_kernel(
     Ok(())
 }
 
-fn run_alias(s: &AliasStep, env: &mut [Option<Tensor>]) -> Result<()> {
+/// Runs alias step `s`: each output shares its input's storage, in the output's kept shape.
+fn run_alias(s: &AliasStep, st: &mut ExecState) -> Result<()> {
     for (k, &(x, o)) in s.pairs.iter().enumerate() {
-        let t = slot(env, x)?;
-        let shape = s.out_shapes[k].clone();
-        if shape.byte_size() != Some(t.data.len()) {
-            return Err(internal(format!("alias {o} of {x}: {} bytes for shape {shape}", t.data.len())));
+        let data = st.env.get(x.index()).and_then(Option::as_ref).map(|t| t.data.clone());
+        let data = data.ok_or_else(|| internal(format!("value {x} is not available")))?;
+        let shape = &s.out_shapes[k];
+        if shape.byte_size() != Some(data.len()) {
+            return Err(internal(format!("alias {o} of {x}: {} bytes for shape {shape}", data.len())));
         }
-        env[o.index()] = Some(Tensor { shape, data: t.data });
+        st.env[o.index()] = Some(st.arena.tensor(o, shape, data));
     }
     Ok(())
 }

@@ -8,13 +8,18 @@
 //! same size that dies at that step (`LoopStep::in_place`); the executor only does so when it
 //! holds the only reference to that input's storage, which is never the case for a caller's
 //! (non-donated) input or a constant, and is the case for a donated input.
+//!
+//! Across executions ([`Retain`], [`Arena`](super::loops::Arena)): every loop output of `main` is planned into a
+//! memory slot of its byte size, shared by values whose lifetimes (with their aliases') do not
+//! overlap; an execution state keeps the slots' storage and the shapes of released values, so
+//! that the next execution writes its loop outputs into the same memory without allocating.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::loops::LoopStep;
+use super::loops::{LoopStep, Retain};
 use crate::backends::interp::captures;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueId};
@@ -127,6 +132,10 @@ pub(crate) struct Plan {
     pub constants: Vec<(ValueId, Tensor)>,
     /// Size of the value arena (slots per execution; values are module-wide).
     pub num_values: usize,
+    /// What an execution state keeps of each value when it is released (indexed by value).
+    pub retain: Vec<Retain>,
+    /// Number of memory slots of `main`'s loop outputs ([`Retain::Slot`]).
+    pub num_slots: usize,
     /// Where planning spent its time.
     pub times: PlanTimes,
 }
@@ -247,7 +256,101 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
         }
     }
     let num_values = module.values.len();
-    Ok(Plan { module, funcs, constants, num_values, times })
+    let mut retain = vec![Retain::Shell; num_values];
+    for (v, _) in &constants {
+        retain[v.index()] = Retain::Constant;
+    }
+    let num_slots = assign_slots(&funcs[module.main.index()], &mut retain);
+    Ok(Plan { module, funcs, constants, num_values, retain, num_slots, times })
+}
+
+/// The memory plan of `main`'s loop outputs: gives each a slot ([`Retain::Slot`]) of its byte
+/// size, shared by values whose lifetimes do not overlap, and returns the number of slots.
+///
+/// A value's storage lives as long as the value and every alias of it (Reshape, Identity, …:
+/// [`AliasStep`]s share their input's storage), so a slot is free again once the last member of
+/// its alias group is released. A loop output written over a dying input (`in_place`) takes
+/// that input's slot when the input is the last live member of its group (its storage is then
+/// uniquely held at run time); over a kernel's result (no slot) it gets none, as the kernel
+/// provides fresh storage every execution; over a parameter or a constant (shared with the
+/// caller or the plan, so never written in place) it gets its own slot. Slots of `main`'s
+/// results are never freed. Other functions' values get no slot (their results flow back to
+/// their callers, and a recursive function's values are live at several depths at once).
+fn assign_slots(fp: &FuncPlan, retain: &mut [Retain]) -> usize {
+    let mut slot_bytes: Vec<usize> = Vec::new();
+    let mut free: HashMap<usize, Vec<u32>> = HashMap::new();
+    // Alias groups: the value owning the storage (`root`) and the number of live members.
+    let mut root: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut live: HashMap<ValueId, usize> = HashMap::new();
+    fn take(free: &mut HashMap<usize, Vec<u32>>, slot_bytes: &mut Vec<usize>, bytes: usize) -> u32 {
+        if let Some(s) = free.get_mut(&bytes).and_then(Vec::pop) {
+            return s;
+        }
+        slot_bytes.push(bytes);
+        (slot_bytes.len() - 1) as u32
+    }
+    for (i, step) in fp.steps.iter().enumerate() {
+        match step {
+            Step::Loop(ls) => {
+                for (j, &v) in ls.outputs.iter().enumerate() {
+                    let Some(bytes) = ls.out_shapes[j].byte_size() else { continue };
+                    let over = ls.in_place[j].map(|k| ls.inputs[k]);
+                    let inherited = over.and_then(|u| {
+                        let r = *root.get(&u)?;
+                        match retain[r.index()] {
+                            Retain::Slot(s) if live.get(&r) == Some(&1) => Some((r, s)),
+                            _ => None,
+                        }
+                    });
+                    let over_kernel_result = over.is_some_and(|u| {
+                        !root.contains_key(&u)
+                            && !fp.params.iter().any(|&(p, _)| p == u)
+                            && retain[u.index()] == Retain::Shell
+                    });
+                    match inherited {
+                        // The dying input's group ends here; `v` continues it in the same slot.
+                        Some((r, s)) => {
+                            retain[v.index()] = Retain::Slot(s);
+                            root.insert(v, r);
+                            *live.entry(r).or_insert(0) += 1;
+                        }
+                        _ if over_kernel_result => {}
+                        _ => {
+                            let s = take(&mut free, &mut slot_bytes, bytes);
+                            retain[v.index()] = Retain::Slot(s);
+                            root.insert(v, v);
+                            live.insert(v, 1);
+                        }
+                    }
+                }
+            }
+            Step::Alias(a) => {
+                for &(x, o) in &a.pairs {
+                    if let Some(&r) = root.get(&x) {
+                        root.insert(o, r);
+                        *live.entry(r).or_insert(0) += 1;
+                        if let Retain::Slot(s) = retain[r.index()] {
+                            retain[o.index()] = Retain::AliasOf(s);
+                        }
+                    }
+                }
+            }
+            Step::Kernel(_) | Step::Call(_) => {}
+        }
+        for v in &fp.drops[i] {
+            let Some(&r) = root.get(v) else { continue };
+            let n = live.get_mut(&r).map_or(0, |n| {
+                *n = n.saturating_sub(1);
+                *n
+            });
+            if n == 0
+                && let Retain::Slot(s) = retain[r.index()]
+            {
+                free.entry(slot_bytes[s as usize]).or_default().push(s);
+            }
+        }
+    }
+    slot_bytes.len()
 }
 
 fn build_function(
@@ -476,7 +579,7 @@ impl Plan {
                 )))
             );
             for (i, st) in fp.steps.iter().enumerate() {
-                let _ = writeln!(s, "step {i}: {}", describe_step(m, st));
+                let _ = writeln!(s, "step {i}: {}", describe_step(m, st, &self.retain));
                 if !fp.drops[i].is_empty() {
                     let _ =
                         writeln!(s, "  release after step {i}: {}", list(fp.drops[i].iter().map(|v| v.to_string())));
@@ -488,8 +591,12 @@ impl Plan {
     }
 }
 
-fn describe_step(m: &Module, st: &Step) -> String {
+fn describe_step(m: &Module, st: &Step, retain: &[Retain]) -> String {
     let shape = |v: ValueId| crate::ir::text::format_shape(m.shape(v));
+    let storage = |v: ValueId| match retain.get(v.index()) {
+        Some(Retain::Slot(s)) => format!("slot {s}"),
+        _ => "new buffer".to_string(),
+    };
     match st {
         Step::Loop(l) => format!(
             "loop cluster{} over {} elements ({} bytes each){} reads [{}] writes [{}]",
@@ -503,9 +610,9 @@ fn describe_step(m: &Module, st: &Step) -> String {
             },
             list(l.inputs.iter().zip(&l.input_dies).map(|(v, d)| format!("{v}{}", if *d { " (dies)" } else { "" }))),
             list(l.outputs.iter().zip(&l.in_place).enumerate().map(|(j, (v, ip))| match ip {
-                Some(k) => format!("{v}: {} (may reuse {})", shape(*v), l.inputs[*k]),
-                None if j >= l.n_plain => format!("{v}: {} (reduced, new buffer)", shape(*v)),
-                None => format!("{v}: {} (new buffer)", shape(*v)),
+                Some(k) => format!("{v}: {} (may reuse {}, else {})", shape(*v), l.inputs[*k], storage(*v)),
+                None if j >= l.n_plain => format!("{v}: {} (reduced, {})", shape(*v), storage(*v)),
+                None => format!("{v}: {} ({})", shape(*v), storage(*v)),
             }))
         ),
         Step::Kernel(k) => format!(
