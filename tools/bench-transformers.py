@@ -32,7 +32,7 @@ Frameworks per figure (model, batch, sequence, threads):
              random weights (MiniLM: its real weights), under inference_mode, torch threads T.
 Every figure of every framework runs in a fresh process pinned with taskset (1 thread: CPU 0;
 2 threads: CPUs 0,1) with OMP/MKL/OpenBLAS thread variables set (benchutil.child_env), and its
-peak RSS is read from the kernel (os.wait4 on that process). Rounds alternate the frameworks
+peak RSS is read from the kernel (GNU time's %M for that process, else os.wait4). Rounds alternate the frameworks
 (A B C D A B C D …); each framework's figure is the best of its rounds' medians. Inputs: random
 token ids with [CLS]/[SEP] and no padding (minilm_common.fake_batch); tokens/s = batch × seq /
 seconds per forward. Each process times the same number of forwards: enough for about
@@ -48,6 +48,7 @@ import json
 import math
 import os
 import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -175,9 +176,16 @@ def child_main(a):
 
 
 def run_measured(cmd, env):
-    """Runs `cmd`; returns (returncode, stdout, stderr, peak RSS in MiB of that process)."""
-    with tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err)
+    """Runs `cmd`; returns (returncode, stdout, stderr, peak RSS in MiB of that process).
+
+    The peak comes from GNU time (`/usr/bin/time -f %M`) when it is installed: a child forked
+    straight from this script would inherit the script's own high-water mark (ru_maxrss survives
+    exec), which after an in-process export with torch is gigabytes; time is small, so the
+    process it forks starts clean. Without it, wait4's ru_maxrss is used (an upper bound)."""
+    gnu_time = shutil.which("time") if os.path.exists("/usr/bin/time") else None
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as rss:
+        full = ["/usr/bin/time", "-f", "%M", "-o", rss.name] + cmd if gnu_time else cmd
+        p = subprocess.Popen(full, env=env, stdout=subprocess.PIPE, stderr=err)
         out = p.stdout.read()
         p.stdout.close()
         # wait4 gives the rusage of this child alone (RUSAGE_CHILDREN would be the maximum over
@@ -185,7 +193,12 @@ def run_measured(cmd, env):
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
-        return p.returncode, out.decode(), err.read().decode(errors="replace"), ru.ru_maxrss / 1024
+        peak_kib = ru.ru_maxrss
+        if gnu_time:
+            text = rss.read().strip().splitlines()
+            if text and text[-1].isdigit():
+                peak_kib = int(text[-1])
+        return p.returncode, out.decode(), err.read().decode(errors="replace"), peak_kib / 1024
 
 
 def taskset(nthreads):
