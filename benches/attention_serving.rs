@@ -13,11 +13,14 @@
 //! `ATTN_BENCH_THREADS=N` sets the jit parallelism; `ATTN_BENCH_REPS=N` the rounds (default 20).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tensorjit::api::DotConfig;
 use tensorjit::backends::jit::{JitBackend, JitExecutable};
 use tensorjit::{Backend, Buffer, DType, Executable, Function, Shape, Value};
+
+#[path = "support/timing.rs"]
+mod timing;
+use timing::time_pair;
 
 type R<T> = tensorjit::Result<T>;
 
@@ -52,25 +55,6 @@ fn compile(backend: &Arc<JitBackend>, dims: [i64; 4]) -> JitExecutable {
 
 fn data(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| (((i + seed) * 7919 % 2001) as f32) / 1000.0 - 1.0).collect()
-}
-
-/// Best seconds of `fused` and `unfused` over `reps` rounds of one run each, back to back.
-fn time_pair(fe: &JitExecutable, ue: &JitExecutable, inputs: &[&Buffer], reps: usize) -> (f64, f64) {
-    let one = |e: &JitExecutable| {
-        let t = Instant::now();
-        let out = e.execute(inputs, &[]).expect("execute");
-        let s = t.elapsed().as_secs_f64();
-        drop(out);
-        s
-    };
-    one(fe);
-    one(ue);
-    let (mut f, mut u) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..reps {
-        f = f.min(one(fe));
-        u = u.min(one(ue));
-    }
-    (f, u)
 }
 
 fn main() {

@@ -17,12 +17,15 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use tensorjit::api::{AttentionConfig, DotConfig};
 use tensorjit::backends::jit::{JitBackend, JitExecutable};
 use tensorjit::ir::op::{Activation, AttentionLayout, DenseLayout};
 use tensorjit::{Backend, Buffer, DType, Executable, Function, Shape, Value};
+
+#[path = "support/timing.rs"]
+mod timing;
+use timing::time_pair;
 
 // ---- counting allocator ------------------------------------------------------------------------
 
@@ -156,27 +159,6 @@ fn peak_alloc(e: &JitExecutable, inputs: &[&Buffer]) -> usize {
     PEAK.store(base, Ordering::Relaxed);
     drop(e.execute(inputs, &[]).expect("execute"));
     PEAK.load(Ordering::Relaxed).saturating_sub(base)
-}
-
-/// Best wall times (seconds) of the fused and the decomposed executable over `reps` rounds that
-/// run one execution of each back to back, so that both see the same machine state (this
-/// machine is shared: a slow spell then slows both sides instead of skewing the ratio).
-fn time_pair(fe: &JitExecutable, se: &JitExecutable, inputs: &[&Buffer], reps: usize) -> (f64, f64) {
-    let one = |e: &JitExecutable| {
-        let t = Instant::now();
-        let out = e.execute(inputs, &[]).expect("execute");
-        let s = t.elapsed().as_secs_f64();
-        drop(out);
-        s
-    };
-    one(fe);
-    one(se);
-    let (mut f, mut s) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..reps {
-        f = f.min(one(fe));
-        s = s.min(one(se));
-    }
-    (f, s)
 }
 
 struct Row {

@@ -6,47 +6,15 @@
 //!
 //! Run with `cargo test --release --test attention_padding`.
 
+use tensorjit::Shape;
 use tensorjit::ir::op::{AttentionLayout, Op};
-use tensorjit::kernels::Tensor;
 use tensorjit::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast_strides};
 use tensorjit::kernels::fused::{FusedIsa, attention_f32};
 use tensorjit::kernels::reference;
-use tensorjit::{Element, Shape};
 
-/// Deterministic pseudo-random numbers (64-bit LCG, top bits).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u32(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * (self.next_u32() as f32 / (1u64 << 31) as f32)
-    }
-    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
-    }
-    fn below(&mut self, n: usize) -> usize {
-        self.next_u32() as usize % n
-    }
-}
-
-fn isas() -> Vec<FusedIsa> {
-    let mut v = vec![FusedIsa::Generic];
-    if FusedIsa::avx2_available() {
-        v.push(FusedIsa::Avx2);
-    }
-    if FusedIsa::avx512_available() {
-        v.push(FusedIsa::Avx512);
-    }
-    v
-}
-
-fn tensor<T: Element>(dims: &[usize], v: &[T]) -> Tensor {
-    let d: Vec<i64> = dims.iter().map(|&x| x as i64).collect();
-    Tensor::from_vec(Shape::new(T::DTYPE, &d), v).expect("tensor")
-}
+#[path = "common/fused.rs"]
+mod common;
+use common::{Rng, isas, tensor};
 
 /// One case: shapes, layout and how the padding is laid out.
 #[derive(Clone, Debug)]

@@ -18,6 +18,10 @@ use tensorjit::ir::text::{parse_module, print_module};
 use tensorjit::passes::egraph::{EggConfig, run};
 use tensorjit::{Buffer, Executable};
 
+#[path = "common/fused.rs"]
+mod common;
+use common::take_plans;
+
 // ------------------------------------------------------------------------------------------------
 // Half helpers.
 
@@ -467,14 +471,7 @@ fn plan_uses_half_gemm_and_fused_kernels() {
     b.compile_jit(parse_module(&text).expect("parse")).expect("compile");
     let m = parse_module(&softmax_text("bf16", 5, 37)).expect("parse");
     b.compile_jit(m).expect("compile");
-    let mut plan = String::new();
-    for e in std::fs::read_dir(&dir).expect("dump dir").flatten() {
-        let p = e.path().join("plan.txt");
-        if let Ok(s) = std::fs::read_to_string(if e.path().is_dir() { p } else { e.path() }) {
-            plan.push_str(&s);
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    let plan = take_plans(&dir);
     for want in [
         ("kernel FusedDense via gemm bfloat16 [7x33]·[33x45] +bias geluerf packed (", 2),
         ("fused softmax axis 1 BFloat16", 1),

@@ -17,47 +17,14 @@ use tensorjit::kernels::fused::{
     FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_strided_f32, softmax_f32,
 };
 use tensorjit::kernels::reference;
-use tensorjit::{Backend, Buffer, DType, Element, Shape};
+use tensorjit::{Backend, Buffer, DType, Shape};
+
+#[path = "common/fused.rs"]
+mod common;
+use common::{Rng, isas, take_plans, tensor};
 
 // ------------------------------------------------------------------------------------------------
 // Helpers.
-
-/// Deterministic pseudo-random numbers (64-bit LCG, top bits).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u32(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-    /// Uniform in [lo, hi).
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * (self.next_u32() as f32 / (1u64 << 31) as f32)
-    }
-    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
-    }
-    fn below(&mut self, n: usize) -> usize {
-        self.next_u32() as usize % n
-    }
-}
-
-/// The ISA paths this machine can run.
-fn isas() -> Vec<FusedIsa> {
-    let mut v = vec![FusedIsa::Generic];
-    if FusedIsa::avx2_available() {
-        v.push(FusedIsa::Avx2);
-    }
-    if FusedIsa::avx512_available() {
-        v.push(FusedIsa::Avx512);
-    }
-    v
-}
-
-fn tensor<T: Element>(dims: &[usize], v: &[T]) -> Tensor {
-    let d: Vec<i64> = dims.iter().map(|&x| x as i64).collect();
-    Tensor::from_vec(Shape::new(T::DTYPE, &d), v).expect("tensor")
-}
 
 /// The reference kernel's f32 result for `op` on `inputs`.
 fn reference_f32(op: &Op, inputs: &[Tensor], out_dims: &[usize]) -> Vec<f32> {
@@ -853,14 +820,7 @@ fn jit_plan_uses_fused_kernels() {
     ];
     f.return_(&outs).expect("return");
     builder.compile().expect("compile");
-    let mut plan = String::new();
-    for e in std::fs::read_dir(&dir).expect("dump dir").flatten() {
-        let p = e.path().join("plan.txt");
-        if let Ok(s) = std::fs::read_to_string(if e.path().is_dir() { p } else { e.path() }) {
-            plan.push_str(&s);
-        }
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    let plan = take_plans(&dir);
     let env_set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0");
     let want_isa = if env_set("TENSORJIT_DISABLE_AVX2") || !FusedIsa::avx2_available() {
         "generic"
