@@ -40,10 +40,8 @@
 
 use egg::Id;
 
-use super::{Rule, binary, binary_comm, local, ops, same, same_shape, shape, splat};
+use super::{Rule, binary, binary_comm, infers_class_shape, local, ops, same, same_shape, shape, splat};
 use crate::ir::dtype::DType;
-use crate::ir::infer::infer_shapes;
-use crate::ir::module::Module;
 use crate::ir::op::{AttentionLayout, BinaryOp, CompareOp, Op, ReduceKind, UnaryOp};
 use crate::ir::shape::Shape;
 use crate::passes::egraph::analysis::{EG, values};
@@ -741,7 +739,6 @@ fn emit_full(
     lens: Option<Id>,
     found: &mut Vec<TNode>,
 ) {
-    let Some(want) = shape(eg, class) else { return };
     let Op::FusedScaledDotProductAttention { layout, .. } = op else { return };
     let (_, s_axis) = head_seq_axes(layout);
     // The auxiliary nodes (children may be `Operand::Aux` of earlier ones) and the operands.
@@ -779,10 +776,8 @@ fn emit_full(
         return;
     }
     let refs: Vec<&Shape> = operands.iter().map(|(_, s)| s).collect();
-    let scratch = Module::new("egraph-check");
-    match infer_shapes(&scratch, &op, &refs) {
-        Ok(got) if got.len() == 1 && got[0] == *want => {}
-        _ => return,
+    if !infers_class_shape(eg, class, &op, &refs) {
+        return;
     }
     let start = found.len();
     let child = |o: &Operand| match *o {

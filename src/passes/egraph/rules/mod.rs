@@ -340,12 +340,17 @@ pub fn perms3(f: [Id; 3]) -> [[Id; 3]; 6] {
 /// Builds a fused IR node for class `class`, or `None` unless its inferred shape is exactly the
 /// class's shape (dtype, dims and axis names).
 pub fn emit(eg: &EG, class: Id, op: Op, operands: &[Id]) -> Option<TNode> {
-    let want = shape(eg, class)?;
     let shapes: Option<Vec<&Shape>> = operands.iter().map(|&o| shape(eg, o)).collect();
+    infers_class_shape(eg, class, &op, &shapes?).then(|| TNode::op(op, operands))
+}
+
+/// Whether `op` over operands of `shapes` infers exactly the class's shape (dtype, dims and
+/// axis names): the guard every fused node a rule offers must pass.
+pub fn infers_class_shape(eg: &EG, class: Id, op: &Op, shapes: &[&Shape]) -> bool {
     static SCRATCH: OnceLock<Module> = OnceLock::new();
     let scratch = SCRATCH.get_or_init(|| Module::new("egraph-check"));
-    let got = infer_shapes(scratch, &op, &shapes?).ok()?;
-    (got.len() == 1 && got[0] == *want).then(|| TNode::op(op, operands))
+    let Some(want) = shape(eg, class) else { return false };
+    matches!(infer_shapes(scratch, op, shapes), Ok(got) if got.len() == 1 && got[0] == *want)
 }
 
 /// Whether a child class and a parent class are the same class.
@@ -367,7 +372,6 @@ pub enum Arg {
 /// and then `op` over them (referred to with [`local`]), or nothing unless `op`'s inferred shape
 /// is exactly the class's shape.
 pub fn emit_aux(eg: &EG, class: Id, op: Op, args: &[Arg], found: &mut Vec<TNode>) {
-    let Some(want) = shape(eg, class) else { return };
     let mut shapes: Vec<&Shape> = vec![];
     for a in args {
         match a {
@@ -378,11 +382,8 @@ pub fn emit_aux(eg: &EG, class: Id, op: Op, args: &[Arg], found: &mut Vec<TNode>
             Arg::New(_, s) => shapes.push(s),
         }
     }
-    static SCRATCH: OnceLock<Module> = OnceLock::new();
-    let scratch = SCRATCH.get_or_init(|| Module::new("egraph-check"));
-    match infer_shapes(scratch, &op, &shapes) {
-        Ok(got) if got.len() == 1 && got[0] == *want => {}
-        _ => return,
+    if !infers_class_shape(eg, class, &op, &shapes) {
+        return;
     }
     let mut operands = vec![];
     for a in args {
