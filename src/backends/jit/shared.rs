@@ -77,24 +77,21 @@ where
         return make().map(Arc::new);
     }
     let key: Key = (*blake3::hash(source).as_bytes(), source.len(), tag);
-    let found = {
-        let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
-        let hit = c.entries.get(&key).and_then(Weak::upgrade).and_then(|a| a.downcast::<T>().ok());
-        if let Some(hit) = &hit {
-            c.hits += 1;
-            c.bytes_saved += size(hit) as u64;
-        }
-        hit
+    let lock = || cache().lock().unwrap_or_else(|e| e.into_inner());
+    // A live entry of the key, counted as a hit.
+    let hit = |c: &mut Cache| {
+        let found = c.entries.get(&key).and_then(Weak::upgrade).and_then(|a| a.downcast::<T>().ok())?;
+        c.hits += 1;
+        c.bytes_saved += size(&found) as u64;
+        Some(found)
     };
-    if let Some(hit) = found {
-        return Ok(hit);
+    if let Some(found) = hit(&mut lock()) {
+        return Ok(found);
     }
     let made = Arc::new(make()?);
-    let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = lock();
     // Another thread may have stored the same entry meanwhile: use it.
-    if let Some(other) = c.entries.get(&key).and_then(Weak::upgrade).and_then(|a| a.downcast::<T>().ok()) {
-        c.hits += 1;
-        c.bytes_saved += size(&other) as u64;
+    if let Some(other) = hit(&mut c) {
         return Ok(other);
     }
     c.misses += 1;
