@@ -262,18 +262,22 @@ fn half_blocks<H: HalfElem>(pool: Option<&rayon::ThreadPool>, x: &[H], y: &mut [
     let unit = unit.max(1);
     let per = (HALF_BLOCK / unit).max(1) * unit;
     let n = x.len().min(y.len());
-    let run = |(xs, ys): (&[H], &mut [H])| {
-        let mut a = vec![0f32; xs.len()];
-        let mut b = vec![0f32; xs.len()];
-        H::widen(xs, &mut a);
-        f(&a, &mut b);
-        H::round(&b, ys);
+    // The two f32 scratch blocks are allocated once per worker, not once per block.
+    let scratch = || (vec![0f32; per.min(n)], vec![0f32; per.min(n)]);
+    let run = |(a, b): &mut (Vec<f32>, Vec<f32>), (xs, ys): (&[H], &mut [H])| {
+        let (a, b) = (&mut a[..xs.len()], &mut b[..xs.len()]);
+        H::widen(xs, a);
+        f(a, b);
+        H::round(b, ys);
     };
     match pool {
         Some(p) if p.current_num_threads() > 1 && n > per => {
-            p.install(|| x[..n].par_chunks(per).zip(y[..n].par_chunks_mut(per)).for_each(run));
+            p.install(|| x[..n].par_chunks(per).zip(y[..n].par_chunks_mut(per)).for_each_init(scratch, run));
         }
-        _ => x[..n].chunks(per).zip(y[..n].chunks_mut(per)).for_each(run),
+        _ => {
+            let mut s = scratch();
+            x[..n].chunks(per).zip(y[..n].chunks_mut(per)).for_each(|c| run(&mut s, c));
+        }
     }
 }
 
