@@ -6,7 +6,8 @@
 //! [--cpu-time] [--isa generic|avx2|avx512] [--geometry large|wide] [--path packed|direct|gemv|naive] [--m M]
 //! [--prepacked] [--openblas LIB] [--shapes MxKxN,... [--threads T] [--reps R] [--half]]`.
 //! `--prepacked` packs B once before timing (`PackedB`, as the jit does for constant weights;
-//! bf16/f16 too). `--half` with `--shapes`: f32 vs bf16 vs f16 inputs on 1 thread.
+//! bf16/f16 too). `--half` with `--shapes`: f32 vs bf16 vs f16 inputs on `--threads T` threads
+//! (default 1), alternated round by round.
 //! `--openblas LIB` (Linux) also times OpenBLAS's `cblas_sgemm` from that shared library (for
 //! numpy's own copy: `python3 -c "import numpy, glob, os; print(glob.glob(os.path.dirname(
 //! numpy.__file__) + '.libs/*openblas*'))"`) in the same harness and prints tensorjit / OpenBLAS.
@@ -386,7 +387,7 @@ impl Bench {
         let opts = GemmOptions { isa: Some(self.isa), geometry: self.geometry, path: self.path, ..Default::default() };
         let packed =
             self.prepacked.then(|| PackedB::with_options(k, n, MatRef::row_major(&b, n), &opts).expect("pack B"));
-        let mut run = || {
+        let run = || {
             let rhs = match &packed {
                 Some(p) => Rhs::Packed(p),
                 None => Rhs::from(MatRef::row_major(&b, n)),
@@ -398,15 +399,19 @@ impl Bench {
             )
             .expect("gemm_f32");
         };
-        // One thread runs on the calling thread (timed in its CPU time when --cpu-time);
-        // two threads run on a 2-thread pool, timed by the wall clock.
+        let t = self.time(threads, run);
+        2.0 * (m * n * k) as f64 / t / 1e9
+    }
+
+    /// The best seconds per call of `run`: one thread runs on the calling thread (timed in its
+    /// CPU time with --cpu-time); two threads run on a 2-thread pool, timed by the wall clock.
+    fn time(&self, threads: usize, mut run: impl FnMut() + Send) -> f64 {
         settle(threads);
-        let t = if threads == 1 {
+        if threads == 1 {
             best_time(self.budget, self.cpu, run)
         } else {
             self.pool2.install(|| best_time(self.budget, false, &mut run))
-        };
-        2.0 * (m * n * k) as f64 / t / 1e9
+        }
     }
 
     fn has_openblas(&self) -> bool {
@@ -433,31 +438,33 @@ impl Bench {
         None
     }
 
-    fn bf16(&self, m: usize, n: usize, k: usize) -> f64 {
+    fn bf16(&self, m: usize, n: usize, k: usize, threads: usize) -> f64 {
         let a: Vec<bf16> = data(m * k, 1).into_iter().map(bf16::from_f32).collect();
         let b: Vec<bf16> = data(k * n, 2).into_iter().map(bf16::from_f32).collect();
         let opts = GemmOptions { isa: Some(self.isa), ..Default::default() };
         let packed =
             self.prepacked.then(|| PackedB::bf16_with_options(k, n, MatRef::row_major(&b, n), &opts).expect("pack B"));
-        self.half(m, n, k, &a, &b, packed.as_ref(), gemm_bf16)
+        self.half(m, n, k, threads, &a, &b, packed.as_ref(), gemm_bf16)
     }
 
-    fn f16(&self, m: usize, n: usize, k: usize) -> f64 {
+    fn f16(&self, m: usize, n: usize, k: usize, threads: usize) -> f64 {
         let a: Vec<f16> = data(m * k, 1).into_iter().map(f16::from_f32).collect();
         let b: Vec<f16> = data(k * n, 2).into_iter().map(f16::from_f32).collect();
         let opts = GemmOptions { isa: Some(self.isa), ..Default::default() };
         let packed =
             self.prepacked.then(|| PackedB::f16_with_options(k, n, MatRef::row_major(&b, n), &opts).expect("pack B"));
-        self.half(m, n, k, &a, &b, packed.as_ref(), gemm_f16)
+        self.half(m, n, k, threads, &a, &b, packed.as_ref(), gemm_f16)
     }
 
-    /// GFLOP/s of a half-input product (1 thread), B packed per call or pre-packed.
+    /// GFLOP/s of a half-input product on `threads` threads (as [`Bench::f32`]), B packed per
+    /// call or pre-packed.
     #[allow(clippy::too_many_arguments)]
-    fn half<T: Copy>(
+    fn half<T: Copy + Sync>(
         &self,
         m: usize,
         n: usize,
         k: usize,
+        threads: usize,
         a: &[T],
         b: &[T],
         packed: Option<&PackedB>,
@@ -465,14 +472,19 @@ impl Bench {
     ) -> f64 {
         let mut c = vec![0.0f32; m * n];
         let opts = GemmOptions { isa: Some(self.isa), ..Default::default() };
-        let t = best_time(self.budget, self.cpu, || {
+        let run = || {
             let rhs = match packed {
                 Some(p) => Rhs::Packed(p),
                 None => Rhs::from(MatRef::row_major(b, n)),
             };
-            entry(GemmArgs::new(m, n, k, MatRef::row_major(a, k), rhs, MatMut::row_major(&mut c, n)).options(opts))
-                .expect("half gemm");
-        });
+            entry(
+                GemmArgs::new(m, n, k, MatRef::row_major(a, k), rhs, MatMut::row_major(&mut c, n))
+                    .threads(threads)
+                    .options(opts),
+            )
+            .expect("half gemm");
+        };
+        let t = self.time(threads, run);
         2.0 * (m * n * k) as f64 / t / 1e9
     }
 }
@@ -554,13 +566,16 @@ fn main() {
                 std::process::exit(2);
             };
             if args.iter().any(|a| a == "--half") {
-                // f32 vs bf16 vs f16 inputs (f32 accumulation), 1 thread, best of R rounds each.
-                let best = |f: &dyn Fn() -> f64| (0..reps).map(|_| f()).fold(0.0, f64::max);
-                let f = best(&|| bench.f32(m, n, k, 1));
-                let b = best(&|| bench.bf16(m, n, k));
-                let h = best(&|| bench.f16(m, n, k));
+                // f32 vs bf16 vs f16 inputs (f32 accumulation) on T threads: R rounds, each
+                // timing the three in turn (so a burst of load lands on all), best of each.
+                let (mut f, mut b, mut h) = (0.0f64, 0.0f64, 0.0f64);
+                for _ in 0..reps {
+                    f = f.max(bench.f32(m, n, k, threads));
+                    b = b.max(bench.bf16(m, n, k, threads));
+                    h = h.max(bench.f16(m, n, k, threads));
+                }
                 println!(
-                    "{m:>5} {k:>5} {n:>5} f32 {f:>6.1} bf16 {b:>6.1} ({:.2}x) f16 {h:>6.1} ({:.2}x)",
+                    "{m:>5} {k:>5} {n:>5} t{threads} f32 {f:>6.1} bf16 {b:>6.1} ({:.2}x) f16 {h:>6.1} ({:.2}x)",
                     b / f,
                     h / f
                 );
@@ -654,7 +669,7 @@ fn main() {
         &[(512, 512, 512), (128, 1536, 1536), (512, 1536, 384), (1024, 1024, 1024)];
     for &(m, k, n) in bf_shapes {
         let f = bench.f32(m, n, k, 1);
-        let b = bench.bf16(m, n, k);
+        let b = bench.bf16(m, n, k, 1);
         println!("{m:>5} {k:>5} {n:>5} {f:>10.1} {b:>10.1} {:>6.2}x", b / f);
     }
     let again = (0..4).map(|_| fma_peak(peak_isa)).fold(0.0, f64::max);
