@@ -136,8 +136,10 @@ impl<PB: Copy> PackedPanels<PB> {
     where
         PB: PackFrom<TI>,
     {
-        let (nr, g) = (fam.nr, fam.g);
-        let kc = balanced(k, kc, g);
+        let nr = fam.nr;
+        // Depth blocks are whole A groups (the B groups divide them).
+        let g = fam.g;
+        let kc = balanced(k, kc, fam.ga());
         let n_pad = round_up(n, nr);
         let nblocks = k.div_ceil(kc);
         let mut buf = AlignedBuf::<PB>::zeroed((nblocks * kc * n_pad).max(1));
@@ -215,15 +217,33 @@ pub(crate) fn run<TI, PA, PB, T>(
         unsafe { run_serial(fam, job, bsrc, 0, blocking) };
         return;
     }
-    let (len, unit) = if split_m { (m, fam.mr) } else { (n, fam.nr) };
-    let chunk = round_up(len.div_ceil(parts), unit);
-    let pieces: Vec<(usize, usize)> = (0..len).step_by(chunk).map(|s| (s, chunk.min(len - s))).collect();
+    let pieces = if split_m { split_rows(fam, m, parts) } else { split_even(n, parts, fam.nr) };
     pieces.into_par_iter().for_each(|(s, l)| {
         let sub = if split_m { job.sub(s, l, 0, n) } else { job.sub(0, m, s, l) };
         let col0 = if split_m { 0 } else { s };
         // SAFETY: the pieces cover disjoint rows (or columns) of C; the job was validated.
         unsafe { run_serial(fam, &sub, bsrc, col0, blocking) };
     });
+}
+
+/// `len` split into `parts` pieces `(start, length)` at multiples of `unit`, as even as that allows.
+fn split_even(len: usize, parts: usize, unit: usize) -> Vec<(usize, usize)> {
+    let chunk = round_up(len.div_ceil(parts), unit);
+    (0..len).step_by(chunk).map(|s| (s, chunk.min(len - s))).collect()
+}
+
+/// The rows of C split over `parts` threads: at multiples of `mr` (each piece whole tiles but
+/// the last), or in equal pieces each ending in a shorter tile, whichever gives the slowest
+/// piece the lower cost by [`Family::rows_cost`]. With few tiles per thread, multiples of `mr`
+/// can leave one thread a whole tile more: M = 128 on the 14-row AVX512-BF16 tiles splits as
+/// 70 + 58 rows (5 tiles vs 4 tiles and a 2-row one), where 64 + 64 (4 tiles and an 8-row one
+/// each) costs 64 against 70 row steps; the 8-row f32 tiles split 64 + 64 either way.
+fn split_rows<PA, PB, T>(fam: &Family<PA, PB, T>, m: usize, parts: usize) -> Vec<(usize, usize)> {
+    let lanes = super::lanes(fam);
+    let worst = |p: &[(usize, usize)]| p.iter().map(|&(_, l)| fam.rows_cost(l, lanes)).fold(0.0, f64::max);
+    let tiled = split_even(m, parts, fam.mr);
+    let even = split_even(m, parts, 1);
+    if worst(&even) < worst(&tiled) { even } else { tiled }
 }
 
 /// The block size for `len` elements with blocks of at most `blk` (rounded up to `unit`): the
@@ -278,9 +298,10 @@ unsafe fn run_serial<TI, PA, PB, T>(
     if m == 0 || n == 0 || k == 0 {
         return;
     }
+    let ga = fam.ga();
     let kc_blk = match bsrc {
         BSource::Prepacked(p) => p.kc,
-        _ => balanced(k, blocking.kc, g),
+        _ => balanced(k, blocking.kc, ga),
     };
     let mc_blk = balanced(m, blocking.mc, mr);
     let nc_blk = balanced(n, blocking.nc, nr);
@@ -299,7 +320,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
         && PA::IDENTITY
         && job.a.cs == 1
         && (!(job.a.rs * size_of::<PA>()).is_multiple_of(4096) || m * k * size_of::<PA>() <= l1d / 2);
-    let mut apack = AlignedBuf::<PA>::zeroed(if a_in_place { 0 } else { mc_blk * kc_blk });
+    let mut apack = AlignedBuf::<PA>::zeroed(if a_in_place { 0 } else { mc_blk * round_up(kc_blk, ga) });
     // Direct: the edge panel, then one panel of scratch (see the jr loop).
     let mut bpack = AlignedBuf::<PB>::zeroed(match bsrc {
         BSource::Pack => nc_blk * kc_blk,
@@ -316,6 +337,8 @@ unsafe fn run_serial<TI, PA, PB, T>(
         for (bi, pc) in (0..k).step_by(kc_blk).enumerate() {
             let kc = kc_blk.min(k - pc);
             let kg = kc.div_ceil(g);
+            // Elements of one packed A row's k groups (`kg * g` unless A's groups are wider).
+            let a_row = kc.div_ceil(ga) * ga;
             let (first, last) = (pc == 0, pc + kc >= k);
             let bsrc_blk = job.b.offset(pc, jc);
             // SAFETY: the source block lies inside B; the buffers were sized for one block.
@@ -353,7 +376,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
                 if !a_in_place {
                     // SAFETY: the A block lies inside A; apack holds mc_blk x kc_blk elements.
                     unsafe {
-                        pack_panels::<TI, PA>(asrc.ptr, asrc.rs, asrc.cs, mc, kc, mr, g, apack.as_mut_ptr(), fam.isa)
+                        pack_panels::<TI, PA>(asrc.ptr, asrc.rs, asrc.cs, mc, kc, mr, ga, apack.as_mut_ptr(), fam.isa)
                     };
                 }
                 // Direct with several row tiles per panel and B rows a page or more apart: each
@@ -429,10 +452,10 @@ unsafe fn run_serial<TI, PA, PB, T>(
                             a: if a_in_place {
                                 asrc.offset(ir, 0).ptr.cast::<PA>()
                             } else {
-                                apack.as_ptr().wrapping_add(ir * kg * g)
+                                apack.as_ptr().wrapping_add(ir * a_row)
                             },
-                            a_kstride: if a_in_place { 1 } else { mr * g },
-                            a_rs: if a_in_place { job.a.rs } else { g },
+                            a_kstride: if a_in_place { 1 } else { mr * ga },
+                            a_rs: if a_in_place { job.a.rs } else { ga },
                             b: if copies_here { bsrc_blk.offset(0, jr).ptr.cast::<PB>() } else { bptr },
                             b_kstride: if copies_here { job.b.rs } else { bks },
                             b_copy: if copies_here {
@@ -543,6 +566,37 @@ pub(crate) fn naive<TI: Copy, T: Scalar + PackFrom<TI>>(job: &Job<'_, TI, T>, is
         for (j, v) in row.iter().enumerate() {
             // SAFETY: (i, j) is inside the validated C.
             unsafe { *job.c.ptr.add(i * job.c.rs + j * job.c.cs) = *v };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_split_covers_m_and_balances_short_tiles() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // 14-row tiles: 128 rows as 64 + 64 (4 tiles and an 8-row one each), not 70 + 58.
+            assert_eq!(split_rows(&super::super::x86::AVX512_BF16, 128, 2), vec![(0, 64), (64, 64)]);
+            // 1024 rows: 512 + 512 (36 tiles and 8 rows each) beats 518 + 506.
+            assert_eq!(split_rows(&super::super::x86::AVX512_BF16, 1024, 2), vec![(0, 512), (512, 512)]);
+            // Whole tiles when they divide evenly.
+            assert_eq!(split_rows(&super::super::x86::AVX512_BF16, 56, 2), vec![(0, 28), (28, 28)]);
+        }
+        for m in 1..200 {
+            for parts in 1..5 {
+                let p = split_rows(&super::super::kernel::GENERIC_F32, m, parts);
+                assert!(p.len() <= parts, "{m} {parts}: {p:?}");
+                let mut next = 0;
+                for &(s, l) in &p {
+                    assert_eq!(s, next, "{m} {parts}: {p:?}");
+                    assert!(l > 0, "{m} {parts}: {p:?}");
+                    next = s + l;
+                }
+                assert_eq!(next, m, "{m} {parts}: {p:?}");
+            }
         }
     }
 }

@@ -46,6 +46,11 @@ pub struct Features {
     pub avx512_bf16: bool,
     /// AVX512-VNNI (`vpdpbusd`).
     pub avx512_vnni: bool,
+    /// AMX-TILE with AMX-BF16 (`tdpbf16ps`), and the OS granted this process the tile data
+    /// state (Linux `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`).
+    pub amx_bf16: bool,
+    /// AMX-TILE with AMX-INT8 (`tdpbssd`), and the OS granted the tile data state.
+    pub amx_int8: bool,
     /// aarch64 Advanced SIMD.
     pub neon: bool,
     /// aarch64 SME.
@@ -61,6 +66,7 @@ pub fn hardware_features() -> Features {
 
 #[cfg(target_arch = "x86_64")]
 fn detect() -> Features {
+    let amx = amx_detect();
     Features {
         avx2_fma: std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
         f16c: std::arch::is_x86_feature_detected!("f16c"),
@@ -69,9 +75,74 @@ fn detect() -> Features {
             && std::arch::is_x86_feature_detected!("avx512vl"),
         avx512_bf16: std::arch::is_x86_feature_detected!("avx512bf16"),
         avx512_vnni: std::arch::is_x86_feature_detected!("avx512vnni"),
+        amx_bf16: amx.0,
+        amx_int8: amx.1,
         neon: false,
         sme: false,
     }
+}
+
+/// CPUID leaf 7 sub-leaf 0, EDX: AMX-BF16 (bit 22), AMX-TILE (bit 24), AMX-INT8 (bit 25).
+#[cfg(target_arch = "x86_64")]
+const AMX_BF16_BIT: u32 = 1 << 22;
+#[cfg(target_arch = "x86_64")]
+const AMX_TILE_BIT: u32 = 1 << 24;
+#[cfg(target_arch = "x86_64")]
+const AMX_INT8_BIT: u32 = 1 << 25;
+
+/// Whether (AMX-BF16, AMX-INT8) are usable: CPUID reports AMX-TILE and the type, and (Linux)
+/// the kernel grants the tile data state to this process; (false, false) when either says no.
+#[cfg(target_arch = "x86_64")]
+fn amx_detect() -> (bool, bool) {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    // `__cpuid` is available on every x86-64 CPU; leaf 7 is read only when leaf 0 lists it.
+    if __cpuid(0).eax < 7 {
+        return (false, false);
+    }
+    let edx = __cpuid_count(7, 0).edx;
+    if edx & AMX_TILE_BIT == 0 || edx & (AMX_BF16_BIT | AMX_INT8_BIT) == 0 || !amx_permission() {
+        return (false, false);
+    }
+    (edx & AMX_BF16_BIT != 0, edx & AMX_INT8_BIT != 0)
+}
+
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` (Linux 5.16+): asks the kernel to
+/// enable the AMX tile data for this process; true when granted (returns 0).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn amx_permission() -> bool {
+    const SYS_ARCH_PRCTL: usize = 158;
+    const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
+    const XFEATURE_XTILEDATA: usize = 18;
+    let ret: isize;
+    // SAFETY: the arch_prctl system call with these arguments only changes the process's
+    // permitted xsave features (or fails with a negative errno); the syscall instruction
+    // clobbers rcx and r11, declared here.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL as isize => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+/// Other systems: AMX stays off (the permission request is Linux's).
+#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+fn amx_permission() -> bool {
+    false
+}
+
+/// Whether the AMX tiles may be used where the hardware has them: not when
+/// `TENSORJIT_DISABLE_AMX=1` (read once).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn amx_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !env_flag("TENSORJIT_DISABLE_AMX"))
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -159,13 +230,16 @@ pub fn selected_isa() -> Isa {
 pub fn dispatch_summary() -> String {
     let f = hardware_features();
     format!(
-        "gemm isa={} (avx2+fma={} f16c={} avx512={} avx512-bf16={} avx512-vnni={} neon={} sme={})",
+        "gemm isa={} (avx2+fma={} f16c={} avx512={} avx512-bf16={} avx512-vnni={} amx-bf16={} amx-int8={}{} neon={} sme={})",
         selected_isa().name(),
         f.avx2_fma,
         f.f16c,
         f.avx512,
         f.avx512_bf16,
         f.avx512_vnni,
+        f.amx_bf16,
+        f.amx_int8,
+        if amx_enabled() { "" } else { " disabled" },
         f.neon,
         f.sme
     )

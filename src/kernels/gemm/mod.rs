@@ -20,6 +20,7 @@
 
 #[macro_use]
 mod tile;
+mod amx;
 pub mod blocking;
 mod driver;
 pub mod epilogue;
@@ -335,12 +336,7 @@ fn choose_family<PA, PB, T>(
         Geometry::Wide => return fams.get(1).copied().unwrap_or(fams[0]),
         Geometry::Auto => {}
     }
-    let cost = |f: &Family<PA, PB, T>| {
-        let l = lanes(f);
-        let panels = (m / f.mr) as f64 * f.panel_cost(f.mr, l)
-            + if m.is_multiple_of(f.mr) { 0.0 } else { f.panel_cost(m % f.mr, l) };
-        panels * n.div_ceil(f.nr) as f64
-    };
+    let cost = |f: &Family<PA, PB, T>| f.rows_cost(m, lanes(f)) * n.div_ceil(f.nr) as f64;
     let mut best = fams[0];
     for &f in &fams[1..] {
         if cost(f) < cost(best) * 0.97 {
@@ -555,8 +551,14 @@ fn gemm_f64_in_pool(args: GemmArgs<'_, f64, f64>) -> Result<()> {
     execute(ck, fams, Some(gemv::gemv::<f64>), None)
 }
 
-/// The AVX512-BF16 pair family when `isa` is AVX-512 and the CPU has AVX512-BF16.
+/// The bf16-pair family when `isa` is AVX-512: the AMX-BF16 tiles where the CPU has them and
+/// the OS granted their state (unless `TENSORJIT_DISABLE_AMX=1`), else the AVX512-BF16 tiles
+/// where the CPU has AVX512-BF16.
 fn bf16_pair_family(isa: Isa) -> Option<&'static Family<bf16, bf16, f32>> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && isa::amx_enabled() && hardware_features().amx_bf16 {
+        return Some(&amx::AMX_BF16);
+    }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && hardware_features().avx512_bf16 {
         return Some(&x86::AVX512_BF16);
@@ -625,27 +627,61 @@ fn gemm_f16_in_pool(args: GemmArgs<'_, f16, f32>) -> Result<()> {
     half_on_f32_tiles(ck, PackedFrom::F16)
 }
 
-/// int8 x int8 → int32 (wrapping). AVX512-VNNI `vpdpbusd` tiles where present (A offset by
-/// +128 to unsigned, corrected by the column sums of B), else the portable i32 tiles. The
+/// int8 x int8 → int32 (wrapping). AMX-INT8 `tdpbssd` tiles where the CPU has them and the OS
+/// granted their state (with the AVX-512 ISA, unless `TENSORJIT_DISABLE_AMX=1`), else
+/// AVX512-VNNI `vpdpbusd` tiles where present (A offset by +128 to unsigned, corrected by the
+/// column sums of B), else the portable i32 tiles. The
 /// epilogue supports alpha, beta, bias and [`Activation::Relu`] only.
 pub fn gemm_i8(args: GemmArgs<'_, i8, i32>) -> Result<()> {
     crate::threads::in_pool(args.threads, |threads| gemm_i8_in_pool(args.threads(threads)))?
 }
 
-fn gemm_i8_in_pool(args: GemmArgs<'_, i8, i32>) -> Result<()> {
-    if !matches!(args.epilogue.activation, Activation::None | Activation::Relu) {
-        return Err(Error::not_implemented(
-            OP,
-            format!("activation {:?} on int32 output (only None and Relu)", args.epilogue.activation),
-        ));
+/// Errors unless `act` is one the int32 epilogue supports (None, Relu).
+fn i8_activation(act: Activation) -> Result<()> {
+    if !matches!(act, Activation::None | Activation::Relu) {
+        return Err(Error::not_implemented(OP, format!("activation {act:?} on int32 output (only None and Relu)")));
     }
+    Ok(())
+}
+
+fn gemm_i8_in_pool(args: GemmArgs<'_, i8, i32>) -> Result<()> {
+    i8_activation(args.epilogue.activation)?;
     let ck = check(args)?;
     no_prepack(&ck, "i8")?;
+    #[cfg(target_arch = "x86_64")]
+    if ck.isa == Isa::Avx512 && isa::amx_enabled() && hardware_features().amx_int8 {
+        return execute(ck, &[&amx::AMX_I8], None, None);
+    }
     #[cfg(target_arch = "x86_64")]
     if ck.isa == Isa::Avx512 && hardware_features().avx512_vnni {
         return execute(ck, &[&x86::AVX512_VNNI], None, None);
     }
     execute(ck, &[&kernel::GENERIC_I32], None, None)
+}
+
+/// [`gemm_bf16`] on the software model of the AMX-BF16 tiles (any CPU; slow): the AMX path of
+/// the driver (A in 64-byte row groups, B in pairs, 32 x 32 tiles, k tails, edges, threads,
+/// epilogue) without the hardware, for tests. B may not be pre-packed.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub fn gemm_bf16_amx_model(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
+    crate::threads::in_pool(args.threads, |threads| {
+        let ck = check(args.threads(threads))?;
+        no_prepack(&ck, "bf16 (AMX model)")?;
+        execute(ck, &[&amx::MODEL_AMX_BF16], None, None)
+    })?
+}
+
+/// [`gemm_i8`] on the software model of the AMX-INT8 tiles (any CPU; slow), for tests.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub fn gemm_i8_amx_model(args: GemmArgs<'_, i8, i32>) -> Result<()> {
+    i8_activation(args.epilogue.activation)?;
+    crate::threads::in_pool(args.threads, |threads| {
+        let ck = check(args.threads(threads))?;
+        no_prepack(&ck, "i8")?;
+        execute(ck, &[&amx::MODEL_AMX_I8], None, None)
+    })?
 }
 
 /// The tile family the f32 entry point would use for an m x n problem on `isa` (for logs and

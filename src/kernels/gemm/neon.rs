@@ -110,6 +110,7 @@ pub(crate) static NEON_F32: Family<f32, f32, f32> = Family {
     nr: 12,
     g: 1,
     tiles: tiles!(tile_neon_f32, 3; 1 2 3 4 5 6 7 8),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -121,6 +122,7 @@ pub(crate) static NEON_F32_WIDE: Family<f32, f32, f32> = Family {
     nr: 16,
     g: 1,
     tiles: tiles!(tile_neon_f32, 4; 1 2 3 4),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -132,5 +134,6 @@ pub(crate) static NEON_F64: Family<f64, f64, f64> = Family {
     nr: 6,
     g: 1,
     tiles: tiles!(tile_neon_f64, 3; 1 2 3 4 5 6 7 8),
+    a_group: 0,
     needs_colsum: false,
 };

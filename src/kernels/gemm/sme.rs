@@ -176,6 +176,7 @@ macro_rules! sme_family {
             nr: $side,
             g: 1,
             tiles: tiles!(sme_tile, $side; $($r)*),
+            a_group: 0,
             needs_colsum: false,
         };
     };

@@ -343,6 +343,7 @@ pub(crate) static AVX2_F32: Family<f32, f32, f32> = Family {
     nr: 16,
     g: 1,
     tiles: tiles!(tile_avx2_f32, 2; 1 2 3 4 5 6),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -354,6 +355,7 @@ pub(crate) static AVX2_F32_WIDE: Family<f32, f32, f32> = Family {
     nr: 24,
     g: 1,
     tiles: tiles!(tile_avx2_f32, 3; 1 2 3 4),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -365,6 +367,7 @@ pub(crate) static AVX2_F64: Family<f64, f64, f64> = Family {
     nr: 8,
     g: 1,
     tiles: tiles!(tile_avx2_f64, 2; 1 2 3 4 5 6),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -376,6 +379,7 @@ pub(crate) static AVX512_F32: Family<f32, f32, f32> = Family {
     nr: 32,
     g: 1,
     tiles: tiles!(tile_avx512_f32, 2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -387,6 +391,7 @@ pub(crate) static AVX512_F32_WIDE: Family<f32, f32, f32> = Family {
     nr: 48,
     g: 1,
     tiles: tiles!(tile_avx512_f32, 3; 1 2 3 4 5 6 7 8),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -398,6 +403,7 @@ pub(crate) static AVX512_F64: Family<f64, f64, f64> = Family {
     nr: 16,
     g: 1,
     tiles: tiles!(tile_avx512_f64, 2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -409,6 +415,7 @@ pub(crate) static AVX512_BF16: Family<bf16, bf16, f32> = Family {
     nr: 32,
     g: 2,
     tiles: tiles!(tile_avx512_bf16, 2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -420,5 +427,6 @@ pub(crate) static AVX512_VNNI: Family<u8, i8, i32> = Family {
     nr: 32,
     g: 4,
     tiles: tiles!(tile_avx512_vnni, 2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+    a_group: 0,
     needs_colsum: true,
 };

@@ -58,11 +58,19 @@ pub(crate) struct Family<PA: 'static, PB: 'static, T: 'static> {
     /// k values per group in the packed panels (1 float, 2 bf16 pairs, 4 int8 quads).
     pub g: usize,
     pub tiles: &'static [TileFn<PA, PB, T>],
+    /// k values per group of the packed A panels when they differ from `g` (0: `g`): the AMX
+    /// tiles read A rows of 64 bytes (32 bf16 / 64 int8 k values) against B in pairs / quads.
+    pub a_group: usize,
     /// Whether the tile needs `colsum` (-128 × column sums of each packed B block).
     pub needs_colsum: bool,
 }
 
 impl<PA, PB, T> Family<PA, PB, T> {
+    /// k values per group of the packed A panels (a multiple of `g`).
+    pub fn ga(&self) -> usize {
+        if self.a_group == 0 { self.g } else { self.a_group }
+    }
+
     /// Whether the tiles honour [`TileArgs::a_rs`] other than `g` (every tile but SME's, which
     /// loads each k's A rows as one vector).
     pub fn reads_a_in_place(&self) -> bool {
@@ -81,6 +89,13 @@ impl<PA, PB, T> Family<PA, PB, T> {
         let nv = (self.nr / lanes).max(1) as f64;
         let r = rows as f64;
         (r * nv / 2.0).max((nv + r) / 2.0).max(4.0)
+    }
+
+    /// Estimated cycles per k step of `rows` rows of one column panel: whole `mr`-row tiles and
+    /// a shorter last one.
+    pub fn rows_cost(&self, rows: usize, lanes: usize) -> f64 {
+        (rows / self.mr) as f64 * self.panel_cost(self.mr, lanes)
+            + if rows.is_multiple_of(self.mr) { 0.0 } else { self.panel_cost(rows % self.mr, lanes) }
     }
 }
 
@@ -122,6 +137,33 @@ impl PackFrom<bf16> for f32 {
     #[inline(always)]
     fn cvt(x: bf16) -> f32 {
         f32::from_bits((x.to_bits() as u32) << 16)
+    }
+    /// Eight values at a time in SSE2 registers (part of every x86-64 CPU): each bf16 is
+    /// interleaved under a zero halfword (`punpcklwd`/`punpckhwd`), which is the shift left by
+    /// 16 that makes its f32. Exact, like [`PackFrom::cvt`].
+    #[inline(always)]
+    fn cvt_run(src: &[bf16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::*;
+            while i + 8 <= n {
+                // SAFETY: i + 8 <= n, so the 16-byte load of src[i..i+8] and the two 16-byte
+                // stores to dst[i..i+8] are in bounds (unaligned forms); SSE2 is baseline x86-64.
+                unsafe {
+                    let v = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+                    let z = _mm_setzero_si128();
+                    let d = dst.as_mut_ptr().add(i).cast::<__m128i>();
+                    _mm_storeu_si128(d, _mm_unpacklo_epi16(z, v));
+                    _mm_storeu_si128(d.add(1), _mm_unpackhi_epi16(z, v));
+                }
+                i += 8;
+            }
+        }
+        for (d, &x) in dst[i..n].iter_mut().zip(&src[i..n]) {
+            *d = Self::cvt(x);
+        }
     }
 }
 impl PackFrom<f16> for f32 {
@@ -174,7 +216,7 @@ impl PackFrom<i8> for i32 {
 ///
 /// # Safety
 /// See [`TileArgs`].
-unsafe fn generic_store<PA, PB, T: Scalar, const MR: usize, const NR: usize>(
+pub(crate) unsafe fn generic_store<PA, PB, T: Scalar, const MR: usize, const NR: usize>(
     t: &TileArgs<PA, PB, T>,
     acc: &[[T; NR]; MR],
 ) {
@@ -307,6 +349,7 @@ pub(crate) static MODEL_VNNI: Family<u8, i8, i32> = Family {
         grouped_tile::<u8, i8, i32, 2, 32, 4>,
         grouped_tile::<u8, i8, i32, 3, 32, 4>,
     ],
+    a_group: 0,
     needs_colsum: true,
 };
 
@@ -323,6 +366,7 @@ pub(crate) static MODEL_BF16: Family<bf16, bf16, f32> = Family {
         grouped_tile::<bf16, bf16, f32, 2, 32, 2>,
         grouped_tile::<bf16, bf16, f32, 3, 32, 2>,
     ],
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -340,6 +384,7 @@ macro_rules! generic_family {
                 generic_tile::<$T, 3, $nr>,
                 generic_tile::<$T, 4, $nr>,
             ],
+            a_group: 0,
             needs_colsum: false,
         };
     };
@@ -351,3 +396,43 @@ generic_family!(GENERIC_I32, i32, 8);
 
 #[cfg(test)]
 pub(crate) mod soft;
+
+#[cfg(test)]
+mod tests {
+    use super::PackFrom;
+    use half::{bf16, f16};
+
+    /// The run conversions against the definitions: bf16 bits shifted into the top of an f32,
+    /// f16 through f64 (exact), at every length up to 40 (vector body and scalar tail) and on
+    /// special values (signed zero, denormals, infinities, NaN payloads).
+    #[test]
+    fn conversion_runs_match_the_definitions() {
+        let bits: Vec<u16> = (0..40u32)
+            .map(|i| match i % 8 {
+                0 => 0x8000,
+                1 => 0x0001,
+                2 => 0x7f80,
+                3 => 0xffc1,
+                _ => (i.wrapping_mul(40503) % 65536) as u16,
+            })
+            .collect();
+        for len in 0..=bits.len() {
+            let src: Vec<bf16> = bits[..len].iter().map(|&b| bf16::from_bits(b)).collect();
+            let mut dst = vec![0.0f32; len];
+            <f32 as PackFrom<bf16>>::cvt_run(&src, &mut dst);
+            for (d, &b) in dst.iter().zip(&bits) {
+                assert_eq!(d.to_bits(), (b as u32) << 16, "len {len} bits {b:#06x}");
+            }
+            let src: Vec<f16> = bits[..len].iter().map(|&b| f16::from_bits(b)).collect();
+            <f32 as PackFrom<f16>>::cvt_run(&src, &mut dst);
+            for (d, &b) in dst.iter().zip(&bits) {
+                let want = f16::from_bits(b).to_f64();
+                if want.is_nan() {
+                    assert!(d.is_nan(), "len {len} bits {b:#06x}");
+                } else {
+                    assert_eq!(*d as f64, want, "len {len} bits {b:#06x}");
+                }
+            }
+        }
+    }
+}

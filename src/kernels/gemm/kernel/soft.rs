@@ -289,6 +289,7 @@ pub(crate) static SOFT_F32: Family<f32, f32, f32> = Family {
     nr: 32,
     g: 1,
     tiles: tiles!(tile_soft_f32, 2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -300,6 +301,7 @@ pub(crate) static SOFT_F32_WIDE: Family<f32, f32, f32> = Family {
     nr: 48,
     g: 1,
     tiles: tiles!(tile_soft_f32, 3; 1 2 3 4 5 6 7 8),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -311,6 +313,7 @@ pub(crate) static SOFT_F64: Family<f64, f64, f64> = Family {
     nr: 16,
     g: 1,
     tiles: tiles!(tile_soft_f64, 2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -322,6 +325,7 @@ pub(crate) static SOFT_BF16: Family<bf16, bf16, f32> = Family {
     nr: 32,
     g: 2,
     tiles: tiles!(tile_soft_bf16, 2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+    a_group: 0,
     needs_colsum: false,
 };
 
@@ -333,6 +337,7 @@ pub(crate) static SOFT_VNNI: Family<u8, i8, i32> = Family {
     nr: 32,
     g: 4,
     tiles: tiles!(tile_soft_vnni, 2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+    a_group: 0,
     needs_colsum: true,
 };
 
