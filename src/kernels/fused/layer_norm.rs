@@ -20,6 +20,8 @@
 //! 1.1–1.5× faster for outputs of 6–24 MiB on a 2-core Zen 3 (32 MiB L3, shared); smaller
 //! outputs use ordinary stores, so that the consumer finds them in cache.
 
+use std::borrow::Cow;
+
 use super::{FusedIsa, for_unit_pairs, for_units};
 
 /// Bytes of output from which the vector paths write y with non-temporal stores (eight
@@ -44,30 +46,24 @@ pub fn layer_norm_f32(
     if total == 0 || x.len() < total || y.len() < total {
         return;
     }
-    let ones;
-    let zeros;
-    let g = match gamma {
-        Some(g) if g.len() >= n => &g[..n],
-        _ => {
-            ones = vec![1.0f32; n];
-            &ones[..]
-        }
-    };
-    let b = match beta {
-        Some(b) if b.len() >= n => &b[..n],
-        _ => {
-            zeros = vec![0.0f32; n];
-            &zeros[..]
-        }
-    };
+    let (g, b) = (affine(gamma, n, 1.0), affine(beta, n, 0.0));
     let isa = isa.checked();
     let stream = total * size_of::<f32>() >= STREAM_MIN_BYTES;
-    let p = RowParams { n, eps: epsilon, g, b };
+    let p = RowParams { n, eps: epsilon, g: &g, b: &b };
     let x = &x[..total];
     for_units(pool, &mut y[..total], n, 8 * n, |first, ys| {
         let xs = &x[first * n..first * n + ys.len()];
         rows_on(isa, &p, xs, ys, stream);
     });
+}
+
+/// The first `n` values of a gamma or beta operand, or `n` copies of `default` without one (or
+/// with a shorter one).
+fn affine(v: Option<&[f32]>, n: usize, default: f32) -> Cow<'_, [f32]> {
+    match v {
+        Some(v) if v.len() >= n => Cow::Borrowed(&v[..n]),
+        _ => Cow::Owned(vec![default; n]),
+    }
 }
 
 /// Whole rows of `x` into `y` on the path `isa` (already [`FusedIsa::checked`]).
@@ -124,24 +120,9 @@ pub fn layer_norm_residual_f32(
     {
         return;
     }
-    let ones;
-    let zeros;
-    let g = match gamma {
-        Some(g) if g.len() >= n => &g[..n],
-        _ => {
-            ones = vec![1.0f32; n];
-            &ones[..]
-        }
-    };
-    let b = match beta {
-        Some(b) if b.len() >= n => &b[..n],
-        _ => {
-            zeros = vec![0.0f32; n];
-            &zeros[..]
-        }
-    };
+    let (g, b) = (affine(gamma, n, 1.0), affine(beta, n, 0.0));
     let isa = isa.checked();
-    let p = RowParams { n, eps: epsilon, g, b };
+    let p = RowParams { n, eps: epsilon, g: &g, b: &b };
     let block_rows = (RESIDUAL_BLOCK_BYTES / (n * size_of::<f32>())).max(1);
     // Row `i` of term `t`.
     fn row_of(t: &[f32], i: usize, n: usize) -> &[f32] {
