@@ -79,6 +79,7 @@ fn run(c: &Case, isa: FusedIsa, rng: &mut Rng, pool: Option<&rayon::ThreadPool>)
         mask,
         bias: None,
         seq_lens: None,
+        qkv_row_strides: None,
     };
     let mut got = vec![f32::NAN; n];
     assert!(attention_f32(isa, &p, &q, &k, &v, &mut got, pool), "kernel rejected {c:?}");

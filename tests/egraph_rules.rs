@@ -124,6 +124,7 @@ filetests! {
     attention_bert_dynamo_near_miss_v_heads => [];
     restore_keepdims_then_broadcast => ["restore-keepdims-reshape", "restore-keepdims-broadcast", "softmax-plain"];
     restore_broadcast_two_sizes => ["restore-broadcast", "softmax-plain"];
+    dense_shared_input_merge => ["dense-matmul", "dense-bias"];
 }
 
 /// Near misses must not fire the rule they nearly match.
@@ -293,6 +294,12 @@ fn differential(name: &str) {
             assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "{name}: output {i}[{j}]: unfused {a}, fused {b}");
         }
     }
+}
+
+/// Dense layers sharing their input merged into one (`passes::egraph::qkv`): the same values.
+#[test]
+fn differential_dense_shared_input_merge() {
+    differential("dense_shared_input_merge");
 }
 
 #[test]

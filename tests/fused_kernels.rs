@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 use tensorjit::api::AttentionConfig;
-use tensorjit::ir::op::{AttentionLayout, Op};
+use tensorjit::ir::op::{Activation, AttentionLayout, BinaryOp, DenseLayout, Op};
 use tensorjit::kernels::Tensor;
 use tensorjit::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast_strides};
 use tensorjit::kernels::fused::vmath::exp_f32;
 use tensorjit::kernels::fused::{
-    FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_strided_f32, softmax_f32,
+    FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_residual_f32, layer_norm_strided_f32, softmax_f32,
 };
 use tensorjit::kernels::reference;
 use tensorjit::{Backend, Buffer, DType, Shape};
@@ -294,6 +294,66 @@ fn layer_norm_random_vs_reference() {
     }
 }
 
+/// The layer norm of row `x` in f64 (two-pass mean and biased variance), then gamma and beta.
+fn layer_norm_row_f64(x: &[f32], eps: f64, g: Option<&[f32]>, b: Option<&[f32]>) -> Vec<f32> {
+    let n = x.len() as f64;
+    let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let var = x.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
+    let rstd = 1.0 / (var + eps).sqrt();
+    (0..x.len())
+        .map(|i| {
+            let gv = g.map_or(1.0, |g| f64::from(g[i]));
+            let bv = b.map_or(0.0, |b| f64::from(b[i]));
+            ((f64::from(x[i]) - mean) * rstd * gv + bv) as f32
+        })
+        .collect()
+}
+
+/// LayerNorm of a residual sum (the jit's merged adds + LayerNorm): `a + r`, and `(a + r) + p`
+/// with `p` one row block repeated (position embeddings), against the f32 sum (added in that
+/// order) normalised in f64; with and without the sum as a result, on one thread and split over
+/// a 2-thread pool, rows longer than the kernel's block of rows and shorter ones.
+#[test]
+fn layer_norm_residual_vs_f64() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+    let mut rng = Rng(31);
+    for &(rows, n, three) in
+        &[(1usize, 1usize, false), (3, 7, true), (36, 129, true), (70, 768, false), (9, 5000, true)]
+    {
+        let a = rng.vec(rows * n, -2.0, 2.0);
+        let r: Vec<f32> = rng.vec(rows * n, -2.0, 2.0).iter().map(|v| v + 10.0).collect();
+        // A third term of rows/3 rows (or 1), repeated down the rows.
+        let p_rows = if rows % 3 == 0 { rows / 3 } else { 1 };
+        let p = rng.vec(p_rows * n, -1.0, 1.0);
+        let g = rng.vec(n, 0.5, 1.5);
+        let b = rng.vec(n, -0.5, 0.5);
+        let mut sum: Vec<f32> = a.iter().zip(&r).map(|(x, y)| x + y).collect();
+        let mut terms: Vec<&[f32]> = vec![&a, &r];
+        if three {
+            for (i, s) in sum.iter_mut().enumerate() {
+                *s += p[i % (p_rows * n)];
+            }
+            terms.push(&p);
+        }
+        let want: Vec<f32> = sum.chunks(n).flat_map(|row| layer_norm_row_f64(row, 1e-5, Some(&g), Some(&b))).collect();
+        for isa in isas() {
+            for pool_or in [None, Some(&pool)] {
+                for keep in [false, true] {
+                    let mut y = vec![f32::NAN; rows * n];
+                    let mut s = vec![f32::NAN; rows * n];
+                    let sv = keep.then_some(&mut s[..]);
+                    layer_norm_residual_f32(isa, &terms, sv, &mut y, rows, n, 1e-5, Some(&g), Some(&b), pool_or);
+                    let what = format!("residual ln {rows}x{n} {} pool={} keep={keep}", isa.name(), pool_or.is_some());
+                    assert_close(&what, &y, &want, 1e-6, 2e-6);
+                    if keep {
+                        assert_eq!(s, sum, "{what}: the sum");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// LayerNorm over a block of axes that is not trailing (x viewed as `[outer, n, inner]`, rows
 /// strided by `inner`), against the reference; also through "jit" vs "interp" below.
 #[test]
@@ -521,6 +581,7 @@ fn attention_pair(c: &AttCase, isa: FusedIsa, rng: &mut Rng, amp: f32) -> (Vec<f
         mask,
         bias: (c.bias != 0).then(|| (&bias[..], broadcast_strides(bdims4, full).expect("bias strides"))),
         seq_lens: c.lens.as_deref(),
+        qkv_row_strides: None,
     };
     // NaN before: the kernel must write every value, padded and fully masked rows included.
     let mut got = vec![f32::NAN; od.iter().product()];
@@ -564,6 +625,7 @@ fn attention_hand_values() {
                 mask,
                 bias: None,
                 seq_lens: c.lens.as_deref(),
+                qkv_row_strides: None,
             };
             let mut out = vec![0f32; c.b * c.h * c.sq * c.dv];
             assert!(attention_f32(isa, &p, q, k, v, &mut out, None));
@@ -841,6 +903,68 @@ fn jit_plan_uses_fused_kernels() {
     assert!(plan.contains(&format!("Float32 {want_isa}")), "plan does not use the {want_isa} path:\n{plan}");
 }
 
+/// The plan's merges (jit `merge`): a dense followed by the tanh GELU runs as one GEMM with the
+/// GELU in its epilogue; a residual add feeding a LayerNorm runs inside the LayerNorm step (with
+/// the sum kept when another op reads it). The results against the f64 formulas written here.
+#[test]
+fn jit_merges_tanh_gelu_into_dense_and_residual_add_into_layer_norm() {
+    let dir = std::env::temp_dir().join(format!("tensorjit-fused-merge-{}", std::process::id()));
+    let jit = tensorjit::backends::jit::JitBackend::constructor(&format!("dump={},parallelism=2", dir.display()))
+        .expect("jit");
+    let (m, k, n) = (33usize, 40usize, 96usize);
+    let mut rng = Rng(41);
+    let x = rng.vec(m * k, -2.0, 2.0);
+    let w = rng.vec(k * n, -0.4, 0.4);
+    let bias = rng.vec(n, -0.5, 0.5);
+    let r = rng.vec(m * n, -1.0, 1.0);
+    let g = rng.vec(n, 0.5, 1.5);
+    let bt = rng.vec(n, -0.5, 0.5);
+    let builder = jit.builder("merge");
+    let f = builder.main();
+    let xp = f.parameter("x", shape(DType::Float32, &[m, k])).expect("x");
+    let rp = f.parameter("r", shape(DType::Float32, &[m, n])).expect("r");
+    let wc = f.constant(&w, &[k, n]).expect("w");
+    let bc = f.constant(&bias, &[n]).expect("bias");
+    let gc = f.constant(&g, &[n]).expect("gamma");
+    let btc = f.constant(&bt, &[n]).expect("beta");
+    let dense = f.fused_dense(xp, wc, Some(bc), Activation::None, DenseLayout::InputOutputs).expect("dense");
+    let gelu = f.fused_gelu(dense, false).expect("gelu");
+    // The sum also feeds a later add, so the LayerNorm step keeps it.
+    let sum = f.binary(BinaryOp::Add, gelu, rp).expect("add");
+    let ln = f.fused_layer_norm(sum, &[-1], 1e-5, Some(gc), Some(btc)).expect("ln");
+    let out = f.binary(BinaryOp::Add, ln, sum).expect("add 2");
+    f.return_(&[out]).expect("return");
+    let exe = builder.compile().expect("compile");
+    let plan = take_plans(&dir);
+    assert!(plan.contains("+bias gelutanh"), "the GELU is not in the GEMM epilogue:\n{plan}");
+    assert!(
+        plan.contains("of a residual add (2 terms, sum kept)"),
+        "the add is not merged into the LayerNorm:\n{plan}"
+    );
+    assert!(!plan.contains("fused gelu"), "a separate GELU step is left:\n{plan}");
+    let ins = [Buffer::from_slice(&x, &[m, k]).expect("x"), Buffer::from_slice(&r, &[m, n]).expect("r")];
+    let got = exe.execute(&[&ins[0], &ins[1]], &[]).expect("execute")[0].to_vec::<f32>().expect("f32");
+    // f64: y = gelu_tanh(x·w + b) + r; z = LN(y)·g + beta + y.
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let mut want = vec![0f32; m * n];
+    for i in 0..m {
+        let y: Vec<f64> = (0..n)
+            .map(|j| {
+                let d =
+                    (0..k).map(|t| f64::from(x[i * k + t]) * f64::from(w[t * n + j])).sum::<f64>() + f64::from(bias[j]);
+                0.5 * d * (1.0 + (c * (d + 0.044715 * d * d * d)).tanh()) + f64::from(r[i * n + j])
+            })
+            .collect();
+        let mean = y.iter().sum::<f64>() / n as f64;
+        let var = y.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
+        for j in 0..n {
+            let z = (y[j] - mean) / (var + 1e-5).sqrt() * f64::from(g[j]) + f64::from(bt[j]) + y[j];
+            want[i * n + j] = z as f32;
+        }
+    }
+    assert_close("dense + tanh gelu + residual ln", &got, &want, 1e-4, 1e-4);
+}
+
 /// Reruns the end-to-end tests in a child process with `TENSORJIT_DISABLE_AVX2=1` (portable path).
 #[test]
 fn jit_generic_path_in_child_process() {
@@ -848,7 +972,11 @@ fn jit_generic_path_in_child_process() {
         return; // already the child
     }
     let exe = std::env::current_exe().expect("test binary");
-    for test in ["jit_end_to_end_matches_interp", "jit_plan_uses_fused_kernels"] {
+    for test in [
+        "jit_end_to_end_matches_interp",
+        "jit_plan_uses_fused_kernels",
+        "jit_merges_tanh_gelu_into_dense_and_residual_add_into_layer_norm",
+    ] {
         let out = std::process::Command::new(&exe)
             .args(["--exact", test, "--test-threads=1"])
             .env("TENSORJIT_DISABLE_AVX2", "1")
@@ -919,6 +1047,7 @@ fn check_uniform_rows(
         mask,
         bias: None,
         seq_lens: None,
+        qkv_row_strides: None,
     };
     for isa in isas() {
         let mut out = vec![-7f32; sq * dv];

@@ -49,6 +49,17 @@ const SMALL_FLOPS: usize = 4_000_000;
 
 /// The fast kernel for node `n`, if this module has one for it.
 pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel>>> {
+    prepare_with(m, n, None)
+}
+
+/// [`prepare`], with a FusedDense's epilogue activation replaced by `activation` when given
+/// (the plan's merge of a following FusedGelu into the GEMM epilogue, `super::merge`).
+pub(crate) fn prepare_with(
+    m: &Module,
+    n: NodeId,
+    activation: Option<Activation>,
+) -> Result<Option<Box<dyn FastKernel>>> {
+    let replaced = activation;
     let node = m.node(n);
     let spec = match &node.op {
         Op::DotGeneral { lhs_contracting, lhs_batch, rhs_contracting, rhs_batch, accumulator_dtype, output_dtype } => {
@@ -100,7 +111,7 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
                 rb: vec![],
                 in_dtype: dt,
                 out_dtype: dt,
-                activation: gemm_activation(*activation),
+                activation: replaced.unwrap_or(gemm_activation(*activation)),
                 has_bias: *has_bias,
             }
         }

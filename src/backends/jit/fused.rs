@@ -14,11 +14,13 @@ use half::{bf16, f16};
 
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
-use crate::ir::module::{Module, NodeId};
+use crate::ir::module::{Module, NodeId, ValueId};
 use crate::ir::op::{AttentionLayout, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast_strides};
-use crate::kernels::fused::{FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_strided_f32, softmax_f32};
+use crate::kernels::fused::{
+    FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_residual_f32, layer_norm_strided_f32, softmax_f32,
+};
 use crate::kernels::tensor::Tensor;
 use crate::memory::AlignedBytes;
 
@@ -54,7 +56,14 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
             if shapes[1..].iter().any(|s| !is_f32_like(s.dtype) || s.num_elements() != n) {
                 return Ok(None);
             }
-            Kind::LayerNorm { first, axes: k, epsilon: *epsilon, has_gamma: *has_gamma, has_beta: *has_beta }
+            Kind::LayerNorm {
+                first,
+                axes: k,
+                epsilon: *epsilon,
+                has_gamma: *has_gamma,
+                has_beta: *has_beta,
+                residual: None,
+            }
         }
         Op::FusedScaledDotProductAttention { layout, scale, causal, has_mask, has_bias, has_seq_lens, .. } => {
             let a = AttentionKind {
@@ -64,6 +73,7 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
                 has_mask: *has_mask,
                 has_bias: *has_bias,
                 has_seq_lens: *has_seq_lens,
+                slices: None,
             };
             if !a.supported(&shapes, outs[0]) {
                 return Ok(None);
@@ -87,6 +97,74 @@ struct AttentionKind {
     has_mask: bool,
     has_bias: bool,
     has_seq_lens: bool,
+    /// The plan's merge of q, k, v as column blocks of one product (`super::merge`).
+    slices: Option<QkvSlices>,
+}
+
+/// q, k and v of a BSHD attention read in place from one F32 product of `rows × row` values
+/// (its three operands): each starts at its `offsets` entry of row 0, one row per (batch,
+/// position), and has the dims `dims` (`[B, S, H, D]`).
+#[derive(Clone, Copy, Debug)]
+struct QkvSlices {
+    offsets: [usize; 3],
+    row: usize,
+    rows: usize,
+    dims: [[usize; 4]; 3],
+}
+
+/// The attention kernel of node `att` reading q, k and v (BSHD, F32) as the column blocks at
+/// `offsets` of the rows of `y` (the plan's merge of the slices of one projection,
+/// `super::merge`); `None` unless the blocks fit y's rows and the fast kernel takes the node.
+pub(crate) fn prepare_attention_slices(
+    m: &Module,
+    att: NodeId,
+    y: ValueId,
+    offsets: [usize; 3],
+) -> Option<Box<dyn FastKernel>> {
+    let node = m.node(att);
+    let Op::FusedScaledDotProductAttention {
+        layout: AttentionLayout::Bshd,
+        scale,
+        causal,
+        has_mask,
+        has_bias,
+        has_seq_lens,
+        ..
+    } = &node.op
+    else {
+        return None;
+    };
+    let ys = m.shape(y);
+    let out = m.shape(*node.outputs.first()?);
+    if ys.dtype != DType::Float32 || ys.is_dynamic() || ys.rank() < 2 || out.is_dynamic() || node.outputs.len() != 1 {
+        return None;
+    }
+    let row = *ys.udims().last()?;
+    let rows = ys.num_elements().checked_div(row)?;
+    let shapes: Vec<&Shape> = node.inputs.iter().map(|&v| m.shape(v)).collect();
+    let mut dims = [[0usize; 4]; 3];
+    for t in 0..3 {
+        let s = shapes.get(t)?;
+        let d: [usize; 4] = s.udims().try_into().ok()?;
+        if s.dtype != DType::Float32 || s.is_dynamic() || d[0] * d[1] != rows || offsets[t] + d[2] * d[3] > row {
+            return None;
+        }
+        dims[t] = d;
+    }
+    let slices = Some(QkvSlices { offsets, row, rows, dims });
+    let a = AttentionKind {
+        layout: AttentionLayout::Bshd,
+        scale: *scale,
+        causal: *causal,
+        has_mask: *has_mask,
+        has_bias: *has_bias,
+        has_seq_lens: *has_seq_lens,
+        slices,
+    };
+    if !a.supported(&shapes, out) {
+        return None;
+    }
+    Some(Box::new(FusedKernel { kind: Kind::Attention(a), isa: FusedIsa::selected(), dtype: DType::Float32 }))
 }
 
 /// `[B, H, S, D]` of a q/k/v shape.
@@ -163,11 +241,79 @@ impl AttentionKind {
     }
 }
 
+/// The LayerNorm kernel of node `ln` reading the terms whose sum is its `x` (the sum
+/// `((t0 + t1) + t2) + …`: the plan's merge of the adds that make x, `super::merge`), with the
+/// sum as a second result when `keep_sum`; `None` unless the fast kernel takes this form: F32,
+/// normalised axes trailing, every term of x's dims or of x's dims with leading axes (before the
+/// normalised ones) of size 1, gamma and beta F32 of the normalised size.
+pub(crate) fn prepare_residual_layer_norm(
+    m: &Module,
+    ln: NodeId,
+    terms: &[ValueId],
+    keep_sum: bool,
+) -> Option<Box<dyn FastKernel>> {
+    let node = m.node(ln);
+    let Op::FusedLayerNorm { axes, epsilon, has_gamma, has_beta } = &node.op else { return None };
+    let x = m.shape(*node.inputs.first()?);
+    let f32_static = |s: &Shape| s.dtype == DType::Float32 && !s.is_dynamic();
+    let (rank, k) = (x.rank(), axes.len());
+    let first = rank.checked_sub(k)?;
+    if !f32_static(x) || node.outputs.len() != 1 || k == 0 || axes.iter().enumerate().any(|(i, &ax)| ax != first + i) {
+        return None;
+    }
+    // A term repeats x's trailing block: its dims are x's with a prefix (within the leading axes)
+    // set to 1.
+    let repeats = |s: &Shape| {
+        let lead = s.dims.iter().take_while(|&&d| d == 1).count().min(first);
+        f32_static(s) && s.rank() == rank && s.dims[lead..] == x.dims[lead..]
+    };
+    if terms.len() < 2 || !terms.iter().all(|&t| repeats(m.shape(t))) {
+        return None;
+    }
+    let n: usize = x.udims()[first..].iter().product();
+    let params = &node.inputs[1..];
+    if params.len() != *has_gamma as usize + *has_beta as usize
+        || params.iter().any(|&p| !f32_static(m.shape(p)) || m.shape(p).num_elements() != n)
+    {
+        return None;
+    }
+    let kind = Kind::LayerNorm {
+        first,
+        axes: k,
+        epsilon: *epsilon,
+        has_gamma: *has_gamma,
+        has_beta: *has_beta,
+        residual: Some(Residual { terms: terms.len(), keep_sum }),
+    };
+    Some(Box::new(FusedKernel { kind, isa: FusedIsa::selected(), dtype: DType::Float32 }))
+}
+
+/// The residual form of a LayerNorm step: how many terms make x, and whether the sum is a
+/// second result.
+#[derive(Clone, Copy, Debug)]
+struct Residual {
+    terms: usize,
+    keep_sum: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Kind {
-    Softmax { axis: usize },
-    Gelu { exact: bool },
-    LayerNorm { first: usize, axes: usize, epsilon: f64, has_gamma: bool, has_beta: bool },
+    Softmax {
+        axis: usize,
+    },
+    Gelu {
+        exact: bool,
+    },
+    /// `residual`: the plan merged the adds making x into this step (`super::merge`): the
+    /// operands are the terms, then `gamma?, beta?`.
+    LayerNorm {
+        first: usize,
+        axes: usize,
+        epsilon: f64,
+        has_gamma: bool,
+        has_beta: bool,
+        residual: Option<Residual>,
+    },
     Attention(AttentionKind),
 }
 
@@ -330,7 +476,25 @@ impl FusedKernel {
         pool: Option<&rayon::ThreadPool>,
     ) -> Result<Tensor> {
         let name = self.name();
-        let s: Vec<&Shape> = inputs.iter().map(|t| &t.shape).collect();
+        let sliced: Vec<Shape>;
+        let s: Vec<&Shape> = match &a.slices {
+            // The operands are the product three times; check it and use q, k, v's own shapes.
+            Some(sl) => {
+                let y = inputs.first().map(|t| &t.shape);
+                let fits = |t: &Tensor| {
+                    Some(&t.shape) == y
+                        && t.shape.dtype == DType::Float32
+                        && t.shape.num_elements() == sl.rows * sl.row
+                        && t.shape.dims.last() == Some(&(sl.row as i64))
+                };
+                if inputs.len() < 3 || !inputs[..3].iter().all(fits) {
+                    return Err(Error::invalid(name, "the q/k/v projection does not match the compiled shape"));
+                }
+                sliced = sl.dims.iter().map(|d| Shape::new(DType::Float32, &d.map(|x| x as i64))).collect();
+                sliced.iter().chain(inputs[3..].iter().map(|t| &t.shape)).collect()
+            }
+            None => inputs.iter().map(|t| &t.shape).collect(),
+        };
         if !a.supported(&s, out) {
             return Err(Error::invalid(
                 name,
@@ -343,7 +507,14 @@ impl FusedKernel {
             bhsd(a.layout, s[2]).unwrap_or_default(),
         );
         let full = [qd[0], qd[1], qd[2], kd[2]];
-        let (q, k, v) = (as_f32(name, &inputs[0])?, as_f32(name, &inputs[1])?, as_f32(name, &inputs[2])?);
+        let (qc, kc, vc) = (as_f32(name, &inputs[0])?, as_f32(name, &inputs[1])?, as_f32(name, &inputs[2])?);
+        let (q, k, v, row_strides) = match &a.slices {
+            Some(sl) => {
+                let [oq, ok, ov] = sl.offsets;
+                (&qc[oq..], &kc[ok..], &vc[ov..], Some([sl.row; 3]))
+            }
+            None => (&qc[..], &kc[..], &vc[..], None),
+        };
         let mut next = 3;
         let mut add_mask = None;
         let mut bool_mask = None;
@@ -393,9 +564,10 @@ impl FusedKernel {
             mask,
             bias: bias.as_deref().map(|b| (b, bias_strides)),
             seq_lens: lens.as_deref(),
+            qkv_row_strides: row_strides,
         };
         with_output(name, out, false, |y| {
-            if attention_f32(self.isa, &p, &q, &k, &v, y, pool) {
+            if attention_f32(self.isa, &p, q, k, v, y, pool) {
                 Ok(())
             } else {
                 Err(Error::invalid(name, format!("operands {} / {} / {} are inconsistent", s[0], s[1], s[2])))
@@ -404,13 +576,92 @@ impl FusedKernel {
     }
 }
 
+impl FusedKernel {
+    /// The residual form of LayerNorm (F32, trailing axes): `inputs = [terms…, gamma?, beta?]`,
+    /// results `[y]` or `[y, sum]` (`keep_sum`).
+    fn residual_layer_norm(
+        &self,
+        inputs: &[Tensor],
+        out_shapes: &[Shape],
+        epsilon: f64,
+        (has_gamma, has_beta): (bool, bool),
+        res: Residual,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<Vec<Tensor>> {
+        let name = self.name();
+        let n_out = 1 + res.keep_sum as usize;
+        let n_in = res.terms + has_gamma as usize + has_beta as usize;
+        if inputs.len() != n_in || out_shapes.len() != n_out || res.terms < 2 {
+            return Err(Error::invalid(name, format!("residual form: expected {n_in} operands and {n_out} results")));
+        }
+        let Kind::LayerNorm { first, .. } = self.kind else {
+            return Err(Error::invalid(name, "not a layer norm kernel (internal dispatch error)"));
+        };
+        let y_shape = &out_shapes[0];
+        let n: usize = y_shape.udims().get(first..).map_or(0, |d| d.iter().product());
+        let total = y_shape.num_elements();
+        let rows = total.checked_div(n).unwrap_or(0);
+        let term_ok = |t: &Tensor| {
+            t.shape.dtype == DType::Float32
+                && n > 0
+                && !t.is_empty()
+                && t.len().is_multiple_of(n)
+                && total.is_multiple_of(t.len())
+        };
+        if y_shape.dtype != DType::Float32
+            || out_shapes.iter().any(|s| s != y_shape)
+            || !inputs[..res.terms].iter().all(term_ok)
+        {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "residual terms {} + {} … do not fit the result {y_shape} (F32)",
+                    inputs[0].shape, inputs[1].shape
+                ),
+            ));
+        }
+        let param = |i: usize, what: &str| -> Result<&[f32]> {
+            let t = &inputs[i];
+            if t.len() != n || t.shape.dtype != DType::Float32 {
+                return Err(Error::invalid(name, format!("{what} {} must hold {n} F32 values", t.shape)));
+            }
+            Ok(t.typed::<f32>())
+        };
+        let g = if has_gamma { Some(param(res.terms, "gamma")?) } else { None };
+        let b = if has_beta { Some(param(res.terms + has_gamma as usize, "beta")?) } else { None };
+        let fresh = |s: &Shape| -> Result<Tensor> {
+            let bytes = s.byte_size().unwrap_or(0);
+            Ok(Tensor { shape: s.clone(), data: Arc::new(AlignedBytes::try_recycled(bytes)?) })
+        };
+        let mut y = fresh(y_shape)?;
+        let mut sum = if res.keep_sum { Some(fresh(&out_shapes[1])?) } else { None };
+        let terms: Vec<&[f32]> = inputs[..res.terms].iter().map(|t| t.typed::<f32>()).collect();
+        let sv = sum.as_mut().map(|t| t.typed_mut::<f32>());
+        layer_norm_residual_f32(self.isa, &terms, sv, y.typed_mut::<f32>(), rows, n, epsilon, g, b, pool);
+        Ok(std::iter::once(y).chain(sum).collect())
+    }
+}
+
 impl FastKernel for FusedKernel {
     fn describe(&self) -> String {
         let what = match self.kind {
             Kind::Softmax { axis } => format!("softmax axis {axis}"),
             Kind::Gelu { exact } => format!("gelu {}", if exact { "erf" } else { "tanh" }),
-            Kind::LayerNorm { first, axes, .. } => format!("layer norm over axes {first}..{}", first + axes),
-            Kind::Attention(a) => format!("flash attention {:?}{}", a.layout, if a.causal { " causal" } else { "" }),
+            Kind::LayerNorm { first, axes, residual, .. } => format!(
+                "layer norm over axes {first}..{}{}",
+                first + axes,
+                match residual {
+                    None => String::new(),
+                    Some(r) =>
+                        format!(" of a residual add ({} terms{})", r.terms, if r.keep_sum { ", sum kept" } else { "" }),
+                }
+            ),
+            Kind::Attention(a) => format!(
+                "flash attention {:?}{}{}",
+                a.layout,
+                if a.causal { " causal" } else { "" },
+                if a.slices.is_some() { " reading q/k/v in place from one projection" } else { "" }
+            ),
         };
         format!("fused {what} {} {}", self.dtype, self.isa.name())
     }
@@ -460,7 +711,10 @@ impl FastKernel for FusedKernel {
                     Ok(())
                 })?
             }
-            Kind::LayerNorm { first, axes, epsilon, has_gamma, has_beta } => {
+            Kind::LayerNorm { epsilon, has_gamma, has_beta, residual: Some(r), .. } => {
+                return self.residual_layer_norm(inputs, out_shapes, epsilon, (has_gamma, has_beta), r, pool);
+            }
+            Kind::LayerNorm { first, axes, epsilon, has_gamma, has_beta, residual: None } => {
                 let dims = x.shape.udims();
                 if first + axes > dims.len() || out.num_elements() != x.len() {
                     return Err(Error::invalid(name, format!("axes do not fit x {}", x.shape)));

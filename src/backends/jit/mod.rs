@@ -37,6 +37,7 @@ mod exec;
 mod fast;
 mod fused;
 mod loops;
+mod merge;
 mod movement;
 mod options;
 mod plan;

@@ -372,8 +372,36 @@ fn build_function(
             r.ordered = opts.ordered;
         }
     }
+    // Pairs of nodes run as one step (a tanh GELU in its dense's GEMM epilogue, a residual add
+    // inside its LayerNorm: `merge`).
+    let t = Instant::now();
+    let mut merges = super::merge::find(m, f, &clustering)?;
+    times.kernels += t.elapsed();
     let mut steps = Vec::with_capacity(clustering.schedule.len());
     for item in &clustering.schedule {
+        if merges.skips(*item) {
+            continue;
+        }
+        if let Item::Node(n) = *item
+            && let Some((x, o)) = merges.aliases.remove(&n)
+        {
+            steps.push(Step::Alias(AliasStep { node: n, pairs: vec![(x, o)], out_shapes: vec![unnamed(m.shape(o))] }));
+            continue;
+        }
+        if let Item::Node(n) = *item
+            && let Some(mg) = merges.steps.remove(&n)
+        {
+            tracing::debug!(target: "tensorjit::jit", node = %n, kernel = %mg.fast.describe(), "merged step");
+            steps.push(Step::Kernel(KernelStep {
+                node: n,
+                op: m.node(n).op.clone(),
+                out_shapes: mg.outputs.iter().map(|&v| unnamed(m.shape(v))).collect(),
+                inputs: mg.inputs,
+                outputs: mg.outputs,
+                fast: Some(mg.fast),
+            }));
+            continue;
+        }
         let step = match *item {
             Item::Cluster(ci) => {
                 let c = &clustering.clusters[ci];

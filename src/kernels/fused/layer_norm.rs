@@ -20,7 +20,9 @@
 //! 1.1–1.5× faster for outputs of 6–24 MiB on a 2-core Zen 3 (32 MiB L3, shared); smaller
 //! outputs use ordinary stores, so that the consumer finds them in cache.
 
-use super::{FusedIsa, for_units};
+use std::borrow::Cow;
+
+use super::{FusedIsa, for_unit_pairs, for_units};
 
 /// Bytes of output from which the vector paths write y with non-temporal stores (eight
 /// times a 512 KiB L2: such an output mostly leaves the private caches before it is read).
@@ -44,45 +46,121 @@ pub fn layer_norm_f32(
     if total == 0 || x.len() < total || y.len() < total {
         return;
     }
-    let ones;
-    let zeros;
-    let g = match gamma {
-        Some(g) if g.len() >= n => &g[..n],
-        _ => {
-            ones = vec![1.0f32; n];
-            &ones[..]
-        }
-    };
-    let b = match beta {
-        Some(b) if b.len() >= n => &b[..n],
-        _ => {
-            zeros = vec![0.0f32; n];
-            &zeros[..]
-        }
-    };
+    let (g, b) = (affine(gamma, n, 1.0), affine(beta, n, 0.0));
     let isa = isa.checked();
     let stream = total * size_of::<f32>() >= STREAM_MIN_BYTES;
-    let p = RowParams { n, eps: epsilon, g, b };
+    let p = RowParams { n, eps: epsilon, g: &g, b: &b };
     let x = &x[..total];
     for_units(pool, &mut y[..total], n, 8 * n, |first, ys| {
         let xs = &x[first * n..first * n + ys.len()];
-        #[cfg(target_arch = "x86_64")]
-        if isa == FusedIsa::Avx512 {
-            // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F.
-            unsafe { avx512::rows(&p, xs, ys, stream) };
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if isa.avx2() {
-            // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
-            unsafe { avx2::rows(&p, xs, ys, stream) };
-            return;
-        }
-        let _ = (isa, stream);
-        for (xr, yr) in xs.chunks_exact(n).zip(ys.chunks_exact_mut(n)) {
-            generic_row(&p, xr, yr);
-        }
+        rows_on(isa, &p, xs, ys, stream);
     });
+}
+
+/// The first `n` values of a gamma or beta operand, or `n` copies of `default` without one (or
+/// with a shorter one).
+fn affine(v: Option<&[f32]>, n: usize, default: f32) -> Cow<'_, [f32]> {
+    match v {
+        Some(v) if v.len() >= n => Cow::Borrowed(&v[..n]),
+        _ => Cow::Owned(vec![default; n]),
+    }
+}
+
+/// Whole rows of `x` into `y` on the path `isa` (already [`FusedIsa::checked`]).
+fn rows_on(isa: FusedIsa, p: &RowParams, xs: &[f32], ys: &mut [f32], stream: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        // SAFETY: Avx512 survives `checked()` (done by every caller) only on CPUs with AVX-512F.
+        unsafe { avx512::rows(p, xs, ys, stream) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        // SAFETY: `avx2()` holds only after `checked()` (done by every caller) confirmed AVX2 and FMA.
+        unsafe { avx2::rows(p, xs, ys, stream) };
+        return;
+    }
+    let _ = (isa, stream);
+    for (xr, yr) in xs.chunks_exact(p.n).zip(ys.chunks_exact_mut(p.n)) {
+        generic_row(p, xr, yr);
+    }
+}
+
+/// Rows added and normalised per block of [`layer_norm_residual_f32`] (the sums of a block stay
+/// in L1/L2 between the add and the normalisation).
+const RESIDUAL_BLOCK_BYTES: usize = 32 << 10;
+
+/// Layer norm of a sum of terms (a residual connection, an embedding sum): `rows` rows of `n`
+/// values of `((t0 + t1) + t2) + …`, added in that order in f32, normalised as [`layer_norm_f32`]
+/// does, without a pass over memory for the sum. A term may repeat along leading axes: its
+/// length is a multiple of `n` dividing `rows·n`, and row `i` reads its row `i mod (len/n)`
+/// (e.g. position embeddings `[1, S, D]` added to `[B, S, D]`). The sum is written to `sum` when
+/// given (in blocks of rows, just before they are normalised), else into a small per-task
+/// scratch block. Fewer than two terms, or slices that do not fit, leave `y` unchanged.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_residual_f32(
+    isa: FusedIsa,
+    terms: &[&[f32]],
+    sum: Option<&mut [f32]>,
+    y: &mut [f32],
+    rows: usize,
+    n: usize,
+    epsilon: f64,
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    pool: Option<&rayon::ThreadPool>,
+) {
+    let total = rows * n;
+    let term_fits = |t: &&[f32]| !t.is_empty() && t.len().is_multiple_of(n) && total.is_multiple_of(t.len());
+    if total == 0
+        || terms.len() < 2
+        || !terms.iter().all(term_fits)
+        || y.len() < total
+        || sum.as_ref().is_some_and(|s| s.len() < total)
+    {
+        return;
+    }
+    let (g, b) = (affine(gamma, n, 1.0), affine(beta, n, 0.0));
+    let isa = isa.checked();
+    let p = RowParams { n, eps: epsilon, g: &g, b: &b };
+    let block_rows = (RESIDUAL_BLOCK_BYTES / (n * size_of::<f32>())).max(1);
+    // Row `i` of term `t`.
+    fn row_of(t: &[f32], i: usize, n: usize) -> &[f32] {
+        let at = (i * n) % t.len();
+        &t[at..at + n]
+    }
+    // One task: its rows (starting at row `first`) in blocks: add into `s` (the sum's rows or
+    // scratch), normalise from there while the block is in cache.
+    let task = |first: usize, ys: &mut [f32], mut sums: Option<&mut [f32]>| {
+        let mut scratch = if sums.is_none() { vec![0f32; (block_rows * n).min(ys.len())] } else { Vec::new() };
+        let mut done = 0;
+        while done < ys.len() {
+            let len = (block_rows * n).min(ys.len() - done);
+            let s = match sums.as_deref_mut() {
+                Some(sv) => &mut sv[done..done + len],
+                None => &mut scratch[..len],
+            };
+            for (r, sr) in s.chunks_exact_mut(n).enumerate() {
+                let i = first + done / n + r;
+                for ((sv, &av), &bv) in sr.iter_mut().zip(row_of(terms[0], i, n)).zip(row_of(terms[1], i, n)) {
+                    *sv = av + bv;
+                }
+                for t in &terms[2..] {
+                    for (sv, &tv) in sr.iter_mut().zip(row_of(t, i, n)) {
+                        *sv += tv;
+                    }
+                }
+            }
+            rows_on(isa, &p, s, &mut ys[done..done + len], false);
+            done += len;
+        }
+    };
+    match sum {
+        Some(sv) => {
+            for_unit_pairs(pool, &mut y[..total], &mut sv[..total], n, 9 * n, |first, ys, ss| task(first, ys, Some(ss)))
+        }
+        None => for_units(pool, &mut y[..total], n, 9 * n, |first, ys| task(first, ys, None)),
+    }
 }
 
 /// What normalising a trailing row needs besides the data.

@@ -19,7 +19,7 @@ pub mod vmath;
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use attention::{AttentionLayout, AttentionMask, AttentionParams, attention_f32};
 pub use gelu::gelu_f32;
-pub use layer_norm::{layer_norm_f32, layer_norm_strided_f32};
+pub use layer_norm::{layer_norm_f32, layer_norm_residual_f32, layer_norm_strided_f32};
 pub use softmax::softmax_f32;
 
 use rayon::prelude::*;
@@ -110,7 +110,45 @@ pub(crate) fn for_units<F>(pool: Option<&rayon::ThreadPool>, y: &mut [f32], unit
 where
     F: Fn(usize, &mut [f32]) + Sync + Send,
 {
-    let units = y.len().checked_div(unit).unwrap_or(0);
+    match units_per_task(pool, y.len(), unit, cost_per_unit) {
+        Some((p, per)) => p.install(|| y.par_chunks_mut(per * unit).enumerate().for_each(|(i, c)| f(i * per, c))),
+        None => f(0, y),
+    }
+}
+
+/// [`for_units`] over two outputs of the same length, split alike: `f(first_unit, y_chunk,
+/// z_chunk)`.
+pub(crate) fn for_unit_pairs<F>(
+    pool: Option<&rayon::ThreadPool>,
+    y: &mut [f32],
+    z: &mut [f32],
+    unit: usize,
+    cost_per_unit: usize,
+    f: F,
+) where
+    F: Fn(usize, &mut [f32], &mut [f32]) + Sync + Send,
+{
+    let len = y.len().min(z.len());
+    let (y, z) = (&mut y[..len], &mut z[..len]);
+    match units_per_task(pool, len, unit, cost_per_unit) {
+        Some((p, per)) => p.install(|| {
+            y.par_chunks_mut(per * unit).zip(z.par_chunks_mut(per * unit)).enumerate().for_each(|(i, (a, b))| {
+                f(i * per, a, b);
+            })
+        }),
+        None => f(0, y, z),
+    }
+}
+
+/// The pool and units per task when `len` values in `unit`-sized pieces are worth splitting
+/// over `pool` (`None`: run in one call).
+fn units_per_task(
+    pool: Option<&rayon::ThreadPool>,
+    len: usize,
+    unit: usize,
+    cost_per_unit: usize,
+) -> Option<(&rayon::ThreadPool, usize)> {
+    let units = len.checked_div(unit).unwrap_or(0);
     let threads = pool.map_or(1, |p| p.current_num_threads());
     let work = units.saturating_mul(cost_per_unit.max(1));
     match pool {
@@ -118,9 +156,8 @@ where
             // About 4 tasks per thread, each with at least PAR_MIN_WORK / 4 work.
             let by_threads = units.div_ceil(threads * 4);
             let by_work = (PAR_MIN_WORK / 4).div_ceil(cost_per_unit.max(1));
-            let per = by_threads.max(by_work).max(1);
-            p.install(|| y.par_chunks_mut(per * unit).enumerate().for_each(|(i, c)| f(i * per, c)));
+            Some((p, by_threads.max(by_work).max(1)))
         }
-        _ => f(0, y),
+        _ => None,
     }
 }

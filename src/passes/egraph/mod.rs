@@ -24,6 +24,9 @@
 //!    old position; unchanged nodes are reused as they are, new ones are added with
 //!    [`Module::add_node`], nodes no root needs leave the body. Opaque nodes keep their place.
 //!
+//! 5. **Merge** dense layers with constant weights that share their input (the Q, K, V
+//!    projections) into one over the concatenated weights, sliced back ([`qkv`]).
+//!
 //! A function in which no fusion rule fired is left untouched, and so is one in which the
 //! rules merged values of different shapes into one e-class (the analysis flags it: a rule bug,
 //! listed in [`EggReport::skipped`]). If a function cannot be
@@ -33,6 +36,7 @@
 pub mod analysis;
 pub mod extract;
 pub mod lang;
+pub mod qkv;
 pub mod rules;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -96,6 +100,8 @@ pub struct EggReport {
     pub fused_ops: BTreeMap<String, usize>,
     /// Functions whose body was rewritten.
     pub rewritten: Vec<String>,
+    /// Groups of dense layers sharing their input merged into one ([`qkv`]).
+    pub merged_denses: usize,
     /// Functions left unchanged although rules fired, or whose e-graph is over the node limit
     /// from the start (no runner could search it), with the reason.
     pub skipped: Vec<String>,
@@ -112,7 +118,7 @@ pub struct EggReport {
 impl EggReport {
     /// Whether any function was rewritten.
     pub fn changed(&self) -> bool {
-        !self.rewritten.is_empty()
+        !self.rewritten.is_empty() || self.merged_denses > 0
     }
 
     /// How often rule `name` fired.
@@ -151,6 +157,9 @@ impl fmt::Display for EggReport {
         writeln!(f, "  rules fired: {}", if fired.is_empty() { "none".to_string() } else { fired.join(", ") })?;
         let fused: Vec<String> = self.fused_ops.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
         writeln!(f, "  fused ops added: {}", if fused.is_empty() { "none".to_string() } else { fused.join(", ") })?;
+        if self.merged_denses > 0 {
+            writeln!(f, "  dense layers sharing their input merged: {} groups", self.merged_denses)?;
+        }
         for s in &self.skipped {
             writeln!(f, "  skipped: {s}")?;
         }
@@ -223,6 +232,7 @@ pub fn run(m: &mut Module, cfg: &EggConfig) -> Result<EggReport> {
     for fi in 0..m.functions.len() {
         rewrite_function(m, FuncId(fi as u32), cfg, &external, &mut report);
     }
+    report.merged_denses = qkv::run(m);
     report.total_time = start.elapsed();
     Ok(report)
 }

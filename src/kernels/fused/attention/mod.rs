@@ -81,6 +81,11 @@ pub struct AttentionParams<'a> {
     pub bias: Option<(&'a [f32], [usize; 4])>,
     /// Per-batch `(query_len, kv_len)`.
     pub seq_lens: Option<&'a [(usize, usize)]>,
+    /// BSHD only: the element distance between consecutive positions of q, k and v, when they
+    /// are column blocks of wider rows (e.g. one `[B·S, 3·H·D]` projection whose q, k and v
+    /// start at offsets 0, H·D, 2·H·D of the slices passed); `None`: contiguous (`heads·head_dim`,
+    /// `kv_heads·head_dim`, `kv_heads·v_dim`). Ignored for BHSD. The output is always contiguous.
+    pub qkv_row_strides: Option<[usize; 3]>,
 }
 
 /// Element strides broadcasting an operand of dims `dims4` (placed on `[B, H, Sq, Skv]`) to
@@ -114,6 +119,46 @@ impl AttentionParams<'_> {
         match self.layout {
             AttentionLayout::Bhsd => w,
             AttentionLayout::Bshd => nh * w,
+        }
+    }
+
+    /// [`Self::off`] in operand `t` (0: q, 1: k, 2: v), which may have wider rows
+    /// ([`AttentionParams::qkv_row_strides`]).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn off_in(&self, t: usize, nh: usize, ns: usize, w: usize, b: usize, h: usize, s: usize) -> usize {
+        match (self.layout, self.qkv_row_strides) {
+            (AttentionLayout::Bshd, Some(r)) => (b * ns + s) * r[t] + h * w,
+            _ => self.off(nh, ns, w, b, h, s),
+        }
+    }
+
+    /// [`Self::pos_stride`] in operand `t` (as [`Self::off_in`]).
+    #[inline]
+    fn pos_stride_in(&self, t: usize, nh: usize, w: usize) -> usize {
+        match (self.layout, self.qkv_row_strides) {
+            (AttentionLayout::Bshd, Some(r)) => r[t],
+            _ => self.pos_stride(nh, w),
+        }
+    }
+
+    /// The elements operand `t` must hold: one past its last addressed element (0 if empty).
+    fn extent_in(&self, t: usize, nb: usize, nh: usize, ns: usize, w: usize) -> usize {
+        if nb == 0 || nh == 0 || ns == 0 || w == 0 {
+            return 0;
+        }
+        self.off_in(t, nh, ns, w, nb - 1, nh - 1, ns - 1) + w
+    }
+
+    /// Whether row strides given for q, k, v hold their rows without overlap.
+    fn strides_fit(&self) -> bool {
+        match (self.layout, self.qkv_row_strides) {
+            (AttentionLayout::Bshd, Some([rq, rk, rv])) => {
+                rq >= self.heads * self.head_dim
+                    && rk >= self.kv_heads * self.head_dim
+                    && rv >= self.kv_heads * self.v_dim
+            }
+            _ => true,
         }
     }
 
@@ -169,7 +214,11 @@ pub fn attention_f32(
     if nkv == 0 || nh % nkv != 0 {
         return false;
     }
-    if q.len() < nb * nh * sq * d || k.len() < nb * nkv * skv * d || v.len() < nb * nkv * skv * vd {
+    if !p.strides_fit()
+        || q.len() < p.extent_in(0, nb, nh, sq, d)
+        || k.len() < p.extent_in(1, nb, nkv, skv, d)
+        || v.len() < p.extent_in(2, nb, nkv, skv, vd)
+    {
         return false;
     }
     if out.len() < nb * nh * sq * vd || p.seq_lens.is_some_and(|l| l.len() < nb) {
@@ -268,10 +317,10 @@ fn item(
     pack_qt(isa, p, q, b, h, i0, rows, lanes, &mut s.qt);
     s.m[..lanes].fill(f32::NEG_INFINITY);
     s.l[..lanes].fill(0.0);
-    let ks = p.pos_stride(nkv, d);
-    let vs = p.pos_stride(nkv, vd);
-    let kbase = p.off(nkv, skv, d, b, hk, 0);
-    let vbase = p.off(nkv, skv, vd, b, hk, 0);
+    let ks = p.pos_stride_in(1, nkv, d);
+    let vs = p.pos_stride_in(2, nkv, vd);
+    let kbase = p.off_in(1, nkv, skv, d, b, hk, 0);
+    let vbase = p.off_in(2, nkv, skv, vd, b, hk, 0);
     let v_finite = match s.v_finite {
         Some((cb, ch, f)) if cb == b && ch == hk => f,
         _ => {
@@ -316,7 +365,7 @@ fn pack_qt(
 ) {
     let (nh, sq, d) = (p.heads, p.seq_q, p.head_dim);
     let row = |r: usize| {
-        let qo = p.off(nh, sq, d, b, h, i0 + r);
+        let qo = p.off_in(0, nh, sq, d, b, h, i0 + r);
         &q[qo..qo + d]
     };
     // Rows 0..r0 go through the AVX2 path (x86-64 only), the rest through the loop below.
