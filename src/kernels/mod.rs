@@ -1,9 +1,12 @@
-//! Kernels: the reference implementation of every op (plain safe Rust), the GEMM microkernels
+//! Kernels: the reference implementation of every op (plain safe Rust), the GEMM microkernels,
+//! the convolution kernels (implicit GEMM, depthwise),
 //! the hand-written fused kernels (Softmax, LayerNorm, GELU, attention) and the data-movement
 //! kernel (strided copies: transposes, broadcasts, slices).
 
 // The GEMM and fused kernels serve the jit backend (and this crate's own tests and benches):
 // builds without either leave them out.
+#[cfg(any(feature = "jit", feature = "internals"))]
+pub mod conv;
 #[cfg(any(feature = "jit", feature = "internals"))]
 pub mod fused;
 #[cfg(any(feature = "jit", feature = "internals"))]

@@ -31,6 +31,7 @@
 //! or dynamic shapes is optimised and then run by the interpreter
 //! ([`crate::backends::interp::InterpExecutable`]) as a whole; its `plan.txt` dump says why.
 
+mod conv;
 mod dot;
 pub mod dump;
 mod exec;

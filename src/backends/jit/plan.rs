@@ -684,12 +684,15 @@ fn list(it: impl Iterator<Item = String>) -> String {
 }
 
 /// The fast kernel for node `n` of `m`'s main function, if one applies: GEMM first, then the
-/// hand-written fused kernels, then the data-movement kernel.
+/// hand-written fused kernels, then convolution, then the data-movement kernel.
 fn prepare_fast(m: &Module, n: NodeId) -> Result<Option<Box<dyn super::fast::FastKernel>>> {
     if let Some(k) = super::dot::prepare(m, n)? {
         return Ok(Some(k));
     }
     if let Some(k) = super::fused::prepare(m, n)? {
+        return Ok(Some(k));
+    }
+    if let Some(k) = super::conv::prepare(m, n)? {
         return Ok(Some(k));
     }
     super::movement::prepare(m, n)

@@ -1,0 +1,228 @@
+//! Fast kernel for ConvGeneral nodes of the "jit" plan (see [`super::fast`]): f32 convolutions with
+//! one or two spatial axes run on [`crate::kernels::conv`] (implicit GEMM on the GEMM microkernels,
+//! or the direct depthwise kernel).
+//!
+//! The node's dimension numbers become element strides of the input, kernel and output, so every
+//! layout (NCHW, NHWC, OIHW, HWIO, transposed outputs) runs without a copy. A constant kernel is
+//! rearranged and packed once at compile time and shared through the process-wide constant cache;
+//! a kernel computed at run time is packed on each execution. Input dilation, batch groups,
+//! negative low padding (cropping), dynamic shapes, three or more spatial axes and other dtypes keep
+//! the reference kernel.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::ir::dtype::DType;
+use crate::ir::module::{Module, NodeId, ValueDef};
+use crate::ir::op::{ConvAxes, Op};
+use crate::ir::shape::Shape;
+use crate::kernels::conv::{ConvFilter, ConvGeom, conv2d_f32};
+use crate::kernels::gemm::Activation;
+use crate::kernels::tensor::Tensor;
+
+use super::fast::FastKernel;
+
+const OP: &str = "ConvGeneral";
+
+/// The fast kernel for node `n`, if it is a ConvGeneral this module can run.
+pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel>>> {
+    let node = m.node(n);
+    let Op::ConvGeneral { axes, strides, padding, input_dilations, kernel_dilations, channel_groups, batch_groups } =
+        &node.op
+    else {
+        return Ok(None);
+    };
+    if node.inputs.len() != 2 || node.outputs.len() != 1 {
+        return Ok(None);
+    }
+    let (xs, ks, ys) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]), m.shape(node.outputs[0]));
+    let f32s = [xs, ks, ys].iter().all(|s| s.dtype == DType::Float32 && !s.is_dynamic());
+    let s = axes.input_spatial.len();
+    let ones = |v: &[i64]| v.iter().all(|&d| d == 1);
+    if !f32s
+        || !(1..=2).contains(&s)
+        || !ones(input_dilations)
+        || *batch_groups > 1
+        || padding.iter().any(|&(lo, _)| lo < 0)
+        || kernel_dilations.iter().any(|&d| d < 1)
+        || strides.iter().any(|&d| d < 1)
+    {
+        return Ok(None);
+    }
+    let Some(geom) = geometry(axes, strides, padding, kernel_dilations, *channel_groups, xs, ks, ys) else {
+        return Ok(None);
+    };
+    if geom.validate(xs.num_elements(), ys.num_elements()).is_err() {
+        // Leave invalid nodes to the reference kernel's errors.
+        return Ok(None);
+    }
+    let wstrides = kernel_strides(axes, ks);
+    let filter = match constant_bytes(m, node.inputs[1]) {
+        Some(bytes) if bytes.len() == ks.num_elements() * 4 => {
+            let tag = format!("conv-filter {:?} {:?} {:?}", ks.dims, geom, wstrides);
+            Some(super::shared::shared(bytes, tag, ConvFilter::size_bytes, || {
+                let w: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                ConvFilter::new(&geom, &w, wstrides)
+            })?)
+        }
+        _ => None,
+    };
+    let mut desc = format!(
+        "conv f32 {}x{}x{}x{} * {}x{} /{:?} -> {} ch, {} groups",
+        geom.batch,
+        geom.in_channels,
+        geom.in_hw[0],
+        geom.in_hw[1],
+        geom.kernel_hw[0],
+        geom.kernel_hw[1],
+        geom.stride,
+        geom.out_channels,
+        geom.groups,
+    );
+    match &filter {
+        Some(f) => desc += &format!(" {} (packed, {} bytes)", f.describe(), f.size_bytes()),
+        None => desc += if geom.is_depthwise() { " depthwise direct" } else { " implicit gemm" },
+    }
+    let prepacked = if filter.is_some() { vec![1] } else { vec![] };
+    Ok(Some(Box::new(ConvKernel { geom, wstrides, filter, prepacked, desc })))
+}
+
+/// The kernel's geometry from the node's dimension numbers (None: not a shape this kernel takes).
+#[allow(clippy::too_many_arguments)]
+fn geometry(
+    axes: &ConvAxes,
+    strides: &[i64],
+    padding: &[(i64, i64)],
+    kernel_dilations: &[i64],
+    groups: i64,
+    xs: &Shape,
+    ks: &Shape,
+    ys: &Shape,
+) -> Option<ConvGeom> {
+    let s = axes.input_spatial.len();
+    let rank = s + 2;
+    if xs.rank() != rank
+        || ks.rank() != rank
+        || ys.rank() != rank
+        || axes.kernel_spatial.len() != s
+        || axes.output_spatial.len() != s
+    {
+        return None;
+    }
+    let (xd, kd, yd) = (xs.udims(), ks.udims(), ys.udims());
+    let (xst, yst) = (row_major(&xd), row_major(&yd));
+    // Two spatial axes (a), the first one of a 1-D convolution being a unit axis.
+    let per_axis = |v: &[i64], a: usize, default: i64| -> Option<usize> {
+        let value = a.checked_sub(2 - s).map_or(default, |j| v.get(j).copied().unwrap_or(default));
+        usize::try_from(value).ok()
+    };
+    let sp = |dims: &[usize], spatial: &[usize], a: usize| a.checked_sub(2 - s).map_or(1, |j| dims[spatial[j]]);
+    let st = |strides: &[usize], spatial: &[usize], a: usize| a.checked_sub(2 - s).map_or(0, |j| strides[spatial[j]]);
+    let pad_lo = |a: usize| -> Option<usize> {
+        match a.checked_sub(2 - s) {
+            None => Some(0),
+            Some(j) => usize::try_from(padding.get(j).map_or(0, |p| p.0)).ok(),
+        }
+    };
+    let groups = usize::try_from(groups.max(1)).ok()?;
+    Some(ConvGeom {
+        batch: xd[axes.input_batch],
+        in_channels: xd[axes.input_channels],
+        in_hw: [sp(&xd, &axes.input_spatial, 0), sp(&xd, &axes.input_spatial, 1)],
+        out_channels: yd[axes.output_channels],
+        out_hw: [sp(&yd, &axes.output_spatial, 0), sp(&yd, &axes.output_spatial, 1)],
+        kernel_hw: [sp(&kd, &axes.kernel_spatial, 0), sp(&kd, &axes.kernel_spatial, 1)],
+        stride: [per_axis(strides, 0, 1)?, per_axis(strides, 1, 1)?],
+        pad: [pad_lo(0)?, pad_lo(1)?],
+        dilation: [per_axis(kernel_dilations, 0, 1)?, per_axis(kernel_dilations, 1, 1)?],
+        groups,
+        x_strides: [
+            xst[axes.input_batch],
+            xst[axes.input_channels],
+            st(&xst, &axes.input_spatial, 0),
+            st(&xst, &axes.input_spatial, 1),
+        ],
+        y_strides: [
+            yst[axes.output_batch],
+            yst[axes.output_channels],
+            st(&yst, &axes.output_spatial, 0),
+            st(&yst, &axes.output_spatial, 1),
+        ],
+    })
+    .filter(|g| {
+        kd[axes.kernel_output_channels] == g.out_channels && kd[axes.kernel_input_channels] * groups == g.in_channels
+    })
+}
+
+/// Kernel strides in (output channel, input channel, row, column) order.
+fn kernel_strides(axes: &ConvAxes, ks: &Shape) -> [usize; 4] {
+    let st = row_major(&ks.udims());
+    let s = axes.kernel_spatial.len();
+    let sp = |a: usize| a.checked_sub(2 - s).map_or(0, |j| st[axes.kernel_spatial[j]]);
+    [st[axes.kernel_output_channels], st[axes.kernel_input_channels], sp(0), sp(1)]
+}
+
+fn row_major(d: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; d.len()];
+    for i in (0..d.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * d[i + 1];
+    }
+    s
+}
+
+/// The bytes of `v` when it is the output of a Constant node.
+fn constant_bytes(m: &Module, v: crate::ir::module::ValueId) -> Option<&[u8]> {
+    match m.value(v).def {
+        ValueDef::Node { node, output: 0 } => match &m.node(node).op {
+            Op::Constant(c) => Some(c.0.as_slice()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+struct ConvKernel {
+    geom: ConvGeom,
+    wstrides: [usize; 4],
+    filter: Option<Arc<ConvFilter>>,
+    prepacked: Vec<usize>,
+    desc: String,
+}
+
+impl FastKernel for ConvKernel {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+
+    fn prepacked_operands(&self) -> &[usize] {
+        &self.prepacked
+    }
+
+    fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        if inputs.len() != 2 || out_shapes.len() != 1 {
+            return Err(Error::invalid(
+                OP,
+                format!("expected 2 operands and 1 result, got {} and {}", inputs.len(), out_shapes.len()),
+            ));
+        }
+        let x = &inputs[0];
+        if x.shape.dtype != DType::Float32 || x.data.len() != x.shape.num_elements() * 4 {
+            return Err(Error::invalid(OP, format!("input {} has {} bytes", x.shape, x.data.len())));
+        }
+        let built;
+        let filter = match &self.filter {
+            Some(f) => f.as_ref(),
+            None => {
+                let k = &inputs[1];
+                if k.shape.dtype != DType::Float32 || k.data.len() != k.shape.num_elements() * 4 {
+                    return Err(Error::invalid(OP, format!("kernel {} has {} bytes", k.shape, k.data.len())));
+                }
+                built = ConvFilter::new(&self.geom, k.typed::<f32>(), self.wstrides)?;
+                &built
+            }
+        };
+        let mut out = Tensor::try_zeros(out_shapes[0].clone())?;
+        conv2d_f32(&self.geom, x.typed::<f32>(), filter, None, Activation::None, out.typed_mut::<f32>(), pool)?;
+        Ok(vec![out])
+    }
+}

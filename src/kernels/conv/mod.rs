@@ -1,0 +1,693 @@
+//! Convolution kernels (f32, forward, one or two spatial axes): implicit GEMM over im2col row
+//! blocks on the GEMM microkernels, and a direct depthwise kernel. Any memory layout of input and
+//! output (NCHW, NHWC, …) is described by element strides, so the layout is a compile-time choice
+//! of the caller, not a copy.
+//!
+//! The general path splits the output pixels of each (image, group) into row blocks. A block's
+//! patches are gathered into a thread-local `[rows, K]` matrix (K = kernel taps × input channels
+//! of the group, zero where the window leaves the padded input) in the order that reads the input
+//! contiguously: taps-then-channels when channels are the innermost input axis, else
+//! channels-then-taps with the pixels contiguous. The block is then one GEMM against the filter,
+//! which is packed once (for constant filters, at compile time) in the same K order, with the bias
+//! and activation in the GEMM epilogue, into a thread-local tile that is scattered to the output.
+//! Blocks run in parallel on the caller's rayon pool. A 1×1 convolution is the same path with
+//! K = channels.
+//!
+//! Depthwise convolutions (one input and one output channel per group) use a direct kernel: the
+//! taps accumulate into an output row held in a scratch buffer, vectorised along the channels
+//! (channels innermost) or along the output row (otherwise).
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::kernels::gemm::epilogue::act_f32_slice;
+use crate::kernels::gemm::{Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, gemm_f32};
+
+const OP: &str = "conv_general";
+
+/// Target size of one im2col block in f32 elements (about 256 KiB: the L2 share of a core).
+const BLOCK_ELEMS: usize = 64 * 1024;
+
+/// A two-dimensional convolution (a one-dimensional one has height 1), with every tensor described
+/// by element strides in (batch, channel, row, column) order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvGeom {
+    /// Images.
+    pub batch: usize,
+    /// Input channels (all groups).
+    pub in_channels: usize,
+    /// Input height and width.
+    pub in_hw: [usize; 2],
+    /// Output channels (all groups).
+    pub out_channels: usize,
+    /// Output height and width.
+    pub out_hw: [usize; 2],
+    /// Kernel height and width.
+    pub kernel_hw: [usize; 2],
+    /// Stride per spatial axis (≥ 1).
+    pub stride: [usize; 2],
+    /// Low padding per spatial axis (the high padding is implied by the output size).
+    pub pad: [usize; 2],
+    /// Kernel dilation per spatial axis (≥ 1).
+    pub dilation: [usize; 2],
+    /// Channel groups (divides both channel counts).
+    pub groups: usize,
+    /// Input strides (batch, channel, row, column) in elements.
+    pub x_strides: [usize; 4],
+    /// Output strides (batch, channel, row, column) in elements.
+    pub y_strides: [usize; 4],
+}
+
+impl ConvGeom {
+    /// Input channels per group.
+    pub fn cin_g(&self) -> usize {
+        self.in_channels / self.groups.max(1)
+    }
+
+    /// Output channels per group.
+    pub fn cout_g(&self) -> usize {
+        self.out_channels / self.groups.max(1)
+    }
+
+    /// Kernel taps (height × width).
+    pub fn taps(&self) -> usize {
+        self.kernel_hw[0] * self.kernel_hw[1]
+    }
+
+    /// Depth of each group's GEMM: taps × input channels per group.
+    pub fn depth(&self) -> usize {
+        self.taps() * self.cin_g()
+    }
+
+    /// True when the direct depthwise kernel applies: one input and one output channel per group.
+    pub fn is_depthwise(&self) -> bool {
+        self.groups > 1 && self.cin_g() == 1 && self.cout_g() == 1
+    }
+
+    /// True when the channels are the innermost input axis (the im2col order is taps-then-channels).
+    fn channels_last(&self) -> bool {
+        self.x_strides[1] == 1 && self.cin_g() > 1
+    }
+
+    /// Checks the sizes, the group split and that every strided access stays inside buffers of
+    /// `x_len` and `y_len` elements.
+    pub fn validate(&self, x_len: usize, y_len: usize) -> Result<()> {
+        let g = self.groups;
+        if g == 0 || !self.in_channels.is_multiple_of(g) || !self.out_channels.is_multiple_of(g) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "{} input and {} output channels do not split into {g} groups",
+                    self.in_channels, self.out_channels
+                ),
+            ));
+        }
+        if self.stride.contains(&0) || self.dilation.contains(&0) {
+            return Err(Error::invalid(
+                OP,
+                format!("strides {:?} and dilations {:?} must be ≥ 1", self.stride, self.dilation),
+            ));
+        }
+        let extent = |dims: [usize; 4], strides: [usize; 4]| -> Option<usize> {
+            if dims.contains(&0) {
+                return Some(0);
+            }
+            dims.iter().zip(strides).try_fold(1usize, |acc, (&d, s)| acc.checked_add((d - 1).checked_mul(s)?))
+        };
+        let xd = [self.batch, self.in_channels, self.in_hw[0], self.in_hw[1]];
+        let yd = [self.batch, self.out_channels, self.out_hw[0], self.out_hw[1]];
+        match (extent(xd, self.x_strides), extent(yd, self.y_strides)) {
+            (Some(xe), Some(ye)) if xe <= x_len && ye <= y_len => {}
+            _ => {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "input {xd:?} / output {yd:?} with strides {:?} / {:?} exceed buffers of {x_len} / {y_len} elements",
+                        self.x_strides, self.y_strides
+                    ),
+                ));
+            }
+        }
+        // Every (output pixel, tap) input coordinate must fit in isize arithmetic.
+        for a in 0..2 {
+            let reach = (self.out_hw[a].max(1) - 1)
+                .checked_mul(self.stride[a])
+                .and_then(|r| r.checked_add((self.kernel_hw[a].max(1) - 1).checked_mul(self.dilation[a])?))
+                .filter(|&r| r <= isize::MAX as usize / 2 && self.pad[a] <= isize::MAX as usize / 2);
+            if reach.is_none() {
+                return Err(Error::invalid(OP, format!("spatial axis {a}: window reach overflows")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Input row (or column) of output position `o` and tap `t` on axis `a`, if inside the input.
+    #[inline]
+    fn src(&self, a: usize, o: usize, t: usize) -> Option<usize> {
+        let i = (o * self.stride[a] + t * self.dilation[a]) as isize - self.pad[a] as isize;
+        (i >= 0 && (i as usize) < self.in_hw[a]).then_some(i as usize)
+    }
+}
+
+/// A filter rearranged for [`conv2d_f32`]: per group a K × (output channels per group) matrix in
+/// the im2col order of the geometry, packed for the GEMM; or, for depthwise convolutions, the
+/// taps × channels weights.
+#[derive(Debug)]
+pub struct ConvFilter {
+    geom_key: (usize, usize, [usize; 2], usize, bool),
+    kind: FilterKind,
+}
+
+#[derive(Debug)]
+enum FilterKind {
+    /// One packed K × cout_g matrix per group.
+    Gemm(Vec<PackedB>),
+    /// `[taps][channels]`.
+    Depthwise(Vec<f32>),
+}
+
+impl ConvFilter {
+    /// Rearranges `w` (element (o, i, kh, kw) at `w[o*s[0] + i*s[1] + kh*s[2] + kw*s[3]]`, with
+    /// `i` the channel within the group) for `geom`.
+    pub fn new(geom: &ConvGeom, w: &[f32], s: [usize; 4]) -> Result<ConvFilter> {
+        let (cin_g, cout_g, [kh, kw]) = (geom.cin_g(), geom.cout_g(), geom.kernel_hw);
+        let wd = [geom.out_channels, cin_g, kh, kw];
+        let extent = if wd.contains(&0) {
+            Some(0)
+        } else {
+            wd.iter().zip(s).try_fold(1usize, |acc, (&d, st)| acc.checked_add((d - 1).checked_mul(st)?))
+        };
+        if extent.is_none_or(|e| e > w.len()) {
+            return Err(Error::invalid(
+                OP,
+                format!("kernel {wd:?} with strides {s:?} exceeds its {} elements", w.len()),
+            ));
+        }
+        let at = |o: usize, i: usize, y: usize, x: usize| w[o * s[0] + i * s[1] + y * s[2] + x * s[3]];
+        let key = (geom.in_channels, geom.out_channels, geom.kernel_hw, geom.groups, geom.channels_last());
+        if geom.is_depthwise() {
+            let mut d = vec![0.0f32; kh * kw * geom.out_channels];
+            for y in 0..kh {
+                for x in 0..kw {
+                    for (c, v) in d[(y * kw + x) * geom.out_channels..][..geom.out_channels].iter_mut().enumerate() {
+                        *v = at(c, 0, y, x);
+                    }
+                }
+            }
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d) });
+        }
+        let k = geom.depth();
+        let mut packed = Vec::with_capacity(geom.groups);
+        let mut mat = vec![0.0f32; k * cout_g];
+        for g in 0..geom.groups {
+            for (row, r) in mat.chunks_exact_mut(cout_g.max(1)).enumerate().take(k) {
+                let (i, y, x) = k_index(geom, row);
+                for (o, v) in r.iter_mut().enumerate() {
+                    *v = at(g * cout_g + o, i, y, x);
+                }
+            }
+            packed.push(PackedB::new(k, cout_g, MatRef::row_major(&mat, cout_g))?);
+        }
+        Ok(ConvFilter { geom_key: key, kind: FilterKind::Gemm(packed) })
+    }
+
+    /// Bytes held by the rearranged filter.
+    pub fn size_bytes(&self) -> usize {
+        match &self.kind {
+            FilterKind::Gemm(p) => p.iter().map(PackedB::size_bytes).sum(),
+            FilterKind::Depthwise(d) => d.len() * 4,
+        }
+    }
+
+    /// A short description for plan dumps.
+    pub fn describe(&self) -> &'static str {
+        match self.kind {
+            FilterKind::Gemm(_) => "implicit gemm",
+            FilterKind::Depthwise(_) => "depthwise direct",
+        }
+    }
+}
+
+/// (input channel, kernel row, kernel column) of im2col column `row` of the filter matrix.
+#[inline]
+fn k_index(geom: &ConvGeom, row: usize) -> (usize, usize, usize) {
+    let (cin_g, kw, taps) = (geom.cin_g(), geom.kernel_hw[1], geom.taps());
+    if geom.channels_last() {
+        let (tap, i) = (row / cin_g, row % cin_g);
+        (i, tap / kw, tap % kw)
+    } else {
+        let (i, tap) = (row / taps, row % taps);
+        (i, tap / kw, tap % kw)
+    }
+}
+
+/// Raw output pointer shared by the blocks of one call; each block writes a disjoint set of
+/// elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: the pointer is only written through at indices that partition the output between
+// tasks (each task owns one (image, group, pixel block) or one depthwise row); see `scatter` and
+// `depthwise`.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above: no two tasks write the same element, and nothing reads through it.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Stores `v` at element `i`.
+    ///
+    /// # Safety
+    /// `i` must lie inside the output buffer and no other task may access element `i`.
+    #[inline]
+    unsafe fn write(&self, i: usize, v: f32) {
+        // SAFETY: the caller guarantees that `i` is in bounds and exclusively owned.
+        unsafe { *self.0.add(i) = v }
+    }
+}
+
+/// `y = act(conv(x, filter) + bias)` for f32. `bias` has one value per output channel. `pool`:
+/// the thread pool to split blocks over (`None`: the calling thread).
+pub fn conv2d_f32(
+    geom: &ConvGeom,
+    x: &[f32],
+    filter: &ConvFilter,
+    bias: Option<&[f32]>,
+    activation: Activation,
+    y: &mut [f32],
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<()> {
+    geom.validate(x.len(), y.len())?;
+    let key = (geom.in_channels, geom.out_channels, geom.kernel_hw, geom.groups, geom.channels_last());
+    if filter.geom_key != key {
+        return Err(Error::invalid(OP, "the filter was prepared for another convolution geometry"));
+    }
+    if let Some(b) = bias
+        && b.len() != geom.out_channels
+    {
+        return Err(Error::invalid(
+            OP,
+            format!("bias has {} values for {} output channels", b.len(), geom.out_channels),
+        ));
+    }
+    let pixels = geom.out_hw[0] * geom.out_hw[1];
+    if geom.batch == 0 || geom.out_channels == 0 || pixels == 0 {
+        return Ok(());
+    }
+    let out = OutPtr(y.as_mut_ptr());
+    let run = || match &filter.kind {
+        FilterKind::Depthwise(w) => depthwise(geom, x, w, bias, activation, out),
+        FilterKind::Gemm(packed) => implicit_gemm(geom, x, packed, bias, activation, out),
+    };
+    match pool {
+        Some(p) => p.install(run),
+        None => run(),
+    }
+}
+
+/// The general path: im2col blocks × packed filter per (image, group, block).
+fn implicit_gemm(
+    geom: &ConvGeom,
+    x: &[f32],
+    packed: &[PackedB],
+    bias: Option<&[f32]>,
+    activation: Activation,
+    out: OutPtr,
+) -> Result<()> {
+    let (k, cout_g) = (geom.depth(), geom.cout_g());
+    let pixels = geom.out_hw[0] * geom.out_hw[1];
+    let threads = rayon::current_num_threads().max(1);
+    // Block rows: about BLOCK_ELEMS of im2col, a multiple of 16, and enough blocks for the threads.
+    let mut rows = (BLOCK_ELEMS / k.max(1)).clamp(16, 4096) / 16 * 16;
+    let per_image_tasks = geom.batch * geom.groups;
+    if per_image_tasks < threads * 4 {
+        let want_blocks = (threads * 4).div_ceil(per_image_tasks);
+        rows = rows.min(pixels.div_ceil(want_blocks).next_multiple_of(16)).max(16);
+    }
+    let blocks = pixels.div_ceil(rows);
+    let tasks = geom.batch * geom.groups * blocks;
+    (0..tasks).into_par_iter().try_for_each_init(
+        || (Vec::<f32>::new(), Vec::<f32>::new()),
+        |(cols, tile), t| {
+            let (img, rest) = (t / (geom.groups * blocks), t % (geom.groups * blocks));
+            let (g, blk) = (rest / blocks, rest % blocks);
+            let p0 = blk * rows;
+            let mb = rows.min(pixels - p0);
+            cols.resize(mb * k, 0.0);
+            tile.resize(mb * cout_g, 0.0);
+            // Row-major patches for channels-last inputs, column-major (pixels contiguous) otherwise.
+            let a = if geom.channels_last() {
+                im2col_rows(geom, x, img, g, p0, mb, cols);
+                MatRef::row_major(cols, k)
+            } else {
+                im2col_cols(geom, x, img, g, p0, mb, cols);
+                MatRef::new(cols, 1, mb)
+            };
+            // The tile's layout follows the output's: channel-contiguous or pixel-contiguous.
+            let out_channels_inner = geom.y_strides[1] <= geom.y_strides[3];
+            let c = if out_channels_inner { MatMut::row_major(tile, cout_g) } else { MatMut::new(tile, 1, mb) };
+            let mut e = Epilogue { activation, ..Epilogue::default() };
+            if let Some(b) = bias {
+                e.bias = Bias::PerColumn(&b[g * cout_g..][..cout_g]);
+            }
+            gemm_f32(GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), c).epilogue(e))?;
+            scatter(geom, tile, out_channels_inner, img, g, p0, mb, out);
+            Ok(())
+        },
+    )
+}
+
+/// Writes a block's `mb × cout_g` tile to the output.
+#[allow(clippy::too_many_arguments)]
+fn scatter(
+    geom: &ConvGeom,
+    tile: &[f32],
+    channels_inner: bool,
+    img: usize,
+    g: usize,
+    p0: usize,
+    mb: usize,
+    out: OutPtr,
+) {
+    let [sn, sc, sh, sw] = geom.y_strides;
+    let (ow, cout_g) = (geom.out_hw[1], geom.cout_g());
+    let base = img * sn + g * cout_g * sc;
+    for r in 0..mb {
+        let p = p0 + r;
+        let at = base + (p / ow) * sh + (p % ow) * sw;
+        for o in 0..cout_g {
+            let v = if channels_inner { tile[r * cout_g + o] } else { tile[o * mb + r] };
+            // SAFETY: `validate` checked that every (image, channel, row, column) index of the
+            // output lies inside `y`; this task alone owns image `img`, group `g`'s channels and
+            // pixels p0..p0+mb, so no other task writes this element.
+            unsafe { out.write(at + o * sc, v) };
+        }
+    }
+}
+
+/// im2col for channels-last inputs: row r (pixel p0 + r) holds taps × channels.
+fn im2col_rows(geom: &ConvGeom, x: &[f32], img: usize, g: usize, p0: usize, mb: usize, cols: &mut [f32]) {
+    let [sn, _, sh, sw] = geom.x_strides;
+    let (cin_g, [kh, kw], ow) = (geom.cin_g(), geom.kernel_hw, geom.out_hw[1]);
+    let base = img * sn + g * cin_g;
+    for (r, row) in cols.chunks_exact_mut(kh * kw * cin_g).take(mb).enumerate() {
+        let p = p0 + r;
+        let (oy, ox) = (p / ow, p % ow);
+        for ty in 0..kh {
+            let iy = geom.src(0, oy, ty);
+            for tx in 0..kw {
+                let dst = &mut row[(ty * kw + tx) * cin_g..][..cin_g];
+                match (iy, geom.src(1, ox, tx)) {
+                    (Some(iy), Some(ix)) => dst.copy_from_slice(&x[base + iy * sh + ix * sw..][..cin_g]),
+                    _ => dst.fill(0.0),
+                }
+            }
+        }
+    }
+}
+
+/// im2col for other layouts: column r of each K row (pixel p0 + r); the K rows are
+/// channels × taps and each row's pixels are read along the input row.
+fn im2col_cols(geom: &ConvGeom, x: &[f32], img: usize, g: usize, p0: usize, mb: usize, cols: &mut [f32]) {
+    let [sn, sc, sh, sw] = geom.x_strides;
+    let (cin_g, [kh, kw], ow) = (geom.cin_g(), geom.kernel_hw, geom.out_hw[1]);
+    for i in 0..cin_g {
+        let plane = img * sn + (g * cin_g + i) * sc;
+        for ty in 0..kh {
+            for tx in 0..kw {
+                let row = &mut cols[((i * kh + ty) * kw + tx) * mb..][..mb];
+                let mut r = 0;
+                while r < mb {
+                    let p = p0 + r;
+                    let (oy, ox0) = (p / ow, p % ow);
+                    let run = (ow - ox0).min(mb - r);
+                    let dst = &mut row[r..r + run];
+                    match geom.src(0, oy, ty) {
+                        None => dst.fill(0.0),
+                        Some(iy) => {
+                            let line = plane + iy * sh;
+                            for (j, d) in dst.iter_mut().enumerate() {
+                                *d = geom.src(1, ox0 + j, tx).map_or(0.0, |ix| x[line + ix * sw]);
+                            }
+                        }
+                    }
+                    r += run;
+                }
+            }
+        }
+    }
+}
+
+/// Depthwise convolution: one task per (image, output row), channels-last or not.
+fn depthwise(
+    geom: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    activation: Activation,
+    out: OutPtr,
+) -> Result<()> {
+    let [oh, ow] = geom.out_hw;
+    let c = geom.out_channels;
+    (0..geom.batch * oh).into_par_iter().for_each_init(
+        Vec::<f32>::new,
+        |acc, t| {
+            let (img, oy) = (t / oh, t % oh);
+            acc.clear();
+            acc.resize(ow * c, 0.0);
+            depthwise_row(geom, x, w, img, oy, acc);
+            if let Some(b) = bias {
+                acc.chunks_exact_mut(c).for_each(|row| row.iter_mut().zip(b).for_each(|(a, &v)| *a += v));
+            }
+            act_f32_slice(activation, acc);
+            let [sn, sc, sh, sw] = geom.y_strides;
+            for ox in 0..ow {
+                for ch in 0..c {
+                    // SAFETY: `validate` checked that (img, ch, oy, ox) lies inside `y`; this task
+                    // alone owns output row `oy` of image `img`.
+                    unsafe { out.write(img * sn + ch * sc + oy * sh + ox * sw, acc[ox * c + ch]) };
+                }
+            }
+        },
+    );
+    Ok(())
+}
+
+/// Accumulates output row `oy` of image `img` into `acc` (`[ow][channels]`).
+fn depthwise_row(geom: &ConvGeom, x: &[f32], w: &[f32], img: usize, oy: usize, acc: &mut [f32]) {
+    let [sn, sc, sh, sw] = geom.x_strides;
+    let ([kh, kw], ow, c) = (geom.kernel_hw, geom.out_hw[1], geom.out_channels);
+    for ty in 0..kh {
+        let Some(iy) = geom.src(0, oy, ty) else { continue };
+        for tx in 0..kw {
+            let wt = &w[(ty * kw + tx) * c..][..c];
+            for ox in 0..ow {
+                let Some(ix) = geom.src(1, ox, tx) else { continue };
+                let at = img * sn + iy * sh + ix * sw;
+                let a = &mut acc[ox * c..][..c];
+                if sc == 1 {
+                    axpy_mul(a, &x[at..][..c], wt);
+                } else {
+                    for (ch, (a, &k)) in a.iter_mut().zip(wt).enumerate() {
+                        *a += x[at + ch * sc] * k;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `acc[i] += x[i] * w[i]`.
+#[inline]
+fn axpy_mul(acc: &mut [f32], x: &[f32], w: &[f32]) {
+    for ((a, &v), &k) in acc.iter_mut().zip(x).zip(w) {
+        *a += v * k;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Direct six-deep loop in f64, independent of the kernels above.
+    fn naive(geom: &ConvGeom, x: &[f32], w: &[f32], ws: [usize; 4], bias: Option<&[f32]>) -> Vec<(usize, f64)> {
+        let mut outv = Vec::new();
+        let (cin_g, cout_g) = (geom.cin_g(), geom.cout_g());
+        for n in 0..geom.batch {
+            for o in 0..geom.out_channels {
+                let g = o / cout_g;
+                for oy in 0..geom.out_hw[0] {
+                    for ox in 0..geom.out_hw[1] {
+                        let mut s = bias.map_or(0.0, |b| b[o] as f64);
+                        for i in 0..cin_g {
+                            for ty in 0..geom.kernel_hw[0] {
+                                for tx in 0..geom.kernel_hw[1] {
+                                    let iy = (oy * geom.stride[0] + ty * geom.dilation[0]) as i64 - geom.pad[0] as i64;
+                                    let ix = (ox * geom.stride[1] + tx * geom.dilation[1]) as i64 - geom.pad[1] as i64;
+                                    if iy < 0 || ix < 0 || iy >= geom.in_hw[0] as i64 || ix >= geom.in_hw[1] as i64 {
+                                        continue;
+                                    }
+                                    let xs = geom.x_strides;
+                                    let xv = x[n * xs[0]
+                                        + (g * cin_g + i) * xs[1]
+                                        + iy as usize * xs[2]
+                                        + ix as usize * xs[3]];
+                                    let wv = w[o * ws[0] + i * ws[1] + ty * ws[2] + tx * ws[3]];
+                                    s += xv as f64 * wv as f64;
+                                }
+                            }
+                        }
+                        let ys = geom.y_strides;
+                        outv.push((n * ys[0] + o * ys[1] + oy * ys[2] + ox * ys[3], s));
+                    }
+                }
+            }
+        }
+        outv
+    }
+
+    fn strides(dims: [usize; 4], order: [usize; 4]) -> [usize; 4] {
+        // `order` lists the axes from outermost to innermost.
+        let mut s = [0; 4];
+        let mut acc = 1;
+        for &a in order.iter().rev() {
+            s[a] = acc;
+            acc *= dims[a];
+        }
+        s
+    }
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((self.0 >> 33) as usize) % n
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        rng: &mut Lcg,
+        batch: usize,
+        groups: usize,
+        cin_g: usize,
+        cout_g: usize,
+        in_hw: [usize; 2],
+        k: [usize; 2],
+        stride: [usize; 2],
+        pad: [usize; 2],
+        dil: [usize; 2],
+        nhwc: bool,
+        pool: Option<&rayon::ThreadPool>,
+    ) {
+        let (cin, cout) = (cin_g * groups, cout_g * groups);
+        let out_hw: [usize; 2] = std::array::from_fn(|a| {
+            let span = in_hw[a] + 2 * pad[a];
+            let win = (k[a] - 1) * dil[a] + 1;
+            if span < win { 0 } else { (span - win) / stride[a] + 1 }
+        });
+        let order = if nhwc { [0, 2, 3, 1] } else { [0, 1, 2, 3] };
+        let geom = ConvGeom {
+            batch,
+            in_channels: cin,
+            in_hw,
+            out_channels: cout,
+            out_hw,
+            kernel_hw: k,
+            stride,
+            pad,
+            dilation: dil,
+            groups,
+            x_strides: strides([batch, cin, in_hw[0], in_hw[1]], order),
+            y_strides: strides([batch, cout, out_hw[0], out_hw[1]], order),
+        };
+        let x: Vec<f32> = (0..batch * cin * in_hw[0] * in_hw[1]).map(|_| rng.next()).collect();
+        // Filter as [kh, kw, in, out] (HWIO), another layout than either activation order.
+        let wd = [cout, cin_g, k[0], k[1]];
+        let ws = strides(wd, [2, 3, 1, 0]);
+        let w: Vec<f32> = (0..cout * cin_g * k[0] * k[1]).map(|_| rng.next()).collect();
+        let bias: Vec<f32> = (0..cout).map(|_| rng.next()).collect();
+        let filter = ConvFilter::new(&geom, &w, ws).unwrap();
+        let mut y = vec![f32::NAN; batch * cout * out_hw[0] * out_hw[1]];
+        conv2d_f32(&geom, &x, &filter, Some(&bias), Activation::None, &mut y, pool).unwrap();
+        let want = naive(&geom, &x, &w, ws, Some(&bias));
+        assert_eq!(want.len(), y.len(), "{geom:?}");
+        let scale = (cin_g * k[0] * k[1]) as f64;
+        for (i, v) in want {
+            assert!((y[i] as f64 - v).abs() <= 1e-5 * scale.max(1.0), "{geom:?} at {i}: {} vs {v}", y[i]);
+        }
+    }
+
+    #[test]
+    fn matches_naive_loop_on_fixed_shapes() {
+        let mut rng = Lcg(7);
+        for nhwc in [true, false] {
+            // 3x3 same padding, 1x1, stride 2 7x7, dilation, groups, depthwise, 1-D (height 1).
+            check(&mut rng, 2, 1, 5, 7, [6, 5], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
+            check(&mut rng, 1, 1, 8, 3, [4, 4], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, None);
+            check(&mut rng, 1, 1, 3, 4, [11, 9], [7, 7], [2, 2], [3, 3], [1, 1], nhwc, None);
+            check(&mut rng, 1, 1, 2, 2, [7, 7], [3, 3], [1, 1], [2, 2], [2, 2], nhwc, None);
+            check(&mut rng, 2, 3, 2, 2, [5, 4], [3, 2], [2, 1], [1, 0], [1, 1], nhwc, None);
+            check(&mut rng, 2, 6, 1, 1, [5, 6], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
+            check(&mut rng, 1, 4, 1, 1, [9, 9], [3, 3], [2, 2], [1, 1], [1, 1], nhwc, None);
+            check(&mut rng, 1, 2, 1, 3, [5, 5], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
+            check(&mut rng, 3, 1, 4, 5, [1, 9], [1, 3], [1, 2], [0, 1], [1, 1], nhwc, None);
+            // Kernel larger than the input with padding; 1x1 image; zero batch; empty output.
+            check(&mut rng, 1, 1, 3, 2, [2, 2], [5, 5], [1, 1], [2, 2], [1, 1], nhwc, None);
+            check(&mut rng, 2, 1, 3, 2, [1, 1], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
+            check(&mut rng, 0, 1, 3, 2, [4, 4], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
+            check(&mut rng, 1, 1, 3, 2, [2, 2], [5, 5], [1, 1], [0, 0], [1, 1], nhwc, None);
+        }
+    }
+
+    #[test]
+    fn matches_naive_loop_on_random_shapes_with_threads() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let mut rng = Lcg(42);
+        for case in 0..60 {
+            let groups = [1, 1, 2, 3][rng.below(4)];
+            let depthwise = case % 5 == 0;
+            let (cin_g, cout_g) = if depthwise { (1, 1) } else { (1 + rng.below(20), 1 + rng.below(20)) };
+            let groups = if depthwise { 2 + rng.below(30) } else { groups };
+            let k = [1 + rng.below(4), 1 + rng.below(4)];
+            let in_hw = [1 + rng.below(12), 1 + rng.below(12)];
+            let stride = [1 + rng.below(3), 1 + rng.below(3)];
+            let dil = [1 + rng.below(2), 1 + rng.below(2)];
+            let pad = [rng.below(3), rng.below(3)];
+            let batch = 1 + rng.below(3);
+            let pool = if case % 2 == 0 { Some(&pool) } else { None };
+            check(&mut rng, batch, groups, cin_g, cout_g, in_hw, k, stride, pad, dil, case % 3 == 0, pool);
+        }
+    }
+
+    #[test]
+    fn rejects_inconsistent_geometry() {
+        let geom = ConvGeom {
+            batch: 1,
+            in_channels: 4,
+            in_hw: [3, 3],
+            out_channels: 4,
+            out_hw: [3, 3],
+            kernel_hw: [3, 3],
+            stride: [1, 1],
+            pad: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+            x_strides: [36, 9, 3, 1],
+            y_strides: [36, 9, 3, 1],
+        };
+        assert!(geom.validate(36, 36).is_ok());
+        assert!(geom.validate(35, 36).is_err());
+        assert!(ConvGeom { groups: 3, ..geom.clone() }.validate(36, 36).is_err());
+        assert!(ConvGeom { stride: [0, 1], ..geom.clone() }.validate(36, 36).is_err());
+        let w = vec![0.0; 4 * 4 * 9];
+        assert!(ConvFilter::new(&geom, &w[1..], [36, 9, 3, 1]).is_err());
+        let f = ConvFilter::new(&geom, &w, [36, 9, 3, 1]).unwrap();
+        let (x, mut y) = (vec![0.0; 36], vec![0.0; 36]);
+        assert!(conv2d_f32(&geom, &x, &f, Some(&[0.0; 3]), Activation::None, &mut y, None).is_err());
+        let other = ConvGeom { kernel_hw: [1, 1], pad: [0, 0], ..geom.clone() };
+        assert!(conv2d_f32(&other, &x, &f, None, Activation::None, &mut y, None).is_err());
+    }
+}
