@@ -19,6 +19,7 @@ pub(crate) mod graph;
 pub(crate) mod ops;
 #[allow(missing_docs)]
 pub mod proto;
+mod stream;
 pub mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
@@ -147,10 +148,15 @@ pub fn info(path: impl AsRef<Path>) -> Result<ModelInfo> {
     Ok(model_info(&model))
 }
 
+/// Decodes the file without holding all of it in memory beside the decoded model
+/// ([`stream::decode_model`]).
 fn decode_file(path: &Path) -> Result<ModelProto> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
-    ModelProto::decode(bytes.as_slice())
-        .map_err(|e| Error::invalid("onnx", format!("{}: not an ONNX model: {e}", path.display())))
+    let file = std::fs::File::open(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    stream::decode_model(&mut std::io::BufReader::with_capacity(1 << 20, file)).map_err(|e| match e {
+        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("{}: {msg}", path.display()) },
+        Error::Io(msg) => Error::Io(format!("{}: {msg}", path.display())),
+        other => other,
+    })
 }
 
 fn in_file(e: Error, path: &Path) -> Error {
