@@ -123,6 +123,17 @@ pub fn load_with(path: impl AsRef<Path>, opts: &ImportOptions) -> Result<OnnxMod
     import(model, base, opts).map_err(|e| in_file(e, path))
 }
 
+/// Decodes the ONNX file `path` without importing it, one initializer at a time (the file's
+/// bytes and the decoded model are never all in memory together); see [`import_proto`].
+pub fn decode_path(path: impl AsRef<Path>) -> Result<ModelProto> {
+    decode_file(path.as_ref())
+}
+
+/// Imports a decoded model ([`decode_path`]); external data is read from `base_dir`.
+pub fn import_proto(model: ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<OnnxModel> {
+    import(model, base_dir, opts)
+}
+
 /// Imports a serialized model. External data is refused (there is no folder to read it from).
 pub fn load_bytes(bytes: &[u8]) -> Result<OnnxModel> {
     load_bytes_with(bytes, None, &ImportOptions::default())
