@@ -21,7 +21,7 @@
 //! the advice is ignored.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::ir::dtype::Element;
@@ -350,13 +350,37 @@ pub(crate) fn element_bytes<T: Element>(data: &[T]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
 }
 
-/// A 64-byte aligned byte buffer of a fixed length.
+/// Plain number types for which every bit pattern is a valid value.
+pub(crate) trait AnyBits: Copy {}
+impl AnyBits for f32 {}
+impl AnyBits for u16 {}
+
+/// `bytes` viewed as little-endian elements of `T` without copying, when the slice is aligned
+/// for `T` and a whole number of elements (every target this crate supports is little-endian);
+/// `None` otherwise (the caller decodes a copy instead).
+pub(crate) fn view_as<T: AnyBits>(bytes: &[u8]) -> Option<&[T]> {
+    // SAFETY: `align_to` returns a middle slice that is aligned for `T` and lies inside `bytes`
+    // (borrowed immutably for the same lifetime); every bit pattern is a valid `T` (`AnyBits`
+    // is implemented only for f32 and u16), so reading the bytes as `T` is sound.
+    let (head, mid, tail) = unsafe { bytes.align_to::<T>() };
+    (head.is_empty() && tail.is_empty()).then_some(mid)
+}
+
+/// Alignment a shared buffer's start must have to be viewed without a copy
+/// ([`AlignedBytes::from_shared`]): at least the alignment of every element type.
+const SHARED_ALIGN: usize = 16;
+
+/// A 64-byte aligned byte buffer of a fixed length, or a read-only view of a shared byte buffer
+/// aligned to at least [`SHARED_ALIGN`] (a module's constant: [`AlignedBytes::from_shared`]),
+/// copied into aligned storage at the first mutable access.
 #[derive(Clone)]
 pub struct AlignedBytes {
     lines: Vec<Line>,
     len: usize,
     /// Whether dropping hands the allocation to the pool.
     pooled: bool,
+    /// The shared bytes this views instead of `lines` (`lines` is then empty).
+    shared: Option<Arc<Vec<u8>>>,
 }
 
 impl Drop for AlignedBytes {
@@ -382,9 +406,9 @@ impl AlignedBytes {
         match take_pooled(n) {
             Some(mut lines) => {
                 lines.fill(Line([0; ALIGN]));
-                AlignedBytes { lines, len, pooled: true }
+                AlignedBytes { lines, len, pooled: true, shared: None }
             }
-            None => AlignedBytes { lines: zeroed_lines(n), len, pooled: true },
+            None => AlignedBytes { lines: zeroed_lines(n), len, pooled: true, shared: None },
         }
     }
 
@@ -395,10 +419,10 @@ impl AlignedBytes {
         match take_pooled(n) {
             Some(mut lines) => {
                 lines.fill(Line([0; ALIGN]));
-                Ok(AlignedBytes { lines, len, pooled: true })
+                Ok(AlignedBytes { lines, len, pooled: true, shared: None })
             }
             None => try_zeroed_lines(n)
-                .map(|lines| AlignedBytes { lines, len, pooled: true })
+                .map(|lines| AlignedBytes { lines, len, pooled: true, shared: None })
                 .ok_or_else(|| Error::out_of_memory("tensor buffer", len)),
         }
     }
@@ -407,16 +431,16 @@ impl AlignedBytes {
     pub fn try_recycled(len: usize) -> Result<AlignedBytes> {
         let n = len.div_ceil(ALIGN);
         match take_pooled(n) {
-            Some(lines) => Ok(AlignedBytes { lines, len, pooled: true }),
+            Some(lines) => Ok(AlignedBytes { lines, len, pooled: true, shared: None }),
             None => try_zeroed_lines(n)
-                .map(|lines| AlignedBytes { lines, len, pooled: true })
+                .map(|lines| AlignedBytes { lines, len, pooled: true, shared: None })
                 .ok_or_else(|| Error::out_of_memory("tensor buffer", len)),
         }
     }
 
     /// `len` zero bytes that are freed normally when dropped (never pooled).
     fn unpooled(len: usize) -> AlignedBytes {
-        AlignedBytes { lines: zeroed_lines(len.div_ceil(ALIGN)), len, pooled: false }
+        AlignedBytes { lines: zeroed_lines(len.div_ceil(ALIGN)), len, pooled: false, shared: None }
     }
 
     /// `len` bytes of unspecified (but initialised) content: a pooled allocation as its last
@@ -424,8 +448,8 @@ impl AlignedBytes {
     pub fn recycled(len: usize) -> AlignedBytes {
         let n = len.div_ceil(ALIGN);
         match take_pooled(n) {
-            Some(lines) => AlignedBytes { lines, len, pooled: true },
-            None => AlignedBytes { lines: zeroed_lines(n), len, pooled: true },
+            Some(lines) => AlignedBytes { lines, len, pooled: true, shared: None },
+            None => AlignedBytes { lines: zeroed_lines(n), len, pooled: true, shared: None },
         }
     }
 
@@ -453,8 +477,36 @@ impl AlignedBytes {
         self.len == 0
     }
 
+    /// A view of `bytes` without a copy when its start is aligned to [`SHARED_ALIGN`] (so
+    /// [`Self::typed`] holds for every element type), else a copy. Read-only: the first
+    /// mutable access copies the bytes into storage of its own.
+    pub fn from_shared(bytes: &Arc<Vec<u8>>) -> AlignedBytes {
+        if (bytes.as_ptr() as usize).is_multiple_of(SHARED_ALIGN) {
+            AlignedBytes { lines: Vec::new(), len: bytes.len(), pooled: false, shared: Some(bytes.clone()) }
+        } else {
+            AlignedBytes::from_bytes(bytes)
+        }
+    }
+
+    /// Whether this views a shared buffer ([`Self::from_shared`]) instead of owning its bytes.
+    pub fn is_shared_view(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Copies viewed shared bytes into storage of its own (before a mutable access).
+    fn own(&mut self) {
+        if let Some(b) = self.shared.take() {
+            let mut a = AlignedBytes::unpooled(b.len());
+            a.as_bytes_mut().copy_from_slice(&b);
+            self.lines = std::mem::take(&mut a.lines);
+        }
+    }
+
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
+        if let Some(b) = &self.shared {
+            return &b[..self.len];
+        }
         // SAFETY: `lines` is a contiguous allocation of `lines.len() * ALIGN >= len` initialised
         // bytes (`Line` is a plain byte array with no padding), borrowed immutably for `&self`.
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
@@ -462,6 +514,7 @@ impl AlignedBytes {
 
     /// The bytes, mutably.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.own();
         // SAFETY: as in `as_bytes`, and `&mut self` guarantees exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
     }
@@ -477,11 +530,12 @@ impl AlignedBytes {
             self.len,
             "AlignedBytes::typed: length not a multiple of the element size"
         );
-        // SAFETY: the allocation is 64-byte aligned (≥ align_of::<T>() for every Element type),
-        // holds `n * size_of::<T>()` initialised bytes, and every Element type except bool is
-        // plain old data valid for any bit pattern; bool buffers only ever hold 0/1 bytes
-        // (checked where bytes enter from outside, and kernels write bool values).
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), n) }
+        // SAFETY: the bytes start 64-byte aligned (`lines`) or SHARED_ALIGN-aligned (a shared
+        // view, checked by `from_shared`), ≥ align_of::<T>() for every Element type; they are
+        // `n * size_of::<T>()` initialised bytes borrowed for `&self`, and every Element type
+        // except bool is plain old data valid for any bit pattern; bool buffers only ever hold
+        // 0/1 bytes (checked where bytes enter from outside, and kernels write bool values).
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<T>(), n) }
     }
 
     /// The data viewed mutably as elements of `T`.
@@ -492,17 +546,22 @@ impl AlignedBytes {
             self.len,
             "AlignedBytes::typed_mut: length not a multiple of the element size"
         );
-        // SAFETY: as in `typed`, with exclusive access through `&mut self`.
+        self.own();
+        // SAFETY: as in `typed` (`lines`, after `own`), with exclusive access through `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<T>(), n) }
     }
 
     /// Pointer to the first byte (for kernels).
     pub fn as_ptr(&self) -> *const u8 {
-        self.lines.as_ptr().cast()
+        match &self.shared {
+            Some(b) => b.as_ptr(),
+            None => self.lines.as_ptr().cast(),
+        }
     }
 
-    /// Mutable pointer to the first byte (for kernels).
+    /// Mutable pointer to the first byte (for kernels; a shared view is copied first).
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.own();
         self.lines.as_mut_ptr().cast()
     }
 }
@@ -510,6 +569,27 @@ impl AlignedBytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_view_reads_without_copying_and_copies_on_write() {
+        // The allocator returns 16-aligned storage on the usual targets: a view (elsewhere a
+        // copy; the results are the same).
+        let src: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        let shared = Arc::new(src.clone());
+        let mut a = AlignedBytes::from_shared(&shared);
+        if (shared.as_ptr() as usize).is_multiple_of(SHARED_ALIGN) {
+            assert!(a.is_shared_view());
+            assert_eq!(a.as_ptr(), shared.as_ptr());
+        }
+        assert_eq!(a.as_bytes(), &src[..]);
+        assert_eq!(a.typed::<u32>()[1], u32::from_le_bytes([src[4], src[5], src[6], src[7]]));
+        a.as_bytes_mut()[0] = 77;
+        assert!(!a.is_shared_view());
+        assert_eq!(a.as_bytes()[0], 77);
+        assert_eq!(a.as_bytes()[1..], src[1..]);
+        assert_eq!(shared[0], src[0], "the shared bytes are never written");
+        assert_eq!(a.as_ptr() as usize % ALIGN, 0);
+    }
 
     #[test]
     fn aligned_and_typed() {

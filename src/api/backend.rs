@@ -88,8 +88,58 @@ impl dyn Backend {
     }
 }
 
+/// Where a backend's `compile` spent its time, phase by phase, in order (e.g. `verify`, one
+/// entry per optimisation pass, `egg-fusion`, `plan: clustering`, `plan: codegen`, `plan: gemm
+/// packing`, `plan: constants`). Phases may nest: [`CompileReport::hashing`] is the part of the
+/// packing and constant phases spent hashing constants for the process-wide constant cache.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompileReport {
+    /// `(phase, time)` in the order the phases ran.
+    pub phases: Vec<(String, std::time::Duration)>,
+    /// Time spent hashing constants' bytes (included in the packing and constant phases).
+    pub hashing: std::time::Duration,
+    /// The whole `compile` call.
+    pub total: std::time::Duration,
+}
+
+/// The constant memory an executable holds: constants its plan loads and GEMM operands packed
+/// at compile time. `owned_bytes` were made by this executable's compile; `shared_bytes` were
+/// served by the process-wide constant cache from another executable's compile (the same bytes,
+/// held once). `owned_bytes + shared_bytes == plan_bytes + packed_bytes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConstantMemory {
+    /// Constants the plan loads at each execution (their storage, allocated once).
+    pub plan_bytes: usize,
+    /// Packed GEMM operands (tile layout, with its padding).
+    pub packed_bytes: usize,
+    /// Made by this executable's compile.
+    pub owned_bytes: usize,
+    /// Taken from the process-wide cache (made by another executable).
+    pub shared_bytes: usize,
+    /// Number of constant buffers (plan constants and packed operands).
+    pub buffers: usize,
+}
+
+impl ConstantMemory {
+    /// `plan_bytes + packed_bytes`.
+    pub fn total_bytes(&self) -> usize {
+        self.plan_bytes + self.packed_bytes
+    }
+}
+
 /// A compiled function, ready to run many times, from many threads at once.
 pub trait Executable: Send + Sync {
+    /// Where compilation spent its time, when the backend records it (`None` by default).
+    fn compile_report(&self) -> Option<CompileReport> {
+        None
+    }
+
+    /// The constant memory this executable holds, when the backend reports it (`None` by
+    /// default).
+    fn constant_memory(&self) -> Option<ConstantMemory> {
+        None
+    }
+
     /// Parameter names of `main`, in order.
     fn input_names(&self) -> &[String];
     /// Parameter shapes of `main`, in order.

@@ -7,7 +7,10 @@ mod ops_basic;
 mod ops_structured;
 pub mod profile;
 
-pub use backend::{Backend, CancelToken, Capabilities, ExecOptions, Executable, check_inputs, check_output_buffers};
+pub use backend::{
+    Backend, CancelToken, Capabilities, CompileReport, ConstantMemory, ExecOptions, Executable, check_inputs,
+    check_output_buffers,
+};
 pub use buffer::Buffer;
 pub use builder::{Builder, Function, Value};
 pub use ops_basic::ReshapeSpec;

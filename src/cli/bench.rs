@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use half::{bf16, f16};
 
+use crate::api::backend::{CompileReport, ConstantMemory};
 use crate::api::buffer::Buffer;
 use crate::cli::run::{
     InputSource, Loaded, ModelOptions, RepeatStats, backend, check_repeat, compile, load_with_inputs, time_executions,
@@ -100,8 +101,14 @@ pub struct BenchReport {
     pub inputs: Vec<BenchInput>,
     /// How generated parameters were filled.
     pub fill: Fill,
+    /// Time spent loading the file (and importing it, for ONNX) and its inputs.
+    pub import_time: Duration,
     /// Time spent in the backend's `compile`.
     pub compile_time: Duration,
+    /// The backend's phase-by-phase compile times, when it records them.
+    pub compile_report: Option<CompileReport>,
+    /// The executable's constant memory, when the backend reports it.
+    pub constant_memory: Option<ConstantMemory>,
     /// Untimed executions.
     pub warmup: usize,
     /// The timed executions.
@@ -112,7 +119,26 @@ impl BenchReport {
     /// The human summary.
     pub fn write_human(&self, w: &mut impl Write) -> std::io::Result<()> {
         writeln!(w, "backend: {}", self.backend)?;
+        writeln!(w, "import: {:.3} ms", millis(self.import_time))?;
         writeln!(w, "compile: {:.3} ms", millis(self.compile_time))?;
+        if let Some(r) = &self.compile_report {
+            for (name, t) in &r.phases {
+                writeln!(w, "  {name}: {:.3} ms", millis(*t))?;
+            }
+            writeln!(w, "  (hashing constants: {:.3} ms of the above)", millis(r.hashing))?;
+        }
+        if let Some(c) = &self.constant_memory {
+            writeln!(
+                w,
+                "constant memory: {} bytes ({} plan constants, {} packed gemm operands; {} owned, {} shared) in {} buffers",
+                c.total_bytes(),
+                c.plan_bytes,
+                c.packed_bytes,
+                c.owned_bytes,
+                c.shared_bytes,
+                c.buffers
+            )?;
+        }
         for i in &self.inputs {
             match &i.file {
                 Some(f) => writeln!(w, "input {}: {} from {}", i.name, format_shape(&i.shape), f.display())?,
@@ -133,7 +159,10 @@ impl BenchReport {
     }
 
     /// As one JSON object: `{"command": "bench", "file", "ok": true, "backend", "inputs":
-    /// [{"name", "shape", "dtype", "source"}], "compile_ms", "warmup", "repeat": {"n",
+    /// [{"name", "shape", "dtype", "source"}], "import_ms", "compile_ms", "compile_phases": {"phases":
+    /// [{"name", "ms"}], "hashing_ms", "total_ms"} or null, "constant_memory": {"total_bytes",
+    /// "plan_bytes", "packed_bytes", "owned_bytes", "shared_bytes", "buffers"} or null, "warmup",
+    /// "repeat": {"n",
     /// "median_ms", "min_ms", "mean_ms", "max_ms"}}` (`source`: the `.npy` path, or `zeros` /
     /// `random` for generated values).
     pub fn to_json(&self) -> serde_json::Value {
@@ -155,11 +184,33 @@ impl BenchReport {
             "ok": true,
             "backend": self.backend,
             "inputs": inputs,
+            "import_ms": millis(self.import_time),
             "compile_ms": millis(self.compile_time),
+            "compile_phases": self.compile_report.as_ref().map(compile_phases_json),
+            "constant_memory": self.constant_memory.as_ref().map(constant_memory_json),
             "warmup": self.warmup,
             "repeat": self.stats.to_json(),
         })
     }
+}
+
+/// `{"phases": [{"name", "ms"}], "hashing_ms", "total_ms"}`.
+pub fn compile_phases_json(r: &CompileReport) -> serde_json::Value {
+    let phases: Vec<serde_json::Value> =
+        r.phases.iter().map(|(name, t)| serde_json::json!({"name": name, "ms": millis(*t)})).collect();
+    serde_json::json!({"phases": phases, "hashing_ms": millis(r.hashing), "total_ms": millis(r.total)})
+}
+
+/// `{"total_bytes", "plan_bytes", "packed_bytes", "owned_bytes", "shared_bytes", "buffers"}`.
+pub fn constant_memory_json(c: &ConstantMemory) -> serde_json::Value {
+    serde_json::json!({
+        "total_bytes": c.total_bytes(),
+        "plan_bytes": c.plan_bytes,
+        "packed_bytes": c.packed_bytes,
+        "owned_bytes": c.owned_bytes,
+        "shared_bytes": c.shared_bytes,
+        "buffers": c.buffers,
+    })
 }
 
 /// A xorshift64* generator (deterministic inputs, no dependency).
@@ -231,8 +282,10 @@ pub fn bench(opts: &BenchOptions) -> Result<BenchReport, CliError> {
         generate(shape, fill, i as u64)
             .map_err(|e| CliError::new(format!("parameter {i} ({name:?}): {e}; give it an --input {name}=PATH.npy")))
     };
+    let t_import = std::time::Instant::now();
     let Loaded { module, buffers, sources, .. } =
         load_with_inputs(&opts.file, &opts.inputs, Some(&mut gen_fn), &ModelOptions { dims: opts.dims.clone() })?;
+    let import_time = t_import.elapsed();
     let main = module.func(module.main);
     let inputs = main
         .param_names
@@ -260,7 +313,10 @@ pub fn bench(opts: &BenchOptions) -> Result<BenchReport, CliError> {
         backend: backend.name().to_string(),
         inputs,
         fill,
+        import_time,
         compile_time,
+        compile_report: exe.compile_report(),
+        constant_memory: exe.constant_memory(),
         warmup: opts.warmup,
         stats,
     })

@@ -44,8 +44,9 @@ pub fn model_format(path: &Path) -> ModelFormat {
     if first == Some(0x08) { ModelFormat::Onnx } else { ModelFormat::Ir }
 }
 
-/// Reads an ONNX file: a regular file of at most [`crate::limits::MAX_INPUT_FILE_BYTES`] bytes.
-pub fn read_onnx_file(path: &Path) -> Result<Vec<u8>, CliError> {
+/// Opens an ONNX file and checks it is a regular file of at most
+/// [`crate::limits::MAX_INPUT_FILE_BYTES`] bytes; returns it with its length.
+pub fn check_onnx_file(path: &Path) -> Result<(File, u64), CliError> {
     let in_file = |e: Error| CliError::in_file(path, e);
     let f = File::open(path).map_err(|e| in_file(Error::Io(format!("{}: {e}", path.display()))))?;
     let meta = f.metadata().map_err(|e| in_file(Error::Io(format!("{}: {e}", path.display()))))?;
@@ -56,8 +57,16 @@ pub fn read_onnx_file(path: &Path) -> Result<Vec<u8>, CliError> {
     if meta.len() > max {
         return Err(in_file(Error::limit("onnx", format!("{} bytes; model files may have at most {max}", meta.len()))));
     }
-    let len = usize::try_from(meta.len())
-        .map_err(|_| in_file(Error::limit("onnx", format!("{} bytes do not fit in memory", meta.len()))))?;
+    Ok((f, meta.len()))
+}
+
+/// Reads an ONNX file: a regular file of at most [`crate::limits::MAX_INPUT_FILE_BYTES`] bytes.
+pub fn read_onnx_file(path: &Path) -> Result<Vec<u8>, CliError> {
+    let in_file = |e: Error| CliError::in_file(path, e);
+    let (f, file_len) = check_onnx_file(path)?;
+    let max = crate::limits::MAX_INPUT_FILE_BYTES;
+    let len = usize::try_from(file_len)
+        .map_err(|_| in_file(Error::limit("onnx", format!("{file_len} bytes do not fit in memory"))))?;
     let mut bytes = Vec::new();
     bytes.try_reserve_exact(len).map_err(|_| in_file(Error::out_of_memory("onnx", len)))?;
     f.take(max).read_to_end(&mut bytes).map_err(|e| in_file(Error::Io(format!("{}: {e}", path.display()))))?;

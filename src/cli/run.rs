@@ -17,9 +17,7 @@ use std::time::{Duration, Instant};
 use crate::api::backend::{Backend, ExecOptions, Executable};
 use crate::api::buffer::Buffer;
 use crate::api::profile::Profiler;
-use crate::cli::model::{
-    ModelFormat, bind_dims, declared_inputs, decode_onnx, import_bytes, model_format, read_onnx_file,
-};
+use crate::cli::model::{ModelFormat, bind_dims, check_onnx_file, declared_inputs, model_format};
 use crate::cli::npy::{NpyArray, Storage, read_npy_file, read_npy_path, write_output};
 use crate::cli::{CliError, display_name, load_module, millis};
 use crate::ir::module::Module;
@@ -251,8 +249,11 @@ pub(crate) fn load_with_inputs(
             (module, None)
         }
         ModelFormat::Onnx => {
-            let bytes = read_onnx_file(file)?;
-            let declared = declared_inputs(&decode_onnx(&bytes, file)?);
+            // Decoded once, from the file, one initializer at a time (peak memory: the model,
+            // not the model plus the file's bytes).
+            check_onnx_file(file)?;
+            let proto = crate::onnx::decode_path(file).map_err(|e| CliError::in_file(file, e))?;
+            let declared = declared_inputs(&proto);
             let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
             for (name, path) in inputs {
                 let Some(i) = names.iter().position(|n| n == name) else {
@@ -269,7 +270,8 @@ pub(crate) fn load_with_inputs(
             }
             let given = arrays.iter().map(|(n, a)| (n.clone(), a.dims.clone())).collect();
             let opts = bind_dims(&declared, &given, &model.dims)?;
-            let m = import_bytes(&bytes, file, &opts)?;
+            let dir = crate::cli::constants_dir_of(file);
+            let m = crate::onnx::import_proto(proto, Some(&dir), &opts).map_err(|e| CliError::in_file(file, e))?;
             (m.module, Some(m.outputs.into_iter().map(|o| o.name).collect()))
         }
     };

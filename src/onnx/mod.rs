@@ -19,6 +19,7 @@ pub(crate) mod graph;
 pub(crate) mod ops;
 #[allow(missing_docs)]
 pub mod proto;
+mod stream;
 pub mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
@@ -122,6 +123,17 @@ pub fn load_with(path: impl AsRef<Path>, opts: &ImportOptions) -> Result<OnnxMod
     import(model, base, opts).map_err(|e| in_file(e, path))
 }
 
+/// Decodes the ONNX file `path` without importing it, one initializer at a time (the file's
+/// bytes and the decoded model are never all in memory together); see [`import_proto`].
+pub fn decode_path(path: impl AsRef<Path>) -> Result<ModelProto> {
+    decode_file(path.as_ref())
+}
+
+/// Imports a decoded model ([`decode_path`]); external data is read from `base_dir`.
+pub fn import_proto(model: ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<OnnxModel> {
+    import(model, base_dir, opts)
+}
+
 /// Imports a serialized model. External data is refused (there is no folder to read it from).
 pub fn load_bytes(bytes: &[u8]) -> Result<OnnxModel> {
     load_bytes_with(bytes, None, &ImportOptions::default())
@@ -147,10 +159,15 @@ pub fn info(path: impl AsRef<Path>) -> Result<ModelInfo> {
     Ok(model_info(&model))
 }
 
+/// Decodes the file without holding all of it in memory beside the decoded model
+/// ([`stream::decode_model`]).
 fn decode_file(path: &Path) -> Result<ModelProto> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
-    ModelProto::decode(bytes.as_slice())
-        .map_err(|e| Error::invalid("onnx", format!("{}: not an ONNX model: {e}", path.display())))
+    let file = std::fs::File::open(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    stream::decode_model(&mut std::io::BufReader::with_capacity(1 << 20, file)).map_err(|e| match e {
+        Error::Invalid { op, msg } => Error::Invalid { op, msg: format!("{}: {msg}", path.display()) },
+        Error::Io(msg) => Error::Io(format!("{}: {msg}", path.display())),
+        other => other,
+    })
 }
 
 fn in_file(e: Error, path: &Path) -> Error {

@@ -107,41 +107,60 @@ fn fold_node(m: &Module, n: NodeId) -> Option<Vec<Tensor>> {
     for s in &out_shapes {
         out_elems = out_elems.saturating_add(s.size().filter(|&n| n <= FOLD_LIMIT_ELEMENTS)?);
     }
-    let mut inputs = Vec::with_capacity(node.inputs.len());
+    // Every operand must be known, and the growth rule hold, before any operand's data is
+    // copied: a Gather from a weight table by a parameter must not copy the table.
     let mut data_elems = 0usize;
     for &i in &node.inputs {
-        let (t, elems) = constant_operand(m, i)?;
-        data_elems = data_elems.saturating_add(elems);
-        inputs.push(t);
+        data_elems = data_elems.saturating_add(constant_operand_elems(m, i)?);
     }
     if out_elems > SMALL_RESULT_ELEMENTS && out_elems > data_elems.saturating_mul(MAX_GROWTH) {
         return None;
     }
+    let inputs = node.inputs.iter().map(|&i| constant_operand(m, i).map(|(t, _)| t)).collect::<Option<Vec<_>>>()?;
     reference::eval(&node.op, &inputs, &out_shapes).ok()
 }
 
-/// The value of operand `v` when it is known at compile time, with the number of elements of
-/// the data it comes from: a constant, or a `broadcast_in_dim` of a constant (left in the graph
-/// by [`fold_node`]'s growth rule and evaluated here, for this use only).
-fn constant_operand(m: &Module, v: ValueId) -> Option<(Tensor, usize)> {
-    let tensor =
-        |v: ValueId, b: &[u8]| Tensor { shape: m.shape(v).clone(), data: Arc::new(AlignedBytes::from_bytes(b)) };
-    if let Some(b) = constant_bytes(m, v) {
-        return Some((tensor(v, b), m.shape(v).size()?));
+/// Where the data of operand `v` comes from when it is known at compile time: the constant
+/// `src`, directly or through the `broadcast_in_dim` node `b` (left in the graph by
+/// [`fold_node`]'s growth rule and evaluated for this use only). Copies nothing.
+fn known_operand(m: &Module, v: ValueId) -> Option<(ValueId, Option<NodeId>)> {
+    if constant_bytes(m, v).is_some() {
+        return Some((v, None));
     }
-    let ValueDef::Node { node, .. } = m.value(v).def else { return None };
-    let node = m.node(node);
+    let ValueDef::Node { node: b, .. } = m.value(v).def else { return None };
+    let node = m.node(b);
     if !matches!(node.op, Op::BroadcastInDim { .. }) || node.inputs.len() != 1 {
         return None;
     }
     let src = node.inputs[0];
-    let b = constant_bytes(m, src)?;
-    let shape = m.shape(v).clone();
-    if shape.size()? > FOLD_LIMIT_ELEMENTS {
+    constant_bytes(m, src)?;
+    if m.shape(v).size()? > FOLD_LIMIT_ELEMENTS {
         return None;
     }
-    let mut out = reference::eval(&node.op, &[tensor(src, b)], std::slice::from_ref(&shape)).ok()?;
-    Some((out.pop()?, m.shape(src).size()?))
+    Some((src, Some(b)))
+}
+
+/// The number of elements of the data operand `v` comes from (see [`known_operand`]).
+fn constant_operand_elems(m: &Module, v: ValueId) -> Option<usize> {
+    let (src, _) = known_operand(m, v)?;
+    m.shape(src).size()
+}
+
+/// The value of operand `v` when it is known at compile time (see [`known_operand`]), with the
+/// number of elements of the data it comes from.
+fn constant_operand(m: &Module, v: ValueId) -> Option<(Tensor, usize)> {
+    let (src, b) = known_operand(m, v)?;
+    let data = Arc::new(AlignedBytes::from_bytes(constant_bytes(m, src)?));
+    let t = Tensor { shape: m.shape(src).clone(), data };
+    let elems = m.shape(src).size()?;
+    match b {
+        None => Some((t, elems)),
+        Some(b) => {
+            let shape = m.shape(v).clone();
+            let mut out = reference::eval(&m.node(b).op, &[t], std::slice::from_ref(&shape)).ok()?;
+            Some((out.pop()?, elems))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
-use crate::ir::module::{Module, NodeId, ValueDef};
+use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::conv::{ConvFilter, ConvGeom, conv2d_f32};
@@ -21,11 +21,12 @@ use crate::kernels::gemm::Activation;
 use crate::kernels::tensor::Tensor;
 
 use super::fast::FastKernel;
+use super::shared::Accounting;
 
 const OP: &str = "ConvGeneral";
 
 /// The fast kernel for node `n`, if it is a ConvGeneral this module can run.
-pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel>>> {
+pub(crate) fn prepare(m: &Module, n: NodeId, acct: &mut Accounting) -> Result<Option<Box<dyn FastKernel>>> {
     let node = m.node(n);
     let Op::ConvGeneral { axes, strides, padding, input_dilations, kernel_dilations, channel_groups, batch_groups } =
         &node.op
@@ -57,13 +58,14 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
         return Ok(None);
     }
     let wstrides = kernel_strides(axes, ks);
-    let filter = match constant_bytes(m, node.inputs[1]) {
+    let filter = match super::dot::constant_bytes(m, node.inputs[1]) {
         Some(bytes) if bytes.len() == ks.num_elements() * 4 => {
             let tag = format!("conv-filter {:?} {:?} {:?}", ks.dims, geom, wstrides);
-            Some(super::shared::shared(bytes, tag, ConvFilter::size_bytes, || {
+            let make = || {
                 let w: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
                 ConvFilter::new(&geom, &w, wstrides)
-            })?)
+            };
+            Some(super::shared::shared(bytes, tag, ConvFilter::size_bytes, make, acct)?)
         }
         _ => None,
     };
@@ -168,17 +170,6 @@ fn row_major(d: &[usize]) -> Vec<usize> {
         s[i] = s[i + 1] * d[i + 1];
     }
     s
-}
-
-/// The bytes of `v` when it is the output of a Constant node.
-fn constant_bytes(m: &Module, v: crate::ir::module::ValueId) -> Option<&[u8]> {
-    match m.value(v).def {
-        ValueDef::Node { node, output: 0 } => match &m.node(node).op {
-            Op::Constant(c) => Some(c.0.as_slice()),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 struct ConvKernel {

@@ -47,9 +47,67 @@ use super::fast::FastKernel;
 /// Products below this many flops run on one thread each (batches in parallel instead).
 const SMALL_FLOPS: usize = 4_000_000;
 
-/// The fast kernel for node `n`, if this module has one for it.
-pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel>>> {
-    prepare_with(m, n, None)
+/// A constant right-hand side to pack at compile time ([`pack_job`]); packing jobs run before
+/// the plan's kernels are prepared, in parallel, each source released once packed.
+pub(crate) struct PackJob {
+    node: NodeId,
+    spec: Spec,
+    geom: Geom,
+    tag: String,
+    source: Arc<Vec<u8>>,
+}
+
+impl PackJob {
+    /// The node whose operand 1 this packs.
+    pub(crate) fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Packs the operand (or takes the same packing of the same bytes from the process-wide
+    /// cache); the job's hold on the source bytes ends here.
+    pub(crate) fn run(self, acct: &mut super::shared::Accounting) -> Result<(NodeId, Arc<PackedB>)> {
+        let PackJob { node, spec, geom, tag, source } = self;
+        let packed =
+            super::shared::shared(&source, tag, PackedB::size_bytes, || pack_constant(&spec, &geom, &source), acct)?;
+        Ok((node, packed))
+    }
+}
+
+/// The packing job of node `n`: a GEMM node whose right-hand side is a constant f32, bf16 or
+/// f16 matrix (static shapes, no batch axes).
+pub(crate) fn pack_job(m: &Module, n: NodeId) -> Result<Option<PackJob>> {
+    let Some((spec, Some(geom))) = analyse(m, n, None)? else { return Ok(None) };
+    let node = m.node(n);
+    let rs = m.shape(node.inputs[1]);
+    match constant_bytes(m, node.inputs[1]) {
+        Some(bytes)
+            if matches!(spec.in_dtype, DType::Float32 | DType::BFloat16 | DType::Float16)
+                && geom.nb == 1
+                && geom.k > 0
+                && geom.n > 0 =>
+        {
+            // Shared by every executable packing the same bytes the same way (a model compiled
+            // for several shapes packs its weights once): the packing depends on the dtype, the
+            // rhs dims and which of its axes are contracted (the process's GEMM kernels are
+            // chosen once).
+            let tag = format!(
+                "gemm-b {} {:?} rc={:?} rb={:?} k={} n={}",
+                spec.in_dtype, rs.dims, spec.rc, spec.rb, geom.k, geom.n
+            );
+            Ok(Some(PackJob { node: n, spec, geom, tag, source: bytes.clone() }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The fast kernel for node `n`, if this module has one for it; `packed`: the right-hand sides
+/// packed by the [`PackJob`]s, by node.
+pub(crate) fn prepare(
+    m: &Module,
+    n: NodeId,
+    packed: &std::collections::HashMap<NodeId, Arc<PackedB>>,
+) -> Result<Option<Box<dyn FastKernel>>> {
+    prepare_with(m, n, packed, None)
 }
 
 /// [`prepare`], with a FusedDense's epilogue activation replaced by `activation` when given
@@ -57,9 +115,24 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
 pub(crate) fn prepare_with(
     m: &Module,
     n: NodeId,
+    packed: &std::collections::HashMap<NodeId, Arc<PackedB>>,
     activation: Option<Activation>,
 ) -> Result<Option<Box<dyn FastKernel>>> {
-    let replaced = activation;
+    let Some((spec, geom)) = analyse(m, n, activation)? else { return Ok(None) };
+    let node = m.node(n);
+    let (ls, rs) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]));
+    let packed = packed.get(&n).cloned();
+    let desc = describe(&spec, geom.as_ref(), packed.as_deref());
+    let prepacked = if packed.is_some() { vec![1] } else { vec![] };
+    // Static operand shapes: the geometry is kept for every execution (no allocation then).
+    let fixed = geom.map(|geom| Fixed { ldims: ls.dims.clone(), rdims: rs.dims.clone(), geom });
+    Ok(Some(Box::new(GemmKernel { spec, packed, prepacked, desc, fixed })))
+}
+
+/// What node `n` computes on GEMM, and its geometry when the operand shapes are static; `None`
+/// when GEMM does not apply (or the node is invalid: its reference kernel reports why).
+/// `replaced`: an activation that replaces a FusedDense's own (see [`prepare_with`]).
+fn analyse(m: &Module, n: NodeId, replaced: Option<Activation>) -> Result<Option<(Spec, Option<Geom>)>> {
     let node = m.node(n);
     let spec = match &node.op {
         Op::DotGeneral { lhs_contracting, lhs_batch, rhs_contracting, rhs_batch, accumulator_dtype, output_dtype } => {
@@ -127,26 +200,7 @@ pub(crate) fn prepare_with(
             Err(_) => return Ok(None),
         }
     };
-    let packed = match (&geom, constant_bytes(m, node.inputs[1])) {
-        (Some(g), Some(bytes))
-            if matches!(spec.in_dtype, DType::Float32 | DType::BFloat16 | DType::Float16)
-                && g.nb == 1
-                && g.k > 0
-                && g.n > 0 =>
-        {
-            // Shared by every executable packing the same bytes the same way (a model compiled
-            // for several shapes packs its weights once): the packing depends on the dtype, the
-            // rhs dims and which of its axes are contracted (the process's GEMM kernels are
-            // chosen once).
-            let tag =
-                format!("gemm-b {} {:?} rc={:?} rb={:?} k={} n={}", spec.in_dtype, rs.dims, spec.rc, spec.rb, g.k, g.n);
-            Some(super::shared::shared(bytes, tag, PackedB::size_bytes, || pack_constant(&spec, g, bytes))?)
-        }
-        _ => None,
-    };
-    let desc = describe(&spec, geom.as_ref(), packed.as_deref());
-    let prepacked = if packed.is_some() { vec![1] } else { vec![] };
-    Ok(Some(Box::new(GemmKernel { spec, packed, prepacked, desc })))
+    Ok(Some((spec, geom)))
 }
 
 /// Whether the GEMM kernels implement DotGeneral for these dtypes (module doc).
@@ -178,10 +232,10 @@ fn gemm_activation(a: OpActivation) -> Activation {
 }
 
 /// The bytes of `v` when it is the output of a Constant node.
-fn constant_bytes(m: &Module, v: crate::ir::module::ValueId) -> Option<&[u8]> {
+pub(super) fn constant_bytes(m: &Module, v: crate::ir::module::ValueId) -> Option<&Arc<Vec<u8>>> {
     match m.value(v).def {
         ValueDef::Node { node, output: 0 } => match &m.node(node).op {
-            Op::Constant(c) => Some(c.0.as_slice()),
+            Op::Constant(c) => Some(&c.0),
             _ => None,
         },
         _ => None,
@@ -191,6 +245,29 @@ fn constant_bytes(m: &Module, v: crate::ir::module::ValueId) -> Option<&[u8]> {
 /// Packs the constant right-hand side (little-endian `bytes` of `spec.in_dtype`, shape `rhs`)
 /// as its K x N matrix: f32, or bf16/f16 (packed for their GEMM entry point).
 fn pack_constant(spec: &Spec, g: &Geom, bytes: &[u8]) -> Result<PackedB> {
+    use crate::memory::view_as;
+    use half::slice::HalfBitsSliceExt;
+    // Packed straight from the constant's bytes when they are aligned (no decoded copy).
+    if bytes.len() == g.rhs_len * spec.in_dtype.size() {
+        match spec.in_dtype {
+            DType::Float32 => {
+                if let Some(data) = view_as::<f32>(bytes) {
+                    return with_rhs(g, data, PackedB::new);
+                }
+            }
+            DType::BFloat16 => {
+                if let Some(bits) = view_as::<u16>(bytes) {
+                    return with_rhs(g, bits.reinterpret_cast::<bf16>(), PackedB::new_bf16);
+                }
+            }
+            DType::Float16 => {
+                if let Some(bits) = view_as::<u16>(bytes) {
+                    return with_rhs(g, bits.reinterpret_cast::<f16>(), PackedB::new_f16);
+                }
+            }
+            _ => {}
+        }
+    }
     match spec.in_dtype {
         DType::Float32 => {
             let data = decode(spec, g, bytes, f32::from_le_bytes)?;
@@ -476,6 +553,15 @@ struct GemmKernel {
     /// `[1]` when `packed` is set.
     prepacked: Vec<usize>,
     desc: String,
+    /// The geometry computed at compile time for the operands' static dims.
+    fixed: Option<Fixed>,
+}
+
+/// A geometry computed once, for operands of dims `ldims` and `rdims`.
+struct Fixed {
+    ldims: Vec<i64>,
+    rdims: Vec<i64>,
+    geom: Geom,
 }
 
 impl GemmKernel {
@@ -598,23 +684,14 @@ fn narrow<A: Copy, B>(src: &[A], dst: &mut [B], f: impl Fn(A) -> B) {
     }
 }
 
-impl FastKernel for GemmKernel {
-    fn describe(&self) -> String {
-        self.desc.clone()
-    }
-
-    fn prepacked_operands(&self) -> &[usize] {
-        &self.prepacked
-    }
-
-    fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+impl GemmKernel {
+    /// Checks the operands (count, dtypes, byte sizes), and returns the product's geometry: the
+    /// compile-time one when the operands have the static dims, else one computed for theirs.
+    fn checked_geometry<'a>(&'a self, inputs: &[Tensor], owned: &'a mut Option<Geom>) -> Result<&'a Geom> {
         let op = self.spec.op;
         let want_inputs = 2 + self.spec.has_bias as usize;
-        if inputs.len() != want_inputs || out_shapes.len() != 1 {
-            return Err(Error::invalid(
-                op,
-                format!("expected {want_inputs} operands and 1 result, got {} and {}", inputs.len(), out_shapes.len()),
-            ));
+        if inputs.len() != want_inputs {
+            return Err(Error::invalid(op, format!("expected {want_inputs} operands, got {}", inputs.len())));
         }
         for (i, t) in inputs.iter().enumerate() {
             if t.shape.dtype != self.spec.in_dtype {
@@ -625,8 +702,10 @@ impl FastKernel for GemmKernel {
                 return Err(Error::invalid(op, format!("operand {i} ({}) has {} bytes", t.shape, t.data.len())));
             }
         }
-        let (ld, rd) = (inputs[0].shape.udims(), inputs[1].shape.udims());
-        let g = self.spec.geometry(&ld, &rd)?;
+        let g = match &self.fixed {
+            Some(f) if inputs[0].shape.dims == f.ldims && inputs[1].shape.dims == f.rdims => &f.geom,
+            _ => &*owned.insert(self.spec.geometry(&inputs[0].shape.udims(), &inputs[1].shape.udims())?),
+        };
         if let Some(bias) = inputs.get(2)
             && bias.len() != g.n
         {
@@ -643,22 +722,85 @@ impl FastKernel for GemmKernel {
                 format!("operand 1 was packed as {}x{}, the product needs {}x{}", p.k(), p.n(), g.k, g.n),
             ));
         }
-        let mut shape = out_shapes[0].clone();
-        let dims: Vec<i64> = g.out_dims.iter().map(|&d| d as i64).collect();
+        Ok(g)
+    }
+
+    /// Errors unless `shape` is the product's result shape (a dynamic one: its dtype and rank).
+    fn check_result(&self, shape: &Shape, g: &Geom) -> Result<()> {
+        let dims_match = shape.dims.len() == g.out_dims.len()
+            && shape.dims.iter().zip(&g.out_dims).all(|(&a, &b)| usize::try_from(a) == Ok(b));
         if shape.dtype != self.spec.out_dtype
-            || (!shape.is_dynamic() && shape.dims != dims)
-            || shape.rank() != dims.len()
+            || shape.rank() != g.out_dims.len()
+            || (!shape.is_dynamic() && !dims_match)
         {
-            return Err(Error::invalid(op, format!("result shape {shape} does not match the product's dims {dims:?}")));
+            return Err(Error::invalid(
+                self.spec.op,
+                format!("result shape {shape} does not match the product's dims {:?}", g.out_dims),
+            ));
         }
-        shape.dims = dims;
-        let mut out = Tensor::try_zeros(shape)?;
+        Ok(())
+    }
+
+    /// Computes into `out` (of the result's shape and byte size) on `pool`.
+    fn compute_on(
+        &self,
+        g: &Geom,
+        inputs: &[Tensor],
+        out: &mut Tensor,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<()> {
         let threads = pool.map_or(1, |p| p.current_num_threads());
         match pool {
-            Some(p) => p.install(|| self.compute(&g, inputs, &mut out, threads))?,
-            None => self.compute(&g, inputs, &mut out, 1)?,
+            Some(p) => p.install(|| self.compute(g, inputs, out, threads)),
+            None => self.compute(g, inputs, out, 1),
         }
+    }
+}
+
+impl FastKernel for GemmKernel {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+
+    fn prepacked_operands(&self) -> &[usize] {
+        &self.prepacked
+    }
+
+    fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        if out_shapes.len() != 1 {
+            return Err(Error::invalid(self.spec.op, format!("expected 1 result, got {}", out_shapes.len())));
+        }
+        let mut owned = None;
+        let g = self.checked_geometry(inputs, &mut owned)?;
+        self.check_result(&out_shapes[0], g)?;
+        let mut shape = out_shapes[0].clone();
+        shape.dims = g.out_dims.iter().map(|&d| d as i64).collect();
+        let mut out = Tensor::try_zeros(shape)?;
+        self.compute_on(g, inputs, &mut out, pool)?;
         Ok(vec![out])
+    }
+
+    fn writes_into(&self) -> bool {
+        true
+    }
+
+    fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        let op = self.spec.op;
+        let [out] = outs else {
+            return Err(Error::invalid(op, format!("expected 1 result, got {}", outs.len())));
+        };
+        let mut owned = None;
+        let g = self.checked_geometry(inputs, &mut owned)?;
+        self.check_result(&out.shape, g)?;
+        if out.shape.is_dynamic() || Some(out.data.len()) != out.shape.byte_size() {
+            return Err(Error::invalid(op, format!("result buffer of {} bytes for {}", out.data.len(), out.shape)));
+        }
+        if g.k == 0 {
+            // An empty contraction: the products are zero (plus the bias); the buffer's previous
+            // contents must not survive.
+            Arc::make_mut(&mut out.data).as_bytes_mut().fill(0);
+        }
+        self.compute_on(g, inputs, out, pool)
     }
 }
 

@@ -188,7 +188,8 @@ impl JitBackend {
                 (Some(why), String::new(), Vec::new(), plan)
             }
             None => {
-                let p = plan::build(module, self.plan_options(true))?;
+                let pool = self.thread_pool()?;
+                let p = plan::build(module, self.plan_options(true), pool.as_deref())?;
                 let (clusters, kernels) = listings(&p);
                 (None, clusters, kernels, p.describe())
             }

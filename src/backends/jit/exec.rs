@@ -10,7 +10,7 @@ use crate::backends::slot::FinalizeSlot;
 
 use super::loops::{Arena, LoopScratch, Retain, run_loop};
 use super::plan::{AliasStep, CallStep, FuncPlan, KernelStep, Plan, Step};
-use crate::api::backend::{ExecOptions, Executable, check_inputs, check_output_buffers};
+use crate::api::backend::{CompileReport, ConstantMemory, ExecOptions, Executable, check_inputs, check_output_buffers};
 use crate::api::buffer::Buffer;
 use crate::api::profile::EventKind;
 use crate::backends::interp::InterpExecutable;
@@ -21,6 +21,7 @@ use crate::ir::op::Op;
 use crate::ir::shape::Shape;
 use crate::ir::text::format_shape;
 use crate::kernels::tensor::Tensor;
+use crate::memory::AlignedBytes;
 
 /// What an executable runs.
 pub(crate) enum Runner {
@@ -52,6 +53,10 @@ pub struct JitExecutable {
     while_limit: Option<u64>,
     /// Execution states of finished executions, for the next ones.
     states: Mutex<Vec<ExecState>>,
+    /// Where compilation spent its time.
+    report: CompileReport,
+    /// The constant memory the plan holds.
+    constants: ConstantMemory,
 }
 
 /// The memory of one execution, kept from one execution to the next.
@@ -64,6 +69,10 @@ struct ExecState {
     loops: LoopScratch,
     /// Operands of a kernel step, moved out of `env` while it runs.
     kernel_inputs: Vec<Tensor>,
+    /// Results of a kernel step that writes into given storage ([`FastKernel::writes_into`]).
+    ///
+    /// [`FastKernel::writes_into`]: super::fast::FastKernel::writes_into
+    kernel_outputs: Vec<Tensor>,
 }
 
 impl ExecState {
@@ -73,6 +82,7 @@ impl ExecState {
             arena: Arena::new(plan.num_values, plan.num_slots),
             loops: LoopScratch::default(),
             kernel_inputs: Vec::new(),
+            kernel_outputs: Vec::new(),
         }
     }
 
@@ -81,6 +91,7 @@ impl ExecState {
     fn sweep(&mut self, plan: &Plan) {
         self.loops.clear();
         self.kernel_inputs.clear();
+        self.kernel_outputs.clear();
         for (i, slot) in self.env.iter_mut().enumerate() {
             if let Some(t) = slot.take() {
                 let v = ValueId(i as u32);
@@ -101,7 +112,21 @@ enum Results<'a> {
 impl JitExecutable {
     /// `while_limit` applies to the plan; an interpreter runner carries its own.
     pub(crate) fn new(runner: Runner, sig: Signature, while_limit: Option<u64>) -> Self {
-        JitExecutable { runner: FinalizeSlot::new(runner), sig, while_limit, states: Mutex::new(Vec::new()) }
+        JitExecutable {
+            runner: FinalizeSlot::new(runner),
+            sig,
+            while_limit,
+            states: Mutex::new(Vec::new()),
+            report: CompileReport::default(),
+            constants: ConstantMemory::default(),
+        }
+    }
+
+    /// Attaches the compile report and the constant memory the plan holds.
+    pub(crate) fn with_report(mut self, report: CompileReport, constants: ConstantMemory) -> Self {
+        self.report = report;
+        self.constants = constants;
+        self
     }
 
     /// Frees the memory kept between executions (the loop outputs' storage and the shapes of
@@ -190,6 +215,16 @@ impl Executable for JitExecutable {
         };
         check_output_buffers(&self.sig.output_shapes, outputs)?;
         self.run_plan(plan, pool, inputs, donate, opts, Results::Into(outputs))
+    }
+
+    fn compile_report(&self) -> Option<CompileReport> {
+        Some(self.report.clone())
+    }
+
+    /// The plan's constants and packed GEMM operands (zero when delegated to the interpreter,
+    /// whose module holds its constants, or once finalized).
+    fn constant_memory(&self) -> Option<ConstantMemory> {
+        Some(if self.runner.get().is_ok() { self.constants } else { ConstantMemory::default() })
     }
 
     fn finalize(&self) {
@@ -490,7 +525,7 @@ fn run_kernel(
     nesting: usize,
 ) -> Result<()> {
     let packed = s.fast.as_ref().map_or(&[][..], |f| f.prepacked_operands());
-    let ExecState { env, arena, kernel_inputs: ins, .. } = st;
+    let ExecState { env, arena, kernel_inputs: ins, kernel_outputs: into, .. } = st;
     ins.clear();
     // The operands are moved out of their value slots while the kernel runs (and back after),
     // so that no tensor is copied.
@@ -517,8 +552,22 @@ fn run_kernel(
     let outs = gathered.and_then(|()| {
         crate::memory::check_outputs(s.op.op_type(), &s.out_shapes).map_err(at)?;
         match &s.fast {
-            Some(k) => k.run(ins, &s.out_shapes, pool),
-            None => crate::kernels::reference::eval(&s.op, ins, &s.out_shapes),
+            // Results written into their memory slots' storage (kept from the previous
+            // execution), or new storage the first time.
+            Some(k) if k.writes_into() => {
+                into.clear();
+                for (&v, shape) in s.outputs.iter().zip(&s.out_shapes) {
+                    let bytes = shape.byte_size().ok_or_else(|| internal(format!("result {v} has a dynamic shape")))?;
+                    let data = match arena.slot_storage(plan.retain[v.index()], bytes) {
+                        Some(d) => d,
+                        None => Arc::new(AlignedBytes::try_recycled(bytes).map_err(at)?),
+                    };
+                    into.push(arena.tensor(v, shape, data));
+                }
+                k.run_into(ins, into, pool).map(|()| None)
+            }
+            Some(k) => k.run(ins, &s.out_shapes, pool).map(Some),
+            None => crate::kernels::reference::eval(&s.op, ins, &s.out_shapes).map(Some),
         }
         .map_err(at)
     });
@@ -530,7 +579,12 @@ fn run_kernel(
             env[v.index()] = Some(t);
         }
     }
-    let outs = outs?;
+    let Some(outs) = outs? else {
+        for (t, &v) in into.drain(..).zip(&s.outputs) {
+            env[v.index()] = Some(t);
+        }
+        return Ok(());
+    };
     if outs.len() != s.outputs.len() {
         return Err(internal(format!(
             "{} kernel returned {} results for {} outputs",

@@ -22,4 +22,19 @@ pub(crate) trait FastKernel: Send + Sync {
     /// Computes the node's results from its operands. `out_shapes` are the node's static result
     /// shapes; `pool` is the backend's thread pool (`None`: one thread).
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>>;
+
+    /// Whether [`FastKernel::run_into`] is implemented: the plan then gives the node's results
+    /// memory slots, and an execution writes them into storage kept from the previous one.
+    fn writes_into(&self) -> bool {
+        false
+    }
+
+    /// Computes the node's results into `outs`: one tensor per result, of its static shape, with
+    /// storage of that shape's byte size that the caller holds uniquely (so it is written in
+    /// place) and whose previous contents do not matter. Only called when
+    /// [`FastKernel::writes_into`] says so.
+    fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        let _ = (inputs, outs, pool);
+        Err(crate::error::Error::invalid(self.describe(), "this kernel does not write into given buffers"))
+    }
 }

@@ -26,11 +26,12 @@
 //! GELU merge, by nothing else at all.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::error::Result;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{Activation, BinaryOp, Op};
-use crate::kernels::gemm::Activation as GemmActivation;
+use crate::kernels::gemm::{Activation as GemmActivation, PackedB};
 use crate::lower::cluster::{Clustering, Item};
 
 use super::fast::FastKernel;
@@ -119,7 +120,7 @@ fn producer(m: &Module, f: FuncId, v: ValueId) -> Option<NodeId> {
 }
 
 /// Finds the merges of function `f`'s schedule.
-pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering) -> Result<Merges> {
+pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering, packed: &HashMap<NodeId, Arc<PackedB>>) -> Result<Merges> {
     let uses = uses(m, f, c);
     let pos: HashMap<(bool, usize), usize> = c.schedule.iter().enumerate().map(|(i, &it)| (key(it), i)).collect();
     let mut out = Merges::default();
@@ -127,7 +128,7 @@ pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering) -> Result<Merges> {
         let Item::Node(n) = item else { continue };
         let node = m.node(n);
         match &node.op {
-            Op::FusedGelu { exact: false } => gelu_into_dense(m, f, n, &uses, &mut out)?,
+            Op::FusedGelu { exact: false } => gelu_into_dense(m, f, n, &uses, packed, &mut out)?,
             Op::FusedLayerNorm { .. } => residual_into_layer_norm(m, f, c, n, &uses, &pos, &mut out),
             Op::FusedScaledDotProductAttention { .. } => slices_into_attention(m, f, c, n, &uses, &mut out),
             _ => {}
@@ -138,7 +139,14 @@ pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering) -> Result<Merges> {
 
 /// The tanh-GELU merge for GELU node `g` (module docs): its operand is the dense's result, or
 /// `Reshape`s of it (a dense over `[M, K]` reshaped back to `[B, S, N]`), each read once.
-fn gelu_into_dense(m: &Module, f: FuncId, g: NodeId, uses: &HashMap<ValueId, Uses>, out: &mut Merges) -> Result<()> {
+fn gelu_into_dense(
+    m: &Module,
+    f: FuncId,
+    g: NodeId,
+    uses: &HashMap<ValueId, Uses>,
+    packed: &HashMap<NodeId, Arc<PackedB>>,
+    out: &mut Merges,
+) -> Result<()> {
     let node = m.node(g);
     let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else { return Ok(()) };
     let single = |v: ValueId| uses.get(&v).is_some_and(|u| u.positions.len() == 1 && !u.returned && !u.external);
@@ -158,7 +166,7 @@ fn gelu_into_dense(m: &Module, f: FuncId, g: NodeId, uses: &HashMap<ValueId, Use
         return Ok(());
     }
     let dense = m.node(d);
-    if let Some(fast) = super::dot::prepare_with(m, d, Some(GemmActivation::GeluTanh))? {
+    if let Some(fast) = super::dot::prepare_with(m, d, packed, Some(GemmActivation::GeluTanh))? {
         out.steps.insert(d, Merged { inputs: dense.inputs.clone(), outputs: dense.outputs.clone(), fast });
         out.aliases.insert(g, (x, y));
     }

@@ -58,7 +58,7 @@ use crate::ir::module::Module;
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
 pub use options::{JitOptions, OPTIONS, Reductions, StreamingStores};
-pub use shared::{ConstantCacheStats, MIN_SHARED_BYTES, constant_cache_stats};
+pub use shared::{ConstantCacheStats, MIN_SHARED_BYTES, constant_cache_stats, wait_for_constant_hashing};
 
 use crate::threads::Threads;
 
@@ -195,6 +195,10 @@ impl JitBackend {
                 d.write("egg.txt", &r.to_string())?;
             }
         }
+        let mut report = crate::api::CompileReport::default();
+        report.phases.push(("verify".to_string(), verify_time));
+        report.phases.extend(ctx.timings.iter().map(|(name, t, _)| (format!("pass: {name}"), *t)));
+        let mut constants = crate::api::ConstantMemory::default();
         let sig = Signature::of(&module)?;
         let runner = match plan::needs_interpreter(&module) {
             Some(why) => {
@@ -206,12 +210,15 @@ impl JitBackend {
             }
             None => {
                 let t2 = Instant::now();
-                let plan = plan::build(module, self.plan_options(dumper.is_some()))?;
-                plan.trace_summary(t2.elapsed());
+                let pool = self.thread_pool()?;
+                let plan = plan::build(module, self.plan_options(dumper.is_some()), pool.as_deref())?;
+                let planning = t2.elapsed();
+                plan.trace_summary(planning);
+                plan.report(planning, &mut report, &mut constants);
                 if let Some(d) = &dumper {
                     d.plan(&plan)?;
                 }
-                exec::Runner::Plan { plan: Arc::new(plan), pool: self.thread_pool()? }
+                exec::Runner::Plan { plan: Arc::new(plan), pool }
             }
         };
         tracing::debug!(
@@ -221,7 +228,8 @@ impl JitBackend {
             total_ms = t0.elapsed().as_secs_f64() * 1e3,
             "compiled"
         );
-        Ok(JitExecutable::new(runner, sig, self.opts.while_limit))
+        report.total = t0.elapsed();
+        Ok(JitExecutable::new(runner, sig, self.opts.while_limit).with_report(report, constants))
     }
 }
 

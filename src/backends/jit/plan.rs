@@ -9,7 +9,9 @@
 //! holds the only reference to that input's storage, which is never the case for a caller's
 //! (non-donated) input or a constant, and is the case for a donated input.
 //!
-//! Across executions ([`Retain`], [`Arena`](super::loops::Arena)): every loop output of `main` is planned into a
+//! Across executions ([`Retain`], [`Arena`](super::loops::Arena)): every loop output of `main`,
+//! and every result of a fast kernel that writes into given storage (GEMM:
+//! [`FastKernel::writes_into`](super::fast::FastKernel::writes_into)), is planned into a
 //! memory slot of its byte size, shared by values whose lifetimes (with their aliases') do not
 //! overlap; an execution state keeps the slots' storage and the shapes of released values, so
 //! that the next execution writes its loop outputs into the same memory without allocating.
@@ -22,9 +24,10 @@ use std::time::{Duration, Instant};
 use super::loops::{LoopStep, Retain};
 use crate::backends::interp::captures;
 use crate::error::{Error, Result};
-use crate::ir::module::{FuncId, Module, NodeId, ValueId};
+use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{Op, UnaryOp};
 use crate::ir::shape::Shape;
+use crate::kernels::gemm::PackedB;
 use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::{Clustering, Item, cluster_function};
 
@@ -140,15 +143,23 @@ pub(crate) struct Plan {
     pub times: PlanTimes,
 }
 
-/// Time spent in each stage of [`build`] (for the `tracing` summary).
+/// Time spent in each stage of [`build`] (for the `tracing` summary and the compile report).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct PlanTimes {
     /// Clustering (deciding what fuses into loops).
     pub clustering: Duration,
     /// Cranelift code generation of the loops (cached kernels cost little).
     pub codegen: Duration,
-    /// Preparing fast kernels (GEMM packing, fused-kernel selection).
+    /// Packing constant GEMM operands ([`pack_constants`]).
+    pub packing: Duration,
+    /// Preparing fast kernels (GEMM geometry, fused-kernel selection).
     pub kernels: Duration,
+    /// Loading the plan's constants into aligned storage.
+    pub constants: Duration,
+    /// The packed GEMM operands (bytes made or shared, time spent hashing).
+    pub packed: super::shared::Accounting,
+    /// The plan's constants (bytes made or shared, time spent hashing).
+    pub loaded: super::shared::Accounting,
 }
 
 impl Plan {
@@ -203,7 +214,11 @@ pub(crate) struct PlanOptions {
 /// Lowers `module` (verified by `compile_jit`, so within the nesting limit; optimised, accepted
 /// by [`needs_interpreter`]): clusters every function, compiles every cluster, prepares fast
 /// kernels and computes liveness.
-pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
+pub(crate) fn build(mut module: Module, opts: PlanOptions, pool: Option<&rayon::ThreadPool>) -> Result<Plan> {
+    let mut times = PlanTimes::default();
+    let t = Instant::now();
+    let packed = pack_constants(&mut module, pool, &mut times.packed)?;
+    times.packing = t.elapsed();
     let m = &module;
     if m.func(m.main).outputs.is_none() {
         return Err(Error::invalid("compile", "main has not returned"));
@@ -212,12 +227,11 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
     let mut memo = vec![None; nf];
     let mut busy = vec![false; nf];
     let mut funcs = Vec::with_capacity(nf);
-    let mut times = PlanTimes::default();
     // Values some step (of any function) reads, or some function returns.
     let mut needed = vec![false; m.values.len()];
     for fi in 0..nf {
         let f = FuncId(fi as u32);
-        let fp = build_function(m, f, opts, &mut memo, &mut busy, &mut times)?;
+        let fp = build_function(m, f, opts, &packed, &mut memo, &mut busy, &mut times)?;
         for s in &fp.steps {
             for v in s.reads() {
                 needed[v.index()] = true;
@@ -229,6 +243,7 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
         funcs.push(fp);
     }
 
+    let t = Instant::now();
     let mut constants = vec![];
     let mut emptied = vec![];
     for f in &m.functions {
@@ -244,10 +259,11 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
                 if shape.byte_size() != Some(data.0.len()) {
                     return Err(internal(format!("constant {n}: {} bytes for shape {shape}", data.0.len())));
                 }
-                constants.push((v, Tensor { shape, data: super::shared::constant(&data.0) }));
+                constants.push((v, Tensor { shape, data: super::shared::constant(&data.0, &mut times.loaded) }));
             }
         }
     }
+    times.constants = t.elapsed();
     // The plan holds the constants it needs; the module keeps its structure for dumps and
     // messages but not a second copy of the payloads.
     for n in emptied {
@@ -264,15 +280,15 @@ pub(crate) fn build(mut module: Module, opts: PlanOptions) -> Result<Plan> {
     Ok(Plan { module, funcs, constants, num_values, retain, num_slots, times })
 }
 
-/// The memory plan of `main`'s loop outputs: gives each a slot ([`Retain::Slot`]) of its byte
+/// The memory plan of `main`'s loop outputs and write-into kernels' results: gives each a slot ([`Retain::Slot`]) of its byte
 /// size, shared by values whose lifetimes do not overlap, and returns the number of slots.
 ///
 /// A value's storage lives as long as the value and every alias of it (Reshape, Identity, …:
 /// [`AliasStep`]s share their input's storage), so a slot is free again once the last member of
 /// its alias group is released. A loop output written over a dying input (`in_place`) takes
 /// that input's slot when the input is the last live member of its group (its storage is then
-/// uniquely held at run time); over a kernel's result (no slot) it gets none, as the kernel
-/// provides fresh storage every execution; over a parameter or a constant (shared with the
+/// uniquely held at run time); over a kernel's result without a slot it gets none, as
+/// the kernel provides fresh storage every execution; over a parameter or a constant (shared with the
 /// caller or the plan, so never written in place) it gets its own slot. Slots of `main`'s
 /// results are never freed. Other functions' values get no slot (their results flow back to
 /// their callers, and a recursive function's values are live at several depths at once).
@@ -335,6 +351,16 @@ fn assign_slots(fp: &FuncPlan, retain: &mut [Retain]) -> usize {
                     }
                 }
             }
+            // A kernel writing into given storage: each result gets a slot of its own.
+            Step::Kernel(k) if k.fast.as_ref().is_some_and(|f| f.writes_into()) => {
+                for (&v, shape) in k.outputs.iter().zip(&k.out_shapes) {
+                    let Some(bytes) = shape.byte_size() else { continue };
+                    let s = take(&mut free, &mut slot_bytes, bytes);
+                    retain[v.index()] = Retain::Slot(s);
+                    root.insert(v, v);
+                    live.insert(v, 1);
+                }
+            }
             Step::Kernel(_) | Step::Call(_) => {}
         }
         for v in &fp.drops[i] {
@@ -357,6 +383,7 @@ fn build_function(
     m: &Module,
     f: FuncId,
     opts: PlanOptions,
+    packed: &HashMap<NodeId, Arc<PackedB>>,
     memo: &mut Vec<Option<BTreeSet<ValueId>>>,
     busy: &mut Vec<bool>,
     times: &mut PlanTimes,
@@ -375,7 +402,7 @@ fn build_function(
     // Pairs of nodes run as one step (a tanh GELU in its dense's GEMM epilogue, a residual add
     // inside its LayerNorm: `merge`).
     let t = Instant::now();
-    let mut merges = super::merge::find(m, f, &clustering)?;
+    let mut merges = super::merge::find(m, f, &clustering, packed)?;
     times.kernels += t.elapsed();
     let mut steps = Vec::with_capacity(clustering.schedule.len());
     for item in &clustering.schedule {
@@ -452,7 +479,7 @@ fn build_function(
                         node: n,
                         fast: {
                             let t = Instant::now();
-                            let fast = prepare_fast(m, n)?;
+                            let fast = prepare_fast(m, n, packed, &mut times.packed)?;
                             times.kernels += t.elapsed();
                             if let Some(k) = &fast {
                                 tracing::debug!(
@@ -524,6 +551,74 @@ fn build_function(
     Ok(FuncPlan { func: f, steps, drops, params, outputs, clustering })
 }
 
+/// Packs every constant GEMM right-hand side of the module ([`super::dot::PackJob`]), in
+/// parallel on `pool` when there is one, and returns the packed operands by node. Constants
+/// read only as packed operands leave the module first (the jobs hold their bytes), so that each
+/// one's bytes are freed once packed rather than at the end of the compile.
+fn pack_constants(
+    module: &mut Module,
+    pool: Option<&rayon::ThreadPool>,
+    acct: &mut super::shared::Accounting,
+) -> Result<HashMap<NodeId, Arc<PackedB>>> {
+    use rayon::prelude::*;
+    let m = &*module;
+    let mut jobs = Vec::new();
+    for f in &m.functions {
+        for &n in &f.body {
+            if let Some(j) = super::dot::pack_job(m, n)? {
+                jobs.push(j);
+            }
+        }
+    }
+    if jobs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let packers: HashSet<NodeId> = jobs.iter().map(|j| j.node()).collect();
+    // Whether each value is read other than as a packed operand (or returned).
+    let mut other_use = vec![false; m.values.len()];
+    for f in &m.functions {
+        for &v in f.outputs.iter().flatten() {
+            other_use[v.index()] = true;
+        }
+        for &n in &f.body {
+            for (i, &v) in m.node(n).inputs.iter().enumerate() {
+                if i != 1 || !packers.contains(&n) {
+                    other_use[v.index()] = true;
+                }
+            }
+        }
+    }
+    let released: Vec<NodeId> = jobs
+        .iter()
+        .filter_map(|j| {
+            let v = m.node(j.node()).inputs[1];
+            match m.value(v).def {
+                ValueDef::Node { node, .. } if !other_use[v.index()] => Some(node),
+                _ => None,
+            }
+        })
+        .collect();
+    for c in released {
+        if let Op::Constant(data) = &mut module.nodes[c.index()].op {
+            data.0 = Arc::new(Vec::new());
+        }
+    }
+    let run = |j: super::dot::PackJob| {
+        let mut a = super::shared::Accounting::default();
+        j.run(&mut a).map(|r| (r, a))
+    };
+    let done: Vec<_> = match pool {
+        Some(p) if jobs.len() > 1 => p.install(|| jobs.into_par_iter().map(run).collect::<Result<Vec<_>>>())?,
+        _ => jobs.into_iter().map(run).collect::<Result<Vec<_>>>()?,
+    };
+    let mut packed = HashMap::with_capacity(done.len());
+    for ((n, p), a) in done {
+        acct.add(&a);
+        packed.insert(n, p);
+    }
+    Ok(packed)
+}
+
 /// Reports the clusters formed in function `f` (debug: counts; trace: the listing).
 fn trace_clusters(m: &Module, f: FuncId, c: &Clustering) {
     if !tracing::enabled!(target: "tensorjit::jit", tracing::Level::DEBUG) {
@@ -574,13 +669,44 @@ impl Plan {
             constants = self.constants.len(),
             clustering_ms = self.times.clustering.as_secs_f64() * 1e3,
             codegen_ms = self.times.codegen.as_secs_f64() * 1e3,
+            packing_ms = self.times.packing.as_secs_f64() * 1e3,
             kernels_ms = self.times.kernels.as_secs_f64() * 1e3,
+            constants_ms = self.times.constants.as_secs_f64() * 1e3,
+            hashing_ms = (self.times.packed.hashing + self.times.loaded.hashing).as_secs_f64() * 1e3,
             planning_ms = elapsed.as_secs_f64() * 1e3,
             "plan built"
         );
         if tracing::enabled!(target: "tensorjit::jit", tracing::Level::TRACE) {
             tracing::trace!(target: "tensorjit::jit", "plan:\n{}", self.describe());
         }
+    }
+
+    /// Adds the planning phases to `report` (`planning`: the whole of [`build`]) and the plan's
+    /// constant memory to `mem`.
+    pub(crate) fn report(
+        &self,
+        planning: Duration,
+        report: &mut crate::api::CompileReport,
+        mem: &mut crate::api::ConstantMemory,
+    ) {
+        let t = &self.times;
+        let phases = [
+            ("plan: clustering", t.clustering),
+            ("plan: codegen", t.codegen),
+            ("plan: gemm packing", t.packing),
+            ("plan: fast kernels", t.kernels),
+            ("plan: constants", t.constants),
+        ];
+        let listed: Duration = phases.iter().map(|p| p.1).sum();
+        report.phases.extend(phases.iter().map(|(n, d)| (n.to_string(), *d)));
+        report.phases.push(("plan: other".to_string(), planning.saturating_sub(listed)));
+        report.hashing += t.packed.hashing + t.loaded.hashing;
+        let (p, l) = (&t.packed, &t.loaded);
+        mem.packed_bytes += p.owned_bytes + p.shared_bytes;
+        mem.plan_bytes += l.owned_bytes + l.shared_bytes;
+        mem.owned_bytes += p.owned_bytes + l.owned_bytes;
+        mem.shared_bytes += p.shared_bytes + l.shared_bytes;
+        mem.buffers += p.buffers + l.buffers;
     }
 
     /// A listing of every function's steps with their buffers (for dumps).
@@ -649,7 +775,7 @@ fn describe_step(m: &Module, st: &Step, retain: &[Retain]) -> String {
             k.fast.as_ref().map_or(String::new(), |f| format!(" via {}", f.describe())),
             k.node,
             list(k.inputs.iter().map(|v| v.to_string())),
-            list(k.outputs.iter().map(|v| format!("{v}: {} (new buffer)", shape(*v))))
+            list(k.outputs.iter().map(|v| format!("{v}: {} ({})", shape(*v), storage(*v))))
         ),
         Step::Alias(a) => format!(
             "alias (node {}) {}",
@@ -685,14 +811,19 @@ fn list(it: impl Iterator<Item = String>) -> String {
 
 /// The fast kernel for node `n` of `m`'s main function, if one applies: GEMM first, then the
 /// hand-written fused kernels, then convolution, then the data-movement kernel.
-fn prepare_fast(m: &Module, n: NodeId) -> Result<Option<Box<dyn super::fast::FastKernel>>> {
-    if let Some(k) = super::dot::prepare(m, n)? {
+fn prepare_fast(
+    m: &Module,
+    n: NodeId,
+    packed: &HashMap<NodeId, Arc<PackedB>>,
+    acct: &mut super::shared::Accounting,
+) -> Result<Option<Box<dyn super::fast::FastKernel>>> {
+    if let Some(k) = super::dot::prepare(m, n, packed)? {
         return Ok(Some(k));
     }
     if let Some(k) = super::fused::prepare(m, n)? {
         return Ok(Some(k));
     }
-    if let Some(k) = super::conv::prepare(m, n)? {
+    if let Some(k) = super::conv::prepare(m, n, acct)? {
         return Ok(Some(k));
     }
     super::movement::prepare(m, n)

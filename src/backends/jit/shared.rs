@@ -2,28 +2,100 @@
 //! model compiled for several shape buckets, or loaded twice) hold one copy of each large
 //! constant and of each pre-packed GEMM operand instead of one per executable.
 //!
-//! Entries are keyed by the BLAKE3 hash of the constant's bytes (a cryptographic hash: no crafted
-//! model can make its weights collide with another's) plus what the compiled form depends on
-//! (dtype, dims, packing geometry), and held weakly: an entry lives as long as some executable
-//! uses it, and the cache never keeps memory alive by itself. Constants smaller than
-//! [`MIN_SHARED_BYTES`] are copied (hashing them costs more than it saves).
+//! Entries are found by the length of the constant's bytes, a tag naming the compiled form
+//! (dtype, dims, packing geometry) and a fingerprint of a few sampled kilobytes of the bytes
+//! (cheap: distinct weights of the same shape almost never share one), then matched in two
+//! ways:
+//! - by identity: the same source buffer (the `Arc` a module's Constant holds: a module compiled
+//!   again, or cloned for another shape) is the same bytes, with no hashing at all;
+//! - by content: the BLAKE3 hash of the bytes (a cryptographic hash: no crafted model can make
+//!   its weights collide with another's). It is computed only when an entry of the same length,
+//!   form and fingerprint already exists; an entry's own hash is computed on a background
+//!   thread (holding its source until then), so that a first compile never waits for hashing.
+//!
+//! Entries are held weakly: an entry lives as long as some executable uses it, and the cache
+//! never keeps memory alive by itself. Constants smaller than [`MIN_SHARED_BYTES`] are copied
+//! (sharing them costs more than it saves).
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use crate::memory::AlignedBytes;
 
 /// Constants at least this large are shared.
 pub const MIN_SHARED_BYTES: usize = 64 * 1024;
 
-/// The key of a shared entry: the content hash of the source bytes, their length, and a tag
-/// naming the compiled form (`"raw"`, or the packing geometry).
-type Key = ([u8; 32], usize, String);
+/// Where entries are looked up: the source's length, the tag naming the compiled form (`"raw"`,
+/// or the packing geometry) and the source's [`fingerprint`].
+type Key = (usize, String, u64);
+
+/// A hash of 64 evenly spaced 64-byte samples of `b` and its last 64 bytes (not of every byte:
+/// a pre-filter, equal bytes have equal fingerprints; matches are confirmed by BLAKE3).
+fn fingerprint(b: &[u8]) -> u64 {
+    const CHUNK: usize = 64;
+    const SAMPLES: usize = 64;
+    let mut h = xxhash_rust::xxh64::Xxh64::new(b.len() as u64);
+    let step = (b.len() / SAMPLES).max(1);
+    for i in 0..SAMPLES {
+        let o = (i * step).min(b.len());
+        h.update(&b[o..(o + CHUNK).min(b.len())]);
+    }
+    h.update(&b[b.len().saturating_sub(CHUNK)..]);
+    h.digest()
+}
+
+/// The content hash of an entry's source: pending until the background hasher (or a lookup
+/// that needed it) sets it; `None` once set means it could not be computed.
+#[derive(Default)]
+pub(crate) struct Digest {
+    value: Mutex<Option<Option<[u8; 32]>>>,
+    ready: Condvar,
+}
+
+impl Digest {
+    fn known(d: [u8; 32]) -> Arc<Digest> {
+        Arc::new(Digest { value: Mutex::new(Some(Some(d))), ready: Condvar::new() })
+    }
+
+    /// The hash if it is set (`Some(None)`: could not be computed), without waiting.
+    fn peek(&self) -> Option<Option<[u8; 32]>> {
+        *self.value.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, d: Option<[u8; 32]>) {
+        let mut v = self.value.lock().unwrap_or_else(|e| e.into_inner());
+        if v.is_none() {
+            *v = Some(d);
+        }
+        self.ready.notify_all();
+    }
+
+    /// The hash, waiting for the background hasher when it is still pending.
+    fn wait(&self) -> Option<[u8; 32]> {
+        let mut v = self.value.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(d) = *v {
+                return d;
+            }
+            v = self.ready.wait(v).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+struct Entry {
+    value: Weak<dyn Any + Send + Sync>,
+    /// The source the entry was made from: a lookup with the same live source is a hit.
+    source: Weak<Vec<u8>>,
+    digest: Arc<Digest>,
+}
 
 #[derive(Default)]
 struct Cache {
-    entries: HashMap<Key, Weak<dyn Any + Send + Sync>>,
+    entries: HashMap<Key, Vec<Entry>>,
+    /// Entries stored since the last sweep of dead ones.
+    since_sweep: usize,
     hits: u64,
     misses: u64,
     /// Bytes of compiled constants served from the cache instead of being made again.
@@ -52,62 +124,240 @@ pub struct ConstantCacheStats {
 pub fn constant_cache_stats() -> ConstantCacheStats {
     let c = cache().lock().unwrap_or_else(|e| e.into_inner());
     ConstantCacheStats {
-        live_entries: c.entries.values().filter(|w| w.strong_count() > 0).count(),
+        live_entries: c.entries.values().flatten().filter(|e| e.value.strong_count() > 0).count(),
         hits: c.hits,
         misses: c.misses,
         bytes_saved: c.bytes_saved,
     }
 }
 
+/// What [`shared`] calls cost one compile: time spent hashing, and the compiled constants'
+/// bytes made by it (`owned_bytes`) or served by the cache (`shared_bytes`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Accounting {
+    pub hashing: Duration,
+    pub owned_bytes: usize,
+    pub shared_bytes: usize,
+    pub buffers: usize,
+}
+
+impl Accounting {
+    /// Adds `other`'s figures to these.
+    pub(crate) fn add(&mut self, other: &Accounting) {
+        self.hashing += other.hashing;
+        self.owned_bytes += other.owned_bytes;
+        self.shared_bytes += other.shared_bytes;
+        self.buffers += other.buffers;
+    }
+}
+
 /// The compiled form `tag` of the constant `source`, shared with every other executable that
 /// asked for the same form of the same bytes and still holds it; `make` builds it on a miss
-/// (called without the cache's lock held, so two threads may build the same entry at once: the
-/// first one stored wins, the other is used once and dropped). `size` gives an entry's bytes
-/// for the statistics.
+/// (called without the cache's lock held, so two threads may build the same entry at once: both
+/// are used, and the later one is the one found afterwards). `size` gives an entry's bytes.
 pub(crate) fn shared<T, E>(
-    source: &[u8],
+    source: &Arc<Vec<u8>>,
     tag: String,
     size: impl Fn(&T) -> usize,
     make: impl FnOnce() -> Result<T, E>,
+    acct: &mut Accounting,
 ) -> Result<Arc<T>, E>
 where
     T: Any + Send + Sync,
 {
-    if source.len() < MIN_SHARED_BYTES {
-        return make().map(Arc::new);
+    let (v, hit) = shared_inner(source, tag, &size, make, acct)?;
+    acct.buffers += 1;
+    if hit {
+        acct.shared_bytes += size(&v);
+    } else {
+        acct.owned_bytes += size(&v);
     }
-    let key: Key = (*blake3::hash(source).as_bytes(), source.len(), tag);
-    let lock = || cache().lock().unwrap_or_else(|e| e.into_inner());
-    // A live entry of the key, counted as a hit.
-    let hit = |c: &mut Cache| {
-        let found = c.entries.get(&key).and_then(Weak::upgrade).and_then(|a| a.downcast::<T>().ok())?;
-        c.hits += 1;
-        c.bytes_saved += size(&found) as u64;
-        Some(found)
+    Ok(v)
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Cache> {
+    cache().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts a hit on `found`.
+fn hit<T: Any + Send + Sync>(c: &mut Cache, found: Arc<T>, size: &impl Fn(&T) -> usize) -> (Arc<T>, bool) {
+    c.hits += 1;
+    c.bytes_saved += size(&found) as u64;
+    (found, true)
+}
+
+/// The live entry of `key` made from this very `source`, if any.
+fn by_identity<T: Any + Send + Sync>(c: &Cache, key: &Key, source: &Arc<Vec<u8>>) -> Option<Arc<T>> {
+    c.entries.get(key)?.iter().find_map(|e| {
+        if !std::ptr::eq(e.source.as_ptr(), Arc::as_ptr(source)) {
+            return None;
+        }
+        e.value.upgrade()?.downcast::<T>().ok()
+    })
+}
+
+/// [`shared`]'s lookup: the entry, and whether it came from the cache.
+fn shared_inner<T, E>(
+    source: &Arc<Vec<u8>>,
+    tag: String,
+    size: &impl Fn(&T) -> usize,
+    make: impl FnOnce() -> Result<T, E>,
+    acct: &mut Accounting,
+) -> Result<(Arc<T>, bool), E>
+where
+    T: Any + Send + Sync,
+{
+    if source.len() < MIN_SHARED_BYTES {
+        return make().map(|v| (Arc::new(v), false));
+    }
+    let key: Key = (source.len(), tag, fingerprint(source));
+    // Candidates by content: the digests (and sources) of live entries of the same key.
+    let candidates: Vec<(Arc<Digest>, Weak<Vec<u8>>)> = {
+        let mut c = lock();
+        if let Some(found) = by_identity::<T>(&c, &key, source) {
+            return Ok(hit(&mut c, found, size));
+        }
+        let live = c.entries.get(&key).into_iter().flatten().filter(|e| e.value.strong_count() > 0);
+        live.map(|e| (e.digest.clone(), e.source.clone())).collect()
     };
-    if let Some(found) = hit(&mut lock()) {
-        return Ok(found);
+    let mut digest = None;
+    if !candidates.is_empty() {
+        let d = timed_hash(source, acct);
+        digest = Some(d);
+        for (cand, cand_source) in &candidates {
+            // A candidate's hash: known, or computed here while its source is alive (its own
+            // compile may still be running), else the background hasher's (which holds the
+            // source until it is done).
+            let theirs = match (cand.peek(), cand_source.upgrade()) {
+                (Some(h), _) => h,
+                (None, Some(src)) => {
+                    let h = timed_hash(&src, acct);
+                    cand.set(Some(h));
+                    Some(h)
+                }
+                (None, None) => cand.wait(),
+            };
+            if theirs != Some(d) {
+                continue;
+            }
+            let mut c = lock();
+            let found =
+                c.entries.get(&key).into_iter().flatten().find_map(|e| {
+                    Arc::ptr_eq(&e.digest, cand).then(|| e.value.upgrade()?.downcast::<T>().ok()).flatten()
+                });
+            if let Some(found) = found {
+                return Ok(hit(&mut c, found, size));
+            }
+        }
     }
     let made = Arc::new(make()?);
     let mut c = lock();
-    // Another thread may have stored the same entry meanwhile: use it.
-    if let Some(other) = hit(&mut c) {
-        return Ok(other);
-    }
     c.misses += 1;
     let as_any: Arc<dyn Any + Send + Sync> = made.clone();
-    c.entries.insert(key, Arc::downgrade(&as_any));
-    // Forget entries nobody uses any more, whenever the table has doubled since the last sweep.
-    if c.entries.len().is_power_of_two() && c.entries.len() >= 64 {
-        c.entries.retain(|_, w| w.strong_count() > 0);
+    let d = match digest {
+        Some(d) => Digest::known(d),
+        None => {
+            let d = Arc::new(Digest::default());
+            hash_in_background(source.clone(), d.clone());
+            d
+        }
+    };
+    c.entries.entry(key).or_default().push(Entry {
+        value: Arc::downgrade(&as_any),
+        source: Arc::downgrade(source),
+        digest: d,
+    });
+    // Forget entries nobody uses any more, every 64 new entries.
+    c.since_sweep += 1;
+    if c.since_sweep >= 64 {
+        c.since_sweep = 0;
+        c.entries.retain(|_, es| {
+            es.retain(|e| e.value.strong_count() > 0);
+            !es.is_empty()
+        });
     }
-    Ok(made)
+    Ok((made, false))
 }
 
-/// A constant's bytes in aligned storage, shared by content (see [`shared`]).
-pub(crate) fn constant(bytes: &[u8]) -> Arc<AlignedBytes> {
+fn timed_hash(b: &[u8], acct: &mut Accounting) -> [u8; 32] {
+    let t = Instant::now();
+    let d = *blake3::hash(b).as_bytes();
+    acct.hashing += t.elapsed();
+    d
+}
+
+/// A source waiting for its hash; dropped unhashed (the hasher stopped), it marks the hash
+/// unknown so that no lookup waits for it forever.
+struct HashJob(Arc<Vec<u8>>, Arc<Digest>);
+
+impl Drop for HashJob {
+    fn drop(&mut self) {
+        self.1.set(None);
+    }
+}
+
+/// Hashes `source` into `digest` on the process's background hashing thread (started at the
+/// first call, idle while there is nothing to hash), which holds the source until then; inline
+/// when no thread can be started.
+fn hash_in_background(source: Arc<Vec<u8>>, digest: Arc<Digest>) {
+    static HASHER: OnceLock<Option<Mutex<std::sync::mpsc::Sender<HashJob>>>> = OnceLock::new();
+    let sender = HASHER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<HashJob>();
+        let spawned = std::thread::Builder::new().name("tensorjit-hash".into()).spawn(move || {
+            for job in rx {
+                job.1.set(Some(*blake3::hash(&job.0).as_bytes()));
+                drop(job);
+                queued(-1);
+            }
+        });
+        spawned.ok().map(|_| Mutex::new(tx))
+    });
+    let job = HashJob(source, digest);
+    let job = match sender {
+        Some(tx) => {
+            queued(1);
+            match tx.lock().unwrap_or_else(|e| e.into_inner()).send(job) {
+                Ok(()) => return,
+                Err(e) => {
+                    queued(-1);
+                    e.0
+                }
+            }
+        }
+        None => job,
+    };
+    job.1.set(Some(*blake3::hash(&job.0).as_bytes()));
+}
+
+/// The number of sources waiting for the background hasher, and its changes.
+fn queue() -> &'static (Mutex<usize>, Condvar) {
+    static QUEUE: OnceLock<(Mutex<usize>, Condvar)> = OnceLock::new();
+    QUEUE.get_or_init(|| (Mutex::new(0), Condvar::new()))
+}
+
+fn queued(delta: isize) {
+    let (n, changed) = queue();
+    let mut n = n.lock().unwrap_or_else(|e| e.into_inner());
+    *n = n.saturating_add_signed(delta);
+    changed.notify_all();
+}
+
+/// Waits until the background hasher of the constant cache is idle: every cache entry made so
+/// far has its hash, and the hasher holds no constant's bytes any more (for memory figures
+/// taken right after a compile; see the module doc).
+pub fn wait_for_constant_hashing() {
+    let (n, changed) = queue();
+    let mut n = n.lock().unwrap_or_else(|e| e.into_inner());
+    while *n > 0 {
+        n = changed.wait(n).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// A constant's bytes as tensor storage (a view of `bytes` when aligned, else a copy), shared
+/// with other executables (see [`shared`]).
+pub(crate) fn constant(bytes: &Arc<Vec<u8>>, acct: &mut Accounting) -> Arc<AlignedBytes> {
     let made: Result<Arc<AlignedBytes>, std::convert::Infallible> =
-        shared(bytes, "raw".to_string(), AlignedBytes::len, || Ok(AlignedBytes::from_bytes(bytes)));
+        shared(bytes, "raw".to_string(), AlignedBytes::len, || Ok(AlignedBytes::from_shared(bytes)), acct);
     match made {
         Ok(a) => a,
         Err(never) => match never {},
@@ -118,39 +368,49 @@ pub(crate) fn constant(bytes: &[u8]) -> Arc<AlignedBytes> {
 mod tests {
     use std::sync::Arc;
 
-    use super::{MIN_SHARED_BYTES, constant, shared};
+    use super::{Accounting, MIN_SHARED_BYTES, constant, shared};
 
     #[test]
     fn equal_bytes_share_one_copy_while_someone_holds_it() {
         // Bytes no other test uses (the cache is process-wide).
-        let a: Vec<u8> = (0..MIN_SHARED_BYTES + 7).map(|i| (i * 31 % 251) as u8).collect();
-        let mut b = a.clone();
-        let x = constant(&a);
-        let y = constant(&b);
+        let a: Arc<Vec<u8>> = Arc::new((0..MIN_SHARED_BYTES + 7).map(|i| (i * 31 % 251) as u8).collect());
+        let mut b: Vec<u8> = a.to_vec();
+        let mut acct = Accounting::default();
+        let x = constant(&a, &mut acct);
+        assert_eq!((acct.owned_bytes, acct.shared_bytes, acct.buffers), (a.len(), 0, 1));
+        // The same source again: found by identity, without hashing (the first entry of its
+        // size is hashed in the background).
+        let again = constant(&a, &mut acct);
+        assert!(Arc::ptr_eq(&x, &again));
+        assert_eq!(acct.hashing, std::time::Duration::ZERO);
+        // Equal bytes from another buffer: found by content.
+        let y = constant(&Arc::new(b.clone()), &mut acct);
+        assert_eq!((acct.owned_bytes, acct.shared_bytes, acct.buffers), (a.len(), 2 * a.len(), 3));
         assert!(Arc::ptr_eq(&x, &y));
         assert_eq!(x.as_bytes(), &a[..]);
         // One byte differs: another entry.
         b[MIN_SHARED_BYTES / 2] ^= 1;
-        let z = constant(&b);
+        let z = constant(&Arc::new(b.clone()), &mut acct);
         assert!(!Arc::ptr_eq(&x, &z));
         assert_eq!(z.as_bytes(), &b[..]);
         // Another compiled form of the same bytes is another entry.
-        let packed: Arc<Vec<u8>> =
-            shared(&a, "reversed".into(), Vec::len, || Ok::<_, ()>(a.iter().rev().copied().collect::<Vec<u8>>()))
-                .unwrap();
+        let reversed = || Ok::<_, ()>(a.iter().rev().copied().collect::<Vec<u8>>());
+        let packed: Arc<Vec<u8>> = shared(&a, "reversed".into(), Vec::len, reversed, &mut acct).unwrap();
         assert_eq!(packed[0], a[a.len() - 1]);
         // The cache holds no strong reference: once every holder is gone the copy is freed, and
         // asking again makes a new one.
         let weak = Arc::downgrade(&x);
-        drop((x, y));
+        drop((x, y, again));
         assert!(weak.upgrade().is_none());
-        let w = constant(&a);
+        let w = constant(&a, &mut acct);
         assert_eq!(w.as_bytes(), &a[..]);
     }
 
     #[test]
     fn small_constants_are_copied() {
-        let a = vec![7u8; 100];
-        assert!(!Arc::ptr_eq(&constant(&a), &constant(&a)));
+        let a = Arc::new(vec![7u8; 100]);
+        let mut acct = Accounting::default();
+        assert!(!Arc::ptr_eq(&constant(&a, &mut acct), &constant(&a, &mut acct)));
+        assert_eq!((acct.owned_bytes, acct.shared_bytes), (200, 0));
     }
 }
