@@ -447,33 +447,43 @@ fn depthwise(
 ) -> Result<()> {
     let [oh, ow] = geom.out_hw;
     let c = geom.out_channels;
-    (0..geom.batch * oh).into_par_iter().for_each_init(
-        Vec::<f32>::new,
-        |acc, t| {
-            let (img, oy) = (t / oh, t % oh);
-            acc.clear();
-            acc.resize(ow * c, 0.0);
+    (0..geom.batch * oh).into_par_iter().for_each_init(Vec::<f32>::new, |acc, t| {
+        let (img, oy) = (t / oh, t % oh);
+        acc.clear();
+        acc.resize(ow * c, 0.0);
+        // Channels innermost: acc is [ow][c], vectorised along the channels; otherwise
+        // [c][ow], vectorised along the output row.
+        let channels_inner = geom.x_strides[1] == 1;
+        if channels_inner {
             depthwise_row(geom, x, w, img, oy, acc);
-            if let Some(b) = bias {
-                acc.chunks_exact_mut(c).for_each(|row| row.iter_mut().zip(b).for_each(|(a, &v)| *a += v));
-            }
-            act_f32_slice(activation, acc);
-            let [sn, sc, sh, sw] = geom.y_strides;
+        } else {
+            depthwise_planes(geom, x, w, img, oy, acc);
+        }
+        let at = |ox: usize, ch: usize| if channels_inner { ox * c + ch } else { ch * ow + ox };
+        if let Some(b) = bias {
             for ox in 0..ow {
-                for ch in 0..c {
-                    // SAFETY: `validate` checked that (img, ch, oy, ox) lies inside `y`; this task
-                    // alone owns output row `oy` of image `img`.
-                    unsafe { out.write(img * sn + ch * sc + oy * sh + ox * sw, acc[ox * c + ch]) };
+                for (ch, &v) in b.iter().enumerate() {
+                    acc[at(ox, ch)] += v;
                 }
             }
-        },
-    );
+        }
+        act_f32_slice(activation, acc);
+        let [sn, sc, sh, sw] = geom.y_strides;
+        for ox in 0..ow {
+            for ch in 0..c {
+                // SAFETY: `validate` checked that (img, ch, oy, ox) lies inside `y`; this task
+                // alone owns output row `oy` of image `img`.
+                unsafe { out.write(img * sn + ch * sc + oy * sh + ox * sw, acc[at(ox, ch)]) };
+            }
+        }
+    });
     Ok(())
 }
 
-/// Accumulates output row `oy` of image `img` into `acc` (`[ow][channels]`).
+/// Accumulates output row `oy` of image `img` into `acc` (`[ow][channels]`) for inputs whose
+/// channels are innermost (channel stride 1).
 fn depthwise_row(geom: &ConvGeom, x: &[f32], w: &[f32], img: usize, oy: usize, acc: &mut [f32]) {
-    let [sn, sc, sh, sw] = geom.x_strides;
+    let [sn, _, sh, sw] = geom.x_strides;
     let ([kh, kw], ow, c) = (geom.kernel_hw, geom.out_hw[1], geom.out_channels);
     for ty in 0..kh {
         let Some(iy) = geom.src(0, oy, ty) else { continue };
@@ -482,16 +492,52 @@ fn depthwise_row(geom: &ConvGeom, x: &[f32], w: &[f32], img: usize, oy: usize, a
             for ox in 0..ow {
                 let Some(ix) = geom.src(1, ox, tx) else { continue };
                 let at = img * sn + iy * sh + ix * sw;
-                let a = &mut acc[ox * c..][..c];
-                if sc == 1 {
-                    axpy_mul(a, &x[at..][..c], wt);
+                axpy_mul(&mut acc[ox * c..][..c], &x[at..][..c], wt);
+            }
+        }
+    }
+}
+
+/// Accumulates output row `oy` of image `img` into `acc` (`[channels][ow]`) for inputs whose
+/// channels are not innermost: per channel and tap, one pass along the output row over the
+/// columns whose window stays inside the input.
+fn depthwise_planes(geom: &ConvGeom, x: &[f32], w: &[f32], img: usize, oy: usize, acc: &mut [f32]) {
+    let [sn, sc, sh, sw] = geom.x_strides;
+    let ([kh, kw], ow, c) = (geom.kernel_hw, geom.out_hw[1], geom.out_channels);
+    let (s, d, p, iw) = (geom.stride[1], geom.dilation[1], geom.pad[1] as isize, geom.in_hw[1] as isize);
+    for (ch, row) in acc.chunks_exact_mut(ow.max(1)).enumerate().take(c) {
+        for ty in 0..kh {
+            let Some(iy) = geom.src(0, oy, ty) else { continue };
+            let line = img * sn + ch * sc + iy * sh;
+            for tx in 0..kw {
+                let k = w[(ty * kw + tx) * c + ch];
+                // Columns ox with 0 <= ox*s + tx*d - p < iw.
+                let off = (tx * d) as isize - p;
+                let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(s) };
+                let hi = if iw - 1 - off < 0 { 0 } else { (((iw - 1 - off) as usize) / s + 1).min(ow) };
+                if lo >= hi {
+                    continue;
+                }
+                let first = (lo * s) as isize + off;
+                let src = &x[line + first as usize * sw..];
+                let dst = &mut row[lo..hi];
+                if s * sw == 1 {
+                    axpy(dst, &src[..hi - lo], k);
                 } else {
-                    for (ch, (a, &k)) in a.iter_mut().zip(wt).enumerate() {
-                        *a += x[at + ch * sc] * k;
+                    for (j, a) in dst.iter_mut().enumerate() {
+                        *a += src[j * s * sw] * k;
                     }
                 }
             }
         }
+    }
+}
+
+/// `acc[i] += x[i] * k`.
+#[inline]
+fn axpy(acc: &mut [f32], x: &[f32], k: f32) {
+    for (a, &v) in acc.iter_mut().zip(x) {
+        *a += v * k;
     }
 }
 
