@@ -371,7 +371,7 @@ pub(crate) fn view_as<T: AnyBits>(bytes: &[u8]) -> Option<&[T]> {
 const SHARED_ALIGN: usize = 16;
 
 /// A 64-byte aligned byte buffer of a fixed length, or a read-only view of a shared byte buffer
-/// aligned to at least [`SHARED_ALIGN`] (a module's constant: [`AlignedBytes::from_shared`]),
+/// aligned to at least 16 bytes (a module's constant: [`AlignedBytes::from_shared`]),
 /// copied into aligned storage at the first mutable access.
 #[derive(Clone)]
 pub struct AlignedBytes {
@@ -477,7 +477,7 @@ impl AlignedBytes {
         self.len == 0
     }
 
-    /// A view of `bytes` without a copy when its start is aligned to [`SHARED_ALIGN`] (so
+    /// A view of `bytes` without a copy when its start is aligned to 16 bytes (so
     /// [`Self::typed`] holds for every element type), else a copy. Read-only: the first
     /// mutable access copies the bytes into storage of its own.
     pub fn from_shared(bytes: &Arc<Vec<u8>>) -> AlignedBytes {
