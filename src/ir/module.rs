@@ -145,6 +145,17 @@ impl Module {
         &self.values[v.index()]
     }
 
+    /// The payload of `v` when a Constant node defines it.
+    pub fn constant_data(&self, v: ValueId) -> Option<&std::sync::Arc<Vec<u8>>> {
+        match self.value(v).def {
+            ValueDef::Node { node, .. } => match &self.node(node).op {
+                Op::Constant(c) => Some(&c.0),
+                _ => None,
+            },
+            ValueDef::Param(_) => None,
+        }
+    }
+
     /// The shape of a value.
     pub fn shape(&self, v: ValueId) -> &Shape {
         &self.values[v.index()].shape

@@ -300,13 +300,7 @@ impl<'a> Ctx<'a> {
 
     /// The constant bytes of `v` when it is defined by a `Constant` node.
     pub fn known(&self, v: ValueId) -> Option<&[u8]> {
-        match self.m.value(v).def {
-            ValueDef::Node { node, .. } => match &self.m.node(node).op {
-                Op::Constant(c) => Some(c.0.as_slice()),
-                _ => None,
-            },
-            ValueDef::Param(_) => None,
-        }
+        self.m.constant_data(v).map(|d| d.as_slice())
     }
 
     /// The graph inputs (parameters of `main`: name and value) that `v` is computed from, in

@@ -30,13 +30,7 @@ const MAX_GROWTH: usize = 2;
 
 /// The data of `v` if it is defined by a Constant node.
 pub fn constant_bytes(m: &Module, v: ValueId) -> Option<&[u8]> {
-    match m.value(v).def {
-        ValueDef::Node { node, .. } => match &m.node(node).op {
-            Op::Constant(c) => Some(c.0.as_slice()),
-            _ => None,
-        },
-        ValueDef::Param(_) => None,
-    }
+    m.constant_data(v).map(|d| d.as_slice())
 }
 
 fn foldable(op: &Op) -> bool {
@@ -108,23 +102,24 @@ fn fold_node(m: &Module, n: NodeId) -> Option<Vec<Tensor>> {
         out_elems = out_elems.saturating_add(s.size().filter(|&n| n <= FOLD_LIMIT_ELEMENTS)?);
     }
     // Every operand must be known, and the growth rule hold, before any operand's data is
-    // copied: a Gather from a weight table by a parameter must not copy the table.
+    // read: a Gather from a weight table by a parameter must not touch the table.
+    let known = node.inputs.iter().map(|&i| known_operand(m, i)).collect::<Option<Vec<_>>>()?;
     let mut data_elems = 0usize;
-    for &i in &node.inputs {
-        data_elems = data_elems.saturating_add(constant_operand_elems(m, i)?);
+    for &(src, _) in &known {
+        data_elems = data_elems.saturating_add(m.shape(src).size()?);
     }
     if out_elems > SMALL_RESULT_ELEMENTS && out_elems > data_elems.saturating_mul(MAX_GROWTH) {
         return None;
     }
-    let inputs = node.inputs.iter().map(|&i| constant_operand(m, i).map(|(t, _)| t)).collect::<Option<Vec<_>>>()?;
+    let inputs = node.inputs.iter().zip(&known).map(|(&v, &k)| operand_value(m, v, k)).collect::<Option<Vec<_>>>()?;
     reference::eval(&node.op, &inputs, &out_shapes).ok()
 }
 
 /// Where the data of operand `v` comes from when it is known at compile time: the constant
 /// `src`, directly or through the `broadcast_in_dim` node `b` (left in the graph by
-/// [`fold_node`]'s growth rule and evaluated for this use only). Copies nothing.
+/// [`fold_node`]'s growth rule and evaluated for this use only). Reads nothing.
 fn known_operand(m: &Module, v: ValueId) -> Option<(ValueId, Option<NodeId>)> {
-    if constant_bytes(m, v).is_some() {
+    if m.constant_data(v).is_some() {
         return Some((v, None));
     }
     let ValueDef::Node { node: b, .. } = m.value(v).def else { return None };
@@ -133,32 +128,23 @@ fn known_operand(m: &Module, v: ValueId) -> Option<(ValueId, Option<NodeId>)> {
         return None;
     }
     let src = node.inputs[0];
-    constant_bytes(m, src)?;
+    m.constant_data(src)?;
     if m.shape(v).size()? > FOLD_LIMIT_ELEMENTS {
         return None;
     }
     Some((src, Some(b)))
 }
 
-/// The number of elements of the data operand `v` comes from (see [`known_operand`]).
-fn constant_operand_elems(m: &Module, v: ValueId) -> Option<usize> {
-    let (src, _) = known_operand(m, v)?;
-    m.shape(src).size()
-}
-
-/// The value of operand `v` when it is known at compile time (see [`known_operand`]), with the
-/// number of elements of the data it comes from.
-fn constant_operand(m: &Module, v: ValueId) -> Option<(Tensor, usize)> {
-    let (src, b) = known_operand(m, v)?;
-    let data = Arc::new(AlignedBytes::from_bytes(constant_bytes(m, src)?));
+/// The value of operand `v`, known as `(src, b)` ([`known_operand`]): a view of the constant's
+/// bytes (no copy), or the broadcast of it evaluated for this use.
+fn operand_value(m: &Module, v: ValueId, (src, b): (ValueId, Option<NodeId>)) -> Option<Tensor> {
+    let data = Arc::new(AlignedBytes::from_shared(m.constant_data(src)?));
     let t = Tensor { shape: m.shape(src).clone(), data };
-    let elems = m.shape(src).size()?;
     match b {
-        None => Some((t, elems)),
+        None => Some(t),
         Some(b) => {
             let shape = m.shape(v).clone();
-            let mut out = reference::eval(&m.node(b).op, &[t], std::slice::from_ref(&shape)).ok()?;
-            Some((out.pop()?, elems))
+            reference::eval(&m.node(b).op, &[t], std::slice::from_ref(&shape)).ok()?.pop()
         }
     }
 }

@@ -58,7 +58,7 @@ pub(crate) fn prepare(m: &Module, n: NodeId, acct: &mut Accounting) -> Result<Op
         return Ok(None);
     }
     let wstrides = kernel_strides(axes, ks);
-    let filter = match super::dot::constant_bytes(m, node.inputs[1]) {
+    let filter = match m.constant_data(node.inputs[1]) {
         Some(bytes) if bytes.len() == ks.num_elements() * 4 => {
             let tag = format!("conv-filter {:?} {:?} {:?}", ks.dims, geom, wstrides);
             let make = || {

@@ -33,7 +33,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::ir::dtype::{DType, Element};
-use crate::ir::module::{Module, NodeId, ValueDef};
+use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{Activation as OpActivation, DenseLayout, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::gemm::{
@@ -79,7 +79,7 @@ pub(crate) fn pack_job(m: &Module, n: NodeId) -> Result<Option<PackJob>> {
     let Some((spec, Some(geom))) = analyse(m, n, None)? else { return Ok(None) };
     let node = m.node(n);
     let rs = m.shape(node.inputs[1]);
-    match constant_bytes(m, node.inputs[1]) {
+    match m.constant_data(node.inputs[1]) {
         Some(bytes)
             if matches!(spec.in_dtype, DType::Float32 | DType::BFloat16 | DType::Float16)
                 && geom.nb == 1
@@ -228,17 +228,6 @@ fn gemm_activation(a: OpActivation) -> Activation {
         OpActivation::Silu => Activation::Silu,
         OpActivation::HardSwish => Activation::HardSwish,
         OpActivation::Tanh => Activation::Tanh,
-    }
-}
-
-/// The bytes of `v` when it is the output of a Constant node.
-pub(super) fn constant_bytes(m: &Module, v: crate::ir::module::ValueId) -> Option<&Arc<Vec<u8>>> {
-    match m.value(v).def {
-        ValueDef::Node { node, output: 0 } => match &m.node(node).op {
-            Op::Constant(c) => Some(&c.0),
-            _ => None,
-        },
-        _ => None,
     }
 }
 

@@ -22,9 +22,11 @@ use crate::passes::rewrite::replace_all_uses;
 
 /// The constant bytes of `v` (a Constant node's result, or a `Reshape` of one: same bytes).
 fn constant_bytes(m: &Module, v: ValueId) -> Option<&Arc<Vec<u8>>> {
+    if let Some(d) = m.constant_data(v) {
+        return Some(d);
+    }
     let ValueDef::Node { node, output: 0 } = m.value(v).def else { return None };
     match &m.node(node).op {
-        Op::Constant(c) => Some(&c.0),
         Op::Reshape { .. } => constant_bytes(m, *m.node(node).inputs.first()?),
         _ => None,
     }
