@@ -18,7 +18,9 @@ use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::conv::{ConvFilter, ConvGeom, conv2d_f32};
 use crate::kernels::gemm::Activation;
+use crate::kernels::movement::row_major_strides;
 use crate::kernels::tensor::Tensor;
+use crate::memory::view_as;
 
 use super::fast::FastKernel;
 use super::shared::Accounting;
@@ -38,32 +40,31 @@ pub(crate) fn prepare(m: &Module, n: NodeId, acct: &mut Accounting) -> Result<Op
     }
     let (xs, ks, ys) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]), m.shape(node.outputs[0]));
     let f32s = [xs, ks, ys].iter().all(|s| s.dtype == DType::Float32 && !s.is_dynamic());
-    let s = axes.input_spatial.len();
-    let ones = |v: &[i64]| v.iter().all(|&d| d == 1);
     if !f32s
-        || !(1..=2).contains(&s)
-        || !ones(input_dilations)
+        || !(1..=2).contains(&axes.input_spatial.len())
+        || input_dilations.iter().any(|&d| d != 1)
         || *batch_groups > 1
-        || padding.iter().any(|&(lo, _)| lo < 0)
-        || kernel_dilations.iter().any(|&d| d < 1)
-        || strides.iter().any(|&d| d < 1)
     {
         return Ok(None);
     }
-    let Some(geom) = geometry(axes, strides, padding, kernel_dilations, *channel_groups, xs, ks, ys) else {
+    // Negative low padding, non-positive strides or dilations and mismatched dims give no
+    // geometry, or one `validate` rejects: the reference kernel reports those nodes' errors.
+    let Some((geom, wstrides)) = geometry(axes, strides, padding, kernel_dilations, *channel_groups, xs, ks, ys) else {
         return Ok(None);
     };
     if geom.validate(xs.num_elements(), ys.num_elements()).is_err() {
-        // Leave invalid nodes to the reference kernel's errors.
         return Ok(None);
     }
-    let wstrides = kernel_strides(axes, ks);
     let filter = match m.constant_data(node.inputs[1]) {
         Some(bytes) if bytes.len() == ks.num_elements() * 4 => {
             let tag = format!("conv-filter {:?} {:?} {:?}", ks.dims, geom, wstrides);
-            let make = || {
-                let w: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                ConvFilter::new(&geom, &w, wstrides)
+            let make = || match view_as::<f32>(bytes) {
+                Some(w) => ConvFilter::new(&geom, w, wstrides),
+                None => {
+                    let w: Vec<f32> =
+                        bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                    ConvFilter::new(&geom, &w, wstrides)
+                }
             };
             Some(super::shared::shared(bytes, tag, ConvFilter::size_bytes, make, acct)?)
         }
@@ -89,7 +90,8 @@ pub(crate) fn prepare(m: &Module, n: NodeId, acct: &mut Accounting) -> Result<Op
     Ok(Some(Box::new(ConvKernel { geom, wstrides, filter, prepacked, desc })))
 }
 
-/// The kernel's geometry from the node's dimension numbers (None: not a shape this kernel takes).
+/// The kernel's geometry from the node's dimension numbers, and the kernel's strides in
+/// (output channel, input channel, row, column) order (None: not a shape this kernel takes).
 #[allow(clippy::too_many_arguments)]
 fn geometry(
     axes: &ConvAxes,
@@ -100,76 +102,56 @@ fn geometry(
     xs: &Shape,
     ks: &Shape,
     ys: &Shape,
-) -> Option<ConvGeom> {
+) -> Option<(ConvGeom, [usize; 4])> {
     let s = axes.input_spatial.len();
     let rank = s + 2;
-    if xs.rank() != rank
-        || ks.rank() != rank
-        || ys.rank() != rank
-        || axes.kernel_spatial.len() != s
-        || axes.output_spatial.len() != s
+    if [xs, ks, ys].iter().any(|t| t.rank() != rank) || axes.kernel_spatial.len() != s || axes.output_spatial.len() != s
     {
         return None;
     }
     let (xd, kd, yd) = (xs.udims(), ks.udims(), ys.udims());
-    let (xst, yst) = (row_major(&xd), row_major(&yd));
-    // Two spatial axes (a), the first one of a 1-D convolution being a unit axis.
-    let per_axis = |v: &[i64], a: usize, default: i64| -> Option<usize> {
-        let value = a.checked_sub(2 - s).map_or(default, |j| v.get(j).copied().unwrap_or(default));
-        usize::try_from(value).ok()
-    };
-    let sp = |dims: &[usize], spatial: &[usize], a: usize| a.checked_sub(2 - s).map_or(1, |j| dims[spatial[j]]);
-    let st = |strides: &[usize], spatial: &[usize], a: usize| a.checked_sub(2 - s).map_or(0, |j| strides[spatial[j]]);
-    let pad_lo = |a: usize| -> Option<usize> {
-        match a.checked_sub(2 - s) {
-            None => Some(0),
-            Some(j) => usize::try_from(padding.get(j).map_or(0, |p| p.0)).ok(),
-        }
-    };
+    let (xst, kst, yst) = (row_major_strides(&xd), row_major_strides(&kd), row_major_strides(&yd));
+    // The kernel works on two spatial axes (rows, columns); a 1-D convolution's single axis is
+    // the columns, its rows a unit axis. `slot(a)`: the node's spatial index of axis a.
+    let slot = |a: usize| a.checked_sub(2 - s);
+    let size = |d: &[usize], sp: &[usize], a: usize| slot(a).map_or(1, |j| d[sp[j]]);
+    let stride_of = |st: &[usize], sp: &[usize], a: usize| slot(a).map_or(0, |j| st[sp[j]]);
+    let attr = |v: &[i64], a: usize| usize::try_from(slot(a).and_then(|j| v.get(j).copied()).unwrap_or(1)).ok();
+    let pad_lo = |a: usize| usize::try_from(slot(a).and_then(|j| padding.get(j)).map_or(0, |p| p.0)).ok();
     let groups = usize::try_from(groups.max(1)).ok()?;
-    Some(ConvGeom {
+    let geom = ConvGeom {
         batch: xd[axes.input_batch],
         in_channels: xd[axes.input_channels],
-        in_hw: [sp(&xd, &axes.input_spatial, 0), sp(&xd, &axes.input_spatial, 1)],
+        in_hw: [size(&xd, &axes.input_spatial, 0), size(&xd, &axes.input_spatial, 1)],
         out_channels: yd[axes.output_channels],
-        out_hw: [sp(&yd, &axes.output_spatial, 0), sp(&yd, &axes.output_spatial, 1)],
-        kernel_hw: [sp(&kd, &axes.kernel_spatial, 0), sp(&kd, &axes.kernel_spatial, 1)],
-        stride: [per_axis(strides, 0, 1)?, per_axis(strides, 1, 1)?],
+        out_hw: [size(&yd, &axes.output_spatial, 0), size(&yd, &axes.output_spatial, 1)],
+        kernel_hw: [size(&kd, &axes.kernel_spatial, 0), size(&kd, &axes.kernel_spatial, 1)],
+        stride: [attr(strides, 0)?, attr(strides, 1)?],
         pad: [pad_lo(0)?, pad_lo(1)?],
-        dilation: [per_axis(kernel_dilations, 0, 1)?, per_axis(kernel_dilations, 1, 1)?],
+        dilation: [attr(kernel_dilations, 0)?, attr(kernel_dilations, 1)?],
         groups,
         x_strides: [
             xst[axes.input_batch],
             xst[axes.input_channels],
-            st(&xst, &axes.input_spatial, 0),
-            st(&xst, &axes.input_spatial, 1),
+            stride_of(&xst, &axes.input_spatial, 0),
+            stride_of(&xst, &axes.input_spatial, 1),
         ],
         y_strides: [
             yst[axes.output_batch],
             yst[axes.output_channels],
-            st(&yst, &axes.output_spatial, 0),
-            st(&yst, &axes.output_spatial, 1),
+            stride_of(&yst, &axes.output_spatial, 0),
+            stride_of(&yst, &axes.output_spatial, 1),
         ],
-    })
-    .filter(|g| {
-        kd[axes.kernel_output_channels] == g.out_channels && kd[axes.kernel_input_channels] * groups == g.in_channels
-    })
-}
-
-/// Kernel strides in (output channel, input channel, row, column) order.
-fn kernel_strides(axes: &ConvAxes, ks: &Shape) -> [usize; 4] {
-    let st = row_major(&ks.udims());
-    let s = axes.kernel_spatial.len();
-    let sp = |a: usize| a.checked_sub(2 - s).map_or(0, |j| st[axes.kernel_spatial[j]]);
-    [st[axes.kernel_output_channels], st[axes.kernel_input_channels], sp(0), sp(1)]
-}
-
-fn row_major(d: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; d.len()];
-    for i in (0..d.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * d[i + 1];
-    }
-    s
+    };
+    let wstrides = [
+        kst[axes.kernel_output_channels],
+        kst[axes.kernel_input_channels],
+        stride_of(&kst, &axes.kernel_spatial, 0),
+        stride_of(&kst, &axes.kernel_spatial, 1),
+    ];
+    let channels_fit = kd[axes.kernel_output_channels] == geom.out_channels
+        && kd[axes.kernel_input_channels] * groups == geom.in_channels;
+    channels_fit.then_some((geom, wstrides))
 }
 
 struct ConvKernel {

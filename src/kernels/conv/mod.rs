@@ -108,12 +108,6 @@ impl ConvGeom {
                 format!("strides {:?} and dilations {:?} must be ≥ 1", self.stride, self.dilation),
             ));
         }
-        let extent = |dims: [usize; 4], strides: [usize; 4]| -> Option<usize> {
-            if dims.contains(&0) {
-                return Some(0);
-            }
-            dims.iter().zip(strides).try_fold(1usize, |acc, (&d, s)| acc.checked_add((d - 1).checked_mul(s)?))
-        };
         let xd = [self.batch, self.in_channels, self.in_hw[0], self.in_hw[1]];
         let yd = [self.batch, self.out_channels, self.out_hw[0], self.out_hw[1]];
         match (extent(xd, self.x_strides), extent(yd, self.y_strides)) {
@@ -141,6 +135,27 @@ impl ConvGeom {
         Ok(())
     }
 
+    /// What a filter prepared for this geometry depends on ([`ConvFilter::new`] records it,
+    /// [`conv2d_f32`] checks it).
+    fn filter_key(&self) -> FilterKey {
+        (self.in_channels, self.out_channels, self.kernel_hw, self.groups, self.channels_last())
+    }
+
+    /// The output columns `lo..hi` whose input column for kernel column `tx` lies inside the
+    /// input (the others read padding), and that input column for `lo` (meaningless when empty).
+    fn inside_cols(&self, tx: usize) -> (usize, usize, usize) {
+        let (s, iw) = (self.stride[1], self.in_hw[1]);
+        // Input column of output column ox: ox·s + off, with off = tx·d − pad.
+        let off = (tx * self.dilation[1]) as isize - self.pad[1] as isize;
+        let lo = if off >= 0 { 0 } else { off.unsigned_abs().div_ceil(s) };
+        let hi = match (iw as isize - 1).checked_sub(off) {
+            Some(r) if r >= 0 => (r as usize / s + 1).min(self.out_hw[1]),
+            _ => 0,
+        };
+        let first = ((lo * s) as isize + off).max(0) as usize;
+        (lo, hi.max(lo), first)
+    }
+
     /// Input row (or column) of output position `o` and tap `t` on axis `a`, if inside the input.
     #[inline]
     fn src(&self, a: usize, o: usize, t: usize) -> Option<usize> {
@@ -149,12 +164,24 @@ impl ConvGeom {
     }
 }
 
+/// The element span of a tensor of `dims` with element `strides` (0 when empty; `None` on
+/// overflow): the buffer length its strided accesses need.
+fn extent(dims: [usize; 4], strides: [usize; 4]) -> Option<usize> {
+    if dims.contains(&0) {
+        return Some(0);
+    }
+    dims.iter().zip(strides).try_fold(1usize, |acc, (&d, s)| acc.checked_add((d - 1).checked_mul(s)?))
+}
+
+/// What a prepared filter must match: channels, kernel size, groups, im2col order.
+type FilterKey = (usize, usize, [usize; 2], usize, bool);
+
 /// A filter rearranged for [`conv2d_f32`]: per group a K × (output channels per group) matrix in
 /// the im2col order of the geometry, packed for the GEMM; or, for depthwise convolutions, the
 /// taps × channels weights.
 #[derive(Debug)]
 pub struct ConvFilter {
-    geom_key: (usize, usize, [usize; 2], usize, bool),
+    geom_key: FilterKey,
     kind: FilterKind,
 }
 
@@ -172,19 +199,14 @@ impl ConvFilter {
     pub fn new(geom: &ConvGeom, w: &[f32], s: [usize; 4]) -> Result<ConvFilter> {
         let (cin_g, cout_g, [kh, kw]) = (geom.cin_g(), geom.cout_g(), geom.kernel_hw);
         let wd = [geom.out_channels, cin_g, kh, kw];
-        let extent = if wd.contains(&0) {
-            Some(0)
-        } else {
-            wd.iter().zip(s).try_fold(1usize, |acc, (&d, st)| acc.checked_add((d - 1).checked_mul(st)?))
-        };
-        if extent.is_none_or(|e| e > w.len()) {
+        if extent(wd, s).is_none_or(|e| e > w.len()) {
             return Err(Error::invalid(
                 OP,
                 format!("kernel {wd:?} with strides {s:?} exceeds its {} elements", w.len()),
             ));
         }
         let at = |o: usize, i: usize, y: usize, x: usize| w[o * s[0] + i * s[1] + y * s[2] + x * s[3]];
-        let key = (geom.in_channels, geom.out_channels, geom.kernel_hw, geom.groups, geom.channels_last());
+        let key = geom.filter_key();
         if geom.is_depthwise() {
             let mut d = vec![0.0f32; kh * kw * geom.out_channels];
             for y in 0..kh {
@@ -276,8 +298,7 @@ pub fn conv2d_f32(
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<()> {
     geom.validate(x.len(), y.len())?;
-    let key = (geom.in_channels, geom.out_channels, geom.kernel_hw, geom.groups, geom.channels_last());
-    if filter.geom_key != key {
+    if filter.geom_key != geom.filter_key() {
         return Err(Error::invalid(OP, "the filter was prepared for another convolution geometry"));
     }
     if let Some(b) = bias
@@ -405,14 +426,16 @@ fn im2col_rows(geom: &ConvGeom, x: &[f32], img: usize, g: usize, p0: usize, mb: 
 }
 
 /// im2col for other layouts: column r of each K row (pixel p0 + r); the K rows are
-/// channels × taps and each row's pixels are read along the input row.
+/// channels × taps and each row's pixels are read along the input row, the padding columns of
+/// each tap ([`ConvGeom::inside_cols`]) zero-filled and the rest copied.
 fn im2col_cols(geom: &ConvGeom, x: &[f32], img: usize, g: usize, p0: usize, mb: usize, cols: &mut [f32]) {
     let [sn, sc, sh, sw] = geom.x_strides;
-    let (cin_g, [kh, kw], ow) = (geom.cin_g(), geom.kernel_hw, geom.out_hw[1]);
+    let (cin_g, [kh, kw], ow, s) = (geom.cin_g(), geom.kernel_hw, geom.out_hw[1], geom.stride[1]);
     for i in 0..cin_g {
         let plane = img * sn + (g * cin_g + i) * sc;
         for ty in 0..kh {
             for tx in 0..kw {
+                let (lo, hi, first) = geom.inside_cols(tx);
                 let row = &mut cols[((i * kh + ty) * kw + tx) * mb..][..mb];
                 let mut r = 0;
                 while r < mb {
@@ -420,18 +443,33 @@ fn im2col_cols(geom: &ConvGeom, x: &[f32], img: usize, g: usize, p0: usize, mb: 
                     let (oy, ox0) = (p / ow, p % ow);
                     let run = (ow - ox0).min(mb - r);
                     let dst = &mut row[r..r + run];
-                    match geom.src(0, oy, ty) {
-                        None => dst.fill(0.0),
-                        Some(iy) => {
-                            let line = plane + iy * sh;
-                            for (j, d) in dst.iter_mut().enumerate() {
-                                *d = geom.src(1, ox0 + j, tx).map_or(0.0, |ix| x[line + ix * sw]);
-                            }
-                        }
-                    }
                     r += run;
+                    let Some(iy) = geom.src(0, oy, ty) else {
+                        dst.fill(0.0);
+                        continue;
+                    };
+                    // Output columns ox0..ox0+run: padding before lo and from hi on.
+                    let (a, b) = (lo.clamp(ox0, ox0 + run) - ox0, hi.clamp(ox0, ox0 + run) - ox0);
+                    dst[..a].fill(0.0);
+                    dst[b.max(a)..].fill(0.0);
+                    if a < b {
+                        let start = plane + iy * sh + (first + (ox0 + a - lo) * s) * sw;
+                        copy_strided(&mut dst[a..b], &x[start..], s * sw);
+                    }
                 }
             }
+        }
+    }
+}
+
+/// `dst[j] = src[j * step]`, a plain copy when `step` is 1.
+#[inline]
+fn copy_strided(dst: &mut [f32], src: &[f32], step: usize) {
+    if step == 1 {
+        dst.copy_from_slice(&src[..dst.len()]);
+    } else {
+        for (j, d) in dst.iter_mut().enumerate() {
+            *d = src[j * step];
         }
     }
 }
@@ -503,23 +541,18 @@ fn depthwise_row(geom: &ConvGeom, x: &[f32], w: &[f32], img: usize, oy: usize, a
 /// columns whose window stays inside the input.
 fn depthwise_planes(geom: &ConvGeom, x: &[f32], w: &[f32], img: usize, oy: usize, acc: &mut [f32]) {
     let [sn, sc, sh, sw] = geom.x_strides;
-    let ([kh, kw], ow, c) = (geom.kernel_hw, geom.out_hw[1], geom.out_channels);
-    let (s, d, p, iw) = (geom.stride[1], geom.dilation[1], geom.pad[1] as isize, geom.in_hw[1] as isize);
+    let ([kh, kw], ow, c, s) = (geom.kernel_hw, geom.out_hw[1], geom.out_channels, geom.stride[1]);
     for (ch, row) in acc.chunks_exact_mut(ow.max(1)).enumerate().take(c) {
         for ty in 0..kh {
             let Some(iy) = geom.src(0, oy, ty) else { continue };
             let line = img * sn + ch * sc + iy * sh;
             for tx in 0..kw {
-                let k = w[(ty * kw + tx) * c + ch];
-                // Columns ox with 0 <= ox*s + tx*d - p < iw.
-                let off = (tx * d) as isize - p;
-                let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(s) };
-                let hi = if iw - 1 - off < 0 { 0 } else { (((iw - 1 - off) as usize) / s + 1).min(ow) };
+                let (lo, hi, first) = geom.inside_cols(tx);
                 if lo >= hi {
                     continue;
                 }
-                let first = (lo * s) as isize + off;
-                let src = &x[line + first as usize * sw..];
+                let k = w[(ty * kw + tx) * c + ch];
+                let src = &x[line + first * sw..];
                 let dst = &mut row[lo..hi];
                 if s * sw == 1 {
                     axpy(dst, &src[..hi - lo], k);
