@@ -341,15 +341,18 @@ fn as_f32<'a>(name: &str, t: &'a Tensor) -> Result<Cow<'a, [f32]>> {
     }
 }
 
+/// A result tensor of `shape` whose contents the kernel overwrites entirely (recycled storage,
+/// not zeroed).
+fn unfilled(shape: &Shape) -> Result<Tensor> {
+    let bytes = shape.byte_size().unwrap_or(0);
+    Ok(Tensor { shape: shape.clone(), data: Arc::new(AlignedBytes::try_recycled(bytes)?) })
+}
+
 /// Runs `f` on an f32 output buffer (zero-filled if `zero`, else of unspecified content that `f`
 /// must overwrite) and returns it as a tensor of `shape` (rounded once for the half types).
 fn with_output(name: &str, shape: &Shape, zero: bool, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<Tensor> {
-    let mut out = if zero || shape.dtype != DType::Float32 {
-        Tensor::try_zeros(shape.clone())?
-    } else {
-        let bytes = shape.byte_size().unwrap_or(0);
-        Tensor { shape: shape.clone(), data: Arc::new(AlignedBytes::try_recycled(bytes)?) }
-    };
+    let mut out =
+        if zero || shape.dtype != DType::Float32 { Tensor::try_zeros(shape.clone())? } else { unfilled(shape)? };
     match shape.dtype {
         DType::Float32 => {
             f(out.typed_mut::<f32>())?;
@@ -629,12 +632,8 @@ impl FusedKernel {
         };
         let g = if has_gamma { Some(param(res.terms, "gamma")?) } else { None };
         let b = if has_beta { Some(param(res.terms + has_gamma as usize, "beta")?) } else { None };
-        let fresh = |s: &Shape| -> Result<Tensor> {
-            let bytes = s.byte_size().unwrap_or(0);
-            Ok(Tensor { shape: s.clone(), data: Arc::new(AlignedBytes::try_recycled(bytes)?) })
-        };
-        let mut y = fresh(y_shape)?;
-        let mut sum = if res.keep_sum { Some(fresh(&out_shapes[1])?) } else { None };
+        let mut y = unfilled(y_shape)?;
+        let mut sum = if res.keep_sum { Some(unfilled(&out_shapes[1])?) } else { None };
         let terms: Vec<&[f32]> = inputs[..res.terms].iter().map(|t| t.typed::<f32>()).collect();
         let sv = sum.as_mut().map(|t| t.typed_mut::<f32>());
         layer_norm_residual_f32(self.isa, &terms, sv, y.typed_mut::<f32>(), rows, n, epsilon, g, b, pool);

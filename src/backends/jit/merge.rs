@@ -119,6 +119,26 @@ fn producer(m: &Module, f: FuncId, v: ValueId) -> Option<NodeId> {
     }
 }
 
+/// The node behind `v` once `Reshape`s are stepped over, and the nodes of that chain (the
+/// reshapes, then it), when every value of the chain (`v` included) has one reader and stays
+/// in function `f`.
+fn behind_reshapes(m: &Module, f: FuncId, v: ValueId, uses: &HashMap<ValueId, Uses>) -> Option<(NodeId, Vec<NodeId>)> {
+    let mut nodes = vec![];
+    let mut cur = v;
+    loop {
+        let u = uses.get(&cur)?;
+        if u.positions.len() != 1 || u.returned || u.external {
+            return None;
+        }
+        let n = producer(m, f, cur)?;
+        nodes.push(n);
+        match m.node(n).op {
+            Op::Reshape { .. } => cur = *m.node(n).inputs.first()?,
+            _ => return Some((n, nodes)),
+        }
+    }
+}
+
 /// Finds the merges of function `f`'s schedule.
 pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering, packed: &HashMap<NodeId, Arc<PackedB>>) -> Result<Merges> {
     let uses = uses(m, f, c);
@@ -149,20 +169,11 @@ fn gelu_into_dense(
 ) -> Result<()> {
     let node = m.node(g);
     let (Some(&x), Some(&y)) = (node.inputs.first(), node.outputs.first()) else { return Ok(()) };
-    let single = |v: ValueId| uses.get(&v).is_some_and(|u| u.positions.len() == 1 && !u.returned && !u.external);
-    let mut cur = x;
-    let d = loop {
-        let Some(p) = producer(m, f, cur) else { return Ok(()) };
-        if !single(cur) {
-            return Ok(());
-        }
-        match m.node(p).op {
-            Op::Reshape { .. } => cur = m.node(p).inputs[0],
-            Op::FusedDense { activation: Activation::None, .. } => break p,
-            _ => return Ok(()),
-        }
-    };
-    if m.shape(x) != m.shape(y) || out.steps.contains_key(&d) {
+    let Some((d, _)) = behind_reshapes(m, f, x, uses) else { return Ok(()) };
+    if !matches!(m.node(d).op, Op::FusedDense { activation: Activation::None, .. })
+        || m.shape(x) != m.shape(y)
+        || out.steps.contains_key(&d)
+    {
         return Ok(());
     }
     let dense = m.node(d);
@@ -259,31 +270,17 @@ fn sliced_from(
     v: ValueId,
     uses: &HashMap<ValueId, Uses>,
 ) -> Option<(ValueId, usize, Vec<NodeId>)> {
-    let mut nodes = vec![];
-    let mut cur = v;
-    loop {
-        let u = uses.get(&cur)?;
-        if u.positions.len() != 1 || u.returned || u.external {
-            return None;
-        }
-        let n = producer(m, f, cur)?;
-        let node = m.node(n);
-        nodes.push(n);
-        match &node.op {
-            Op::Reshape { .. } => cur = *node.inputs.first()?,
-            Op::Slice { starts, limits, strides } => {
-                let y = *node.inputs.first()?;
-                let dims = &m.shape(y).dims;
-                let last = dims.len().checked_sub(1)?;
-                let whole = (0..last).all(|a| starts[a] == 0 && limits[a] == dims[a]);
-                if !whole || strides.iter().any(|&s| s != 1) || m.shape(y).is_dynamic() {
-                    return None;
-                }
-                return Some((y, usize::try_from(starts[last]).ok()?, nodes));
-            }
-            _ => return None,
-        }
+    let (n, nodes) = behind_reshapes(m, f, v, uses)?;
+    let node = m.node(n);
+    let Op::Slice { starts, limits, strides } = &node.op else { return None };
+    let y = *node.inputs.first()?;
+    let dims = &m.shape(y).dims;
+    let last = dims.len().checked_sub(1)?;
+    let whole = (0..last).all(|a| starts[a] == 0 && limits[a] == dims[a]);
+    if !whole || strides.iter().any(|&s| s != 1) || m.shape(y).is_dynamic() {
+        return None;
     }
+    Some((y, usize::try_from(starts[last]).ok()?, nodes))
 }
 
 /// The q/k/v-in-place merge for attention node `att` (module docs).
@@ -315,15 +312,18 @@ fn slices_into_attention(
     // The schedule items made of chain nodes only; none may mix chain and other nodes.
     let mut items = vec![];
     for &it in &c.schedule {
-        let nodes: Vec<NodeId> = match it {
-            Item::Cluster(ci) => c.clusters[ci].nodes.iter().chain(&c.clusters[ci].absorbed).copied().collect(),
-            Item::Node(n) => vec![n],
+        let (inside, all) = match it {
+            Item::Cluster(ci) => {
+                let cl = &c.clusters[ci];
+                let nodes = cl.nodes.iter().chain(&cl.absorbed);
+                (nodes.clone().filter(|n| chain.contains(n)).count(), nodes.count())
+            }
+            Item::Node(n) => (chain.contains(&n) as usize, 1),
         };
-        let inside = nodes.iter().filter(|n| chain.contains(n)).count();
         if inside == 0 {
             continue;
         }
-        if inside != nodes.len() || out.skips(it) {
+        if inside != all || out.skips(it) {
             return;
         }
         items.push(it);
