@@ -4,7 +4,8 @@
 //!
 //! The node's dimension numbers become element strides of the input, kernel and output, so every
 //! layout (NCHW, NHWC, OIHW, HWIO, transposed outputs) runs without a copy. A constant kernel is
-//! rearranged and packed once at compile time and shared through the process-wide constant cache;
+//! rearranged and packed once at compile time (a [`PackJob`], with the GEMM weights) and shared
+//! through the process-wide constant cache;
 //! a kernel computed at run time is packed on each execution. Input dilation, batch groups,
 //! negative low padding (cropping), dynamic shapes, three or more spatial axes and other dtypes keep
 //! the reference kernel.
@@ -22,21 +23,21 @@ use crate::kernels::movement::row_major_strides;
 use crate::kernels::tensor::Tensor;
 use crate::memory::view_as;
 
-use super::fast::FastKernel;
+use super::fast::{FastKernel, PackJob, Packed, Prepared};
 use super::shared::Accounting;
 
 const OP: &str = "ConvGeneral";
 
-/// The fast kernel for node `n`, if it is a ConvGeneral this module can run.
-pub(crate) fn prepare(m: &Module, n: NodeId, acct: &mut Accounting) -> Result<Option<Box<dyn FastKernel>>> {
+/// The geometry and kernel strides of node `n` when it is a ConvGeneral this module can run.
+fn analyse(m: &Module, n: NodeId) -> Option<(ConvGeom, [usize; 4])> {
     let node = m.node(n);
     let Op::ConvGeneral { axes, strides, padding, input_dilations, kernel_dilations, channel_groups, batch_groups } =
         &node.op
     else {
-        return Ok(None);
+        return None;
     };
     if node.inputs.len() != 2 || node.outputs.len() != 1 {
-        return Ok(None);
+        return None;
     }
     let (xs, ks, ys) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]), m.shape(node.outputs[0]));
     let f32s = [xs, ks, ys].iter().all(|s| s.dtype == DType::Float32 && !s.is_dynamic());
@@ -45,31 +46,45 @@ pub(crate) fn prepare(m: &Module, n: NodeId, acct: &mut Accounting) -> Result<Op
         || input_dilations.iter().any(|&d| d != 1)
         || *batch_groups > 1
     {
-        return Ok(None);
+        return None;
     }
     // Negative low padding, non-positive strides or dilations and mismatched dims give no
     // geometry, or one `validate` rejects: the reference kernel reports those nodes' errors.
-    let Some((geom, wstrides)) = geometry(axes, strides, padding, kernel_dilations, *channel_groups, xs, ks, ys) else {
-        return Ok(None);
-    };
-    if geom.validate(xs.num_elements(), ys.num_elements()).is_err() {
-        return Ok(None);
+    let (geom, wstrides) = geometry(axes, strides, padding, kernel_dilations, *channel_groups, xs, ks, ys)?;
+    geom.validate(xs.num_elements(), ys.num_elements()).ok()?;
+    Some((geom, wstrides))
+}
+
+/// The filter job of node `n`: a ConvGeneral this module runs whose kernel is an F32 constant,
+/// rearranged and packed once ([`PackJob`]).
+pub(crate) fn pack_job(m: &Module, n: NodeId) -> Option<PackJob> {
+    let (geom, wstrides) = analyse(m, n)?;
+    let k = m.node(n).inputs[1];
+    let bytes = m.constant_data(k)?;
+    if bytes.len() != m.shape(k).num_elements() * 4 {
+        return None;
     }
-    let filter = match m.constant_data(node.inputs[1]) {
-        Some(bytes) if bytes.len() == ks.num_elements() * 4 => {
-            let tag = format!("conv-filter {:?} {:?} {:?}", ks.dims, geom, wstrides);
-            let make = || match view_as::<f32>(bytes) {
-                Some(w) => ConvFilter::new(&geom, w, wstrides),
-                None => {
-                    let w: Vec<f32> =
-                        bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                    ConvFilter::new(&geom, &w, wstrides)
-                }
-            };
-            Some(super::shared::shared(bytes, tag, ConvFilter::size_bytes, make, acct)?)
-        }
-        _ => None,
+    let tag = format!("conv-filter {:?} {:?} {:?}", m.shape(k).dims, geom, wstrides);
+    let source = bytes.clone();
+    let run = move |acct: &mut Accounting| -> Result<Prepared> {
+        let make = || match view_as::<f32>(&source) {
+            Some(w) => ConvFilter::new(&geom, w, wstrides),
+            None => {
+                let w: Vec<f32> =
+                    source.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                ConvFilter::new(&geom, &w, wstrides)
+            }
+        };
+        Ok(super::shared::shared(&source, tag, ConvFilter::size_bytes, make, acct)?)
     };
+    Some(PackJob { node: n, run: Box::new(run) })
+}
+
+/// The fast kernel for node `n`, if it is a ConvGeneral this module can run; its filter is the
+/// one its [`PackJob`] prepared when the kernel is a constant, else packed at each execution.
+pub(crate) fn prepare(m: &Module, n: NodeId, packed: &Packed) -> Option<Box<dyn FastKernel>> {
+    let (geom, wstrides) = analyse(m, n)?;
+    let filter = packed.get::<ConvFilter>(n);
     let mut desc = format!(
         "conv f32 {}x{}x{}x{} * {}x{} /{:?} -> {} ch, {} groups",
         geom.batch,
@@ -87,7 +102,7 @@ pub(crate) fn prepare(m: &Module, n: NodeId, acct: &mut Accounting) -> Result<Op
         None => desc += if geom.is_depthwise() { " depthwise direct" } else { " implicit gemm" },
     }
     let prepacked = if filter.is_some() { vec![1] } else { vec![] };
-    Ok(Some(Box::new(ConvKernel { geom, wstrides, filter, prepacked, desc })))
+    Some(Box::new(ConvKernel { geom, wstrides, filter, prepacked, desc }))
 }
 
 /// The kernel's geometry from the node's dimension numbers, and the kernel's strides in

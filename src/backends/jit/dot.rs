@@ -42,36 +42,11 @@ use crate::kernels::gemm::{
 };
 use crate::kernels::tensor::Tensor;
 
-use super::fast::FastKernel;
+use super::fast::{FastKernel, PackJob, Packed, Prepared};
+use super::shared::Accounting;
 
 /// Products below this many flops run on one thread each (batches in parallel instead).
 const SMALL_FLOPS: usize = 4_000_000;
-
-/// A constant right-hand side to pack at compile time ([`pack_job`]); packing jobs run before
-/// the plan's kernels are prepared, in parallel, each source released once packed.
-pub(crate) struct PackJob {
-    node: NodeId,
-    spec: Spec,
-    geom: Geom,
-    tag: String,
-    source: Arc<Vec<u8>>,
-}
-
-impl PackJob {
-    /// The node whose operand 1 this packs.
-    pub(crate) fn node(&self) -> NodeId {
-        self.node
-    }
-
-    /// Packs the operand (or takes the same packing of the same bytes from the process-wide
-    /// cache); the job's hold on the source bytes ends here.
-    pub(crate) fn run(self, acct: &mut super::shared::Accounting) -> Result<(NodeId, Arc<PackedB>)> {
-        let PackJob { node, spec, geom, tag, source } = self;
-        let packed =
-            super::shared::shared(&source, tag, PackedB::size_bytes, || pack_constant(&spec, &geom, &source), acct)?;
-        Ok((node, packed))
-    }
-}
 
 /// The packing job of node `n`: a GEMM node whose right-hand side is a constant f32, bf16 or
 /// f16 matrix (static shapes, no batch axes).
@@ -94,19 +69,20 @@ pub(crate) fn pack_job(m: &Module, n: NodeId) -> Result<Option<PackJob>> {
                 "gemm-b {} {:?} rc={:?} rb={:?} k={} n={}",
                 spec.in_dtype, rs.dims, spec.rc, spec.rb, geom.k, geom.n
             );
-            Ok(Some(PackJob { node: n, spec, geom, tag, source: bytes.clone() }))
+            let source = bytes.clone();
+            let run = move |acct: &mut Accounting| -> Result<Prepared> {
+                let make = || pack_constant(&spec, &geom, &source);
+                Ok(super::shared::shared(&source, tag, PackedB::size_bytes, make, acct)?)
+            };
+            Ok(Some(PackJob { node: n, run: Box::new(run) }))
         }
         _ => Ok(None),
     }
 }
 
-/// The fast kernel for node `n`, if this module has one for it; `packed`: the right-hand sides
-/// packed by the [`PackJob`]s, by node.
-pub(crate) fn prepare(
-    m: &Module,
-    n: NodeId,
-    packed: &std::collections::HashMap<NodeId, Arc<PackedB>>,
-) -> Result<Option<Box<dyn FastKernel>>> {
+/// The fast kernel for node `n`, if this module has one for it; `packed`: the operands the
+/// [`PackJob`]s prepared.
+pub(crate) fn prepare(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn FastKernel>>> {
     prepare_with(m, n, packed, None)
 }
 
@@ -115,13 +91,13 @@ pub(crate) fn prepare(
 pub(crate) fn prepare_with(
     m: &Module,
     n: NodeId,
-    packed: &std::collections::HashMap<NodeId, Arc<PackedB>>,
+    packed: &Packed,
     activation: Option<Activation>,
 ) -> Result<Option<Box<dyn FastKernel>>> {
     let Some((spec, geom)) = analyse(m, n, activation)? else { return Ok(None) };
     let node = m.node(n);
     let (ls, rs) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]));
-    let packed = packed.get(&n).cloned();
+    let packed = packed.get::<PackedB>(n);
     let desc = describe(&spec, geom.as_ref(), packed.as_deref());
     let prepacked = if packed.is_some() { vec![1] } else { vec![] };
     // Static operand shapes: the geometry is kept for every execution (no allocation then).

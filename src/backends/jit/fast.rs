@@ -3,7 +3,13 @@
 //! and attention). A node without one runs its reference kernel.
 //! This file is the interface; `plan` picks the kernel (`dot` or `fused`) for each node.
 
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::shared::Accounting;
 use crate::error::Result;
+use crate::ir::module::NodeId;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
 
@@ -36,5 +42,34 @@ pub(crate) trait FastKernel: Send + Sync {
     fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
         let _ = (inputs, outs, pool);
         Err(crate::error::Error::invalid(self.describe(), "this kernel does not write into given buffers"))
+    }
+}
+
+/// A constant operand of one node, prepared (packed, rearranged) at compile time before the
+/// plan's kernels are: the plan runs every node's jobs in parallel, the source bytes of each
+/// released once it is done, and hands the results to the node's [`FastKernel`] preparation
+/// ([`Packed::get`]). GEMM weights and convolution filters are prepared this way.
+pub(crate) struct PackJob {
+    /// The node whose operand `1` this prepares.
+    pub node: NodeId,
+    /// Prepares the operand (through the process-wide constant cache), adding its bytes and
+    /// hashing time to the accounting.
+    pub run: Prepare,
+}
+
+/// What a [`PackJob`] runs.
+pub(crate) type Prepare = Box<dyn FnOnce(&mut Accounting) -> Result<Prepared> + Send>;
+
+/// An operand a [`PackJob`] prepared (a `PackedB`, a `ConvFilter`, …).
+pub(crate) type Prepared = Arc<dyn Any + Send + Sync>;
+
+/// The operands prepared by the [`PackJob`]s of a module, by node.
+#[derive(Default)]
+pub(crate) struct Packed(pub HashMap<NodeId, Prepared>);
+
+impl Packed {
+    /// Node `n`'s prepared operand, if it has one of type `T`.
+    pub(crate) fn get<T: Any + Send + Sync>(&self, n: NodeId) -> Option<Arc<T>> {
+        self.0.get(&n)?.clone().downcast::<T>().ok()
     }
 }

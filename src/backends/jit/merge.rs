@@ -26,15 +26,14 @@
 //! GELU merge, by nothing else at all.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use crate::error::Result;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{Activation, BinaryOp, Op};
-use crate::kernels::gemm::{Activation as GemmActivation, PackedB};
+use crate::kernels::gemm::Activation as GemmActivation;
 use crate::lower::cluster::{Clustering, Item};
 
-use super::fast::FastKernel;
+use super::fast::{FastKernel, Packed};
 
 /// A step replacing a node's own: its operands, results and kernel (the node keeps its op for
 /// error messages and dumps).
@@ -140,7 +139,7 @@ fn behind_reshapes(m: &Module, f: FuncId, v: ValueId, uses: &HashMap<ValueId, Us
 }
 
 /// Finds the merges of function `f`'s schedule.
-pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering, packed: &HashMap<NodeId, Arc<PackedB>>) -> Result<Merges> {
+pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering, packed: &Packed) -> Result<Merges> {
     let uses = uses(m, f, c);
     let pos: HashMap<(bool, usize), usize> = c.schedule.iter().enumerate().map(|(i, &it)| (key(it), i)).collect();
     let mut out = Merges::default();
@@ -164,7 +163,7 @@ fn gelu_into_dense(
     f: FuncId,
     g: NodeId,
     uses: &HashMap<ValueId, Uses>,
-    packed: &HashMap<NodeId, Arc<PackedB>>,
+    packed: &Packed,
     out: &mut Merges,
 ) -> Result<()> {
     let node = m.node(g);

@@ -21,13 +21,13 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::fast::{PackJob, Packed};
 use super::loops::{LoopStep, Retain};
 use crate::backends::interp::captures;
 use crate::error::{Error, Result};
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{Op, UnaryOp};
 use crate::ir::shape::Shape;
-use crate::kernels::gemm::PackedB;
 use crate::kernels::tensor::Tensor;
 use crate::lower::cluster::{Clustering, Item, cluster_function};
 
@@ -383,7 +383,7 @@ fn build_function(
     m: &Module,
     f: FuncId,
     opts: PlanOptions,
-    packed: &HashMap<NodeId, Arc<PackedB>>,
+    packed: &Packed,
     memo: &mut Vec<Option<BTreeSet<ValueId>>>,
     busy: &mut Vec<bool>,
     times: &mut PlanTimes,
@@ -479,7 +479,7 @@ fn build_function(
                         node: n,
                         fast: {
                             let t = Instant::now();
-                            let fast = prepare_fast(m, n, packed, &mut times.packed)?;
+                            let fast = prepare_fast(m, n, packed)?;
                             times.kernels += t.elapsed();
                             if let Some(k) = &fast {
                                 tracing::debug!(
@@ -551,15 +551,15 @@ fn build_function(
     Ok(FuncPlan { func: f, steps, drops, params, outputs, clustering })
 }
 
-/// Packs every constant GEMM right-hand side of the module ([`super::dot::PackJob`]), in
-/// parallel on `pool` when there is one, and returns the packed operands by node. Constants
+/// Prepares every constant operand the fast kernels take packed ([`PackJob`]: GEMM right-hand
+/// sides, convolution filters), in parallel on `pool` when there is one. Constants
 /// read only as packed operands leave the module first (the jobs hold their bytes), so that each
 /// one's bytes are freed once packed rather than at the end of the compile.
 fn pack_constants(
     module: &mut Module,
     pool: Option<&rayon::ThreadPool>,
     acct: &mut super::shared::Accounting,
-) -> Result<HashMap<NodeId, Arc<PackedB>>> {
+) -> Result<Packed> {
     use rayon::prelude::*;
     let m = &*module;
     let mut jobs = Vec::new();
@@ -567,13 +567,15 @@ fn pack_constants(
         for &n in &f.body {
             if let Some(j) = super::dot::pack_job(m, n)? {
                 jobs.push(j);
+            } else if let Some(j) = super::conv::pack_job(m, n) {
+                jobs.push(j);
             }
         }
     }
     if jobs.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(Packed::default());
     }
-    let packers: HashSet<NodeId> = jobs.iter().map(|j| j.node()).collect();
+    let packers: HashSet<NodeId> = jobs.iter().map(|j| j.node).collect();
     // Whether each value is read other than as a packed operand (or returned).
     let mut other_use = vec![false; m.values.len()];
     for f in &m.functions {
@@ -591,7 +593,7 @@ fn pack_constants(
     let released: Vec<NodeId> = jobs
         .iter()
         .filter_map(|j| {
-            let v = m.node(j.node()).inputs[1];
+            let v = m.node(j.node).inputs[1];
             match m.value(v).def {
                 ValueDef::Node { node, .. } if !other_use[v.index()] => Some(node),
                 _ => None,
@@ -603,18 +605,18 @@ fn pack_constants(
             data.0 = Arc::new(Vec::new());
         }
     }
-    let run = |j: super::dot::PackJob| {
+    let run = |j: PackJob| {
         let mut a = super::shared::Accounting::default();
-        j.run(&mut a).map(|r| (r, a))
+        (j.run)(&mut a).map(|r| ((j.node, r), a))
     };
     let done: Vec<_> = match pool {
         Some(p) if jobs.len() > 1 => p.install(|| jobs.into_par_iter().map(run).collect::<Result<Vec<_>>>())?,
         _ => jobs.into_iter().map(run).collect::<Result<Vec<_>>>()?,
     };
-    let mut packed = HashMap::with_capacity(done.len());
+    let mut packed = Packed::default();
     for ((n, p), a) in done {
         acct.add(&a);
-        packed.insert(n, p);
+        packed.0.insert(n, p);
     }
     Ok(packed)
 }
@@ -811,19 +813,14 @@ fn list(it: impl Iterator<Item = String>) -> String {
 
 /// The fast kernel for node `n` of `m`'s main function, if one applies: GEMM first, then the
 /// hand-written fused kernels, then convolution, then the data-movement kernel.
-fn prepare_fast(
-    m: &Module,
-    n: NodeId,
-    packed: &HashMap<NodeId, Arc<PackedB>>,
-    acct: &mut super::shared::Accounting,
-) -> Result<Option<Box<dyn super::fast::FastKernel>>> {
+fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn super::fast::FastKernel>>> {
     if let Some(k) = super::dot::prepare(m, n, packed)? {
         return Ok(Some(k));
     }
     if let Some(k) = super::fused::prepare(m, n)? {
         return Ok(Some(k));
     }
-    if let Some(k) = super::conv::prepare(m, n, acct)? {
+    if let Some(k) = super::conv::prepare(m, n, packed) {
         return Ok(Some(k));
     }
     super::movement::prepare(m, n)
