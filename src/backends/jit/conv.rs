@@ -17,8 +17,7 @@ use crate::ir::dtype::DType;
 use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
-use crate::kernels::conv::{ConvFilter, ConvGeom, conv2d_f32};
-use crate::kernels::gemm::Activation;
+use crate::kernels::conv::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32};
 use crate::kernels::movement::row_major_strides;
 use crate::kernels::tensor::Tensor;
 use crate::memory::view_as;
@@ -210,7 +209,7 @@ impl FastKernel for ConvKernel {
             }
         };
         let mut out = Tensor::try_zeros(out_shapes[0].clone())?;
-        conv2d_f32(&self.geom, x.typed::<f32>(), filter, None, Activation::None, out.typed_mut::<f32>(), pool)?;
+        conv2d_f32(&self.geom, x.typed::<f32>(), filter, &ConvEpilogue::default(), out.typed_mut::<f32>(), pool)?;
         Ok(vec![out])
     }
 }

@@ -20,7 +20,7 @@
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::kernels::gemm::epilogue::act_f32_slice;
+use crate::kernels::gemm::epilogue::{act_f32, act_f32_slice};
 use crate::kernels::gemm::{Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, gemm_f32};
 
 const OP: &str = "conv_general";
@@ -286,14 +286,84 @@ impl OutPtr {
     }
 }
 
-/// `y = act(conv(x, filter) + bias)` for f32. `bias` has one value per output channel. `pool`:
+/// What happens to each convolution sum before it is stored:
+/// `y = clamp(act(conv + bias + residual))`, each part optional.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConvEpilogue<'a> {
+    /// One value per output channel.
+    pub bias: Option<&'a [f32]>,
+    /// A tensor laid out like the output (the output's strides index it), added before the
+    /// activation: a residual connection.
+    pub residual: Option<&'a [f32]>,
+    /// Applied after the bias and the residual.
+    pub activation: Activation,
+    /// `Min(Max(v, lo), hi)` with the catalogue's Max/Min (NaN stays NaN), applied last: ReLU6
+    /// and other clips.
+    pub clamp: Option<(f32, f32)>,
+}
+
+impl ConvEpilogue<'_> {
+    /// The part after the GEMM's own epilogue (bias, and the activation when no residual comes
+    /// between): the residual, the activation behind it, the clamp.
+    #[inline]
+    fn finish(&self, v: f32, at: usize) -> f32 {
+        let v = match self.residual {
+            Some(r) => act_f32(self.activation, v + r[at]),
+            None => v,
+        };
+        match self.clamp {
+            Some((lo, hi)) => clamp_nan(v, lo, hi),
+            None => v,
+        }
+    }
+
+    /// Whether [`ConvEpilogue::finish`] changes anything.
+    fn has_tail(&self) -> bool {
+        self.residual.is_some() || self.clamp.is_some()
+    }
+
+    /// The activation the GEMM (or the depthwise row) applies itself.
+    fn early_activation(&self) -> Activation {
+        if self.residual.is_some() { Activation::None } else { self.activation }
+    }
+}
+
+/// `Min(Max(v, lo), hi)` as the catalogue's Max and Min compute them: NaN in → NaN out, and
+/// Max(−0, +0) = +0, Min(−0, +0) = −0.
+#[inline]
+fn clamp_nan(v: f32, lo: f32, hi: f32) -> f32 {
+    let max = |a: f32, b: f32| {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else if a == b {
+            if a.is_sign_negative() { b } else { a }
+        } else if a > b {
+            a
+        } else {
+            b
+        }
+    };
+    let min = |a: f32, b: f32| {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else if a == b {
+            if a.is_sign_negative() { a } else { b }
+        } else if a < b {
+            a
+        } else {
+            b
+        }
+    };
+    min(max(v, lo), hi)
+}
+
+/// `y = clamp(act(conv(x, filter) + bias + residual))` for f32 (see [`ConvEpilogue`]). `pool`:
 /// the thread pool to split blocks over (`None`: the calling thread).
 pub fn conv2d_f32(
     geom: &ConvGeom,
     x: &[f32],
     filter: &ConvFilter,
-    bias: Option<&[f32]>,
-    activation: Activation,
+    epi: &ConvEpilogue<'_>,
     y: &mut [f32],
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<()> {
@@ -301,7 +371,7 @@ pub fn conv2d_f32(
     if filter.geom_key != geom.filter_key() {
         return Err(Error::invalid(OP, "the filter was prepared for another convolution geometry"));
     }
-    if let Some(b) = bias
+    if let Some(b) = epi.bias
         && b.len() != geom.out_channels
     {
         return Err(Error::invalid(
@@ -309,14 +379,20 @@ pub fn conv2d_f32(
             format!("bias has {} values for {} output channels", b.len(), geom.out_channels),
         ));
     }
+    if let Some(r) = epi.residual {
+        let yd = [geom.batch, geom.out_channels, geom.out_hw[0], geom.out_hw[1]];
+        if extent(yd, geom.y_strides).is_none_or(|e| e > r.len()) {
+            return Err(Error::invalid(OP, format!("residual has {} values for an output {yd:?}", r.len())));
+        }
+    }
     let pixels = geom.out_hw[0] * geom.out_hw[1];
     if geom.batch == 0 || geom.out_channels == 0 || pixels == 0 {
         return Ok(());
     }
     let out = OutPtr(y.as_mut_ptr());
     let run = || match &filter.kind {
-        FilterKind::Depthwise(w) => depthwise(geom, x, w, bias, activation, out),
-        FilterKind::Gemm(packed) => implicit_gemm(geom, x, packed, bias, activation, out),
+        FilterKind::Depthwise(w) => depthwise(geom, x, w, epi, out),
+        FilterKind::Gemm(packed) => implicit_gemm(geom, x, packed, epi, out),
     };
     match pool {
         Some(p) => p.install(run),
@@ -325,14 +401,7 @@ pub fn conv2d_f32(
 }
 
 /// The general path: im2col blocks × packed filter per (image, group, block).
-fn implicit_gemm(
-    geom: &ConvGeom,
-    x: &[f32],
-    packed: &[PackedB],
-    bias: Option<&[f32]>,
-    activation: Activation,
-    out: OutPtr,
-) -> Result<()> {
+fn implicit_gemm(geom: &ConvGeom, x: &[f32], packed: &[PackedB], epi: &ConvEpilogue<'_>, out: OutPtr) -> Result<()> {
     let (k, cout_g) = (geom.depth(), geom.cout_g());
     let pixels = geom.out_hw[0] * geom.out_hw[1];
     let threads = rayon::current_num_threads().max(1);
@@ -365,12 +434,12 @@ fn implicit_gemm(
             // The tile's layout follows the output's: channel-contiguous or pixel-contiguous.
             let out_channels_inner = geom.y_strides[1] <= geom.y_strides[3];
             let c = if out_channels_inner { MatMut::row_major(tile, cout_g) } else { MatMut::new(tile, 1, mb) };
-            let mut e = Epilogue { activation, ..Epilogue::default() };
-            if let Some(b) = bias {
+            let mut e = Epilogue { activation: epi.early_activation(), ..Epilogue::default() };
+            if let Some(b) = epi.bias {
                 e.bias = Bias::PerColumn(&b[g * cout_g..][..cout_g]);
             }
             gemm_f32(GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), c).epilogue(e))?;
-            scatter(geom, tile, out_channels_inner, img, g, p0, mb, out);
+            scatter(geom, tile, out_channels_inner, img, g, p0, mb, epi, out);
             Ok(())
         },
     )
@@ -386,6 +455,7 @@ fn scatter(
     g: usize,
     p0: usize,
     mb: usize,
+    epi: &ConvEpilogue<'_>,
     out: OutPtr,
 ) {
     let [sn, sc, sh, sw] = geom.y_strides;
@@ -396,6 +466,7 @@ fn scatter(
         let at = base + (p / ow) * sh + (p % ow) * sw;
         for o in 0..cout_g {
             let v = if channels_inner { tile[r * cout_g + o] } else { tile[o * mb + r] };
+            let v = if epi.has_tail() { epi.finish(v, at + o * sc) } else { v };
             // SAFETY: `validate` checked that every (image, channel, row, column) index of the
             // output lies inside `y`; this task alone owns image `img`, group `g`'s channels and
             // pixels p0..p0+mb, so no other task writes this element.
@@ -475,14 +546,7 @@ fn copy_strided(dst: &mut [f32], src: &[f32], step: usize) {
 }
 
 /// Depthwise convolution: one task per (image, output row), channels-last or not.
-fn depthwise(
-    geom: &ConvGeom,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    activation: Activation,
-    out: OutPtr,
-) -> Result<()> {
+fn depthwise(geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogue<'_>, out: OutPtr) -> Result<()> {
     let [oh, ow] = geom.out_hw;
     let c = geom.out_channels;
     (0..geom.batch * oh).into_par_iter().for_each_init(Vec::<f32>::new, |acc, t| {
@@ -498,20 +562,23 @@ fn depthwise(
             depthwise_planes(geom, x, w, img, oy, acc);
         }
         let at = |ox: usize, ch: usize| if channels_inner { ox * c + ch } else { ch * ow + ox };
-        if let Some(b) = bias {
+        if let Some(b) = epi.bias {
             for ox in 0..ow {
                 for (ch, &v) in b.iter().enumerate() {
                     acc[at(ox, ch)] += v;
                 }
             }
         }
-        act_f32_slice(activation, acc);
+        act_f32_slice(epi.early_activation(), acc);
         let [sn, sc, sh, sw] = geom.y_strides;
         for ox in 0..ow {
             for ch in 0..c {
+                let i = img * sn + ch * sc + oy * sh + ox * sw;
+                let v = acc[at(ox, ch)];
+                let v = if epi.has_tail() { epi.finish(v, i) } else { v };
                 // SAFETY: `validate` checked that (img, ch, oy, ox) lies inside `y`; this task
                 // alone owns output row `oy` of image `img`.
-                unsafe { out.write(img * sn + ch * sc + oy * sh + ox * sw, acc[at(ox, ch)]) };
+                unsafe { out.write(i, v) };
             }
         }
     });
@@ -689,12 +756,27 @@ mod tests {
         let w: Vec<f32> = (0..cout * cin_g * k[0] * k[1]).map(|_| rng.next()).collect();
         let bias: Vec<f32> = (0..cout).map(|_| rng.next()).collect();
         let filter = ConvFilter::new(&geom, &w, ws).unwrap();
-        let mut y = vec![f32::NAN; batch * cout * out_hw[0] * out_hw[1]];
-        conv2d_f32(&geom, &x, &filter, Some(&bias), Activation::None, &mut y, pool).unwrap();
+        let len = batch * cout * out_hw[0] * out_hw[1];
+        let mut y = vec![f32::NAN; len];
+        // Every other case adds a residual, applies ReLU and clamps to [-0.5, 0.7].
+        let res: Vec<f32> = (0..len).map(|_| rng.next()).collect();
+        let full = rng.below(2) == 1;
+        let epi = if full {
+            ConvEpilogue {
+                bias: Some(&bias),
+                residual: Some(&res),
+                activation: Activation::Relu,
+                clamp: Some((-0.5, 0.7)),
+            }
+        } else {
+            ConvEpilogue { bias: Some(&bias), ..ConvEpilogue::default() }
+        };
+        conv2d_f32(&geom, &x, &filter, &epi, &mut y, pool).unwrap();
         let want = naive(&geom, &x, &w, ws, Some(&bias));
         assert_eq!(want.len(), y.len(), "{geom:?}");
         let scale = (cin_g * k[0] * k[1]) as f64;
         for (i, v) in want {
+            let v = if full { (v + res[i] as f64).max(0.0).clamp(-0.5, 0.7) } else { v };
             assert!((y[i] as f64 - v).abs() <= 1e-5 * scale.max(1.0), "{geom:?} at {i}: {} vs {v}", y[i]);
         }
     }
@@ -765,8 +847,22 @@ mod tests {
         assert!(ConvFilter::new(&geom, &w[1..], [36, 9, 3, 1]).is_err());
         let f = ConvFilter::new(&geom, &w, [36, 9, 3, 1]).unwrap();
         let (x, mut y) = (vec![0.0; 36], vec![0.0; 36]);
-        assert!(conv2d_f32(&geom, &x, &f, Some(&[0.0; 3]), Activation::None, &mut y, None).is_err());
+        let bad_bias = ConvEpilogue { bias: Some(&[0.0; 3]), ..ConvEpilogue::default() };
+        assert!(conv2d_f32(&geom, &x, &f, &bad_bias, &mut y, None).is_err());
+        let short = ConvEpilogue { residual: Some(&x[..35]), ..ConvEpilogue::default() };
+        assert!(conv2d_f32(&geom, &x, &f, &short, &mut y, None).is_err());
         let other = ConvGeom { kernel_hw: [1, 1], pad: [0, 0], ..geom.clone() };
-        assert!(conv2d_f32(&other, &x, &f, None, Activation::None, &mut y, None).is_err());
+        assert!(conv2d_f32(&other, &x, &f, &ConvEpilogue::default(), &mut y, None).is_err());
+    }
+
+    #[test]
+    fn clamp_follows_the_catalogue_max_and_min() {
+        assert_eq!(clamp_nan(7.0, 0.0, 6.0), 6.0);
+        assert_eq!(clamp_nan(-1.0, 0.0, 6.0), 0.0);
+        assert!(clamp_nan(f32::NAN, 0.0, 6.0).is_nan());
+        assert!(clamp_nan(1.0, f32::NAN, 6.0).is_nan());
+        // Max(−0, +0) = +0, Min(−0, +0) = −0.
+        assert!(clamp_nan(-0.0, 0.0, 6.0).is_sign_positive());
+        assert!(clamp_nan(0.0, -1.0, -0.0).is_sign_negative());
     }
 }
