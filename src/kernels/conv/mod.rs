@@ -183,12 +183,15 @@ type FilterKey = (usize, usize, [usize; 2], usize, bool);
 pub struct ConvFilter {
     geom_key: FilterKey,
     kind: FilterKind,
+    /// Whether the geometry it was made for takes the 1×1 path ([`Pointwise`]; for dumps).
+    pointwise: bool,
 }
 
 #[derive(Debug)]
 enum FilterKind {
-    /// One packed K × cout_g matrix per group.
-    Gemm(Vec<PackedB>),
+    /// One packed K × cout_g matrix per group; for a 1×1 kernel over channels-first input, also
+    /// the plain `[group][cout_g][cin_g]` weights ([`pointwise`] multiplies them from the left).
+    Gemm(Vec<PackedB>, Vec<f32>),
     /// `[taps][channels]`.
     Depthwise(Vec<f32>),
 }
@@ -216,7 +219,7 @@ impl ConvFilter {
                     }
                 }
             }
-            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d) });
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d), pointwise: false });
         }
         let k = geom.depth();
         let mut packed = Vec::with_capacity(geom.groups);
@@ -230,21 +233,33 @@ impl ConvFilter {
             }
             packed.push(PackedB::new(k, cout_g, MatRef::row_major(&mat, cout_g))?);
         }
-        Ok(ConvFilter { geom_key: key, kind: FilterKind::Gemm(packed) })
+        let mut plain = Vec::new();
+        if kh * kw == 1 && !geom.channels_last() {
+            plain.reserve(geom.out_channels * cin_g);
+            for o in 0..geom.out_channels {
+                plain.extend((0..cin_g).map(|i| at(o, i, 0, 0)));
+            }
+        }
+        Ok(ConvFilter {
+            geom_key: key,
+            kind: FilterKind::Gemm(packed, plain),
+            pointwise: Pointwise::of(geom).is_some(),
+        })
     }
 
     /// Bytes held by the rearranged filter.
     pub fn size_bytes(&self) -> usize {
         match &self.kind {
-            FilterKind::Gemm(p) => p.iter().map(PackedB::size_bytes).sum(),
+            FilterKind::Gemm(p, plain) => p.iter().map(PackedB::size_bytes).sum::<usize>() + plain.len() * 4,
             FilterKind::Depthwise(d) => d.len() * 4,
         }
     }
 
     /// A short description for plan dumps.
     pub fn describe(&self) -> &'static str {
-        match self.kind {
-            FilterKind::Gemm(_) => "implicit gemm",
+        match &self.kind {
+            FilterKind::Gemm(..) if self.pointwise => "pointwise gemm",
+            FilterKind::Gemm(..) => "implicit gemm",
             FilterKind::Depthwise(_) => "depthwise direct",
         }
     }
@@ -283,6 +298,16 @@ impl OutPtr {
     unsafe fn write(&self, i: usize, v: f32) {
         // SAFETY: the caller guarantees that `i` is in bounds and exclusively owned.
         unsafe { *self.0.add(i) = v }
+    }
+
+    /// Loads element `i`.
+    ///
+    /// # Safety
+    /// As for [`OutPtr::write`].
+    #[inline]
+    unsafe fn read(&self, i: usize) -> f32 {
+        // SAFETY: the caller guarantees that `i` is in bounds and exclusively owned.
+        unsafe { *self.0.add(i) }
     }
 }
 
@@ -389,15 +414,119 @@ pub fn conv2d_f32(
     if geom.batch == 0 || geom.out_channels == 0 || pixels == 0 {
         return Ok(());
     }
-    let out = OutPtr(y.as_mut_ptr());
-    let run = || match &filter.kind {
-        FilterKind::Depthwise(w) => depthwise(geom, x, w, epi, out),
-        FilterKind::Gemm(packed) => implicit_gemm(geom, x, packed, epi, out),
+    let threads = if pool.is_some() { 0 } else { 1 };
+    let mut run = move || match &filter.kind {
+        FilterKind::Depthwise(w) => depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr())),
+        FilterKind::Gemm(packed, plain) => match Pointwise::of(geom) {
+            Some(pw) => pointwise(geom, &pw, x, packed, plain, epi, y, threads),
+            None => implicit_gemm(geom, x, packed, epi, OutPtr(y.as_mut_ptr())),
+        },
     };
     match pool {
         Some(p) => p.install(run),
         None => run(),
     }
+}
+
+/// A 1×1 convolution with stride 1 and no padding whose pixels are evenly spaced in the input
+/// and the output (dense rows): each (image, group) is one GEMM straight on the tensors, no
+/// im2col copy and no scatter.
+struct Pointwise {
+    /// Element distance between consecutive pixels of the input and of the output.
+    x_pixel: usize,
+    y_pixel: usize,
+    /// Images per GEMM: all of them when images are evenly spaced too (channels-last), else 1.
+    images: usize,
+}
+
+impl Pointwise {
+    fn of(geom: &ConvGeom) -> Option<Pointwise> {
+        let [h, w] = geom.in_hw;
+        if geom.kernel_hw != [1, 1] || geom.stride != [1, 1] || geom.pad != [0, 0] || geom.out_hw != geom.in_hw {
+            return None;
+        }
+        let pixel = |s: [usize; 4]| (h == 1 || s[2] == w * s[3]).then_some(s[3]);
+        let (x_pixel, y_pixel) = (pixel(geom.x_strides)?, pixel(geom.y_strides)?);
+        // Channels-last on both sides with images one after the other: M runs over the batch.
+        let whole = |s: [usize; 4], px: usize| geom.batch == 1 || s[0] == h * w * px;
+        let images = if geom.channels_last()
+            && geom.y_strides[1] == 1
+            && whole(geom.x_strides, x_pixel)
+            && whole(geom.y_strides, y_pixel)
+        {
+            geom.batch
+        } else {
+            1
+        };
+        Some(Pointwise { x_pixel, y_pixel, images })
+    }
+}
+
+/// The 1×1 path ([`Pointwise`]). Channels-last input: `Y[pixels, cout_g] = X[pixels, cin_g] ·
+/// W_g` against the packed filter; channels-first: `Y[cout_g, pixels] = W_g · X[cin_g,
+/// pixels]` with the plain weights on the left, so each output channel's plane is written
+/// along its pixels. Threads split each GEMM; the residual and clamp (if any) follow in one
+/// pass over the output.
+#[allow(clippy::too_many_arguments)]
+fn pointwise(
+    geom: &ConvGeom,
+    pw: &Pointwise,
+    x: &[f32],
+    packed: &[PackedB],
+    plain: &[f32],
+    epi: &ConvEpilogue<'_>,
+    y: &mut [f32],
+    threads: usize,
+) -> Result<()> {
+    let (cin_g, cout_g) = (geom.cin_g(), geom.cout_g());
+    let [xn, xc, _, _] = geom.x_strides;
+    let [yn, yc, _, _] = geom.y_strides;
+    let pixels = geom.in_hw[0] * geom.in_hw[1] * pw.images;
+    let channels_last = geom.channels_last();
+    for img in (0..geom.batch).step_by(pw.images) {
+        for g in 0..geom.groups {
+            let xs = &x[img * xn + g * cin_g * xc..];
+            let ys = &mut y[img * yn + g * cout_g * yc..];
+            let bias = epi.bias.map(|b| &b[g * cout_g..][..cout_g]);
+            let mut e = Epilogue { activation: epi.early_activation(), ..Epilogue::default() };
+            let args = if channels_last || plain.is_empty() {
+                // X rows are pixels (channels at stride xc, 1 when channels-last).
+                e.bias = bias.map_or(Bias::None, Bias::PerColumn);
+                let a = MatRef::new(xs, pw.x_pixel, xc);
+                let c = MatMut::new(ys, pw.y_pixel, yc);
+                GemmArgs::new(pixels, cout_g, cin_g, a, Rhs::Packed(&packed[g]), c)
+            } else {
+                e.bias = bias.map_or(Bias::None, Bias::PerRow);
+                let a = MatRef::row_major(&plain[g * cout_g * cin_g..][..cout_g * cin_g], cin_g);
+                let b = MatRef::new(xs, xc, pw.x_pixel);
+                let c = MatMut::new(ys, yc, pw.y_pixel);
+                GemmArgs::new(cout_g, pixels, cin_g, a, b, c)
+            };
+            gemm_f32(args.epilogue(e).threads(threads))?;
+        }
+    }
+    if epi.has_tail() {
+        tail(geom, epi, OutPtr(y.as_mut_ptr()));
+    }
+    Ok(())
+}
+
+/// Applies the epilogue's residual and clamp ([`ConvEpilogue::finish`]) to the whole output,
+/// one task per output row of each image.
+fn tail(geom: &ConvGeom, epi: &ConvEpilogue<'_>, out: OutPtr) {
+    let [oh, ow] = geom.out_hw;
+    let [sn, sc, sh, sw] = geom.y_strides;
+    (0..geom.batch * oh).into_par_iter().for_each(|t| {
+        let (img, oy) = (t / oh, t % oh);
+        for ch in 0..geom.out_channels {
+            for ox in 0..ow {
+                let i = img * sn + ch * sc + oy * sh + ox * sw;
+                // SAFETY: `validate` checked that (img, ch, oy, ox) lies inside the output; this
+                // task alone owns output row `oy` of image `img`.
+                unsafe { out.write(i, epi.finish(out.read(i), i)) };
+            }
+        }
+    });
 }
 
 /// The general path: im2col blocks × packed filter per (image, group, block).
@@ -414,6 +543,15 @@ fn implicit_gemm(geom: &ConvGeom, x: &[f32], packed: &[PackedB], epi: &ConvEpilo
     }
     let blocks = pixels.div_ceil(rows);
     let tasks = geom.batch * geom.groups * blocks;
+    // A dense channels-last output of one group: each block's GEMM writes its pixel rows in
+    // place (pixel stride px), with no tile and no scatter.
+    let [yn, yc, yh, yw] = geom.y_strides;
+    let direct_rows = (geom.groups == 1
+        && yc == 1
+        && yw >= cout_g
+        && (geom.out_hw[0] == 1 || yh == geom.out_hw[1] * yw)
+        && (geom.batch == 1 || yn >= pixels * yw))
+        .then_some(yw);
     (0..tasks).into_par_iter().try_for_each_init(
         || (Vec::<f32>::new(), Vec::<f32>::new()),
         |(cols, tile), t| {
@@ -422,7 +560,9 @@ fn implicit_gemm(geom: &ConvGeom, x: &[f32], packed: &[PackedB], epi: &ConvEpilo
             let p0 = blk * rows;
             let mb = rows.min(pixels - p0);
             cols.resize(mb * k, 0.0);
-            tile.resize(mb * cout_g, 0.0);
+            if direct_rows.is_none() {
+                tile.resize(mb * cout_g, 0.0);
+            }
             // Row-major patches for channels-last inputs, column-major (pixels contiguous) otherwise.
             let a = if geom.channels_last() {
                 im2col_rows(geom, x, img, g, p0, mb, cols);
@@ -431,13 +571,32 @@ fn implicit_gemm(geom: &ConvGeom, x: &[f32], packed: &[PackedB], epi: &ConvEpilo
                 im2col_cols(geom, x, img, g, p0, mb, cols);
                 MatRef::new(cols, 1, mb)
             };
-            // The tile's layout follows the output's: channel-contiguous or pixel-contiguous.
-            let out_channels_inner = geom.y_strides[1] <= geom.y_strides[3];
-            let c = if out_channels_inner { MatMut::row_major(tile, cout_g) } else { MatMut::new(tile, 1, mb) };
             let mut e = Epilogue { activation: epi.early_activation(), ..Epilogue::default() };
             if let Some(b) = epi.bias {
                 e.bias = Bias::PerColumn(&b[g * cout_g..][..cout_g]);
             }
+            if let Some(px) = direct_rows {
+                let at = img * geom.y_strides[0] + p0 * px;
+                let len = (mb - 1) * px + cout_g;
+                // SAFETY: `validate` checked that the output's extent lies inside `y`, and
+                // `direct_rows` that the output is dense channels-last with one group, so this
+                // span (pixels p0..p0+mb of image img, all channels) is this task's alone: the
+                // next block of the image starts mb pixels of px ≥ cout_g elements further, and
+                // the next image after all pixels.
+                let c = unsafe { std::slice::from_raw_parts_mut(out.0.add(at), len) };
+                gemm_f32(GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), MatMut::new(c, px, 1)).epilogue(e))?;
+                if epi.has_tail() {
+                    for r in 0..mb {
+                        for (o, v) in c[r * px..][..cout_g].iter_mut().enumerate() {
+                            *v = epi.finish(*v, at + r * px + o);
+                        }
+                    }
+                }
+                return Ok(());
+            }
+            // The tile's layout follows the output's: channel-contiguous or pixel-contiguous.
+            let out_channels_inner = geom.y_strides[1] <= geom.y_strides[3];
+            let c = if out_channels_inner { MatMut::row_major(tile, cout_g) } else { MatMut::new(tile, 1, mb) };
             gemm_f32(GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), c).epilogue(e))?;
             scatter(geom, tile, out_channels_inner, img, g, p0, mb, epi, out);
             Ok(())
@@ -461,6 +620,28 @@ fn scatter(
     let [sn, sc, sh, sw] = geom.y_strides;
     let (ow, cout_g) = (geom.out_hw[1], geom.cout_g());
     let base = img * sn + g * cout_g * sc;
+    if !channels_inner {
+        // Channel by channel, along runs of pixels in one output row: contiguous on both sides
+        // for channels-first outputs.
+        for (o, src) in tile.chunks_exact(mb).enumerate().take(cout_g) {
+            let mut r = 0;
+            while r < mb {
+                let p = p0 + r;
+                let (oy, ox0) = (p / ow, p % ow);
+                let run = (ow - ox0).min(mb - r);
+                let at = base + o * sc + oy * sh + ox0 * sw;
+                for (j, &v) in src[r..r + run].iter().enumerate() {
+                    let i = at + j * sw;
+                    let v = if epi.has_tail() { epi.finish(v, i) } else { v };
+                    // SAFETY: `validate` checked that (img, channel, oy, ox0 + j) lies inside `y`;
+                    // this task alone owns image `img`, group `g`'s channels and pixels p0..p0+mb.
+                    unsafe { out.write(i, v) };
+                }
+                r += run;
+            }
+        }
+        return;
+    }
     for r in 0..mb {
         let p = p0 + r;
         let at = base + (p / ow) * sh + (p % ow) * sw;
@@ -756,6 +937,9 @@ mod tests {
         let w: Vec<f32> = (0..cout * cin_g * k[0] * k[1]).map(|_| rng.next()).collect();
         let bias: Vec<f32> = (0..cout).map(|_| rng.next()).collect();
         let filter = ConvFilter::new(&geom, &w, ws).unwrap();
+        if k == [1, 1] && stride == [1, 1] && pad == [0, 0] && !geom.is_depthwise() {
+            assert_eq!(filter.describe(), "pointwise gemm", "{geom:?}");
+        }
         let len = batch * cout * out_hw[0] * out_hw[1];
         let mut y = vec![f32::NAN; len];
         // Every other case adds a residual, applies ReLU and clamps to [-0.5, 0.7].
@@ -795,6 +979,12 @@ mod tests {
             check(&mut rng, 1, 4, 1, 1, [9, 9], [3, 3], [2, 2], [1, 1], [1, 1], nhwc, None);
             check(&mut rng, 1, 2, 1, 3, [5, 5], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
             check(&mut rng, 3, 1, 4, 5, [1, 9], [1, 3], [1, 2], [0, 1], [1, 1], nhwc, None);
+            // 1×1 stride 1 (the pointwise path): batches, groups, one-row images, threads.
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+            check(&mut rng, 3, 1, 7, 5, [4, 6], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, None);
+            check(&mut rng, 2, 3, 4, 2, [3, 5], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
+            check(&mut rng, 2, 1, 17, 33, [1, 9], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
+            check(&mut rng, 4, 1, 1, 6, [5, 3], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, None);
             // Kernel larger than the input with padding; 1x1 image; zero batch; empty output.
             check(&mut rng, 1, 1, 3, 2, [2, 2], [5, 5], [1, 1], [2, 2], [1, 1], nhwc, None);
             check(&mut rng, 2, 1, 3, 2, [1, 1], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);

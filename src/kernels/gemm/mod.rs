@@ -97,8 +97,6 @@ pub struct MatMut<'a, T> {
 
 impl<'a, T> MatMut<'a, T> {
     /// A strided view.
-    // Only the crate's own tests and benches use it (feature `internals`).
-    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn new(data: &'a mut [T], rs: usize, cs: usize) -> Self {
         MatMut { data, rs, cs }
     }
