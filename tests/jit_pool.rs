@@ -181,6 +181,13 @@ fn resnet_pools_and_edge_cases_match_interp() {
         // A window on a middle axis and the last one ([outer, H, mid, W]), and a 1-D pool.
         case(&[2, 5, 3, 9], &[1, 2, 1, 3], &[1, 1, 1, 2], &[(0, 0), (1, 0), (0, 0), (0, 1)]),
         case(&[3, 50], &[1, 4], &[1, 3], &[(0, 0), (2, 1)]),
+        // A huge window and padding over a tiny row (two windows): no per-cell or per-padding work.
+        case(
+            &[1, 2, 2, 3],
+            &[1, 1, 1, 1_000_000],
+            &[1, 1, 1, 1_000_000],
+            &[(0, 0), (0, 0), (0, 0), (1_000_000, 1_000_000)],
+        ),
     ];
     for (i, c) in cases.iter().enumerate() {
         for kind in ["max", "min", "sum", "select_max", "select_min"] {
