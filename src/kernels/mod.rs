@@ -1,5 +1,5 @@
 //! Kernels: the reference implementation of every op (plain safe Rust), the GEMM microkernels,
-//! the convolution kernels (implicit GEMM, depthwise),
+//! the convolution kernels (implicit GEMM, depthwise), the pooling kernels (ReduceWindow, SelectAndScatter),
 //! the hand-written fused kernels (Softmax, LayerNorm, GELU, attention) and the data-movement
 //! kernel (strided copies: transposes, broadcasts, slices).
 
@@ -13,6 +13,8 @@ pub mod fused;
 pub mod gemm;
 #[cfg(any(feature = "jit", feature = "internals"))]
 pub mod movement;
+#[cfg(any(feature = "jit", feature = "internals"))]
+pub mod pool;
 pub mod reference;
 pub mod tensor;
 

@@ -42,6 +42,7 @@ mod merge;
 mod movement;
 mod options;
 mod plan;
+mod pool;
 mod shared;
 
 use std::path::PathBuf;

@@ -823,5 +823,8 @@ fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn
     if let Some(k) = super::conv::prepare(m, n, packed) {
         return Ok(Some(k));
     }
+    if let Some(k) = super::pool::prepare(m, n) {
+        return Ok(Some(k));
+    }
     super::movement::prepare(m, n)
 }

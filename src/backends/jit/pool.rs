@@ -1,0 +1,219 @@
+//! Fast kernel for pooling nodes of the "jit" plan (see [`super::fast`]): f32 ReduceWindow
+//! (Max, Min, Sum) and SelectAndScatter (Max, Min) whose window spans at most two axes run on
+//! [`crate::kernels::pool`] (max/average pooling and its gradient, NCHW, NHWC and 1-D).
+//!
+//! The node's operand is viewed as `[outer, H, mid, W, inner]` around its windowed axes, so
+//! every layout runs without a copy. Input dilation, three or more windowed axes, Product, other
+//! dtypes and dynamic shapes keep the reference kernel, as do attributes the reference rejects
+//! (it reports those nodes' errors).
+
+use crate::error::{Error, Result};
+use crate::ir::dtype::DType;
+use crate::ir::module::{Module, NodeId};
+use crate::ir::op::{ArithReduce, Op};
+use crate::ir::shape::Shape;
+use crate::kernels::fused::FusedIsa;
+use crate::kernels::pool::{PoolGeom, PoolKind, reduce_window_f32, select_and_scatter_f32};
+use crate::kernels::tensor::Tensor;
+
+use super::fast::FastKernel;
+
+/// The fast kernel for node `n`, if it is a pooling node this module can run.
+pub(crate) fn prepare(m: &Module, n: NodeId) -> Option<Box<dyn FastKernel>> {
+    let node = m.node(n);
+    let (kind, scatter, window, strides, in_dil, win_dil, padding) = match &node.op {
+        Op::ReduceWindow { kind, window, strides, input_dilations, window_dilations, padding } => {
+            (kind, false, window, strides, &input_dilations[..], &window_dilations[..], padding)
+        }
+        Op::SelectAndScatter { kind, window, strides, padding } => {
+            (kind, true, window, strides, &[][..], &[][..], padding)
+        }
+        _ => return None,
+    };
+    let kind = match kind {
+        ArithReduce::Max => PoolKind::Max,
+        ArithReduce::Min => PoolKind::Min,
+        ArithReduce::Sum if !scatter => PoolKind::Sum,
+        _ => return None,
+    };
+    if node.inputs.len() != 1 + scatter as usize || node.outputs.len() != 1 {
+        return None;
+    }
+    let x = m.shape(node.inputs[0]);
+    let y = m.shape(node.outputs[0]);
+    let mut shapes = vec![x, y];
+    if scatter {
+        shapes.push(m.shape(node.inputs[1]));
+    }
+    if shapes.iter().any(|s| s.dtype != DType::Float32 || s.is_dynamic()) {
+        return None;
+    }
+    let (geom, counts) = geometry(x, window, strides, in_dil, win_dil, padding)?;
+    // The result (ReduceWindow) or source (SelectAndScatter) has the window counts; a
+    // SelectAndScatter result is shaped like its operand.
+    let windows = if scatter { shapes[2] } else { y };
+    if geom.validate("pool").is_err() || windows.udims() != counts || (scatter && y.udims() != x.udims()) {
+        return None;
+    }
+    let desc = describe(kind, scatter, x, &geom);
+    Some(Box::new(PoolKernel { geom, kind, scatter, isa: FusedIsa::selected(), desc }))
+}
+
+/// The `[outer, H, mid, W, inner]` view of an operand of shape `x` under the window attributes,
+/// and the window counts per axis (None: more than two windowed axes, input dilation, or
+/// attributes the reference rejects).
+fn geometry(
+    x: &Shape,
+    window: &[i64],
+    strides: &[i64],
+    in_dil: &[i64],
+    win_dil: &[i64],
+    padding: &[(i64, i64)],
+) -> Option<(PoolGeom, Vec<usize>)> {
+    let dims = x.udims();
+    let rank = dims.len();
+    // Per-axis attribute with its default (empty list); a list of another length is rejected.
+    let attr = |v: &[i64], a: usize, default: i64| -> Option<i64> {
+        match v.len() {
+            0 => Some(default),
+            n if n == rank => Some(v[a]),
+            _ => None,
+        }
+    };
+    if !(padding.is_empty() || padding.len() == rank) {
+        return None;
+    }
+    let mut axes = Vec::new();
+    let mut counts = dims.clone();
+    for a in 0..rank {
+        let w = usize::try_from(attr(window, a, 1)?).ok()?;
+        let s = usize::try_from(attr(strides, a, w as i64)?).ok()?;
+        let d = usize::try_from(attr(win_dil, a, 1)?).ok()?;
+        let (lo, hi) = padding.get(a).copied().unwrap_or((0, 0));
+        let (lo, hi) = (usize::try_from(lo).ok()?, usize::try_from(hi).ok()?);
+        if attr(in_dil, a, 1)? != 1 || s == 0 || d == 0 {
+            return None;
+        }
+        if (w, s, lo, hi) != (1, 1, 0, 0) {
+            // Window count: floor((lo + hi + n − dilated window) / s) + 1, or 0.
+            let ext = if w == 0 { 0 } else { (w - 1).checked_mul(d)?.checked_add(1)? };
+            let padded = lo.checked_add(hi)?.checked_add(dims[a])?;
+            let count = if padded < ext { 0 } else { (padded - ext) / s + 1 };
+            axes.push((a, w, s, d, lo, count));
+            counts[a] = count;
+        }
+    }
+    let product = |r: std::ops::Range<usize>| dims[r].iter().product::<usize>();
+    // (axis, window, stride, dilation, low padding, count); a missing H or W is a unit axis.
+    let (h, w) = match axes[..] {
+        [] => ((rank, 1, 1, 1, 0, 1), (rank, 1, 1, 1, 0, 1)),
+        [w] => ((w.0, 1, 1, 1, 0, 1), w),
+        [h, w] => (h, w),
+        _ => return None,
+    };
+    let extent = |a: usize| dims.get(a).copied().unwrap_or(1);
+    let (outer, mid, inner, in_hw) = match axes[..] {
+        [] => (product(0..rank), 1, 1, [1, 1]),
+        [_] => (product(0..w.0), 1, product(w.0 + 1..rank), [1, extent(w.0)]),
+        _ => (product(0..h.0), product(h.0 + 1..w.0), product(w.0 + 1..rank), [extent(h.0), extent(w.0)]),
+    };
+    let geom = PoolGeom {
+        outer,
+        mid,
+        inner,
+        in_hw,
+        out_hw: [h.5, w.5],
+        window: [h.1, w.1],
+        stride: [h.2, w.2],
+        dilation: [h.3, w.3],
+        pad: [h.4, w.4],
+    };
+    Some((geom, counts))
+}
+
+/// E.g. `maxpool f32 8x64x112x112 3x3 /2 pad 1 nchw`: the reduction, operand dims, window,
+/// strides, low padding and the vectorised axis (`nchw`: output columns, `nhwc`: inner axes).
+fn describe(kind: PoolKind, scatter: bool, x: &Shape, g: &PoolGeom) -> String {
+    let dims: Vec<String> = x.udims().iter().map(|d| d.to_string()).collect();
+    let pair = |v: [usize; 2]| if v[0] == v[1] { v[0].to_string() } else { format!("{}x{}", v[0], v[1]) };
+    format!(
+        "{}pool{} f32 {} {}x{} /{} pad {}{} {}",
+        kind.name(),
+        if scatter { " select-and-scatter" } else { "" },
+        dims.join("x"),
+        g.window[0],
+        g.window[1],
+        pair(g.stride),
+        pair(g.pad),
+        if g.dilation == [1, 1] { String::new() } else { format!(" dilation {}", pair(g.dilation)) },
+        if g.inner == 1 { "nchw" } else { "nhwc" },
+    )
+}
+
+struct PoolKernel {
+    geom: PoolGeom,
+    kind: PoolKind,
+    scatter: bool,
+    isa: FusedIsa,
+    desc: String,
+}
+
+impl PoolKernel {
+    fn op(&self) -> &'static str {
+        if self.scatter { "SelectAndScatter" } else { "ReduceWindow" }
+    }
+
+    /// The f32 values of operand `i`, checked against the geometry.
+    fn operand<'a>(&self, inputs: &'a [Tensor], i: usize, len: Option<usize>) -> Result<&'a [f32]> {
+        let t = inputs.get(i).ok_or_else(|| Error::invalid(self.op(), format!("missing operand {i}")))?;
+        let n = t.shape.num_elements();
+        if t.shape.dtype != DType::Float32 || t.data.len() != n * 4 || Some(n) != len {
+            return Err(Error::invalid(self.op(), format!("operand {i} {} with {} bytes", t.shape, t.data.len())));
+        }
+        Ok(t.typed::<f32>())
+    }
+
+    fn compute(&self, inputs: &[Tensor], out: &mut Tensor, pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        let g = &self.geom;
+        let x = self.operand(inputs, 0, g.in_len())?;
+        let want = if self.scatter { g.in_len() } else { g.out_len() };
+        let n = out.shape.num_elements();
+        if out.shape.dtype != DType::Float32 || out.data.len() != n * 4 || Some(n) != want {
+            return Err(Error::invalid(self.op(), format!("result {} with {} bytes", out.shape, out.data.len())));
+        }
+        let y = out.typed_mut::<f32>();
+        if self.scatter {
+            let src = self.operand(inputs, 1, g.out_len())?;
+            select_and_scatter_f32(g, self.kind, x, src, y, pool)
+        } else {
+            reduce_window_f32(self.isa, g, self.kind, x, y, pool)
+        }
+    }
+}
+
+impl FastKernel for PoolKernel {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+
+    fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        let [shape] = out_shapes else {
+            return Err(Error::invalid(self.op(), format!("expected 1 result, got {}", out_shapes.len())));
+        };
+        let mut out = Tensor::try_zeros(shape.clone())?;
+        self.compute(inputs, &mut out, pool)?;
+        Ok(vec![out])
+    }
+
+    fn writes_into(&self) -> bool {
+        true
+    }
+
+    fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        let [out] = outs else {
+            return Err(Error::invalid(self.op(), format!("expected 1 result, got {}", outs.len())));
+        };
+        // Both kernels write every result value: the buffer's previous contents do not matter.
+        self.compute(inputs, out, pool)
+    }
+}
