@@ -88,7 +88,9 @@ fn analyse(m: &Module, n: NodeId) -> Option<Form> {
     let (cg, bg) = (usize::try_from((*channel_groups).max(1)).ok()?, usize::try_from((*batch_groups).max(1)).ok()?);
     let (out_pixels, taps) = (y.size[2] * y.size[3], k.size[2] * k.size[3]);
     let dense = in_dil == [1, 1];
-    if dense && cg == 1 && (bg > 1 || out_pixels * 4 <= taps) {
+    // A constant "kernel" is a forward filter, not dy: `super::conv` packs it (and frees its bytes).
+    let runtime_kernel = m.constant_data(node.inputs[1]).is_none();
+    if dense && cg == 1 && (bg > 1 || (out_pixels * 4 <= taps && runtime_kernel)) {
         // Filter gradient: the node's batch is the input channels, its input channels the images,
         // its kernel dy, its output the filter (batch = input channels per group).
         let g = FilterGrad {

@@ -239,11 +239,6 @@ impl DilatedFilter {
     pub fn size_bytes(&self) -> usize {
         self.phases.iter().filter_map(|(_, f)| f.as_ref()).map(ConvFilter::size_bytes).sum()
     }
-
-    /// Number of phases (`s_h × s_w`).
-    pub fn phase_count(&self) -> usize {
-        self.phases.len()
-    }
 }
 
 /// `y = conv(x, filter)` for a [`DilatedConv`]: every phase is a dense convolution written into
