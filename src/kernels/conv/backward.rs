@@ -26,9 +26,9 @@
 
 use rayon::prelude::*;
 
-use super::{ConvFilter, ConvGeom, conv2d_f32};
+use super::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32};
 use crate::error::{Error, Result};
-use crate::kernels::gemm::{Activation, Epilogue, GemmArgs, MatMut, MatRef, gemm_f32};
+use crate::kernels::gemm::{Epilogue, GemmArgs, MatMut, MatRef, gemm_f32};
 
 const OP: &str = "conv_general";
 
@@ -268,7 +268,7 @@ pub fn dilated_conv_f32(
         let (Some(x), Some(y)) = (x.get(p.x_at..), y.get_mut(p.y_at..)) else {
             return Err(Error::invalid(OP, "phase offset outside the buffers"));
         };
-        conv2d_f32(&p.geom, x, f, None, Activation::None, y, pool)?;
+        conv2d_f32(&p.geom, x, f, &ConvEpilogue::default(), y, pool)?;
     }
     Ok(())
 }
