@@ -32,6 +32,7 @@
 //! ([`crate::backends::interp::InterpExecutable`]) as a whole; its `plan.txt` dump says why.
 
 mod conv;
+mod conv_backward;
 mod dot;
 pub mod dump;
 mod exec;

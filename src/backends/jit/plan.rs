@@ -567,6 +567,8 @@ fn pack_constants(
         for &n in &f.body {
             if let Some(j) = super::dot::pack_job(m, n)? {
                 jobs.push(j);
+            } else if let Some(j) = super::conv_backward::pack_job(m, n) {
+                jobs.push(j);
             } else if let Some(j) = super::conv::pack_job(m, n) {
                 jobs.push(j);
             }
@@ -818,6 +820,9 @@ fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn
         return Ok(Some(k));
     }
     if let Some(k) = super::fused::prepare(m, n)? {
+        return Ok(Some(k));
+    }
+    if let Some(k) = super::conv_backward::prepare(m, n, packed) {
         return Ok(Some(k));
     }
     if let Some(k) = super::conv::prepare(m, n, packed) {

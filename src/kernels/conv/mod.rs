@@ -17,6 +17,8 @@
 //! taps accumulate into an output row held in a scratch buffer, vectorised along the channels
 //! (channels innermost) or along the output row (otherwise).
 
+pub mod backward;
+
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
