@@ -30,7 +30,8 @@
 //!   second; `act` Sigmoid (`Logistic`), `Tanh` or SiLU (`x · Logistic(x)`); the clamp a `Max`
 //!   and/or `Min` with scalar constants or a `Clamp` (ReLU is `Max(x, 0)`, ReLU6 `Min(Max(x, 0),
 //!   6)`; the kernel applies the catalogue's Max/Min, so ±0 and NaN come out as the loop made
-//!   them). When the residual is itself `conv' + bias'` of an earlier conv read only there
+//!   them, except that a lone `Max(x, +0)` runs as the GEMM epilogue's vectorised ReLU, which
+//!   keeps a −0 sum −0, as the egg pass's dense-relu rule does). When the residual is itself `conv' + bias'` of an earlier conv read only there
 //!   (ResNet's downsampling block: `(conv2 + b2) + (down + b3)`), that conv's step writes the sum
 //!   with its bias as its epilogue and the later conv reads it as its residual. Other operand
 //!   orders (`(conv + residual) + bias`), GELU and HardSwish forms stay in their loop. The adds
@@ -541,6 +542,11 @@ fn match_conv_epilogue(em: &mut EpilogueMatch<'_>, y: ValueId, taken: &HashMap<N
             em.take(n, Some(s));
         }
         _ => {}
+    }
+    // `Max(x, +0)` alone is the GEMM epilogue's ReLU, vectorised (as the egg pass's dense-relu
+    // rule has it): the same but for the sign of a −0 sum, which it keeps.
+    if activation == GemmActivation::None && clamped && lo.to_bits() == 0 && hi == f32::INFINITY {
+        (activation, clamped) = (GemmActivation::Relu, false);
     }
     // The sum: a conv term alone, or plus a residual (another conv term, or any value).
     if let Some(main) = em.conv_term(cur, taken) {
