@@ -7,6 +7,7 @@
 // dead-code elimination ([`dce`]) runs; the rest of the pipeline is unused there.
 #![cfg_attr(not(any(feature = "jit", feature = "internals")), allow(dead_code))]
 
+pub mod conv_bn;
 pub mod cse;
 pub mod dce;
 pub mod egraph;
@@ -44,8 +45,8 @@ impl Default for PassCtx {
 type Pass = fn(&mut Module) -> Result<bool>;
 
 /// The canonicalisation passes, in the order one round runs them.
-pub const PIPELINE: [(&str, Pass); 4] =
-    [("fold", fold::run), ("simplify", simplify::run), ("cse", cse::run), ("dce", dce::run)];
+pub const PIPELINE: [(&str, Pass); 5] =
+    [("fold", fold::run), ("conv-bn", conv_bn::run), ("simplify", simplify::run), ("cse", cse::run), ("dce", dce::run)];
 
 /// Maximum number of rounds of [`PIPELINE`].
 pub const MAX_ROUNDS: usize = 8;

@@ -18,6 +18,7 @@ use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::conv::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32};
+use crate::kernels::gemm::Activation;
 use crate::kernels::movement::row_major_strides;
 use crate::kernels::tensor::Tensor;
 use crate::memory::view_as;
@@ -79,10 +80,57 @@ pub(crate) fn pack_job(m: &Module, n: NodeId) -> Option<PackJob> {
     Some(PackJob { node: n, run: Box::new(run) })
 }
 
+/// What a merged step computes after the convolution: `clamp(act(conv + bias + residual))`, the
+/// residual being the step's operand 2.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Tail {
+    /// One value per output channel (read from a constant at compile time).
+    pub bias: Option<Vec<f32>>,
+    /// Whether operand 2 is a residual laid out like the output.
+    pub residual: bool,
+    /// Applied after the bias and the residual.
+    pub activation: Activation,
+    /// `Min(Max(v, lo), hi)` (catalogue semantics), last.
+    pub clamp: Option<(f32, f32)>,
+}
+
+impl Tail {
+    /// The dump's words for the tail (empty for none).
+    fn describe(&self) -> String {
+        let mut parts = vec![];
+        if self.bias.is_some() {
+            parts.push("bias".to_string());
+        }
+        if self.residual {
+            parts.push("residual".to_string());
+        }
+        if self.activation != Activation::None {
+            parts.push(format!("{:?}", self.activation).to_lowercase());
+        }
+        if let Some((lo, hi)) = self.clamp {
+            parts.push(format!("clamp [{lo}, {hi}]"));
+        }
+        if parts.is_empty() { String::new() } else { format!(", epilogue {}", parts.join(" + ")) }
+    }
+}
+
+/// Whether node `n` is a ConvGeneral this module can run.
+pub(crate) fn runs(m: &Module, n: NodeId) -> bool {
+    analyse(m, n).is_some()
+}
+
 /// The fast kernel for node `n`, if it is a ConvGeneral this module can run; its filter is the
 /// one its [`PackJob`] prepared when the kernel is a constant, else packed at each execution.
 pub(crate) fn prepare(m: &Module, n: NodeId, packed: &Packed) -> Option<Box<dyn FastKernel>> {
+    prepare_with(m, n, packed, Tail::default())
+}
+
+/// [`prepare`] with an epilogue (`tail`; a bias of the wrong length gives no kernel).
+pub(crate) fn prepare_with(m: &Module, n: NodeId, packed: &Packed, tail: Tail) -> Option<Box<dyn FastKernel>> {
     let (geom, wstrides) = analyse(m, n)?;
+    if tail.bias.as_ref().is_some_and(|b| b.len() != geom.out_channels) {
+        return None;
+    }
     let filter = packed.get::<ConvFilter>(n);
     let mut desc = format!(
         "conv f32 {}x{}x{}x{} * {}x{} /{:?} -> {} ch, {} groups",
@@ -100,8 +148,9 @@ pub(crate) fn prepare(m: &Module, n: NodeId, packed: &Packed) -> Option<Box<dyn 
         Some(f) => desc += &format!(" {} (packed, {} bytes)", f.describe(), f.size_bytes()),
         None => desc += if geom.is_depthwise() { " depthwise direct" } else { " implicit gemm" },
     }
+    desc += &tail.describe();
     let prepacked = if filter.is_some() { vec![1] } else { vec![] };
-    Some(Box::new(ConvKernel { geom, wstrides, filter, prepacked, desc }))
+    Some(Box::new(ConvKernel { geom, wstrides, filter, prepacked, desc, tail }))
 }
 
 /// The kernel's geometry from the node's dimension numbers, and the kernel's strides in
@@ -174,6 +223,7 @@ struct ConvKernel {
     filter: Option<Arc<ConvFilter>>,
     prepacked: Vec<usize>,
     desc: String,
+    tail: Tail,
 }
 
 impl FastKernel for ConvKernel {
@@ -186,10 +236,11 @@ impl FastKernel for ConvKernel {
     }
 
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
-        if inputs.len() != 2 || out_shapes.len() != 1 {
+        let operands = 2 + usize::from(self.tail.residual);
+        if inputs.len() != operands || out_shapes.len() != 1 {
             return Err(Error::invalid(
                 OP,
-                format!("expected 2 operands and 1 result, got {} and {}", inputs.len(), out_shapes.len()),
+                format!("expected {operands} operands and 1 result, got {} and {}", inputs.len(), out_shapes.len()),
             ));
         }
         let x = &inputs[0];
@@ -208,8 +259,29 @@ impl FastKernel for ConvKernel {
                 &built
             }
         };
+        let residual = match inputs.get(2) {
+            Some(r) if self.tail.residual => {
+                if r.shape.dtype != DType::Float32
+                    || r.shape.dims != out_shapes[0].dims
+                    || r.data.len() != r.shape.num_elements() * 4
+                {
+                    return Err(Error::invalid(
+                        OP,
+                        format!("residual {} ({} bytes) for an output {}", r.shape, r.data.len(), out_shapes[0]),
+                    ));
+                }
+                Some(r.typed::<f32>())
+            }
+            _ => None,
+        };
+        let epi = ConvEpilogue {
+            bias: self.tail.bias.as_deref(),
+            residual,
+            activation: self.tail.activation,
+            clamp: self.tail.clamp,
+        };
         let mut out = Tensor::try_zeros(out_shapes[0].clone())?;
-        conv2d_f32(&self.geom, x.typed::<f32>(), filter, &ConvEpilogue::default(), out.typed_mut::<f32>(), pool)?;
+        conv2d_f32(&self.geom, x.typed::<f32>(), filter, &epi, out.typed_mut::<f32>(), pool)?;
         Ok(vec![out])
     }
 }

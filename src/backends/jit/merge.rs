@@ -21,6 +21,24 @@
 //!   three column blocks straight from y's rows (`fused::prepare_attention_slices`); the slices
 //!   and reshapes go, so q, k and v are never copied out.
 //!
+//! - **Convolution epilogues.** A ConvGeneral the conv fast kernel runs, whose result feeds only
+//!   an elementwise loop computing nothing but `clamp(act((conv + bias) + residual))`: the conv
+//!   step computes the loop's result itself (`conv::Tail`) and the loop goes. `bias` is a constant
+//!   that varies only along the output-channel axis (a `[1, C, 1, 1]` or `[C]` operand of
+//!   implicit broadcasting, or a `BroadcastInDim` of one), added first; `residual` any value of
+//!   the output's shape computed before the conv step (read where it lies, not copied), added
+//!   second; `act` Sigmoid (`Logistic`), `Tanh` or SiLU (`x · Logistic(x)`); the clamp a `Max`
+//!   and/or `Min` with scalar constants or a `Clamp` (ReLU is `Max(x, 0)`, ReLU6 `Min(Max(x, 0),
+//!   6)`; the kernel applies the catalogue's Max/Min, so ±0 and NaN come out as the loop made
+//!   them, except that a lone `Max(x, +0)` runs as the GEMM epilogue's vectorised ReLU, which
+//!   keeps a −0 sum −0, as the egg pass's dense-relu rule does). When the residual is itself `conv' + bias'` of an earlier conv read only there
+//!   (ResNet's downsampling block: `(conv2 + b2) + (down + b3)`), that conv's step writes the sum
+//!   with its bias as its epilogue and the later conv reads it as its residual. Other operand
+//!   orders (`(conv + residual) + bias`), GELU and HardSwish forms stay in their loop. The adds
+//!   happen in the loop's order, so the results are the unmerged plan's bit for bit, except that
+//!   the activations are the GEMM epilogue's (`kernels::gemm::act_f32`, within a few ulps of the
+//!   compiled loop's).
+//!
 //! A merge happens only when the merged fast kernel exists (otherwise the reference kernel would
 //! run the first op alone) and the intermediate value is used by no other function and, for the
 //! GELU merge, by nothing else at all.
@@ -28,8 +46,9 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::error::Result;
+use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
-use crate::ir::op::{Activation, BinaryOp, Op};
+use crate::ir::op::{Activation, BinaryOp, Op, UnaryOp};
 use crate::kernels::gemm::Activation as GemmActivation;
 use crate::lower::cluster::{Clustering, Item};
 
@@ -144,6 +163,9 @@ pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering, packed: &Packed) -> Re
     let pos: HashMap<(bool, usize), usize> = c.schedule.iter().enumerate().map(|(i, &it)| (key(it), i)).collect();
     let mut out = Merges::default();
     for &item in &c.schedule {
+        if let Item::Cluster(ci) = item {
+            epilogue_into_conv(m, f, c, ci, &uses, &pos, packed, &mut out);
+        }
         let Item::Node(n) = item else { continue };
         let node = m.node(n);
         match &node.op {
@@ -235,7 +257,7 @@ fn residual_into_layer_norm(
     // The adds are a loop of their own.
     let Some(ci) = c.clusters.iter().position(|cl| cl.outputs == [x]) else { return };
     let cl = &c.clusters[ci];
-    if cl.kernel.reduce.is_some() || !cl.absorbed.is_empty() {
+    if cl.kernel.reduce.is_some() || !cl.absorbed.is_empty() || out.skips(Item::Cluster(ci)) {
         return;
     }
     let Some(terms) = sum_terms(m, x, &cl.nodes) else { return };
@@ -334,4 +356,294 @@ fn slices_into_attention(
     for it in items {
         out.skip.insert(key(it));
     }
+}
+
+/// One cluster's nodes seen by the convolution-epilogue match (module docs): what each value is,
+/// and the nodes the match used so far.
+struct EpilogueMatch<'a> {
+    m: &'a Module,
+    f: FuncId,
+    members: HashSet<NodeId>,
+    uses: &'a HashMap<ValueId, Uses>,
+    /// The schedule position of the item writing each value of `f`.
+    written: HashMap<ValueId, usize>,
+    used: Vec<NodeId>,
+    /// The output's dims, and its channel axis and channel count once a convolution is known.
+    dims: Vec<i64>,
+}
+
+/// A convolution term of the sum: the conv node, its bias and the add that applies it.
+#[derive(Clone)]
+struct ConvTerm {
+    conv: NodeId,
+    bias: Option<Vec<f32>>,
+    /// The value of `conv + bias` (the conv's own result without a bias).
+    value: ValueId,
+    /// Schedule position of the conv step.
+    pos: usize,
+}
+
+impl EpilogueMatch<'_> {
+    /// The cluster member defining `v`, with its op and operands.
+    fn member(&self, v: ValueId) -> Option<(NodeId, &Op, &[ValueId])> {
+        let n = producer(self.m, self.f, v)?;
+        self.members.contains(&n).then(|| (n, &self.m.node(n).op, &self.m.node(n).inputs[..]))
+    }
+
+    /// `v` as a constant (or a member `BroadcastInDim` of one) whose axes other than `keep`
+    /// (an axis of the output) have size 1 after broadcasting: its data, and the broadcast.
+    fn along(&self, v: ValueId, keep: Option<usize>) -> Option<(Vec<f32>, Option<NodeId>)> {
+        let (data, b) = crate::passes::conv_bn::constant_along(self.m, v, &self.dims, keep)?;
+        b.is_none_or(|b| self.members.contains(&b)).then_some((data, b))
+    }
+
+    /// `v` as a scalar constant (every element equal, broadcast along every axis).
+    fn scalar(&self, v: ValueId) -> Option<(f32, Option<NodeId>)> {
+        let (data, b) = self.along(v, None)?;
+        let x = *data.first()?;
+        data.iter().all(|y| y.to_bits() == x.to_bits()).then_some((x, b))
+    }
+
+    /// `v` as a per-channel bias of `c` channels on output axis `axis`: one value per channel.
+    fn bias(&self, v: ValueId, axis: usize, c: usize) -> Option<(Vec<f32>, Option<NodeId>)> {
+        let (data, b) = self.along(v, Some(axis))?;
+        match data.len() {
+            n if n == c => Some((data, b)),
+            1 => Some((vec![data[0]; c], b)),
+            _ => None,
+        }
+    }
+
+    /// Uses `v`'s defining member (and the broadcast `b`, if any).
+    fn take(&mut self, n: NodeId, b: Option<NodeId>) {
+        self.used.push(n);
+        self.used.extend(b);
+    }
+
+    /// The schedule position of the ConvGeneral step defining `v`, when it is a conv the fast
+    /// kernel runs with the output's dims, and `v` is read only by this cluster.
+    fn conv(&self, v: ValueId, taken: &HashMap<NodeId, Merged>) -> Option<(NodeId, usize)> {
+        let n = producer(self.m, self.f, v)?;
+        let u = self.uses.get(&v)?;
+        let ok = matches!(self.m.node(n).op, Op::ConvGeneral { .. })
+            && !self.members.contains(&n)
+            && u.positions.len() == 1
+            && !u.returned
+            && !u.external
+            && self.m.shape(v).dims == self.dims
+            && !taken.contains_key(&n)
+            && super::conv::runs(self.m, n);
+        ok.then(|| self.written.get(&v).map(|&p| (n, p))).flatten()
+    }
+
+    /// The output-channel axis and channel count of conv node `n`.
+    fn channels(&self, n: NodeId) -> Option<(usize, usize)> {
+        let Op::ConvGeneral { axes, .. } = &self.m.node(n).op else { return None };
+        let c = usize::try_from(*self.dims.get(axes.output_channels)?).ok()?;
+        Some((axes.output_channels, c))
+    }
+
+    /// `v` as a conv term: the conv's result, or a member `conv + bias` (either order).
+    fn conv_term(&mut self, v: ValueId, taken: &HashMap<NodeId, Merged>) -> Option<ConvTerm> {
+        if let Some((conv, pos)) = self.conv(v, taken) {
+            return Some(ConvTerm { conv, bias: None, value: v, pos });
+        }
+        let (add, op, ins) = self.member(v)?;
+        if *op != Op::Binary(BinaryOp::Add) || ins.len() != 2 {
+            return None;
+        }
+        let (a, b) = (ins[0], ins[1]);
+        for (c, k) in [(a, b), (b, a)] {
+            let Some((conv, pos)) = self.conv(c, taken) else { continue };
+            let (axis, ch) = self.channels(conv)?;
+            if let Some((bias, bc)) = self.bias(k, axis, ch) {
+                self.take(add, bc);
+                return Some(ConvTerm { conv, bias: Some(bias), value: v, pos });
+            }
+        }
+        None
+    }
+
+    /// Whether `v` (not computed by the cluster) is ready before schedule position `pos`.
+    fn ready_before(&self, v: ValueId, pos: usize) -> bool {
+        if self.m.value(v).func != self.f || self.m.constant_data(v).is_some() {
+            return true;
+        }
+        match self.m.value(v).def {
+            ValueDef::Node { node, .. } => {
+                !self.members.contains(&node) && self.written.get(&v).is_some_and(|&p| p < pos)
+            }
+            _ => true,
+        }
+    }
+}
+
+/// What a matched cluster becomes: its main conv's tail and residual, and an earlier conv
+/// writing that residual with its bias.
+struct ConvMerge {
+    main: ConvTerm,
+    residual: Option<ValueId>,
+    inner: Option<ConvTerm>,
+    activation: GemmActivation,
+    clamp: Option<(f32, f32)>,
+}
+
+/// Matches cluster `ci` against `clamp(act((conv + bias) + residual))` (module docs).
+fn match_conv_epilogue(em: &mut EpilogueMatch<'_>, y: ValueId, taken: &HashMap<NodeId, Merged>) -> Option<ConvMerge> {
+    let mut cur = y;
+    // The clamp: Min(Max(x, lo), hi), either alone, or Clamp(lo, x, hi), scalar bounds.
+    let (mut lo, mut hi) = (f32::NEG_INFINITY, f32::INFINITY);
+    let mut clamped = false;
+    let bound = |em: &EpilogueMatch<'_>, ins: &[ValueId]| -> Option<(ValueId, f32, Option<NodeId>)> {
+        let &[a, b] = ins else { return None };
+        if let Some((k, bc)) = em.scalar(b) {
+            return Some((a, k, bc));
+        }
+        em.scalar(a).map(|(k, bc)| (b, k, bc))
+    };
+    if let Some((n, Op::Binary(BinaryOp::Min), ins)) = em.member(cur)
+        && let Some((x, k, bc)) = bound(em, ins)
+    {
+        (hi, cur, clamped) = (k, x, true);
+        em.take(n, bc);
+    }
+    if let Some((n, Op::Binary(BinaryOp::Max), ins)) = em.member(cur)
+        && let Some((x, k, bc)) = bound(em, ins)
+    {
+        (lo, cur, clamped) = (k, x, true);
+        em.take(n, bc);
+    }
+    if !clamped
+        && let Some((n, Op::Clamp, &[l, x, h])) = em.member(cur)
+        && let (Some((l, lb)), Some((h, hb))) = (em.scalar(l), em.scalar(h))
+    {
+        (lo, hi, cur, clamped) = (l, h, x, true);
+        em.take(n, lb);
+        em.used.extend(hb);
+    }
+    // The activation.
+    let mut activation = GemmActivation::None;
+    match em.member(cur) {
+        Some((n, Op::Unary(UnaryOp::Logistic), &[x])) => {
+            (activation, cur) = (GemmActivation::Sigmoid, x);
+            em.take(n, None);
+        }
+        Some((n, Op::Unary(UnaryOp::Tanh), &[x])) => {
+            (activation, cur) = (GemmActivation::Tanh, x);
+            em.take(n, None);
+        }
+        Some((n, Op::Binary(BinaryOp::Mul), &[a, b])) => {
+            let logistic_of = |v: ValueId, of: ValueId| match em.member(v) {
+                Some((s, Op::Unary(UnaryOp::Logistic), &[x])) if x == of => Some(s),
+                _ => None,
+            };
+            let (s, x) = logistic_of(b, a).map(|s| (s, a)).or_else(|| logistic_of(a, b).map(|s| (s, b)))?;
+            (activation, cur) = (GemmActivation::Silu, x);
+            em.take(n, Some(s));
+        }
+        _ => {}
+    }
+    // `Max(x, +0)` alone is the GEMM epilogue's ReLU, vectorised (as the egg pass's dense-relu
+    // rule has it): the same but for the sign of a −0 sum, which it keeps.
+    if activation == GemmActivation::None && clamped && lo.to_bits() == 0 && hi == f32::INFINITY {
+        (activation, clamped) = (GemmActivation::Relu, false);
+    }
+    // The sum: a conv term alone, or plus a residual (another conv term, or any value).
+    if let Some(main) = em.conv_term(cur, taken) {
+        return Some(ConvMerge { main, residual: None, inner: None, activation, clamp: clamped.then_some((lo, hi)) });
+    }
+    let (add, Op::Binary(BinaryOp::Add), &[a, b]) = em.member(cur)? else { return None };
+    em.take(add, None);
+    let full =
+        |em: &EpilogueMatch<'_>, v: ValueId| em.m.shape(v).dims == em.dims && em.m.shape(v).dtype == DType::Float32;
+    let (ta, tb) = (em.conv_term(a, taken), em.conv_term(b, taken));
+    let (main, residual, inner) = match (ta, tb) {
+        // Two conv terms: the later one is the main conv, the earlier one writes its sum.
+        (Some(x), Some(y)) => {
+            let (main, other) = if x.pos > y.pos { (x, y) } else { (y, x) };
+            if other.conv == main.conv {
+                return None;
+            }
+            // A biased one is a member sum, which only that conv's merged step can compute in
+            // time; a bare one is ready, its conv running before the main one.
+            let value = other.value;
+            (main, Some(value), other.bias.is_some().then_some(other))
+        }
+        (Some(t), None) => (t, Some(b), None),
+        (None, Some(t)) => (t, Some(a), None),
+        (None, None) => return None,
+    };
+    let r = residual?;
+    if !full(em, r) || (inner.is_none() && !em.ready_before(r, main.pos)) || r == main.value {
+        return None;
+    }
+    Some(ConvMerge { main, residual: Some(r), inner, activation, clamp: clamped.then_some((lo, hi)) })
+}
+
+/// The convolution-epilogue merge for cluster `ci` (module docs).
+#[allow(clippy::too_many_arguments)]
+fn epilogue_into_conv(
+    m: &Module,
+    f: FuncId,
+    c: &Clustering,
+    ci: usize,
+    uses: &HashMap<ValueId, Uses>,
+    pos: &HashMap<(bool, usize), usize>,
+    packed: &Packed,
+    out: &mut Merges,
+) {
+    let cl = &c.clusters[ci];
+    let [y] = cl.outputs[..] else { return };
+    if cl.kernel.reduce.is_some() || !cl.absorbed.is_empty() || out.skips(Item::Cluster(ci)) {
+        return;
+    }
+    if m.shape(y).dtype != DType::Float32 || m.shape(y).is_dynamic() {
+        return;
+    }
+    let mut written = HashMap::new();
+    for (p, &it) in c.schedule.iter().enumerate() {
+        let vs: &[ValueId] = match it {
+            Item::Cluster(k) => &c.clusters[k].outputs,
+            Item::Node(n) => &m.node(n).outputs,
+        };
+        written.extend(vs.iter().map(|&v| (v, p)));
+    }
+    let mut em = EpilogueMatch {
+        m,
+        f,
+        members: cl.nodes.iter().copied().collect(),
+        uses,
+        written,
+        used: vec![],
+        dims: m.shape(y).dims.clone(),
+    };
+    let Some(mg) = match_conv_epilogue(&mut em, y, &out.steps) else { return };
+    // Every member is part of the match (nothing else is computed), each once.
+    let used: HashSet<NodeId> = em.used.iter().copied().collect();
+    if used.len() != em.used.len() || used != em.members || pos.get(&key(Item::Cluster(ci))).is_none() {
+        return;
+    }
+    let inner = match &mg.inner {
+        Some(t) => {
+            let tail = super::conv::Tail { bias: t.bias.clone(), ..Default::default() };
+            let Some(fast) = super::conv::prepare_with(m, t.conv, packed, tail) else { return };
+            let node = m.node(t.conv);
+            Some((t.conv, Merged { inputs: node.inputs.clone(), outputs: vec![t.value], fast }))
+        }
+        None => None,
+    };
+    let tail = super::conv::Tail {
+        bias: mg.main.bias.clone(),
+        residual: mg.residual.is_some(),
+        activation: mg.activation,
+        clamp: mg.clamp,
+    };
+    let Some(fast) = super::conv::prepare_with(m, mg.main.conv, packed, tail) else { return };
+    let mut inputs = m.node(mg.main.conv).inputs.clone();
+    inputs.extend(mg.residual);
+    out.steps.insert(mg.main.conv, Merged { inputs, outputs: vec![y], fast });
+    if let Some((n, step)) = inner {
+        out.steps.insert(n, step);
+    }
+    out.skip.insert(key(Item::Cluster(ci)));
 }
