@@ -384,6 +384,22 @@ fn clamp_nan(v: f32, lo: f32, hi: f32) -> f32 {
     min(max(v, lo), hi)
 }
 
+/// [`clamp_nan`] over a slice, written as selects so that it vectorises: a NaN bound makes every
+/// value NaN, as the catalogue's Max and Min do.
+fn clamp_slice(xs: &mut [f32], lo: f32, hi: f32) {
+    if lo.is_nan() || hi.is_nan() {
+        xs.fill(f32::NAN);
+        return;
+    }
+    for v in xs {
+        let x = *v;
+        // Max(x, lo): NaN stays; −0 against +0 gives +0.
+        let m = if x < lo || (x == lo && x.is_sign_negative()) { lo } else { x };
+        // Min(m, hi): −0 against +0 gives −0.
+        *v = if m > hi || (m == hi && hi.is_sign_negative()) { hi } else { m };
+    }
+}
+
 /// `y = clamp(act(conv(x, filter) + bias + residual))` for f32 (see [`ConvEpilogue`]). `pool`:
 /// the thread pool to split blocks over (`None`: the calling thread).
 pub fn conv2d_f32(
@@ -507,8 +523,12 @@ fn pointwise(
             gemm_f32(args.epilogue(e).threads(threads))?;
         }
     }
-    if epi.has_tail() {
-        tail(geom, epi, OutPtr(y.as_mut_ptr()));
+    let dense = y.len() == geom.batch * geom.out_channels * geom.out_hw[0] * geom.out_hw[1];
+    match (epi.residual, epi.clamp) {
+        // A clamp alone over a dense output: one vectorised pass over all of it.
+        (None, Some((lo, hi))) if dense => y.par_chunks_mut(16 * 1024).for_each(|c| clamp_slice(c, lo, hi)),
+        _ if epi.has_tail() => tail(geom, epi, OutPtr(y.as_mut_ptr())),
+        _ => {}
     }
     Ok(())
 }
@@ -753,12 +773,16 @@ fn depthwise(geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogue<'_>, out:
             }
         }
         act_f32_slice(epi.early_activation(), acc);
+        // Without a residual the clamp runs over the row at once (vectorised).
+        if let (None, Some((lo, hi))) = (epi.residual, epi.clamp) {
+            clamp_slice(acc, lo, hi);
+        }
         let [sn, sc, sh, sw] = geom.y_strides;
         for ox in 0..ow {
             for ch in 0..c {
                 let i = img * sn + ch * sc + oy * sh + ox * sw;
                 let v = acc[at(ox, ch)];
-                let v = if epi.has_tail() { epi.finish(v, i) } else { v };
+                let v = if epi.residual.is_some() { epi.finish(v, i) } else { v };
                 // SAFETY: `validate` checked that (img, ch, oy, ox) lies inside `y`; this task
                 // alone owns output row `oy` of image `img`.
                 unsafe { out.write(i, v) };
@@ -1056,5 +1080,15 @@ mod tests {
         // Max(−0, +0) = +0, Min(−0, +0) = −0.
         assert!(clamp_nan(-0.0, 0.0, 6.0).is_sign_positive());
         assert!(clamp_nan(0.0, -1.0, -0.0).is_sign_negative());
+        // The slice form agrees with the scalar one, signed zeros and NaN included.
+        let xs = [7.0, -1.0, f32::NAN, -0.0, 0.0, 3.0, f32::INFINITY, f32::NEG_INFINITY];
+        for (lo, hi) in [(0.0, 6.0), (-0.0, 0.0), (0.0, -0.0), (-1.0, 1.0), (f32::NAN, 1.0)] {
+            let want: Vec<f32> = xs.iter().map(|&v| clamp_nan(v, lo, hi)).collect();
+            let mut got = xs;
+            clamp_slice(&mut got, lo, hi);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()), "{lo} {hi}: {g} vs {w}");
+            }
+        }
     }
 }
