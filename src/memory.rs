@@ -366,6 +366,14 @@ pub(crate) fn view_as<T: AnyBits>(bytes: &[u8]) -> Option<&[T]> {
     (head.is_empty() && tail.is_empty()).then_some(mid)
 }
 
+/// `bytes` as little-endian f32 values: a view ([`view_as`]) when aligned, else a decoded copy.
+pub(crate) fn f32s(bytes: &[u8]) -> std::borrow::Cow<'_, [f32]> {
+    match view_as::<f32>(bytes) {
+        Some(v) => std::borrow::Cow::Borrowed(v),
+        None => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+    }
+}
+
 /// Alignment a shared buffer's start must have to be viewed without a copy
 /// ([`AlignedBytes::from_shared`]): at least the alignment of every element type.
 const SHARED_ALIGN: usize = 16;

@@ -19,6 +19,7 @@ use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{BinaryOp, ConstData, Op};
 use crate::ir::shape::Shape;
+use crate::memory::f32s;
 use crate::passes::rewrite::Edits;
 
 /// The f32 data of `v` when it is a constant, or a `BroadcastInDim` of one (then also that
@@ -36,7 +37,7 @@ pub(crate) fn constant_along(
         if s.dtype != DType::Float32 || s.is_dynamic() || bytes.len() != s.num_elements() * 4 {
             return None;
         }
-        Some(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Some(f32s(bytes).into_owned())
     };
     let ok = |axis: usize, d: i64| d == 1 || (Some(axis) == keep && dims.get(axis) == Some(&d));
     if let Some(data) = floats(v) {
@@ -146,7 +147,7 @@ fn scaled_filter(m: &Module, ch: &Chain) -> Option<Vec<u8>> {
     if m.shape(w).dtype != DType::Float32 || bytes.len() != m.shape(w).num_elements() * 4 {
         return None;
     }
-    let data: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let data = f32s(bytes);
     // Element strides of the output-channel axis: index / inner % size.
     let o = axes.kernel_output_channels;
     let inner: usize = wd.get(o + 1..)?.iter().product();

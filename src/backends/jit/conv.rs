@@ -6,9 +6,9 @@
 //! layout (NCHW, NHWC, OIHW, HWIO, transposed outputs) runs without a copy. A constant kernel is
 //! rearranged and packed once at compile time (a [`PackJob`], with the GEMM weights) and shared
 //! through the process-wide constant cache;
-//! a kernel computed at run time is packed on each execution. Input dilation, batch groups,
-//! negative low padding (cropping), dynamic shapes, three or more spatial axes and other dtypes keep
-//! the reference kernel.
+//! a kernel computed at run time is packed on each execution. Input dilation, batch groups and
+//! negative low padding (cropping) are [`super::conv_backward`]'s (the plan asks it first); dynamic
+//! shapes, three or more spatial axes and other dtypes keep the reference kernel.
 
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ use crate::kernels::conv::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32};
 use crate::kernels::gemm::Activation;
 use crate::kernels::movement::row_major_strides;
 use crate::kernels::tensor::Tensor;
-use crate::memory::view_as;
+use crate::memory::f32s;
 
 use super::fast::{FastKernel, PackJob, Packed, Prepared};
 use super::shared::Accounting;
@@ -65,19 +65,22 @@ pub(crate) fn pack_job(m: &Module, n: NodeId) -> Option<PackJob> {
         return None;
     }
     let tag = format!("conv-filter {:?} {:?} {:?}", m.shape(k).dims, geom, wstrides);
-    let source = bytes.clone();
+    Some(filter_job(n, bytes.clone(), tag, ConvFilter::size_bytes, move |w| ConvFilter::new(&geom, w, wstrides)))
+}
+
+/// The [`PackJob`] preparing node `n`'s constant f32 filter `source` with `make`, through the
+/// process-wide constant cache under `tag` (`size`: the prepared bytes, for the accounting).
+pub(crate) fn filter_job<T: std::any::Any + Send + Sync>(
+    n: NodeId,
+    source: Arc<Vec<u8>>,
+    tag: String,
+    size: fn(&T) -> usize,
+    make: impl Fn(&[f32]) -> Result<T> + Send + 'static,
+) -> PackJob {
     let run = move |acct: &mut Accounting| -> Result<Prepared> {
-        let make = || match view_as::<f32>(&source) {
-            Some(w) => ConvFilter::new(&geom, w, wstrides),
-            None => {
-                let w: Vec<f32> =
-                    source.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                ConvFilter::new(&geom, &w, wstrides)
-            }
-        };
-        Ok(super::shared::shared(&source, tag, ConvFilter::size_bytes, make, acct)?)
+        Ok(super::shared::shared(&source, tag, size, || make(&f32s(&source)), acct)?)
     };
-    Some(PackJob { node: n, run: Box::new(run) })
+    PackJob { node: n, run: Box::new(run) }
 }
 
 /// What a merged step computes after the convolution: `clamp(act(conv + bias + residual))`, the
@@ -172,49 +175,67 @@ fn geometry(
     {
         return None;
     }
-    let (xd, kd, yd) = (xs.udims(), ks.udims(), ys.udims());
-    let (xst, kst, yst) = (row_major_strides(&xd), row_major_strides(&kd), row_major_strides(&yd));
-    // The kernel works on two spatial axes (rows, columns); a 1-D convolution's single axis is
-    // the columns, its rows a unit axis. `slot(a)`: the node's spatial index of axis a.
+    let x = view(xs, axes.input_batch, axes.input_channels, &axes.input_spatial);
+    let k = view(ks, axes.kernel_output_channels, axes.kernel_input_channels, &axes.kernel_spatial);
+    let y = view(ys, axes.output_batch, axes.output_channels, &axes.output_spatial);
+    // `slot(a)`: the node's spatial index of axis a (rows, columns; see `view`).
     let slot = |a: usize| a.checked_sub(2 - s);
-    let size = |d: &[usize], sp: &[usize], a: usize| slot(a).map_or(1, |j| d[sp[j]]);
-    let stride_of = |st: &[usize], sp: &[usize], a: usize| slot(a).map_or(0, |j| st[sp[j]]);
     let attr = |v: &[i64], a: usize| usize::try_from(slot(a).and_then(|j| v.get(j).copied()).unwrap_or(1)).ok();
     let pad_lo = |a: usize| usize::try_from(slot(a).and_then(|j| padding.get(j)).map_or(0, |p| p.0)).ok();
     let groups = usize::try_from(groups.max(1)).ok()?;
     let geom = ConvGeom {
-        batch: xd[axes.input_batch],
-        in_channels: xd[axes.input_channels],
-        in_hw: [size(&xd, &axes.input_spatial, 0), size(&xd, &axes.input_spatial, 1)],
-        out_channels: yd[axes.output_channels],
-        out_hw: [size(&yd, &axes.output_spatial, 0), size(&yd, &axes.output_spatial, 1)],
-        kernel_hw: [size(&kd, &axes.kernel_spatial, 0), size(&kd, &axes.kernel_spatial, 1)],
+        batch: x.size[0],
+        in_channels: x.size[1],
+        in_hw: [x.size[2], x.size[3]],
+        out_channels: y.size[1],
+        out_hw: [y.size[2], y.size[3]],
+        kernel_hw: [k.size[2], k.size[3]],
         stride: [attr(strides, 0)?, attr(strides, 1)?],
         pad: [pad_lo(0)?, pad_lo(1)?],
         dilation: [attr(kernel_dilations, 0)?, attr(kernel_dilations, 1)?],
         groups,
-        x_strides: [
-            xst[axes.input_batch],
-            xst[axes.input_channels],
-            stride_of(&xst, &axes.input_spatial, 0),
-            stride_of(&xst, &axes.input_spatial, 1),
-        ],
-        y_strides: [
-            yst[axes.output_batch],
-            yst[axes.output_channels],
-            stride_of(&yst, &axes.output_spatial, 0),
-            stride_of(&yst, &axes.output_spatial, 1),
-        ],
+        x_strides: x.strides,
+        y_strides: y.strides,
     };
-    let wstrides = [
-        kst[axes.kernel_output_channels],
-        kst[axes.kernel_input_channels],
-        stride_of(&kst, &axes.kernel_spatial, 0),
-        stride_of(&kst, &axes.kernel_spatial, 1),
-    ];
-    let channels_fit = kd[axes.kernel_output_channels] == geom.out_channels
-        && kd[axes.kernel_input_channels] * groups == geom.in_channels;
-    channels_fit.then_some((geom, wstrides))
+    let channels_fit = k.size[0] == geom.out_channels && k.size[1] * groups == geom.in_channels;
+    channels_fit.then_some((geom, k.strides))
+}
+
+/// Sizes and element strides of one operand in logical (batch-or-O, channel-or-I, row, column)
+/// order.
+pub(crate) struct View {
+    pub size: [usize; 4],
+    pub strides: [usize; 4],
+}
+
+/// The [`View`] of a row-major operand of shape `s` (rank = spatial axes + 2) whose logical first
+/// and second axes are `first` and `second`. The kernels work on two spatial axes (rows,
+/// columns): a 1-D convolution's single axis is the columns, its rows a unit axis.
+pub(crate) fn view(s: &Shape, first: usize, second: usize, spatial: &[usize]) -> View {
+    let d = s.udims();
+    let st = row_major_strides(&d);
+    let sp = |a: usize| (a + spatial.len()).checked_sub(2).map(|j| spatial[j]);
+    let size = |a: usize| sp(a).map_or(1, |i| d[i]);
+    let stride = |a: usize| sp(a).map_or(0, |i| st[i]);
+    View { size: [d[first], d[second], size(0), size(1)], strides: [st[first], st[second], stride(0), stride(1)] }
+}
+
+/// Checks that there are `operands` operands and one result, and that each operand in `check` is
+/// f32 with all its bytes.
+pub(crate) fn check_operands(inputs: &[Tensor], out_shapes: &[Shape], operands: usize, check: &[usize]) -> Result<()> {
+    if inputs.len() != operands || out_shapes.len() != 1 {
+        return Err(Error::invalid(
+            OP,
+            format!("expected {operands} operands and 1 result, got {} and {}", inputs.len(), out_shapes.len()),
+        ));
+    }
+    for &i in check {
+        let t = &inputs[i];
+        if t.shape.dtype != DType::Float32 || t.data.len() != t.shape.num_elements() * 4 {
+            return Err(Error::invalid(OP, format!("operand {i} {} has {} bytes", t.shape, t.data.len())));
+        }
+    }
+    Ok(())
 }
 
 struct ConvKernel {
@@ -237,25 +258,13 @@ impl FastKernel for ConvKernel {
 
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
         let operands = 2 + usize::from(self.tail.residual);
-        if inputs.len() != operands || out_shapes.len() != 1 {
-            return Err(Error::invalid(
-                OP,
-                format!("expected {operands} operands and 1 result, got {} and {}", inputs.len(), out_shapes.len()),
-            ));
-        }
+        check_operands(inputs, out_shapes, operands, if self.filter.is_some() { &[0] } else { &[0, 1] })?;
         let x = &inputs[0];
-        if x.shape.dtype != DType::Float32 || x.data.len() != x.shape.num_elements() * 4 {
-            return Err(Error::invalid(OP, format!("input {} has {} bytes", x.shape, x.data.len())));
-        }
         let built;
         let filter = match &self.filter {
             Some(f) => f.as_ref(),
             None => {
-                let k = &inputs[1];
-                if k.shape.dtype != DType::Float32 || k.data.len() != k.shape.num_elements() * 4 {
-                    return Err(Error::invalid(OP, format!("kernel {} has {} bytes", k.shape, k.data.len())));
-                }
-                built = ConvFilter::new(&self.geom, k.typed::<f32>(), self.wstrides)?;
+                built = ConvFilter::new(&self.geom, inputs[1].typed::<f32>(), self.wstrides)?;
                 &built
             }
         };

@@ -12,20 +12,16 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ir::dtype::DType;
 use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::conv::backward::{DilatedConv, DilatedFilter, FilterGrad, dilated_conv_f32, filter_grad_f32};
-use crate::kernels::movement::row_major_strides;
 use crate::kernels::tensor::Tensor;
-use crate::memory::view_as;
 
-use super::fast::{FastKernel, PackJob, Packed, Prepared};
-use super::shared::Accounting;
-
-const OP: &str = "ConvGeneral";
+use super::conv::{check_operands, view};
+use super::fast::{FastKernel, PackJob, Packed};
 
 /// What a node is, for this module.
 enum Form {
@@ -33,22 +29,6 @@ enum Form {
     Dilated(DilatedConv, [usize; 4]),
     /// A filter gradient.
     FilterGrad(FilterGrad),
-}
-
-/// Sizes and element strides of one operand in logical (batch-or-O, channel-or-I, row, column)
-/// order; a 1-D convolution's axis is the column, its row a unit axis.
-struct View {
-    size: [usize; 4],
-    strides: [usize; 4],
-}
-
-fn view(s: &Shape, first: usize, second: usize, spatial: &[usize]) -> View {
-    let d = s.udims();
-    let st = row_major_strides(&d);
-    let sp = |a: usize| (a + spatial.len()).checked_sub(2).map(|j| spatial[j]);
-    let size = |a: usize| sp(a).map_or(1, |i| d[i]);
-    let stride = |a: usize| sp(a).map_or(0, |i| st[i]);
-    View { size: [d[first], d[second], size(0), size(1)], strides: [st[first], st[second], stride(0), stride(1)] }
 }
 
 /// The form of node `n` when it is a ConvGeneral this module runs.
@@ -147,19 +127,8 @@ pub(crate) fn pack_job(m: &Module, n: NodeId) -> Option<PackJob> {
         return None;
     }
     let tag = format!("conv-dilated-filter {:?} {:?} {:?}", m.shape(k).dims, conv, wstrides);
-    let source = bytes.clone();
-    let run = move |acct: &mut Accounting| -> Result<Prepared> {
-        let make = || match view_as::<f32>(&source) {
-            Some(w) => DilatedFilter::new(&conv, w, wstrides),
-            None => {
-                let w: Vec<f32> =
-                    source.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                DilatedFilter::new(&conv, &w, wstrides)
-            }
-        };
-        Ok(super::shared::shared(&source, tag, DilatedFilter::size_bytes, make, acct)?)
-    };
-    Some(PackJob { node: n, run: Box::new(run) })
+    let make = move |w: &[f32]| DilatedFilter::new(&conv, w, wstrides);
+    Some(super::conv::filter_job(n, bytes.clone(), tag, DilatedFilter::size_bytes, make))
 }
 
 /// The fast kernel for node `n`, if it is a dilated convolution or a filter gradient.
@@ -208,23 +177,6 @@ pub(crate) fn prepare(m: &Module, n: NodeId, packed: &Packed) -> Option<Box<dyn 
     }
 }
 
-/// Checks the operand and result counts and that operand `i` is f32 with all its bytes.
-fn check_operands(inputs: &[Tensor], out_shapes: &[Shape], check: &[usize]) -> Result<()> {
-    if inputs.len() != 2 || out_shapes.len() != 1 {
-        return Err(Error::invalid(
-            OP,
-            format!("expected 2 operands and 1 result, got {} and {}", inputs.len(), out_shapes.len()),
-        ));
-    }
-    for &i in check {
-        let t = &inputs[i];
-        if t.shape.dtype != DType::Float32 || t.data.len() != t.shape.num_elements() * 4 {
-            return Err(Error::invalid(OP, format!("operand {i} {} has {} bytes", t.shape, t.data.len())));
-        }
-    }
-    Ok(())
-}
-
 struct DilatedKernel {
     conv: DilatedConv,
     wstrides: [usize; 4],
@@ -243,7 +195,7 @@ impl FastKernel for DilatedKernel {
     }
 
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
-        check_operands(inputs, out_shapes, if self.filter.is_some() { &[0] } else { &[0, 1] })?;
+        check_operands(inputs, out_shapes, 2, if self.filter.is_some() { &[0] } else { &[0, 1] })?;
         let built;
         let filter = match &self.filter {
             Some(f) => f.as_ref(),
@@ -269,7 +221,7 @@ impl FastKernel for FilterGradKernel {
     }
 
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
-        check_operands(inputs, out_shapes, &[0, 1])?;
+        check_operands(inputs, out_shapes, 2, &[0, 1])?;
         let mut out = Tensor::try_zeros(out_shapes[0].clone())?;
         filter_grad_f32(&self.geom, inputs[0].typed::<f32>(), inputs[1].typed::<f32>(), out.typed_mut::<f32>(), pool)?;
         Ok(vec![out])

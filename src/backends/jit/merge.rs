@@ -161,10 +161,19 @@ fn behind_reshapes(m: &Module, f: FuncId, v: ValueId, uses: &HashMap<ValueId, Us
 pub(crate) fn find(m: &Module, f: FuncId, c: &Clustering, packed: &Packed) -> Result<Merges> {
     let uses = uses(m, f, c);
     let pos: HashMap<(bool, usize), usize> = c.schedule.iter().enumerate().map(|(i, &it)| (key(it), i)).collect();
+    // The schedule position of the item writing each value (for the convolution epilogues).
+    let mut written = HashMap::new();
+    for (p, &it) in c.schedule.iter().enumerate() {
+        let vs: &[ValueId] = match it {
+            Item::Cluster(k) => &c.clusters[k].outputs,
+            Item::Node(n) => &m.node(n).outputs,
+        };
+        written.extend(vs.iter().map(|&v| (v, p)));
+    }
     let mut out = Merges::default();
     for &item in &c.schedule {
         if let Item::Cluster(ci) = item {
-            epilogue_into_conv(m, f, c, ci, &uses, &pos, packed, &mut out);
+            epilogue_into_conv(m, f, c, ci, &uses, &written, packed, &mut out);
         }
         let Item::Node(n) = item else { continue };
         let node = m.node(n);
@@ -366,7 +375,7 @@ struct EpilogueMatch<'a> {
     members: HashSet<NodeId>,
     uses: &'a HashMap<ValueId, Uses>,
     /// The schedule position of the item writing each value of `f`.
-    written: HashMap<ValueId, usize>,
+    written: &'a HashMap<ValueId, usize>,
     used: Vec<NodeId>,
     /// The output's dims, and its channel axis and channel count once a convolution is known.
     dims: Vec<i64>,
@@ -588,7 +597,7 @@ fn epilogue_into_conv(
     c: &Clustering,
     ci: usize,
     uses: &HashMap<ValueId, Uses>,
-    pos: &HashMap<(bool, usize), usize>,
+    written: &HashMap<ValueId, usize>,
     packed: &Packed,
     out: &mut Merges,
 ) {
@@ -599,14 +608,6 @@ fn epilogue_into_conv(
     }
     if m.shape(y).dtype != DType::Float32 || m.shape(y).is_dynamic() {
         return;
-    }
-    let mut written = HashMap::new();
-    for (p, &it) in c.schedule.iter().enumerate() {
-        let vs: &[ValueId] = match it {
-            Item::Cluster(k) => &c.clusters[k].outputs,
-            Item::Node(n) => &m.node(n).outputs,
-        };
-        written.extend(vs.iter().map(|&v| (v, p)));
     }
     let mut em = EpilogueMatch {
         m,
@@ -620,7 +621,7 @@ fn epilogue_into_conv(
     let Some(mg) = match_conv_epilogue(&mut em, y, &out.steps) else { return };
     // Every member is part of the match (nothing else is computed), each once.
     let used: HashSet<NodeId> = em.used.iter().copied().collect();
-    if used.len() != em.used.len() || used != em.members || pos.get(&key(Item::Cluster(ci))).is_none() {
+    if used.len() != em.used.len() || used != em.members {
         return;
     }
     let inner = match &mg.inner {

@@ -72,35 +72,21 @@ fn geometry(
 ) -> Option<(PoolGeom, Vec<usize>)> {
     let dims = x.udims();
     let rank = dims.len();
-    // Per-axis attribute with its default (empty list); a list of another length is rejected.
-    let attr = |v: &[i64], a: usize, default: i64| -> Option<i64> {
-        match v.len() {
-            0 => Some(default),
-            n if n == rank => Some(v[a]),
-            _ => None,
-        }
-    };
-    if !(padding.is_empty() || padding.len() == rank) {
-        return None;
-    }
+    // The reference kernel's defaults and checks, so both accept the same attributes.
+    let g =
+        crate::kernels::reference::window::Geometry::new("pool", x, window, strides, in_dil, win_dil, padding).ok()?;
     let mut axes = Vec::new();
-    let mut counts = dims.clone();
-    for a in 0..rank {
-        let w = usize::try_from(attr(window, a, 1)?).ok()?;
-        let s = usize::try_from(attr(strides, a, w as i64)?).ok()?;
-        let d = usize::try_from(attr(win_dil, a, 1)?).ok()?;
-        let (lo, hi) = padding.get(a).copied().unwrap_or((0, 0));
-        let (lo, hi) = (usize::try_from(lo).ok()?, usize::try_from(hi).ok()?);
-        if attr(in_dil, a, 1)? != 1 || s == 0 || d == 0 {
+    for (a, &n) in dims.iter().enumerate() {
+        let (w, count) = (g.window[a], g.out_dims[a]);
+        let s = usize::try_from(g.stride[a]).ok()?;
+        let d = usize::try_from(g.win_dil[a]).ok()?;
+        let lo = usize::try_from(g.low[a]).ok()?;
+        if g.in_dil[a] != 1 {
             return None;
         }
-        if (w, s, lo, hi) != (1, 1, 0, 0) {
-            // Window count: floor((lo + hi + n − dilated window) / s) + 1, or 0.
-            let ext = if w == 0 { 0 } else { (w - 1).checked_mul(d)?.checked_add(1)? };
-            let padded = lo.checked_add(hi)?.checked_add(dims[a])?;
-            let count = if padded < ext { 0 } else { (padded - ext) / s + 1 };
+        // An axis with window 1, stride 1 and no padding (its count is its size) is not windowed.
+        if (w, s, lo) != (1, 1, 0) || count != n {
             axes.push((a, w, s, d, lo, count));
-            counts[a] = count;
         }
     }
     let product = |r: std::ops::Range<usize>| dims[r].iter().product::<usize>();
@@ -128,7 +114,7 @@ fn geometry(
         dilation: [h.3, w.3],
         pad: [h.4, w.4],
     };
-    Some((geom, counts))
+    Some((geom, g.out_dims))
 }
 
 /// E.g. `maxpool f32 8x64x112x112 3x3 /2 pad 1 nchw`: the reduction, operand dims, window,

@@ -26,7 +26,7 @@
 
 use rayon::prelude::*;
 
-use super::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32};
+use super::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32, extent, reach_fits};
 use crate::error::{Error, Result};
 use crate::kernels::gemm::{Epilogue, GemmArgs, MatMut, MatRef, gemm_f32};
 
@@ -305,14 +305,6 @@ pub struct FilterGrad {
     pub dw_strides: [usize; 4],
 }
 
-/// The element span of `dims` with `strides` (0 when empty, `None` on overflow).
-fn span(dims: [usize; 4], strides: [usize; 4]) -> Option<usize> {
-    if dims.contains(&0) {
-        return Some(0);
-    }
-    dims.iter().zip(strides).try_fold(1usize, |acc, (&d, s)| acc.checked_add((d - 1).checked_mul(s)?))
-}
-
 impl FilterGrad {
     fn cin_g(&self) -> usize {
         self.in_channels / self.groups.max(1)
@@ -341,7 +333,7 @@ impl FilterGrad {
         let xd = [self.batch, self.in_channels, self.in_hw[0], self.in_hw[1]];
         let yd = [self.batch, self.out_channels, self.out_hw[0], self.out_hw[1]];
         let wd = [self.out_channels, self.cin_g(), self.kernel_hw[0], self.kernel_hw[1]];
-        let fits = |d, s, len| span(d, s).is_some_and(|e| e <= len);
+        let fits = |d, s, len| extent(d, s).is_some_and(|e| e <= len);
         if !fits(xd, self.x_strides, x_len) || !fits(yd, self.dy_strides, dy_len) || !fits(wd, self.dw_strides, dw_len)
         {
             return Err(Error::invalid(
@@ -350,11 +342,8 @@ impl FilterGrad {
             ));
         }
         for a in 0..2 {
-            let reach = (self.out_hw[a].max(1) - 1)
-                .checked_mul(self.stride[a])
-                .and_then(|r| r.checked_add((self.kernel_hw[a].max(1) - 1).checked_mul(self.dilation[a])?))
-                .filter(|&r| r <= i64::MAX as usize / 4 && self.pad[a].unsigned_abs() <= i64::MAX as u64 / 4);
-            if reach.is_none() {
+            let (out, k, pad) = (self.out_hw[a], self.kernel_hw[a], self.pad[a].unsigned_abs());
+            if !reach_fits(out, self.stride[a], k, self.dilation[a], pad, i64::MAX as u64 / 4) {
                 return Err(Error::invalid(OP, format!("spatial axis {a}: window reach overflows")));
             }
         }

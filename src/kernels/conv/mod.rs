@@ -126,11 +126,9 @@ impl ConvGeom {
         }
         // Every (output pixel, tap) input coordinate must fit in isize arithmetic.
         for a in 0..2 {
-            let reach = (self.out_hw[a].max(1) - 1)
-                .checked_mul(self.stride[a])
-                .and_then(|r| r.checked_add((self.kernel_hw[a].max(1) - 1).checked_mul(self.dilation[a])?))
-                .filter(|&r| r <= isize::MAX as usize / 2 && self.pad[a] <= isize::MAX as usize / 2);
-            if reach.is_none() {
+            let (out, k) = (self.out_hw[a], self.kernel_hw[a]);
+            let limit = isize::MAX as u64 / 2;
+            if !reach_fits(out, self.stride[a], k, self.dilation[a], self.pad[a] as u64, limit) {
                 return Err(Error::invalid(OP, format!("spatial axis {a}: window reach overflows")));
             }
         }
@@ -164,6 +162,16 @@ impl ConvGeom {
         let i = (o * self.stride[a] + t * self.dilation[a]) as isize - self.pad[a] as isize;
         (i >= 0 && (i as usize) < self.in_hw[a]).then_some(i as usize)
     }
+}
+
+/// Whether the farthest window offset on one axis, `(out − 1)·stride + (kernel − 1)·dilation`,
+/// and the padding `pad` both stay within `limit`, so that window positions computed in signed
+/// arithmetic cannot overflow.
+fn reach_fits(out: usize, stride: usize, kernel: usize, dilation: usize, pad: u64, limit: u64) -> bool {
+    (out.max(1) - 1)
+        .checked_mul(stride)
+        .and_then(|r| r.checked_add((kernel.max(1) - 1).checked_mul(dilation)?))
+        .is_some_and(|r| r as u64 <= limit && pad <= limit)
 }
 
 /// The element span of a tensor of `dims` with element `strides` (0 when empty; `None` on

@@ -12,7 +12,7 @@ mod linalg;
 mod misc;
 mod movement;
 mod reduce;
-mod window;
+pub(crate) mod window;
 
 use crate::error::{Error, Result};
 use crate::ir::op::Op;

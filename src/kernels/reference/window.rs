@@ -53,18 +53,21 @@ pub(super) fn eval(op: &Op, inputs: &[Tensor], out_shapes: &[Shape]) -> Result<V
 }
 
 /// Per-axis window geometry with defaults applied (window 1, stride = window, dilations 1, padding 0).
-struct Geometry {
-    in_dims: Vec<usize>,
-    window: Vec<usize>,
-    stride: Vec<i64>,
-    in_dil: Vec<i64>,
-    win_dil: Vec<i64>,
-    low: Vec<i64>,
-    out_dims: Vec<usize>,
+pub(crate) struct Geometry {
+    pub(crate) in_dims: Vec<usize>,
+    pub(crate) window: Vec<usize>,
+    pub(crate) stride: Vec<i64>,
+    pub(crate) in_dil: Vec<i64>,
+    pub(crate) win_dil: Vec<i64>,
+    pub(crate) low: Vec<i64>,
+    /// Windows per axis (the result's dims).
+    pub(crate) out_dims: Vec<usize>,
 }
 
 impl Geometry {
-    fn new(
+    /// The geometry of a window op on operand `x` (`name` for errors); attributes the catalogue
+    /// rejects (wrong lengths, strides or dilations below 1, negative padding) are errors.
+    pub(crate) fn new(
         name: &str,
         x: &Shape,
         window: &[i64],
