@@ -364,47 +364,23 @@ impl ConvEpilogue<'_> {
 }
 
 /// `Min(Max(v, lo), hi)` as the catalogue's Max and Min compute them: NaN in → NaN out, and
-/// Max(−0, +0) = +0, Min(−0, +0) = −0.
+/// Max(−0, +0) = +0, Min(−0, +0) = −0. Written as selects, so that loops over it vectorise (the
+/// bound test is loop-invariant).
 #[inline]
 fn clamp_nan(v: f32, lo: f32, hi: f32) -> f32 {
-    let max = |a: f32, b: f32| {
-        if a.is_nan() || b.is_nan() {
-            f32::NAN
-        } else if a == b {
-            if a.is_sign_negative() { b } else { a }
-        } else if a > b {
-            a
-        } else {
-            b
-        }
-    };
-    let min = |a: f32, b: f32| {
-        if a.is_nan() || b.is_nan() {
-            f32::NAN
-        } else if a == b {
-            if a.is_sign_negative() { a } else { b }
-        } else if a < b {
-            a
-        } else {
-            b
-        }
-    };
-    min(max(v, lo), hi)
+    if lo.is_nan() || hi.is_nan() {
+        return f32::NAN;
+    }
+    // Max(v, lo): a NaN v fails both tests and stays.
+    let m = if v < lo || (v == lo && v.is_sign_negative()) { lo } else { v };
+    // Min(m, hi).
+    if m > hi || (m == hi && hi.is_sign_negative()) { hi } else { m }
 }
 
-/// [`clamp_nan`] over a slice, written as selects so that it vectorises: a NaN bound makes every
-/// value NaN, as the catalogue's Max and Min do.
+/// [`clamp_nan`] over a slice.
 fn clamp_slice(xs: &mut [f32], lo: f32, hi: f32) {
-    if lo.is_nan() || hi.is_nan() {
-        xs.fill(f32::NAN);
-        return;
-    }
     for v in xs {
-        let x = *v;
-        // Max(x, lo): NaN stays; −0 against +0 gives +0.
-        let m = if x < lo || (x == lo && x.is_sign_negative()) { lo } else { x };
-        // Min(m, hi): −0 against +0 gives −0.
-        *v = if m > hi || (m == hi && hi.is_sign_negative()) { hi } else { m };
+        *v = clamp_nan(*v, lo, hi);
     }
 }
 
