@@ -965,6 +965,77 @@ fn jit_merges_tanh_gelu_into_dense_and_residual_add_into_layer_norm() {
     assert_close("dense + tanh gelu + residual ln", &got, &want, 1e-4, 1e-4);
 }
 
+/// The residual-add merge in BF16 and F16: `((x + r) + r2)` feeding a LayerNorm, the sum also
+/// returned. The sum must equal the per-add rounded half sums bit for bit (each add rounds once,
+/// §9), and y the f64 LayerNorm of that sum within one half-type rounding; checked for the jit
+/// step (which must be the merged one) and the interpreter.
+#[test]
+fn jit_merges_residual_add_into_half_layer_norm() {
+    let dir = std::env::temp_dir().join(format!("tensorjit-fused-merge-half-{}", std::process::id()));
+    let jit = tensorjit::backends::jit::JitBackend::constructor(&format!("dump={},parallelism=2", dir.display()))
+        .expect("jit");
+    let interp = tensorjit::new_with_config("interp").expect("interp");
+    // 300 rows of 96: several row blocks, so both threads take some.
+    let (m, n) = (300usize, 96usize);
+    let mut rng = Rng(77);
+    let x = rng.vec(m * n, -2.0, 2.0);
+    let r = rng.vec(m * n, -1.0, 1.0);
+    let r2 = rng.vec(m * n, -0.5, 0.5);
+    let g = rng.vec(n, 0.5, 1.5);
+    let bt = rng.vec(n, -0.5, 0.5);
+    for dt in [DType::BFloat16, DType::Float16] {
+        // The half value of an f32 (round to nearest even), back in f32.
+        let q = |v: f32| if dt == DType::BFloat16 { bf16::from_f32(v).to_f32() } else { f16::from_f32(v).to_f32() };
+        let qv = |v: &[f32]| -> Vec<f32> { v.iter().map(|&e| q(e)).collect() };
+        let (xq, rq, r2q, gq, bq) = (qv(&x), qv(&r), qv(&r2), qv(&g), qv(&bt));
+        let want_sum: Vec<f32> = (0..m * n).map(|i| q(q(xq[i] + rq[i]) + r2q[i])).collect();
+        let mut want_y = vec![0f32; m * n];
+        for (row, out) in want_sum.chunks_exact(n).zip(want_y.chunks_exact_mut(n)) {
+            let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
+            let var = row.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n as f64;
+            for j in 0..n {
+                let z = (f64::from(row[j]) - mean) / (var + 1e-5).sqrt() * f64::from(gq[j]) + f64::from(bq[j]);
+                out[j] = z as f32;
+            }
+        }
+        let ins = [buf_f32(&x, &[m, n], dt), buf_f32(&r, &[m, n], dt), buf_f32(&r2, &[m, n], dt)];
+        let (gb, bb) = (buf_f32(&g, &[n], dt), buf_f32(&bt, &[n], dt));
+        for (label, b) in [("jit", &jit), ("interp", &interp)] {
+            let builder = b.builder("merge_half");
+            let f = builder.main();
+            let p: Vec<tensorjit::Value> =
+                ["x", "r", "r2"].iter().map(|name| f.parameter(name, shape(dt, &[m, n])).expect("param")).collect();
+            let gp = f.parameter("g", shape(dt, &[n])).expect("g");
+            let bp = f.parameter("b", shape(dt, &[n])).expect("b");
+            let s1 = f.binary(BinaryOp::Add, p[0], p[1]).expect("add");
+            let sum = f.binary(BinaryOp::Add, s1, p[2]).expect("add 2");
+            let ln = f.fused_layer_norm(sum, &[-1], 1e-5, Some(gp), Some(bp)).expect("ln");
+            f.return_(&[ln, sum]).expect("return");
+            let exe = builder.compile().expect("compile");
+            if label == "jit" {
+                let plan = take_plans(&dir);
+                assert!(
+                    plan.contains("of a residual add (3 terms, sum kept)") && plan.contains(&format!("{dt:?}")),
+                    "the {dt} adds are not merged into the LayerNorm:\n{plan}"
+                );
+            }
+            let outs = exe.execute(&[&ins[0], &ins[1], &ins[2], &gb, &bb], &[]).expect("execute");
+            let to_f32 = |o: &Buffer| -> Vec<f32> {
+                match dt {
+                    DType::BFloat16 => o.to_vec::<bf16>().expect("bf16").iter().map(|v| v.to_f32()).collect(),
+                    _ => o.to_vec::<f16>().expect("f16").iter().map(|v| v.to_f32()).collect(),
+                }
+            };
+            let (y, sum) = (to_f32(&outs[0]), to_f32(&outs[1]));
+            for (i, (a, b)) in sum.iter().zip(&want_sum).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{label} {dt} sum element {i}: {a} vs {b}");
+            }
+            let (rel, abs) = tol(dt);
+            assert_close(&format!("{label} {dt} residual layer norm"), &y, &want_y, rel, abs);
+        }
+    }
+}
+
 /// Reruns the end-to-end tests in a child process with `TENSORJIT_DISABLE_AVX2=1` (portable path).
 #[test]
 fn jit_generic_path_in_child_process() {
@@ -976,6 +1047,7 @@ fn jit_generic_path_in_child_process() {
         "jit_end_to_end_matches_interp",
         "jit_plan_uses_fused_kernels",
         "jit_merges_tanh_gelu_into_dense_and_residual_add_into_layer_norm",
+        "jit_merges_residual_add_into_half_layer_norm",
     ] {
         let out = std::process::Command::new(&exe)
             .args(["--exact", test, "--test-threads=1"])

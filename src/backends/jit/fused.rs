@@ -255,10 +255,17 @@ pub(crate) fn prepare_residual_layer_norm(
     let node = m.node(ln);
     let Op::FusedLayerNorm { axes, epsilon, has_gamma, has_beta } = &node.op else { return None };
     let x = m.shape(*node.inputs.first()?);
-    let f32_static = |s: &Shape| s.dtype == DType::Float32 && !s.is_dynamic();
+    // F32, or a half type whose adds the step reproduces with their roundings.
+    let dtype = x.dtype;
+    let f32_static = |s: &Shape| s.dtype == dtype && !s.is_dynamic();
     let (rank, k) = (x.rank(), axes.len());
     let first = rank.checked_sub(k)?;
-    if !f32_static(x) || node.outputs.len() != 1 || k == 0 || axes.iter().enumerate().any(|(i, &ax)| ax != first + i) {
+    if !matches!(dtype, DType::Float32 | DType::BFloat16 | DType::Float16)
+        || !f32_static(x)
+        || node.outputs.len() != 1
+        || k == 0
+        || axes.iter().enumerate().any(|(i, &ax)| ax != first + i)
+    {
         return None;
     }
     // A term repeats x's trailing block: its dims are x's with a prefix (within the leading axes)
@@ -285,7 +292,7 @@ pub(crate) fn prepare_residual_layer_norm(
         has_beta: *has_beta,
         residual: Some(Residual { terms: terms.len(), keep_sum }),
     };
-    Some(Box::new(FusedKernel { kind, isa: FusedIsa::selected(), dtype: DType::Float32 }))
+    Some(Box::new(FusedKernel { kind, isa: FusedIsa::selected(), dtype }))
 }
 
 /// The residual form of a LayerNorm step: how many terms make x, and whether the sum is a
@@ -580,8 +587,8 @@ impl FusedKernel {
 }
 
 impl FusedKernel {
-    /// The residual form of LayerNorm (F32, trailing axes): `inputs = [terms…, gamma?, beta?]`,
-    /// results `[y]` or `[y, sum]` (`keep_sum`).
+    /// The residual form of LayerNorm (trailing axes; F32, BF16 or F16 throughout): `inputs =
+    /// [terms…, gamma?, beta?]`, results `[y]` or `[y, sum]` (`keep_sum`).
     fn residual_layer_norm(
         &self,
         inputs: &[Tensor],
@@ -604,40 +611,136 @@ impl FusedKernel {
         let n: usize = y_shape.udims().get(first..).map_or(0, |d| d.iter().product());
         let total = y_shape.num_elements();
         let rows = total.checked_div(n).unwrap_or(0);
+        let dt = y_shape.dtype;
         let term_ok = |t: &Tensor| {
-            t.shape.dtype == DType::Float32
-                && n > 0
-                && !t.is_empty()
-                && t.len().is_multiple_of(n)
-                && total.is_multiple_of(t.len())
+            t.shape.dtype == dt && n > 0 && !t.is_empty() && t.len().is_multiple_of(n) && total.is_multiple_of(t.len())
         };
-        if y_shape.dtype != DType::Float32
+        if !matches!(dt, DType::Float32 | DType::BFloat16 | DType::Float16)
             || out_shapes.iter().any(|s| s != y_shape)
             || !inputs[..res.terms].iter().all(term_ok)
         {
             return Err(Error::invalid(
                 name,
                 format!(
-                    "residual terms {} + {} … do not fit the result {y_shape} (F32)",
+                    "residual terms {} + {} … do not fit the result {y_shape} (one dtype: F32, BF16 or F16)",
                     inputs[0].shape, inputs[1].shape
                 ),
             ));
         }
-        let param = |i: usize, what: &str| -> Result<&[f32]> {
+        let param = |i: usize, what: &str| -> Result<Cow<'_, [f32]>> {
             let t = &inputs[i];
-            if t.len() != n || t.shape.dtype != DType::Float32 {
-                return Err(Error::invalid(name, format!("{what} {} must hold {n} F32 values", t.shape)));
+            if t.len() != n || t.shape.dtype != dt {
+                return Err(Error::invalid(name, format!("{what} {} must hold {n} {dt} values", t.shape)));
             }
-            Ok(t.typed::<f32>())
+            as_f32(name, t)
         };
         let g = if has_gamma { Some(param(res.terms, "gamma")?) } else { None };
         let b = if has_beta { Some(param(res.terms + has_gamma as usize, "beta")?) } else { None };
+        let (g, b) = (g.as_deref(), b.as_deref());
         let mut y = unfilled(y_shape)?;
         let mut sum = if res.keep_sum { Some(unfilled(&out_shapes[1])?) } else { None };
-        let terms: Vec<&[f32]> = inputs[..res.terms].iter().map(|t| t.typed::<f32>()).collect();
-        let sv = sum.as_mut().map(|t| t.typed_mut::<f32>());
-        layer_norm_residual_f32(self.isa, &terms, sv, y.typed_mut::<f32>(), rows, n, epsilon, g, b, pool);
+        let ts = &inputs[..res.terms];
+        let ln = RowNorm { isa: self.isa, rows, n, epsilon, g, b };
+        match dt {
+            DType::BFloat16 => ln.half::<bf16>(ts, sum.as_mut(), &mut y, pool),
+            DType::Float16 => ln.half::<f16>(ts, sum.as_mut(), &mut y, pool),
+            _ => {
+                let terms: Vec<&[f32]> = ts.iter().map(|t| t.typed::<f32>()).collect();
+                let sv = sum.as_mut().map(|t| t.typed_mut::<f32>());
+                layer_norm_residual_f32(self.isa, &terms, sv, y.typed_mut::<f32>(), rows, n, epsilon, g, b, pool);
+            }
+        }
         Ok(std::iter::once(y).chain(sum).collect())
+    }
+}
+
+/// A residual LayerNorm's row geometry and parameters (`rows` rows of `n` values).
+struct RowNorm<'a> {
+    isa: FusedIsa,
+    rows: usize,
+    n: usize,
+    epsilon: f64,
+    g: Option<&'a [f32]>,
+    b: Option<&'a [f32]>,
+}
+
+impl RowNorm<'_> {
+    /// The half-type residual LayerNorm: per block of rows, the terms are added in their order
+    /// in f32 with a rounding to `H` after each add (exactly what the adds this step replaces
+    /// compute: the f32 sum of two half values rounds to the correctly rounded half sum), the
+    /// rounded sum is kept when asked, then normalised in f32 and rounded once, as the plain
+    /// half LayerNorm step does. Operand sizes were checked by the caller.
+    fn half<H: HalfElem>(
+        &self,
+        terms: &[Tensor],
+        sum: Option<&mut Tensor>,
+        y: &mut Tensor,
+        pool: Option<&rayon::ThreadPool>,
+    ) {
+        use rayon::prelude::*;
+        let n = self.n.max(1);
+        let total = self.rows * n;
+        let terms: Vec<&[H]> = terms.iter().map(|t| t.typed::<H>()).collect();
+        let per = (HALF_BLOCK / n).max(1) * n;
+        // Row `i` of a term (terms repeat along the leading axes).
+        let row = |t: &[H], i: usize| -> std::ops::Range<usize> {
+            let at = (i * n) % t.len();
+            at..at + n
+        };
+        type Scratch<H> = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<H>);
+        let scratch = || -> Scratch<H> {
+            let len = per.min(total);
+            (vec![0f32; len], vec![0f32; len], vec![0f32; n], vec![H::default(); n])
+        };
+        let block = |(s, o, t, h): &mut Scratch<H>, blk: usize, ys: &mut [H], ss: Option<&mut [H]>| {
+            let first = blk * per / n;
+            let (s, o) = (&mut s[..ys.len()], &mut o[..ys.len()]);
+            for (r, acc) in s.chunks_exact_mut(n).enumerate() {
+                let i = first + r;
+                H::widen(&terms[0][row(terms[0], i)], acc);
+                for term in &terms[1..] {
+                    H::widen(&term[row(term, i)], t);
+                    for (a, &v) in acc.iter_mut().zip(t.iter()) {
+                        *a += v;
+                    }
+                    H::round(acc, h);
+                    H::widen(h, acc);
+                }
+            }
+            if let Some(ss) = ss {
+                H::round(s, ss);
+            }
+            let rows = ys.len() / n;
+            layer_norm_f32(self.isa, s, o, rows, n, self.epsilon, self.g, self.b, None);
+            H::round(o, ys);
+        };
+        let ys = &mut y.typed_mut::<H>()[..total];
+        let parallel = pool.filter(|p| p.current_num_threads() > 1 && total > per);
+        match (sum, parallel) {
+            (Some(sv), Some(p)) => p.install(|| {
+                let ss = &mut sv.typed_mut::<H>()[..total];
+                ys.par_chunks_mut(per)
+                    .zip(ss.par_chunks_mut(per))
+                    .enumerate()
+                    .for_each_init(scratch, |sc, (b, (yc, sc2))| block(sc, b, yc, Some(sc2)));
+            }),
+            (None, Some(p)) => p.install(|| {
+                ys.par_chunks_mut(per).enumerate().for_each_init(scratch, |sc, (b, yc)| block(sc, b, yc, None));
+            }),
+            (Some(sv), None) => {
+                let mut sc = scratch();
+                let ss = &mut sv.typed_mut::<H>()[..total];
+                for (b, (yc, sc2)) in ys.chunks_mut(per).zip(ss.chunks_mut(per)).enumerate() {
+                    block(&mut sc, b, yc, Some(sc2));
+                }
+            }
+            (None, None) => {
+                let mut sc = scratch();
+                for (b, yc) in ys.chunks_mut(per).enumerate() {
+                    block(&mut sc, b, yc, None);
+                }
+            }
+        }
     }
 }
 

@@ -13,7 +13,9 @@
 //!   reads the terms and adds them row by row, in the same order, just before normalising
 //!   (`fused::prepare_residual_layer_norm`); the adds' loop goes. When other steps also read the
 //!   sum (pre-LN transformers reuse it for the next residual), the LayerNorm step writes it as a
-//!   second result, provided all those readers come after the LayerNorm step.
+//!   second result, provided all those readers come after the LayerNorm step. F32, BF16 and
+//!   F16 (the half types add in f32 with one rounding per add, as the adds' loop does, and
+//!   normalise in f32 with one rounding, as the LayerNorm step does).
 //!
 //! - **Q, K, V read in place.** A BSHD `FusedScaledDotProductAttention` whose q, k and v are
 //!   `Reshape`s of `Slice`s of the last axis of one product `y` (the merged projection of

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""conv_peers.py: the issue's convolution shapes and convnets, tensorjit beside onnxruntime and torch.
+
+Usage:
+    cargo build --release --bin tensorjit
+    python3 benches/compare/conv_peers.py [--tensorjit target/release/tensorjit] [--threads 1,2]
+        [--rounds 3] [--shapes all|name,...] [--models DIR] [--batch 8] [--out FILE.md]
+
+Each shape is one ONNX `Conv` (NCHW, weights as an initializer, no bias) written to a temporary
+directory, so tensorjit and onnxruntime run the same file (tensorjit packs the constant filter
+at compile time, onnxruntime reorders it to its blocked layout at session creation); torch runs
+`F.conv2d` on the same arrays in NCHW and channels_last (oneDNN) and the faster is kept. With
+--models DIR, ResNet-18 and MobileNetV2 (`DIR/{resnet18,mobilenet_v2}-torchscript/model.onnx`,
+from tools/onnx-models.py) are timed too, tensorjit against onnxruntime, in images/s.
+
+Every (framework, threads) figure comes from its own process pinned with `taskset` (CPU 0 for
+1 thread, CPUs 0,1 for 2), frameworks alternate within each round, and the best of the rounds is
+kept (the machine is shared: the best round is the least disturbed). tensorjit: `tensorjit --json
+bench FILE -b jit:parallelism=T`, its minimum over the timed executions; the peers: minimum over
+the same number of calls after warm-up. When a C compiler is present, the machine's FMA peak is
+measured beside them (../shared/bench/fma_peak.c if found, else skipped).
+Prints a markdown table: GFLOP/s (convs) or images/s (models) per framework and the ratio of
+tensorjit to the best peer.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+# name: (batch, cin, cout, h, w, k, stride, pad, groups)
+SHAPES = {
+    "3x3 64->64 56x56 b1": (1, 64, 64, 56, 56, 3, 1, 1, 1),
+    "3x3 64->64 56x56 b8": (8, 64, 64, 56, 56, 3, 1, 1, 1),
+    "1x1 256->64 56x56 b8": (8, 256, 64, 56, 56, 1, 1, 0, 1),
+    "dw 3x3 32ch 112x112 b1": (1, 32, 32, 112, 112, 3, 1, 1, 32),
+    "dw 3x3 32ch 112x112 b8": (8, 32, 32, 112, 112, 3, 1, 1, 32),
+    "7x7/2 3->64 224x224 b1": (1, 3, 64, 224, 224, 7, 2, 3, 1),
+    "7x7/2 3->64 224x224 b8": (8, 3, 64, 224, 224, 7, 2, 3, 1),
+}
+MODELS = {"ResNet-18": "resnet18-torchscript", "MobileNetV2": "mobilenet_v2-torchscript"}
+
+
+def out_hw(s):
+    n, ci, co, h, w, k, st, p, g = s
+    return (h + 2 * p - k) // st + 1, (w + 2 * p - k) // st + 1
+
+
+def flops(s):
+    n, ci, co, h, w, k, st, p, g = s
+    oh, ow = out_hw(s)
+    return 2.0 * n * co * oh * ow * (ci // g) * k * k
+
+
+def write_onnx(path, s, seed=0):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    n, ci, co, h, w, k, st, p, g = s
+    oh, ow = out_hw(s)
+    wt = np.random.default_rng(seed).uniform(-1, 1, (co, ci // g, k, k)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], pads=[p] * 4, strides=[st, st], group=g)
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, ci, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, co, oh, ow])],
+        initializer=[numpy_helper.from_array(wt, "w")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    save(m, path)
+
+
+def pinned(cmd, threads):
+    cpus = ",".join(str(i) for i in range(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return subprocess.run(["taskset", "-c", cpus] + cmd, env=env, capture_output=True, text=True, check=False)
+
+
+def worker(fw, threads, path, shape, repeat):
+    """Runs in the pinned child: prints the minimum seconds per call."""
+    import numpy as np
+
+    if fw == "ort":
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        inp = sess.get_inputs()[0]
+        dims = [d if isinstance(d, int) else 1 for d in inp.shape]
+        x = np.random.default_rng(1).uniform(0, 1, dims).astype(np.float32)
+        call = lambda: sess.run(None, {inp.name: x})  # noqa: E731
+    else:
+        import torch
+        import torch.nn.functional as F
+
+        torch.set_num_threads(threads)
+        n, ci, co, h, w, k, st, p, g = shape
+        x = torch.rand(n, ci, h, w)
+        wt = torch.rand(co, ci // g, k, k) * 2 - 1
+        if fw == "torch_nhwc":
+            x = x.contiguous(memory_format=torch.channels_last)
+            wt = wt.contiguous(memory_format=torch.channels_last)
+
+        def call():
+            with torch.no_grad():
+                F.conv2d(x, wt, stride=st, padding=p, groups=g)
+
+    for _ in range(2):
+        call()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t)
+    print(best)
+
+
+def measure(fw, threads, path, shape, repeat, tj):
+    if fw == "tensorjit":
+        r = pinned(
+            [tj, "--json", "bench", path, "-b", f"jit:parallelism={threads}", "--repeat", str(repeat), "--warmup", "2",
+             "--fill", "random"],
+            threads,
+        )
+        for line in r.stdout.splitlines():
+            j = json.loads(line)
+            if j.get("ok", True) and "repeat" in j:
+                return j["repeat"]["min_ms"] / 1e3
+        sys.stderr.write(f"tensorjit failed on {path}: {r.stdout[-400:]} {r.stderr[-400:]}\n")
+        return None
+    arg = json.dumps(list(shape) if shape else None)
+    r = pinned([sys.executable, __file__, "--worker", fw, str(threads), path, arg, str(repeat)], threads)
+    try:
+        return float(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        sys.stderr.write(f"{fw} failed on {path}: {r.stderr[-400:]}\n")
+        return None
+
+
+def fma_peak():
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "bench", "fma_peak.c")
+    if not os.path.exists(src):
+        return None
+    exe = os.path.join(tempfile.gettempdir(), "tj_fma_peak")
+    if subprocess.run(["cc", "-O2", "-march=native", src, "-o", exe], capture_output=True).returncode != 0:
+        return None
+    r = pinned([exe], 2)
+    rows = [l.split(",") for l in r.stdout.strip().splitlines()[1:]]
+    return ", ".join(f"{x[0]} {x[1]} thread(s) {x[2]} GFLOP/s" for x in rows if len(x) > 2)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        fw, threads, path, shape, repeat = sys.argv[2:7]
+        worker(fw, int(threads), path, json.loads(shape), int(repeat))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tensorjit", default="target/release/tensorjit")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--shapes", default="all")
+    ap.add_argument("--models", default=None, help="directory holding <model>-torchscript/model.onnx")
+    ap.add_argument("--batch", type=int, default=8, help="model batch size")
+    ap.add_argument("--out", default=None, help="also write the table to this markdown file")
+    a = ap.parse_args()
+    names = list(SHAPES) if a.shapes == "all" else [s for s in a.shapes.split(",") if s]
+    if a.shapes == "none":
+        names = []
+    threads = [int(t) for t in a.threads.split(",")]
+    tmp = tempfile.mkdtemp(prefix="tj_conv_peers_")
+    jobs = []  # (label, path, shape or None, work units, unit)
+    for i, name in enumerate(names):
+        path = os.path.join(tmp, f"conv{i}.onnx")
+        write_onnx(path, SHAPES[name])
+        jobs.append((name, path, SHAPES[name], flops(SHAPES[name]) / 1e9, "GFLOP/s"))
+    if a.models:
+        import numpy as np
+
+        for label, d in MODELS.items():
+            src = os.path.join(a.models, d, "model.onnx")
+            if os.path.exists(src):
+                jobs.append((f"{label} b{a.batch}", src, None, float(a.batch), "images/s"))
+        np.save(os.path.join(tmp, "x.npy"), np.random.default_rng(2).uniform(0, 1, (a.batch, 3, 224, 224)).astype(np.float32))
+    peak = fma_peak()
+    best = {}
+    for rnd in range(a.rounds):
+        for label, path, shape, work, unit in jobs:
+            for t in threads:
+                fws = ["tensorjit", "ort"] + (["torch", "torch_nhwc"] if shape else [])
+                if rnd % 2:
+                    fws.reverse()
+                for fw in fws:
+                    repeat = a.repeat if shape else max(3, a.repeat // 2)
+                    if shape is None and fw == "tensorjit":
+                        r = pinned([a.tensorjit, "--json", "bench", path, "-i", f"input={os.path.join(tmp, 'x.npy')}",
+                                    "-b", f"jit:parallelism={t}", "--repeat", str(repeat), "--warmup", "2"], t)
+                        s = None
+                        for line in r.stdout.splitlines():
+                            j = json.loads(line)
+                            if "repeat" in j:
+                                s = j["repeat"]["min_ms"] / 1e3
+                    else:
+                        s = measure(fw, t, path, shape, repeat, a.tensorjit)
+                    if s:
+                        key = (label, t, "torch" if fw.startswith("torch") else fw)
+                        best[key] = min(best.get(key, float("inf")), s)
+            print(f"round {rnd + 1}: {label} done", file=sys.stderr)
+    lines = []
+    if peak:
+        lines.append(f"FMA peak measured beside (median): {peak}\n")
+    lines.append("| shape | threads | unit | tensorjit | onnxruntime | torch | tensorjit / best peer |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for label, path, shape, work, unit in jobs:
+        for t in threads:
+            rate = {fw: work / best[(label, t, fw)] for fw in ("tensorjit", "ort", "torch") if (label, t, fw) in best}
+            peers = [v for k, v in rate.items() if k != "tensorjit"]
+            ratio = f"{rate['tensorjit'] / max(peers):.2f}" if peers and "tensorjit" in rate else "-"
+            cell = lambda fw: f"{rate[fw]:.1f}" if fw in rate else "-"  # noqa: E731
+            lines.append(f"| {label} | {t} | {unit} | {cell('tensorjit')} | {cell('ort')} | {cell('torch')} | {ratio} |")
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
