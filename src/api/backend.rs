@@ -100,6 +100,9 @@ pub struct CompileReport {
     pub hashing: std::time::Duration,
     /// The whole `compile` call.
     pub total: std::time::Duration,
+    /// What runs each part of the executable (generated loops, specialised kernels, reference
+    /// kernels, the interpreter), for backends that plan; empty otherwise.
+    pub execution: crate::api::report::ExecutionReport,
 }
 
 /// The constant memory an executable holds: constants its plan loads and GEMM operands packed

@@ -6,6 +6,7 @@ pub mod builder;
 mod ops_basic;
 mod ops_structured;
 pub mod profile;
+pub mod report;
 
 pub use backend::{
     Backend, CancelToken, Capabilities, CompileReport, ConstantMemory, ExecOptions, Executable, check_inputs,
@@ -16,3 +17,4 @@ pub use builder::{Builder, Function, Value};
 pub use ops_basic::ReshapeSpec;
 pub use ops_structured::{AttentionConfig, ConvConfig, DotConfig, GatherDims, ScatterDims};
 pub use profile::{EventKind, KernelStats, ProfileEvent, Profiler};
+pub use report::{ExecutionReport, StepReport};

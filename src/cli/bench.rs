@@ -126,6 +126,15 @@ impl BenchReport {
                 writeln!(w, "  {name}: {:.3} ms", millis(*t))?;
             }
             writeln!(w, "  (hashing constants: {:.3} ms of the above)", millis(r.hashing))?;
+            let e = &r.execution;
+            if e.interpreted.is_some() || !e.steps.is_empty() {
+                // The summary line, then the slow paths, if any.
+                write!(w, "{}", e.to_string().lines().next().unwrap_or_default())?;
+                writeln!(w)?;
+                for f in e.fallbacks() {
+                    writeln!(w, "  fallback: {f}")?;
+                }
+            }
         }
         if let Some(c) = &self.constant_memory {
             writeln!(
@@ -161,7 +170,8 @@ impl BenchReport {
     /// As one JSON object: `{"command": "bench", "file", "ok": true, "backend", "inputs":
     /// [{"name", "shape", "dtype", "source"}], "import_ms", "compile_ms", "compile_phases": {"phases":
     /// [{"name", "ms"}], "hashing_ms", "total_ms"} or null, "constant_memory": {"total_bytes",
-    /// "plan_bytes", "packed_bytes", "owned_bytes", "shared_bytes", "buffers"} or null, "warmup",
+    /// "plan_bytes", "packed_bytes", "owned_bytes", "shared_bytes", "buffers"} or null,
+    /// "fallbacks": [text] (reference kernels and the interpreter, see `ExecutionReport`) or null, "warmup",
     /// "repeat": {"n",
     /// "median_ms", "min_ms", "mean_ms", "max_ms"}}` (`source`: the `.npy` path, or `zeros` /
     /// `random` for generated values).
@@ -188,6 +198,7 @@ impl BenchReport {
             "compile_ms": millis(self.compile_time),
             "compile_phases": self.compile_report.as_ref().map(compile_phases_json),
             "constant_memory": self.constant_memory.as_ref().map(constant_memory_json),
+            "fallbacks": self.compile_report.as_ref().map(|r| r.execution.fallbacks()),
             "warmup": self.warmup,
             "repeat": self.stats.to_json(),
         })

@@ -166,7 +166,7 @@ impl Dumper {
             self.write(&format!("{}.asm", k.name), &k.asm)?;
         }
         self.write("clusters.txt", &clusters)?;
-        self.write("plan.txt", &plan.describe())
+        self.write("plan.txt", &format!("{}\n{}", super::report::of_plan(plan), plan.describe()))
     }
 }
 
@@ -184,14 +184,14 @@ impl JitBackend {
         let optimized = module.clone();
         let (delegated, clusters, kernels, plan) = match plan::needs_interpreter(&module) {
             Some(why) => {
-                let plan = format!("delegated to the interpreter: {why}\n");
+                let plan = format!("delegated to the interpreter: {why}\n{}", super::report::interpreted(&why));
                 (Some(why), String::new(), Vec::new(), plan)
             }
             None => {
                 let pool = self.thread_pool()?;
                 let p = plan::build(module, self.plan_options(true), pool.as_deref())?;
                 let (clusters, kernels) = listings(&p);
-                (None, clusters, kernels, p.describe())
+                (None, clusters, kernels, format!("{}\n{}", super::report::of_plan(&p), p.describe()))
             }
         };
         Ok(Stages {

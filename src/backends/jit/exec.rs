@@ -628,7 +628,7 @@ fn annotate(e: Error, m: &Module, node: NodeId, nesting: usize) -> Error {
 }
 
 /// The profile kind of a plan step.
-fn step_kind(step: &Step) -> EventKind {
+pub(super) fn step_kind(step: &Step) -> EventKind {
     match step {
         Step::Loop(_) => EventKind::Loop,
         Step::Kernel(s) if s.fast.is_some() => EventKind::Kernel,
@@ -640,7 +640,7 @@ fn step_kind(step: &Step) -> EventKind {
 
 /// The profile label of a plan step: what it runs and on what shape, so that steps doing the
 /// same work on the same shapes add up in the profile's summary.
-fn step_label(plan: &Plan, fp: &FuncPlan, step: &Step) -> String {
+pub(super) fn step_label(plan: &Plan, fp: &FuncPlan, step: &Step) -> String {
     let m = &plan.module;
     match step {
         Step::Loop(s) => {

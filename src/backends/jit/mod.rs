@@ -44,6 +44,7 @@ mod movement;
 mod options;
 mod plan;
 mod pool;
+mod report;
 mod shared;
 
 use std::path::PathBuf;
@@ -59,7 +60,7 @@ use crate::ir::module::Module;
 
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
-pub use options::{JitOptions, OPTIONS, Reductions, StreamingStores};
+pub use options::{Fallback, JitOptions, OPTIONS, Reductions, StreamingStores};
 pub use shared::{ConstantCacheStats, MIN_SHARED_BYTES, constant_cache_stats, wait_for_constant_hashing};
 
 use crate::threads::Threads;
@@ -205,8 +206,10 @@ impl JitBackend {
         let runner = match plan::needs_interpreter(&module) {
             Some(why) => {
                 tracing::debug!(target: "tensorjit::jit", reason = %why, "module delegated to the interpreter");
+                report.execution = report::interpreted(&why);
+                report::check(&report.execution, self.opts.fallback, &module.name)?;
                 if let Some(d) = &dumper {
-                    d.write("plan.txt", &format!("delegated to the interpreter: {why}\n"))?;
+                    d.write("plan.txt", &format!("delegated to the interpreter: {why}\n{}", report.execution))?;
                 }
                 exec::Runner::Interp(InterpExecutable::new(module)?.with_while_limit(self.opts.while_limit))
             }
@@ -217,6 +220,8 @@ impl JitBackend {
                 let planning = t2.elapsed();
                 plan.trace_summary(planning);
                 plan.report(planning, &mut report, &mut constants);
+                report.execution = report::of_plan(&plan);
+                report::check(&report.execution, self.opts.fallback, &plan.module.name)?;
                 if let Some(d) = &dumper {
                     d.plan(&plan)?;
                 }

@@ -13,7 +13,8 @@ use crate::threads::Threads;
 use super::NAME;
 
 /// The option names accepted in the config string.
-pub const OPTIONS: &[&str] = &["parallelism", "while_limit", "fusion", "reductions", "streaming_stores", "dump"];
+pub const OPTIONS: &[&str] =
+    &["parallelism", "while_limit", "fusion", "reductions", "streaming_stores", "fallback", "dump"];
 
 /// How fused float Sum/Product reductions accumulate (`reductions=fast|ordered`).
 #[non_exhaustive]
@@ -40,6 +41,21 @@ pub enum StreamingStores {
     Off,
 }
 
+/// What compiling does when part of a module would leave generated code and specialised kernels
+/// (`fallback=allow|error`): a node run by its scalar reference kernel, or the whole module
+/// delegated to the interpreter (dynamic shapes, collectives). The compile report's
+/// [`ExecutionReport`](crate::api::ExecutionReport) lists them either way.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fallback {
+    /// Run them (the default).
+    #[default]
+    Allow,
+    /// Refuse to compile: an [`Error::Invalid`](crate::Error::Invalid) listing every fallback.
+    Error,
+}
+
+const FALLBACK: &[(&str, Fallback)] = &[("allow", Fallback::Allow), ("error", Fallback::Error)];
 const REDUCTIONS: &[(&str, Reductions)] = &[("fast", Reductions::Fast), ("ordered", Reductions::Ordered)];
 const STREAMING: &[(&str, StreamingStores)] =
     &[("auto", StreamingStores::Auto), ("on", StreamingStores::On), ("off", StreamingStores::Off)];
@@ -76,13 +92,16 @@ pub struct JitOptions {
     pub reductions: Reductions,
     /// Non-temporal output stores (`streaming_stores=auto|on|off`).
     pub streaming_stores: StreamingStores,
+    /// Whether reference kernels and the interpreter may run parts of a module
+    /// (`fallback=allow|error`).
+    pub fallback: Fallback,
     /// Write every compilation stage under this directory (`dump=DIR`; else `TENSORJIT_DUMP`).
     pub dump: Option<PathBuf>,
 }
 
 impl Default for JitOptions {
     /// Shared pool, unbounded `while`, fusion on, fast reductions, automatic streaming stores,
-    /// no dump.
+    /// fallbacks allowed, no dump.
     fn default() -> JitOptions {
         JitOptions {
             threads: Threads::Shared,
@@ -90,6 +109,7 @@ impl Default for JitOptions {
             fusion: true,
             reductions: Reductions::Fast,
             streaming_stores: StreamingStores::Auto,
+            fallback: Fallback::Allow,
             dump: None,
         }
     }
@@ -144,6 +164,12 @@ impl JitOptions {
         self
     }
 
+    /// Whether compiling accepts reference kernels and the interpreter.
+    pub fn fallback(mut self, f: Fallback) -> Self {
+        self.fallback = f;
+        self
+    }
+
     /// Dump every compilation stage under `dir`.
     pub fn dump(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dump = Some(dir.into());
@@ -162,6 +188,7 @@ impl JitOptions {
                 "fusion" => o.fusion = config::parse_switch(NAME, key, v)?,
                 "reductions" => o.reductions = config::parse_choice(NAME, key, v, REDUCTIONS)?,
                 "streaming_stores" => o.streaming_stores = config::parse_choice(NAME, key, v, STREAMING)?,
+                "fallback" => o.fallback = config::parse_choice(NAME, key, v, FALLBACK)?,
                 "dump" => o.dump = Some(PathBuf::from(config::parse_nonempty(NAME, key, v, "a directory")?)),
                 _ => return Err(option_error(NAME, key, "not handled (internal error)")),
             }
@@ -209,6 +236,9 @@ impl fmt::Display for JitOptions {
         if self.streaming_stores != StreamingStores::Auto {
             items.push(format!("streaming_stores={}", word(STREAMING, self.streaming_stores)));
         }
+        if self.fallback != Fallback::Allow {
+            items.push(format!("fallback={}", word(FALLBACK, self.fallback)));
+        }
         if let Some(d) = &self.dump {
             items.push(format!("dump={}", d.display()));
         }
@@ -230,9 +260,13 @@ mod tests {
             .fusion(false)
             .reductions(Reductions::Ordered)
             .streaming_stores(StreamingStores::Off)
+            .fallback(Fallback::Error)
             .dump("/tmp/x");
         let s = o.to_string();
-        assert_eq!(s, "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,dump=/tmp/x");
+        assert_eq!(
+            s,
+            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,dump=/tmp/x"
+        );
         assert_eq!(JitOptions::parse(&s).unwrap(), o);
         assert_eq!(JitOptions::parse("parallelism=2,parallelism=shared").unwrap().threads, Threads::Shared);
     }
@@ -245,6 +279,7 @@ mod tests {
             ("fusion=maybe", "fusion"),
             ("reductions", "reductions"),
             ("streaming_stores=sometimes", "streaming_stores"),
+            ("fallback=warn", "fallback"),
             ("dump", "dump"),
             ("while_limit=-1", "while_limit"),
         ] {
