@@ -46,6 +46,9 @@ pub use isa::{Isa, dispatch_summary, hardware_features, isa_supported, selected_
 use crate::error::{Error, Result};
 use driver::{BSource, Job, PackedPanels, RawMat, RawMatMut};
 use kernel::{Family, PackFrom};
+// `Scratch`: for the convolution kernels' im2col and tile buffers (and the crate's tests).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
+pub use kernel::Scratch;
 
 const OP: &str = "gemm";
 
