@@ -14,7 +14,7 @@ mod counting;
 #[allow(dead_code)]
 mod bert;
 
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 
 use counting::{Counting, count};
 use tensorjit::api::ConvConfig;
@@ -205,6 +205,42 @@ fn convnet(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
     })
 }
 
+/// Runs `exe` with `execute_into` on 4 threads at once: 3 warm-up rounds, then one counted
+/// round (between barriers, so that only the executions are counted); each thread's results
+/// must equal `want`.
+fn concurrent_rounds_allocate_nothing(exe: &dyn Executable, want: &[Buffer]) {
+    const THREADS: usize = 4;
+    let ins = inputs(exe);
+    let (warm, go, done) = (Barrier::new(THREADS + 1), Barrier::new(THREADS + 1), Barrier::new(THREADS + 1));
+    let counted = std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                let refs: Vec<&Buffer> = ins.iter().collect();
+                let outs = zeroed_outputs(exe);
+                let handles: Vec<&Buffer> = outs.iter().collect();
+                let opts = ExecOptions::default();
+                for _ in 0..3 {
+                    exe.execute_into(&refs, &[], &handles, &opts).unwrap();
+                }
+                warm.wait();
+                go.wait();
+                exe.execute_into(&refs, &[], &handles, &opts).unwrap();
+                done.wait();
+                for (k, w) in want.iter().enumerate() {
+                    assert_eq!(bits(&outs[k]), bits(w), "concurrent execute_into result {k}");
+                }
+            });
+        }
+        warm.wait();
+        count(|| {
+            go.wait();
+            done.wait();
+        })
+    });
+    eprintln!("{THREADS} concurrent execute_into: {} allocations / {} bytes", counted.0, counted.1);
+    assert_eq!(counted, (0, 0), "{THREADS} concurrent execute_into after warm-up");
+}
+
 /// An ONNX model at `path` with its symbolic dims set, or `None` when the file is not here.
 fn onnx(b: &Arc<dyn Backend>, path: &str, dims: &[(&str, i64)]) -> Option<Arc<dyn Executable>> {
     if !std::path::Path::new(path).exists() {
@@ -237,6 +273,10 @@ fn steady_state_allocations_per_execution() {
     let exe = mlp(&b);
     let (c, r) = measure("mlp 8x128x256x64", &*exe);
     assert_allocation_free("mlp", c, &r);
+
+    // The same MLP from 4 threads at once: each execution takes a kept execution state and its
+    // thread's GEMM scratch, so a concurrent round after warm-up allocates nothing either.
+    concurrent_rounds_allocate_nothing(&*exe, &r);
 
     // 3. The encoder layer and 4. the convnet block, for the record.
     for (name, exe) in [("encoder layer minilm b1 s128", encoder(&b)), ("convnet block", convnet(&b))] {
