@@ -20,7 +20,7 @@
 //! (measured: a 16M-element f32 stream runs ~10% faster). Where the system disables huge pages
 //! the advice is ignored.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result};
@@ -177,10 +177,14 @@ pub struct PoolStats {
 
 struct Pool {
     /// Free allocations by number of lines, each with its return sequence number; oldest first.
+    /// A size's bin stays (empty) when its last allocation is taken, so that the steady state
+    /// of an executable (the same sizes taken and returned each run) allocates no bins; bins
+    /// of sizes no longer used are dropped once there are [`MAX_EMPTY_BINS`] empty ones.
     free: HashMap<usize, Vec<(u64, Vec<Line>)>>,
     /// The sequence numbers of every free allocation, oldest first, with their number of lines
     /// (the eviction order: least recently returned first).
-    order: BTreeMap<u64, usize>,
+    /// Sorted by sequence number (returns push at the back); its capacity is kept.
+    order: VecDeque<(u64, usize)>,
     next_seq: u64,
     /// Counters; `held_bytes`, `held_buffers`, `peak_held_bytes` and `cap_bytes` kept current.
     stats: PoolStats,
@@ -191,7 +195,7 @@ impl Pool {
     /// evicted allocations go to `out` (freed by the caller, outside the lock).
     fn evict_for(&mut self, room: usize, out: &mut Vec<Vec<Line>>) {
         while self.stats.held_bytes + room > self.stats.cap_bytes {
-            let Some((seq, lines)) = self.order.pop_first() else { break };
+            let Some((seq, lines)) = self.order.pop_front() else { break };
             let Some(bin) = self.free.get_mut(&lines) else { break };
             let Some(i) = bin.iter().position(|(s, _)| *s == seq) else { break };
             let (_, v) = bin.remove(i);
@@ -220,12 +224,15 @@ fn pool() -> &'static Mutex<Pool> {
         };
         Mutex::new(Pool {
             free: HashMap::new(),
-            order: BTreeMap::new(),
+            order: VecDeque::new(),
             next_seq: 0,
             stats: PoolStats { cap_bytes: cap, ..PoolStats::default() },
         })
     })
 }
+
+/// Bins the pool holds before a new size drops the empty ones (see `Pool::free`).
+const MAX_EMPTY_BINS: usize = 256;
 
 fn lock_pool() -> std::sync::MutexGuard<'static, Pool> {
     pool().lock().unwrap_or_else(|e| e.into_inner())
@@ -244,10 +251,9 @@ fn take_pooled(lines: usize) -> Option<Vec<Line>> {
         p.stats.misses += 1;
         return None;
     };
-    if p.free.get(&lines).is_some_and(Vec::is_empty) {
-        p.free.remove(&lines);
+    if let Ok(i) = p.order.binary_search_by_key(&seq, |&(s, _)| s) {
+        p.order.remove(i);
     }
-    p.order.remove(&seq);
     p.stats.held_bytes -= lines * ALIGN;
     p.stats.held_buffers -= 1;
     p.stats.hits += 1;
@@ -271,7 +277,10 @@ fn give_back(lines: Vec<Line>) {
         p.evict_for(bytes, &mut evicted);
         let seq = p.next_seq;
         p.next_seq += 1;
-        p.order.insert(seq, n);
+        p.order.push_back((seq, n));
+        if !p.free.contains_key(&n) && p.free.len() >= MAX_EMPTY_BINS {
+            p.free.retain(|_, bin| !bin.is_empty());
+        }
         p.free.entry(n).or_default().push((seq, lines));
         p.stats.held_bytes += bytes;
         p.stats.held_buffers += 1;
@@ -354,6 +363,7 @@ pub(crate) fn element_bytes<T: Element>(data: &[T]) -> &[u8] {
 pub(crate) trait AnyBits: Copy {}
 impl AnyBits for f32 {}
 impl AnyBits for u16 {}
+impl AnyBits for i32 {}
 
 /// `bytes` viewed as little-endian elements of `T` without copying, when the slice is aligned
 /// for `T` and a whole number of elements (every target this crate supports is little-endian);
@@ -361,7 +371,7 @@ impl AnyBits for u16 {}
 pub(crate) fn view_as<T: AnyBits>(bytes: &[u8]) -> Option<&[T]> {
     // SAFETY: `align_to` returns a middle slice that is aligned for `T` and lies inside `bytes`
     // (borrowed immutably for the same lifetime); every bit pattern is a valid `T` (`AnyBits`
-    // is implemented only for f32 and u16), so reading the bytes as `T` is sound.
+    // is implemented only for f32, u16 and i32), so reading the bytes as `T` is sound.
     let (head, mid, tail) = unsafe { bytes.align_to::<T>() };
     (head.is_empty() && tail.is_empty()).then_some(mid)
 }

@@ -217,8 +217,9 @@ pub(crate) fn run<TI, PA, PB, T>(
         unsafe { run_serial(fam, job, bsrc, 0, blocking) };
         return;
     }
-    let pieces = if split_m { split_rows(fam, m, parts) } else { split_even(n, parts, fam.nr) };
-    pieces.into_par_iter().for_each(|(s, l)| {
+    let split = if split_m { split_rows(fam, m, parts) } else { Split::even(n, parts, fam.nr) };
+    (0..split.count()).into_par_iter().for_each(|i| {
+        let (s, l) = split.piece(i);
         let sub = if split_m { job.sub(s, l, 0, n) } else { job.sub(0, m, s, l) };
         let col0 = if split_m { 0 } else { s };
         // SAFETY: the pieces cover disjoint rows (or columns) of C; the job was validated.
@@ -226,10 +227,33 @@ pub(crate) fn run<TI, PA, PB, T>(
     });
 }
 
-/// `len` split into `parts` pieces `(start, length)` at multiples of `unit`, as even as that allows.
-fn split_even(len: usize, parts: usize, unit: usize) -> Vec<(usize, usize)> {
-    let chunk = round_up(len.div_ceil(parts), unit);
-    (0..len).step_by(chunk).map(|s| (s, chunk.min(len - s))).collect()
+/// `len` split into pieces `(start, length)` of `chunk` (the last one shorter); computed per
+/// piece, so that a split allocates nothing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Split {
+    len: usize,
+    chunk: usize,
+}
+
+impl Split {
+    /// `len` in `parts` pieces at multiples of `unit`, as even as that allows.
+    fn even(len: usize, parts: usize, unit: usize) -> Split {
+        Split { len, chunk: round_up(len.div_ceil(parts.max(1)), unit).max(1) }
+    }
+
+    fn count(self) -> usize {
+        self.len.div_ceil(self.chunk)
+    }
+
+    /// Piece `i < count()`.
+    fn piece(self, i: usize) -> (usize, usize) {
+        let s = i * self.chunk;
+        (s, self.chunk.min(self.len - s))
+    }
+
+    fn pieces(self) -> impl Iterator<Item = (usize, usize)> {
+        (0..self.count()).map(move |i| self.piece(i))
+    }
 }
 
 /// The rows of C split over `parts` threads: at multiples of `mr` (each piece whole tiles but
@@ -238,12 +262,12 @@ fn split_even(len: usize, parts: usize, unit: usize) -> Vec<(usize, usize)> {
 /// can leave one thread a whole tile more: M = 128 on the 14-row AVX512-BF16 tiles splits as
 /// 70 + 58 rows (5 tiles vs 4 tiles and a 2-row one), where 64 + 64 (4 tiles and an 8-row one
 /// each) costs 64 against 70 row steps; the 8-row f32 tiles split 64 + 64 either way.
-fn split_rows<PA, PB, T>(fam: &Family<PA, PB, T>, m: usize, parts: usize) -> Vec<(usize, usize)> {
+fn split_rows<PA, PB, T>(fam: &Family<PA, PB, T>, m: usize, parts: usize) -> Split {
     let lanes = super::lanes(fam);
-    let worst = |p: &[(usize, usize)]| p.iter().map(|&(_, l)| fam.rows_cost(l, lanes)).fold(0.0, f64::max);
-    let tiled = split_even(m, parts, fam.mr);
-    let even = split_even(m, parts, 1);
-    if worst(&even) < worst(&tiled) { even } else { tiled }
+    let worst = |p: Split| p.pieces().map(|(_, l)| fam.rows_cost(l, lanes)).fold(0.0, f64::max);
+    let tiled = Split::even(m, parts, fam.mr);
+    let even = Split::even(m, parts, 1);
+    if worst(even) < worst(tiled) { even } else { tiled }
 }
 
 /// The block size for `len` elements with blocks of at most `blk` (rounded up to `unit`): the
@@ -305,9 +329,17 @@ unsafe fn run_serial<TI, PA, PB, T>(
     };
     let mc_blk = balanced(m, blocking.mc, mr);
     let nc_blk = balanced(n, blocking.nc, nr);
-    let bias_col: Option<Vec<T>> = job.bias_col.map(|b| {
-        let mut v = b[..n].to_vec();
-        v.resize(round_up(n, nr), T::ZERO);
+    // The column bias padded to whole panels (tiles read nr of it), on the thread's pool.
+    let bias_col: Option<AlignedBuf<T>> = job.bias_col.map(|b| {
+        let mut v = AlignedBuf::<T>::zeroed(round_up(n, nr));
+        // SAFETY: `v` holds round_up(n, nr) >= n elements; `b` holds at least n (the entry
+        // point checked the bias length).
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr(), n);
+            for j in n..v.len() {
+                v.as_mut_ptr().add(j).write(T::ZERO);
+            }
+        }
         v
     });
     // A row-major A on the direct path is read in place: packing it cost a fifth of a 64^3
@@ -327,9 +359,12 @@ unsafe fn run_serial<TI, PA, PB, T>(
         BSource::Direct => 2 * nr * kc_blk,
         BSource::Prepacked(_) => 0,
     });
-    let mut colsum = vec![0i32; if fam.needs_colsum { nc_blk } else { 0 }];
-    // The edge-tile buffer, made at the first edge tile (zeroing 4 KiB was 2% of a 32^3 call).
-    let mut tmp: Vec<T> = Vec::new();
+    // Scratch from the thread's pool (no allocation in steady state): the column sums are
+    // written by `colsum_correction` before they are read.
+    let mut colsum = AlignedBuf::<i32>::zeroed(if fam.needs_colsum { nc_blk } else { 0 });
+    // The edge-tile buffer, taken at the first edge tile (its stale contents outside the valid
+    // mr_eff x nr_eff part only feed lanes that are discarded).
+    let mut tmp: Option<AlignedBuf<T>> = None;
     let prefetch_c = m * n * size_of::<T>() > l1d / 2;
 
     for jc in (0..n).step_by(nc_blk) {
@@ -357,7 +392,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
                             fam.isa,
                         );
                         if fam.needs_colsum {
-                            colsum_correction(bpack.as_ptr().cast::<i8>(), nc, kg, nr, g, &mut colsum);
+                            colsum_correction(bpack.as_ptr().cast::<i8>(), nc, kg, nr, g, colsum.as_mut_slice());
                         }
                     }
                     BSource::Direct => {
@@ -473,7 +508,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
                                 _ => std::ptr::null(),
                             },
                             bias_col: match (last, &bias_col) {
-                                (true, Some(b)) => b[jc + jr..].as_ptr(),
+                                (true, Some(b)) => b.as_ptr().wrapping_add(jc + jr),
                                 _ => std::ptr::null(),
                             },
                             colsum: cs_ptr,
@@ -502,24 +537,30 @@ unsafe fn run_serial<TI, PA, PB, T>(
                                 }
                             }
                         } else {
-                            if tmp.is_empty() {
-                                tmp = vec![T::ZERO; TMP_TILE];
-                            }
+                            let tmp = tmp.get_or_insert_with(|| AlignedBuf::zeroed(TMP_TILE)).as_mut_ptr();
                             // SAFETY: only the mr_eff x nr_eff valid part of C is read and
-                            // written; the kernel works on the local tile buffer.
+                            // written; the kernel works on the local tile buffer of TMP_TILE >=
+                            // mr * nr elements (asserted above), whose rows are written by the
+                            // tile before they are read back (and, where it reads C, by the copy).
                             unsafe {
                                 if t.read_c {
+                                    // The columns past nr_eff are zeroed: the tile reads them
+                                    // too, and stale values could overflow an integer tile.
                                     for i in 0..mr_eff {
-                                        for j in 0..nr_eff {
-                                            tmp[i * nr + j] = *cblk.ptr.add(i * job.c.rs + j * job.c.cs);
+                                        for j in 0..nr {
+                                            *tmp.add(i * nr + j) = if j < nr_eff {
+                                                *cblk.ptr.add(i * job.c.rs + j * job.c.cs)
+                                            } else {
+                                                T::ZERO
+                                            };
                                         }
                                     }
                                 }
-                                t.c = tmp.as_mut_ptr();
+                                t.c = tmp;
                                 t.rsc = nr;
                                 tile(&t);
                                 for i in 0..mr_eff {
-                                    let row = &mut tmp[i * nr..i * nr + nr_eff];
+                                    let row = std::slice::from_raw_parts_mut(tmp.add(i * nr), nr_eff);
                                     T::activate(fam.isa, act, row);
                                     for (j, v) in row.iter().enumerate() {
                                         *cblk.ptr.add(i * job.c.rs + j * job.c.cs) = *v;
@@ -537,7 +578,9 @@ unsafe fn run_serial<TI, PA, PB, T>(
 /// The unblocked reference loop (also the path for tiny problems and k = 0): accumulates in
 /// `T` in k order, then applies the epilogue.
 pub(crate) fn naive<TI: Copy, T: Scalar + PackFrom<TI>>(job: &Job<'_, TI, T>, isa: super::isa::Isa) {
-    let mut row = vec![T::ZERO; job.n];
+    let mut buf = AlignedBuf::<T>::zeroed(job.n);
+    // SAFETY: `buf` holds n elements, each written below before it is read.
+    let row = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr(), job.n) };
     for i in 0..job.m {
         for (j, out) in row.iter_mut().enumerate() {
             let mut acc = T::ZERO;
@@ -562,7 +605,7 @@ pub(crate) fn naive<TI: Copy, T: Scalar + PackFrom<TI>>(job: &Job<'_, TI, T>, is
             }
             *out = v;
         }
-        T::activate(isa, job.act, &mut row);
+        T::activate(isa, job.act, row);
         for (j, v) in row.iter().enumerate() {
             // SAFETY: (i, j) is inside the validated C.
             unsafe { *job.c.ptr.add(i * job.c.rs + j * job.c.cs) = *v };
@@ -579,15 +622,24 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             // 14-row tiles: 128 rows as 64 + 64 (4 tiles and an 8-row one each), not 70 + 58.
-            assert_eq!(split_rows(&super::super::x86::AVX512_BF16, 128, 2), vec![(0, 64), (64, 64)]);
+            assert_eq!(
+                split_rows(&super::super::x86::AVX512_BF16, 128, 2).pieces().collect::<Vec<_>>(),
+                vec![(0, 64), (64, 64)]
+            );
             // 1024 rows: 512 + 512 (36 tiles and 8 rows each) beats 518 + 506.
-            assert_eq!(split_rows(&super::super::x86::AVX512_BF16, 1024, 2), vec![(0, 512), (512, 512)]);
+            assert_eq!(
+                split_rows(&super::super::x86::AVX512_BF16, 1024, 2).pieces().collect::<Vec<_>>(),
+                vec![(0, 512), (512, 512)]
+            );
             // Whole tiles when they divide evenly.
-            assert_eq!(split_rows(&super::super::x86::AVX512_BF16, 56, 2), vec![(0, 28), (28, 28)]);
+            assert_eq!(
+                split_rows(&super::super::x86::AVX512_BF16, 56, 2).pieces().collect::<Vec<_>>(),
+                vec![(0, 28), (28, 28)]
+            );
         }
         for m in 1..200 {
             for parts in 1..5 {
-                let p = split_rows(&super::super::kernel::GENERIC_F32, m, parts);
+                let p: Vec<_> = split_rows(&super::super::kernel::GENERIC_F32, m, parts).pieces().collect();
                 assert!(p.len() <= parts, "{m} {parts}: {p:?}");
                 let mut next = 0;
                 for &(s, l) in &p {

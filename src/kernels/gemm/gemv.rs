@@ -6,6 +6,7 @@
 use super::driver::{Job, PackedPanels};
 use super::epilogue::Scalar;
 use super::isa::Isa;
+use super::kernel::AlignedBuf;
 
 /// Lanes of partial sums in the dot-product form (keeps several vectors of independent sums).
 const LANES: usize = 32;
@@ -265,10 +266,13 @@ pub(crate) unsafe fn gemv_prepacked(
     let run = |i: usize| {
         let (p0, p1) = (i * per, ((i + 1) * per).min(npanels));
         let (c0, c1) = (p0 * nr, (p1 * nr).min(n));
-        let mut out = vec![0f32; (p1 - p0) * nr];
+        // Accumulators on the thread's scratch pool (no allocation once warm).
+        let mut acc = AlignedBuf::<f32>::zeroed((p1 - p0) * nr);
+        let out = acc.as_mut_slice();
+        out.fill(0.0);
         // SAFETY: panels p0..p1 of every KC block lie inside the packed buffer (it holds
         // k.div_ceil(kc) blocks of n_pad columns); A holds k elements at stride a.cs.
-        unsafe { panels_dot(job.a.ptr, job.a.cs, panels, nr, k, p0, p1, isa, &mut out) };
+        unsafe { panels_dot(job.a.ptr, job.a.cs, panels, nr, k, p0, p1, isa, out) };
         let sub = Job { b: job.b, ..job.sub(0, 1, c0, c1 - c0) };
         finish(&sub, isa, &mut out[..c1 - c0]);
     };
@@ -392,7 +396,11 @@ unsafe fn panel_dot_avx2<const V: usize, const PH: usize>(
 
 /// The product and epilogue for all of `job`'s columns on the calling thread.
 fn gemv_serial<T: Scalar>(job: &Job<'_, T, T>, isa: Isa) {
-    let mut out = vec![T::ZERO; job.n];
+    // The row of results on the thread's scratch pool (no allocation once warm).
+    let mut acc = AlignedBuf::<T>::zeroed(job.n);
+    // SAFETY: `acc` holds n initialised elements of a plain number type, borrowed mutably here.
+    let out = unsafe { std::slice::from_raw_parts_mut(acc.as_mut_ptr(), job.n) };
+    out.fill(T::ZERO);
     let mut abuf = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
@@ -400,20 +408,20 @@ fn gemv_serial<T: Scalar>(job: &Job<'_, T, T>, isa: Isa) {
         // SAFETY: the job was validated; the features are checked before each call.
         unsafe {
             if isa == Isa::Avx512 && isa_supported(Isa::Avx512) {
-                gemv_avx512(job, &mut out, &mut abuf);
+                gemv_avx512(job, out, &mut abuf);
             } else if matches!(isa, Isa::Avx2 | Isa::Avx512) && isa_supported(Isa::Avx2) {
-                gemv_avx2(job, &mut out, &mut abuf);
+                gemv_avx2(job, out, &mut abuf);
             } else {
-                gemv_body(job, &mut out, &mut abuf);
+                gemv_body(job, out, &mut abuf);
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: the job was validated.
     unsafe {
-        gemv_body(job, &mut out, &mut abuf)
+        gemv_body(job, out, &mut abuf)
     };
-    finish(job, isa, &mut out);
+    finish(job, isa, out);
 }
 
 /// `C[0, j] = act(alpha·out[j] + beta·C[0, j] + bias)` for the job's columns.

@@ -8,6 +8,10 @@
 //! right-hand side once. `docs/gemm.md` describes blocking, dispatch, environment variables and
 //! measured performance.
 //!
+//! A call's scratch (packed A and B blocks, the padded bias row, column sums, the edge tile)
+//! comes from a per-thread pool (at most 8 buffers and 16 MiB a thread), so a warm call
+//! allocates nothing; [`Scratch`] hands the same pool to kernels built on the GEMM.
+//!
 //! ```
 //! use tensorjit::kernels::gemm::{gemm_f32, GemmArgs, MatMut, MatRef};
 //! let a = [1.0f32, 2.0, 3.0, 4.0]; // 2x2 row-major
@@ -46,6 +50,9 @@ pub use isa::{Isa, dispatch_summary, hardware_features, isa_supported, selected_
 use crate::error::{Error, Result};
 use driver::{BSource, Job, PackedPanels, RawMat, RawMatMut};
 use kernel::{Family, PackFrom};
+// `Scratch`: for the convolution kernels' im2col and tile buffers (and the crate's tests).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
+pub use kernel::Scratch;
 
 const OP: &str = "gemm";
 

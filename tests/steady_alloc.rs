@@ -1,0 +1,296 @@
+//! What one steady-state execution allocates (issue 24, low-overhead execution), measured with a
+//! counting global allocator (`common/counting.rs`, global only in this binary) on the "jit"
+//! backend, one thread, for a 1-op graph, an MLP, a MiniLM-shaped encoder layer from standard
+//! ops and a small convnet block (and the ONNX MiniLM and ResNet-18 where the files are on this
+//! machine). After warm-up, `execute_into` of the graphs that are allocation-free must allocate
+//! nothing, and `execute` only its results: per result its storage (the bytes and their `Arc`),
+//! its shape's dims and the `Buffer`, plus the result `Vec`.
+//! The counter is process-wide, so this file holds a single test running its cases in turn.
+
+#[path = "common/counting.rs"]
+mod counting;
+
+#[path = "../benches/support/bert.rs"]
+#[allow(dead_code)]
+mod bert;
+
+use std::sync::{Arc, Barrier};
+
+use counting::{Counting, count};
+use tensorjit::api::ConvConfig;
+use tensorjit::backends::jit::JitBackend;
+use tensorjit::ir::op::{ArithReduce, ConvAxes};
+use tensorjit::{Backend, Buffer, DType, ExecOptions, Executable, Function, Shape, Value};
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Heap allocations of one returned result: its bytes, their `Arc`, the shape's dims, the
+/// `Buffer`'s shared state.
+const PER_RESULT: u64 = 4;
+
+/// Steady-state counts of one executable: `(allocations, bytes)` of one `execute` and one
+/// `execute_into`.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    execute: (u64, u64),
+    into: (u64, u64),
+}
+
+/// Deterministic inputs of the executable's parameter shapes: f32 values in [-1, 1), integers 1
+/// (valid token ids, masks and token types for the ONNX encoder).
+fn inputs(exe: &dyn Executable) -> Vec<Buffer> {
+    exe.input_shapes()
+        .iter()
+        .map(|s| {
+            let n = s.num_elements();
+            let dims: Vec<usize> = s.dims.iter().map(|&d| d as usize).collect();
+            match s.dtype {
+                DType::Float32 => {
+                    let v: Vec<f32> = (0..n).map(|i| ((i * 7919 % 2001) as f32 / 1000.0) - 1.0).collect();
+                    Buffer::from_slice(&v, &dims).unwrap()
+                }
+                DType::Int64 => Buffer::from_slice(&vec![1i64; n], &dims).unwrap(),
+                DType::Int32 => Buffer::from_slice(&vec![1i32; n], &dims).unwrap(),
+                d => panic!("no input generator for {d:?}"),
+            }
+        })
+        .collect()
+}
+
+fn zeroed_outputs(exe: &dyn Executable) -> Vec<Buffer> {
+    exe.output_shapes()
+        .iter()
+        .map(|s| Buffer::from_bytes(s.clone(), &vec![0u8; s.byte_size().unwrap()]).unwrap())
+        .collect()
+}
+
+fn bits(b: &Buffer) -> Vec<u8> {
+    b.to_bytes().unwrap()
+}
+
+/// Warms `exe` up (3 executions each way), counts one `execute` and one `execute_into`, and
+/// checks both give the first execution's results bit for bit. Returns the counts and the results.
+fn measure(name: &str, exe: &dyn Executable) -> (Counts, Vec<Buffer>) {
+    let ins = inputs(exe);
+    let refs: Vec<&Buffer> = ins.iter().collect();
+    let opts = ExecOptions::default();
+    let first = exe.execute(&refs, &[]).unwrap();
+    let outs = zeroed_outputs(exe);
+    let handles: Vec<&Buffer> = outs.iter().collect();
+    // Each way warmed up on its own: `execute` hands the results' storage to the caller, so the
+    // first `execute_into` after it allocates that storage again.
+    for _ in 0..3 {
+        exe.execute(&refs, &[]).unwrap();
+    }
+    let mut got = Vec::new();
+    let execute = count(|| got = exe.execute(&refs, &[]).unwrap());
+    for _ in 0..3 {
+        exe.execute_into(&refs, &[], &handles, &opts).unwrap();
+    }
+    let into = count(|| exe.execute_into(&refs, &[], &handles, &opts).unwrap());
+    for (k, f) in first.iter().enumerate() {
+        assert_eq!(bits(&got[k]), bits(f), "{name}: execute result {k} differs from the first execution");
+        assert_eq!(bits(&outs[k]), bits(f), "{name}: execute_into result {k} differs from the first execution");
+    }
+    let c = Counts { execute, into };
+    eprintln!(
+        "{name}: execute {} allocations / {} bytes, execute_into {} / {} ({} results)",
+        c.execute.0,
+        c.execute.1,
+        c.into.0,
+        c.into.1,
+        first.len()
+    );
+    (c, first)
+}
+
+/// Asserts the steady state: `execute_into` allocates nothing, `execute` only its results.
+fn assert_allocation_free(name: &str, c: Counts, results: &[Buffer]) {
+    assert_eq!(c.into, (0, 0), "{name}: execute_into allocated");
+    let want_bytes: u64 = results.iter().map(|b| b.shape().byte_size().unwrap() as u64).sum();
+    let n = results.len() as u64;
+    assert_eq!(c.execute.0, 1 + PER_RESULT * n, "{name}: execute allocations");
+    // The results' bytes, plus the small bookkeeping (shapes, `Arc`s, the `Vec`).
+    assert!(
+        c.execute.1 >= want_bytes && c.execute.1 <= want_bytes + 256 * (n + 1),
+        "{name}: execute allocated {} bytes for {want_bytes} bytes of results",
+        c.execute.1
+    );
+}
+
+fn f32s(dims: &[i64]) -> Shape {
+    Shape::new(DType::Float32, dims)
+}
+
+fn det(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| (((i * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0) * 0.1).collect()
+}
+
+fn compile(b: &Arc<dyn Backend>, name: &str, body: impl FnOnce(&Function) -> Vec<Value>) -> Arc<dyn Executable> {
+    let builder = b.builder(name);
+    let f = builder.main();
+    let outs = body(&f);
+    f.return_(&outs).unwrap();
+    builder.compile().unwrap()
+}
+
+/// `x + y` over f32 `dims`.
+fn add(b: &Arc<dyn Backend>, dims: &[i64]) -> Arc<dyn Executable> {
+    compile(b, "add", |f| {
+        let x = f.parameter("x", f32s(dims)).unwrap();
+        let y = f.parameter("y", f32s(dims)).unwrap();
+        vec![f.add(x, y).unwrap()]
+    })
+}
+
+/// `relu(x·w1 + b1)·w2 + b2` from standard ops (DotGeneral, broadcast bias, Max), batch 8.
+fn mlp(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
+    let (m, k, h, n) = (8i64, 128i64, 256i64, 64i64);
+    compile(b, "mlp", |f| {
+        let x = f.parameter("x", f32s(&[m, k])).unwrap();
+        let layer = |x: Value, k: i64, n: i64, seed: usize, relu: bool| {
+            let w = f.constant(&det((k * n) as usize, seed), &[k as usize, n as usize]).unwrap();
+            let bias = f.constant(&det(n as usize, seed + 1), &[n as usize]).unwrap();
+            let y = f.matmul(x, w).unwrap();
+            let y = f.add(y, f.broadcast_in_dim(bias, &f32s(&[m, n]), &[1]).unwrap()).unwrap();
+            if relu { f.max(y, f.scalar(0f32).unwrap()).unwrap() } else { y }
+        };
+        let hidden = layer(x, k, h, 1, true);
+        vec![layer(hidden, h, n, 3, false)]
+    })
+}
+
+/// One MiniLM-shaped encoder layer (hidden 384, 12 heads, FFN 1536, exact GELU), batch 1,
+/// sequence 128, from standard ops (`benches/support/bert.rs`).
+fn encoder(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
+    let e = bert::Encoder { batch: 1, seq: 128, hidden: 384, heads: 12, ffn: 1536, gelu_erf: true };
+    compile(b, "encoder", |f| {
+        let x = f.parameter("x", f32s(&[e.batch, e.seq, e.hidden])).unwrap();
+        vec![bert::encoder_layer(f, &e, x, 0).unwrap()]
+    })
+}
+
+/// NCHW `maxpool2x2(relu(conv3x3(x, w) + bias))`: x [1, 16, 32, 32], 32 output channels, pad 1.
+fn convnet(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
+    let (c, o, hw) = (16i64, 32i64, 32i64);
+    compile(b, "convnet", |f| {
+        let x = f.parameter("x", f32s(&[1, c, hw, hw])).unwrap();
+        let w = f.constant(&det((o * c * 9) as usize, 5), &[o as usize, c as usize, 3, 3]).unwrap();
+        let bias = f.constant(&det(o as usize, 6), &[o as usize]).unwrap();
+        let axes = ConvAxes {
+            input_batch: 0,
+            input_channels: 1,
+            input_spatial: vec![2, 3],
+            kernel_input_channels: 1,
+            kernel_output_channels: 0,
+            kernel_spatial: vec![2, 3],
+            output_batch: 0,
+            output_channels: 1,
+            output_spatial: vec![2, 3],
+        };
+        let cfg = ConvConfig {
+            axes,
+            strides: vec![1, 1],
+            padding: vec![(1, 1), (1, 1)],
+            input_dilations: vec![],
+            kernel_dilations: vec![],
+            channel_groups: 1,
+            batch_groups: 1,
+        };
+        let y = f.conv_general(x, w, &cfg).unwrap();
+        let y = f.add(y, f.broadcast_in_dim(bias, &f32s(&[1, o, hw, hw]), &[1]).unwrap()).unwrap();
+        let y = f.max(y, f.scalar(0f32).unwrap()).unwrap();
+        vec![f.reduce_window(y, ArithReduce::Max, &[1, 1, 2, 2], &[1, 1, 2, 2], &[], &[], &[]).unwrap()]
+    })
+}
+
+/// Runs `exe` with `execute_into` on 4 threads at once: 3 warm-up rounds, then one counted
+/// round (between barriers, so that only the executions are counted); each thread's results
+/// must equal `want`.
+fn concurrent_rounds_allocate_nothing(exe: &dyn Executable, want: &[Buffer]) {
+    const THREADS: usize = 4;
+    let ins = inputs(exe);
+    let (warm, go, done) = (Barrier::new(THREADS + 1), Barrier::new(THREADS + 1), Barrier::new(THREADS + 1));
+    let counted = std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                let refs: Vec<&Buffer> = ins.iter().collect();
+                let outs = zeroed_outputs(exe);
+                let handles: Vec<&Buffer> = outs.iter().collect();
+                let opts = ExecOptions::default();
+                for _ in 0..3 {
+                    exe.execute_into(&refs, &[], &handles, &opts).unwrap();
+                }
+                warm.wait();
+                go.wait();
+                exe.execute_into(&refs, &[], &handles, &opts).unwrap();
+                done.wait();
+                for (k, w) in want.iter().enumerate() {
+                    assert_eq!(bits(&outs[k]), bits(w), "concurrent execute_into result {k}");
+                }
+            });
+        }
+        warm.wait();
+        count(|| {
+            go.wait();
+            done.wait();
+        })
+    });
+    eprintln!("{THREADS} concurrent execute_into: {} allocations / {} bytes", counted.0, counted.1);
+    assert_eq!(counted, (0, 0), "{THREADS} concurrent execute_into after warm-up");
+}
+
+/// An ONNX model at `path` with its symbolic dims set, or `None` when the file is not here.
+fn onnx(b: &Arc<dyn Backend>, path: &str, dims: &[(&str, i64)]) -> Option<Arc<dyn Executable>> {
+    if !std::path::Path::new(path).exists() {
+        eprintln!("{path}: not on this machine, not measured");
+        return None;
+    }
+    let opts = tensorjit::onnx::ImportOptions {
+        dims: dims.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+        ..Default::default()
+    };
+    let model = tensorjit::onnx::load_with(path, &opts).unwrap();
+    Some(b.compile(model.module).unwrap())
+}
+
+#[test]
+fn steady_state_allocations_per_execution() {
+    let b: Arc<dyn Backend> = JitBackend::new("parallelism=1").unwrap();
+
+    // 1. A 1-op graph: the results are all it allocates; they are x + y.
+    for dims in [&[4i64][..], &[1024]] {
+        let exe = add(&b, dims);
+        let (c, r) = measure(&format!("add f32{dims:?}"), &*exe);
+        let n = dims[0] as usize;
+        let want: Vec<f32> = (0..n).map(|i| 2.0 * ((i * 7919 % 2001) as f32 / 1000.0 - 1.0)).collect();
+        assert_eq!(r[0].to_vec::<f32>().unwrap(), want);
+        assert_allocation_free("add", c, &r);
+    }
+
+    // 2. An MLP (FusedDense + bias + ReLU after the fusion pass).
+    let exe = mlp(&b);
+    let (c, r) = measure("mlp 8x128x256x64", &*exe);
+    assert_allocation_free("mlp", c, &r);
+
+    // The same MLP from 4 threads at once: each execution takes a kept execution state and its
+    // thread's GEMM scratch, so a concurrent round after warm-up allocates nothing either.
+    concurrent_rounds_allocate_nothing(&*exe, &r);
+
+    // 3. The encoder layer and 4. the convnet block, for the record.
+    for (name, exe) in [("encoder layer minilm b1 s128", encoder(&b)), ("convnet block", convnet(&b))] {
+        let _ = measure(name, &*exe);
+    }
+
+    // 5. The ONNX models, where they are on this machine.
+    let models = [
+        ("/root/.cache/tensorjit-bench/models/minilm_l6_v2.onnx", &[("batch", 1i64), ("seq", 128)][..]),
+        ("/work/models/resnet18-torchscript/model.onnx", &[("batch", 1)][..]),
+    ];
+    for (path, dims) in models {
+        if let Some(exe) = onnx(&b, path, dims) {
+            let _ = measure(path, &*exe);
+        }
+    }
+}
