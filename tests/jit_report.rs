@@ -1,10 +1,10 @@
 //! The jit's execution report (`CompileReport::execution`): what runs each step, the fallbacks
 //! it lists (reference kernels, the interpreter), and `fallback=error` refusing them.
 
+use tensorjit::Buffer;
 use tensorjit::api::{EventKind, ExecutionReport};
 use tensorjit::backends::jit::JitBackend;
 use tensorjit::ir::text::parse_module;
-use tensorjit::Buffer;
 
 fn report(config: &str, text: &str) -> tensorjit::Result<ExecutionReport> {
     let jit = JitBackend::constructor(config).expect("jit");

@@ -1,6 +1,7 @@
 //! Fast kernel for ConvGeneral nodes of the "jit" plan (see [`super::fast`]): f32 convolutions with
 //! one or two spatial axes run on [`crate::kernels::conv`] (implicit GEMM on the GEMM microkernels,
-//! or the direct depthwise kernel).
+//! Winograd F(4×4, 3×3) for constant 3×3 stride-1 filters unless `winograd=off`, or the direct
+//! depthwise kernel).
 //!
 //! The node's dimension numbers become element strides of the input, kernel and output, so every
 //! layout (NCHW, NHWC, OIHW, HWIO, transposed outputs) runs without a copy. A constant kernel is
@@ -56,16 +57,18 @@ fn analyse(m: &Module, n: NodeId) -> Option<(ConvGeom, [usize; 4])> {
 }
 
 /// The filter job of node `n`: a ConvGeneral this module runs whose kernel is an F32 constant,
-/// rearranged and packed once ([`PackJob`]).
-pub(crate) fn pack_job(m: &Module, n: NodeId) -> Option<PackJob> {
+/// rearranged and packed once ([`PackJob`]); for the Winograd kernel where `winograd` allows it
+/// and the shape qualifies.
+pub(crate) fn pack_job(m: &Module, n: NodeId, winograd: bool) -> Option<PackJob> {
     let (geom, wstrides) = analyse(m, n)?;
     let k = m.node(n).inputs[1];
     let bytes = m.constant_data(k)?;
     if bytes.len() != m.shape(k).num_elements() * 4 {
         return None;
     }
-    let tag = format!("conv-filter {:?} {:?} {:?}", m.shape(k).dims, geom, wstrides);
-    Some(filter_job(n, bytes.clone(), tag, ConvFilter::size_bytes, move |w| ConvFilter::new(&geom, w, wstrides)))
+    let tag = format!("conv-filter {:?} {:?} {:?} winograd={winograd}", m.shape(k).dims, geom, wstrides);
+    let make = move |w: &[f32]| ConvFilter::with_winograd(&geom, w, wstrides, winograd);
+    Some(filter_job(n, bytes.clone(), tag, ConvFilter::size_bytes, make))
 }
 
 /// The [`PackJob`] preparing node `n`'s constant f32 filter `source` with `make`, through the

@@ -226,6 +226,7 @@ impl JitBackend {
             disasm,
             ordered: self.opts.reductions == super::Reductions::Ordered,
             stream_min_bytes: self.stream_min_bytes,
+            winograd: self.opts.winograd,
         }
     }
 }

@@ -14,7 +14,7 @@ use super::NAME;
 
 /// The option names accepted in the config string.
 pub const OPTIONS: &[&str] =
-    &["parallelism", "while_limit", "fusion", "reductions", "streaming_stores", "fallback", "dump"];
+    &["parallelism", "while_limit", "fusion", "reductions", "streaming_stores", "fallback", "winograd", "dump"];
 
 /// How fused float Sum/Product reductions accumulate (`reductions=fast|ordered`).
 #[non_exhaustive]
@@ -95,13 +95,17 @@ pub struct JitOptions {
     /// Whether reference kernels and the interpreter may run parts of a module
     /// (`fallback=allow|error`).
     pub fallback: Fallback,
+    /// 3×3 stride-1 convolutions with constant filters and ≥ 16 channels run as Winograd
+    /// F(4×4, 3×3) (`winograd=on|off`; default on): fewer multiplications, a few times the
+    /// direct path's rounding error (docs/configuration.md).
+    pub winograd: bool,
     /// Write every compilation stage under this directory (`dump=DIR`; else `TENSORJIT_DUMP`).
     pub dump: Option<PathBuf>,
 }
 
 impl Default for JitOptions {
     /// Shared pool, unbounded `while`, fusion on, fast reductions, automatic streaming stores,
-    /// fallbacks allowed, no dump.
+    /// fallbacks allowed, Winograd on, no dump.
     fn default() -> JitOptions {
         JitOptions {
             threads: Threads::Shared,
@@ -110,6 +114,7 @@ impl Default for JitOptions {
             reductions: Reductions::Fast,
             streaming_stores: StreamingStores::Auto,
             fallback: Fallback::Allow,
+            winograd: true,
             dump: None,
         }
     }
@@ -170,6 +175,12 @@ impl JitOptions {
         self
     }
 
+    /// Whether 3×3 stride-1 convolutions may run as Winograd F(4×4, 3×3).
+    pub fn winograd(mut self, on: bool) -> Self {
+        self.winograd = on;
+        self
+    }
+
     /// Dump every compilation stage under `dir`.
     pub fn dump(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dump = Some(dir.into());
@@ -189,6 +200,7 @@ impl JitOptions {
                 "reductions" => o.reductions = config::parse_choice(NAME, key, v, REDUCTIONS)?,
                 "streaming_stores" => o.streaming_stores = config::parse_choice(NAME, key, v, STREAMING)?,
                 "fallback" => o.fallback = config::parse_choice(NAME, key, v, FALLBACK)?,
+                "winograd" => o.winograd = config::parse_switch(NAME, key, v)?,
                 "dump" => o.dump = Some(PathBuf::from(config::parse_nonempty(NAME, key, v, "a directory")?)),
                 _ => return Err(option_error(NAME, key, "not handled (internal error)")),
             }
@@ -239,6 +251,9 @@ impl fmt::Display for JitOptions {
         if self.fallback != Fallback::Allow {
             items.push(format!("fallback={}", word(FALLBACK, self.fallback)));
         }
+        if !self.winograd {
+            items.push("winograd=off".into());
+        }
         if let Some(d) = &self.dump {
             items.push(format!("dump={}", d.display()));
         }
@@ -261,14 +276,17 @@ mod tests {
             .reductions(Reductions::Ordered)
             .streaming_stores(StreamingStores::Off)
             .fallback(Fallback::Error)
+            .winograd(false)
             .dump("/tmp/x");
         let s = o.to_string();
         assert_eq!(
             s,
-            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,dump=/tmp/x"
+            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,dump=/tmp/x"
         );
         assert_eq!(JitOptions::parse(&s).unwrap(), o);
         assert_eq!(JitOptions::parse("parallelism=2,parallelism=shared").unwrap().threads, Threads::Shared);
+        assert!(!JitOptions::parse("winograd=off").unwrap().winograd);
+        assert!(JitOptions::parse("winograd=off,winograd=on").unwrap().winograd);
     }
 
     #[test]
@@ -280,6 +298,7 @@ mod tests {
             ("reductions", "reductions"),
             ("streaming_stores=sometimes", "streaming_stores"),
             ("fallback=warn", "fallback"),
+            ("winograd=2", "winograd"),
             ("dump", "dump"),
             ("while_limit=-1", "while_limit"),
         ] {

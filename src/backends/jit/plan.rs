@@ -209,6 +209,8 @@ pub(crate) struct PlanOptions {
     /// Loops whose outputs take at least this many bytes also get a variant writing them with
     /// non-temporal stores ([`crate::codegen::compile_streaming`]); `None`: never.
     pub stream_min_bytes: Option<usize>,
+    /// Constant-filter 3×3 stride-1 convolutions may use the Winograd kernel (`winograd=on`).
+    pub winograd: bool,
 }
 
 /// Lowers `module` (verified by `compile_jit`, so within the nesting limit; optimised, accepted
@@ -217,7 +219,7 @@ pub(crate) struct PlanOptions {
 pub(crate) fn build(mut module: Module, opts: PlanOptions, pool: Option<&rayon::ThreadPool>) -> Result<Plan> {
     let mut times = PlanTimes::default();
     let t = Instant::now();
-    let packed = pack_constants(&mut module, pool, &mut times.packed)?;
+    let packed = pack_constants(&mut module, pool, &mut times.packed, opts.winograd)?;
     times.packing = t.elapsed();
     let m = &module;
     if m.func(m.main).outputs.is_none() {
@@ -559,6 +561,7 @@ fn pack_constants(
     module: &mut Module,
     pool: Option<&rayon::ThreadPool>,
     acct: &mut super::shared::Accounting,
+    winograd: bool,
 ) -> Result<Packed> {
     use rayon::prelude::*;
     let m = &*module;
@@ -569,7 +572,7 @@ fn pack_constants(
                 jobs.push(j);
             } else if let Some(j) = super::conv_backward::pack_job(m, n) {
                 jobs.push(j);
-            } else if let Some(j) = super::conv::pack_job(m, n) {
+            } else if let Some(j) = super::conv::pack_job(m, n, winograd) {
                 jobs.push(j);
             }
         }

@@ -18,6 +18,7 @@
 //! (channels innermost) or along the output row (otherwise).
 
 pub mod backward;
+mod winograd;
 
 use rayon::prelude::*;
 
@@ -204,12 +205,21 @@ enum FilterKind {
     Gemm(Vec<PackedB>, Vec<f32>),
     /// `[taps][channels]`.
     Depthwise(Vec<f32>),
+    /// The 36 transformed matrices of a 3×3 stride-1 filter ([`winograd`]).
+    Winograd(winograd::WinogradFilter),
 }
 
 impl ConvFilter {
     /// Rearranges `w` (element (o, i, kh, kw) at `w[o*s[0] + i*s[1] + kh*s[2] + kw*s[3]]`, with
     /// `i` the channel within the group) for `geom`.
     pub fn new(geom: &ConvGeom, w: &[f32], s: [usize; 4]) -> Result<ConvFilter> {
+        ConvFilter::with_winograd(geom, w, s, false)
+    }
+
+    /// [`ConvFilter::new`], transformed for the Winograd F(4×4, 3×3) kernel when `winograd` allows
+    /// it and the geometry is one where it is faster (3×3, stride 1, at least 16 channels each
+    /// way; its error is a few times the implicit GEMM's, see docs/configuration.md).
+    pub fn with_winograd(geom: &ConvGeom, w: &[f32], s: [usize; 4], winograd: bool) -> Result<ConvFilter> {
         let (cin_g, cout_g, [kh, kw]) = (geom.cin_g(), geom.cout_g(), geom.kernel_hw);
         let wd = [geom.out_channels, cin_g, kh, kw];
         if extent(wd, s).is_none_or(|e| e > w.len()) {
@@ -220,6 +230,10 @@ impl ConvFilter {
         }
         let at = |o: usize, i: usize, y: usize, x: usize| w[o * s[0] + i * s[1] + y * s[2] + x * s[3]];
         let key = geom.filter_key();
+        if winograd && winograd::qualifies(geom) {
+            let f = winograd::WinogradFilter::new(cin_g, cout_g, at)?;
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Winograd(f), pointwise: false });
+        }
         if geom.is_depthwise() {
             let mut d = vec![0.0f32; kh * kw * geom.out_channels];
             for y in 0..kh {
@@ -262,6 +276,7 @@ impl ConvFilter {
         match &self.kind {
             FilterKind::Gemm(p, plain) => p.iter().map(PackedB::size_bytes).sum::<usize>() + plain.len() * 4,
             FilterKind::Depthwise(d) => d.len() * 4,
+            FilterKind::Winograd(f) => f.size_bytes(),
         }
     }
 
@@ -271,6 +286,7 @@ impl ConvFilter {
             FilterKind::Gemm(..) if self.pointwise => "pointwise gemm",
             FilterKind::Gemm(..) => "implicit gemm",
             FilterKind::Depthwise(_) => "depthwise direct",
+            FilterKind::Winograd(_) => "winograd f(4,3)",
         }
     }
 }
@@ -419,6 +435,7 @@ pub fn conv2d_f32(
     let threads = if pool.is_some() { 0 } else { 1 };
     let mut run = move || match &filter.kind {
         FilterKind::Depthwise(w) => depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr())),
+        FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr())),
         FilterKind::Gemm(packed, plain) => match Pointwise::of(geom) {
             Some(pw) => pointwise(geom, &pw, x, packed, plain, epi, y, threads),
             None => implicit_gemm(geom, x, packed, epi, OutPtr(y.as_mut_ptr())),
