@@ -909,13 +909,14 @@ mod tests {
         s
     }
 
-    struct Lcg(u64);
+    /// Deterministic pseudo-random values (also for the Winograd tests).
+    pub(super) struct Lcg(pub(super) u64);
     impl Lcg {
-        fn next(&mut self) -> f32 {
+        pub(super) fn next(&mut self) -> f32 {
             self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         }
-        fn below(&mut self, n: usize) -> usize {
+        pub(super) fn below(&mut self, n: usize) -> usize {
             self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((self.0 >> 33) as usize) % n
         }

@@ -69,13 +69,9 @@ impl WinogradFilter {
         for o in 0..cout {
             for i in 0..cin {
                 // G g Gᵀ in f64: first along the kernel's columns, then its rows.
-                let mut t = [[0.0f64; 3]; 6];
-                for x in 0..3 {
-                    let col = filter_1d([at(o, i, 0, x) as f64, at(o, i, 1, x) as f64, at(o, i, 2, x) as f64]);
-                    for (r, v) in col.into_iter().enumerate() {
-                        t[r][x] = v;
-                    }
-                }
+                let g = |y: usize, x: usize| at(o, i, y, x) as f64;
+                let cols: [[f64; 6]; 3] = std::array::from_fn(|x| filter_1d([g(0, x), g(1, x), g(2, x)]));
+                let t: [[f64; 3]; 6] = std::array::from_fn(|r| cols.map(|c| c[r]));
                 for (r, row) in t.iter().enumerate() {
                     for (c, v) in filter_1d(*row).into_iter().enumerate() {
                         mats[((r * 6 + c) * cin + i) * cout + o] = v as f32;
@@ -372,21 +368,10 @@ fn store(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::Lcg;
     use super::super::{ConvFilter, conv2d_f32};
     use super::*;
     use crate::kernels::gemm::Activation;
-
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> f32 {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-        fn below(&mut self, n: usize) -> usize {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((self.0 >> 33) as usize) % n
-        }
-    }
 
     /// A 3×3 stride-1 geometry over NCHW or NHWC tensors with "same"-style output size for `pad`.
     fn geometry(batch: usize, cin: usize, cout: usize, hw: [usize; 2], pad: usize, nhwc: bool) -> ConvGeom {
