@@ -13,17 +13,17 @@
 //! Blocks run in parallel on the caller's rayon pool. A 1×1 convolution is the same path with
 //! K = channels.
 //!
-//! Depthwise convolutions (one input and one output channel per group) use a direct kernel: the
-//! taps accumulate into an output row held in a scratch buffer, vectorised along the channels
-//! (channels innermost) or along the output row (otherwise).
+//! Depthwise convolutions (one input and one output channel per group) use the direct kernel of
+//! the `depthwise` module.
 
 pub mod backward;
+mod depthwise;
 mod winograd;
 
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::kernels::gemm::epilogue::{act_f32, act_f32_slice};
+use crate::kernels::gemm::epilogue::act_f32;
 use crate::kernels::gemm::{Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, gemm_f32};
 
 const OP: &str = "conv_general";
@@ -309,8 +309,8 @@ fn k_index(geom: &ConvGeom, row: usize) -> (usize, usize, usize) {
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
 // SAFETY: the pointer is only written through at indices that partition the output between
-// tasks (each task owns one (image, group, pixel block) or one depthwise row); see `scatter` and
-// `depthwise`.
+// tasks (each task owns one (image, group, pixel block) or one depthwise plane or row); see
+// `scatter` and `depthwise`.
 unsafe impl Send for OutPtr {}
 // SAFETY: as above: no two tasks write the same element, and nothing reads through it.
 unsafe impl Sync for OutPtr {}
@@ -434,7 +434,7 @@ pub fn conv2d_f32(
     }
     let threads = if pool.is_some() { 0 } else { 1 };
     let mut run = move || match &filter.kind {
-        FilterKind::Depthwise(w) => depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr())),
+        FilterKind::Depthwise(w) => depthwise::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr())),
         FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr())),
         FilterKind::Gemm(packed, plain) => match Pointwise::of(geom) {
             Some(pw) => pointwise(geom, &pw, x, packed, plain, epi, y, threads),
@@ -484,8 +484,9 @@ impl Pointwise {
 /// The 1×1 path ([`Pointwise`]). Channels-last input: `Y[pixels, cout_g] = X[pixels, cin_g] ·
 /// W_g` against the packed filter; channels-first: `Y[cout_g, pixels] = W_g · X[cin_g,
 /// pixels]` with the plain weights on the left, so each output channel's plane is written
-/// along its pixels. Threads split each GEMM; the residual and clamp (if any) follow in one
-/// pass over the output.
+/// along its pixels. Threads split each GEMM; the residual and clamp (if any) follow chunk by
+/// chunk of pixels while the chunk is in L2 (dense channels-first planes) or in one pass over
+/// the output.
 #[allow(clippy::too_many_arguments)]
 fn pointwise(
     geom: &ConvGeom,
@@ -502,6 +503,9 @@ fn pointwise(
     let [yn, yc, _, _] = geom.y_strides;
     let pixels = geom.in_hw[0] * geom.in_hw[1] * pw.images;
     let channels_last = geom.channels_last();
+    // Channels-first with dense planes and a residual or clamp: the GEMM runs over pixel chunks
+    // and each chunk's tail follows at once, instead of a second pass over the whole output.
+    let dense_planes = !channels_last && !plain.is_empty() && pw.x_pixel == 1 && pw.y_pixel == 1 && epi.has_tail();
     for img in (0..geom.batch).step_by(pw.images) {
         for g in 0..geom.groups {
             let xs = &x[img * xn + g * cin_g * xc..];
@@ -517,12 +521,31 @@ fn pointwise(
             } else {
                 e.bias = bias.map_or(Bias::None, Bias::PerRow);
                 let a = MatRef::row_major(&plain[g * cout_g * cin_g..][..cout_g * cin_g], cin_g);
+                if dense_planes {
+                    // Pixel chunks of about 256 KiB of output, each finished while in L2.
+                    let chunk = (64 * 1024 / cout_g.max(1)).clamp(256, 8192) / 64 * 64;
+                    let res_at = img * yn + g * cout_g * yc;
+                    for p0 in (0..pixels).step_by(chunk) {
+                        let n = chunk.min(pixels - p0);
+                        let b = MatRef::new(&xs[p0..], xc, 1);
+                        let c = MatMut::new(&mut ys[p0..], yc, 1);
+                        gemm_f32(GemmArgs::new(cout_g, n, cin_g, a, b, c).epilogue(e).threads(threads))?;
+                        for o in 0..cout_g {
+                            let res = epi.residual.map(|r| &r[res_at + o * yc + p0..][..n]);
+                            depthwise::finish_run(epi, &mut ys[o * yc + p0..][..n], res);
+                        }
+                    }
+                    continue;
+                }
                 let b = MatRef::new(xs, xc, pw.x_pixel);
                 let c = MatMut::new(ys, yc, pw.y_pixel);
                 GemmArgs::new(cout_g, pixels, cin_g, a, b, c)
             };
             gemm_f32(args.epilogue(e).threads(threads))?;
         }
+    }
+    if dense_planes {
+        return Ok(());
     }
     let dense = y.len() == geom.batch * geom.out_channels * geom.out_hw[0] * geom.out_hw[1];
     match (epi.residual, epi.clamp) {
@@ -737,123 +760,18 @@ fn im2col_cols(geom: &ConvGeom, x: &[f32], img: usize, g: usize, p0: usize, mb: 
     }
 }
 
-/// `dst[j] = src[j * step]`, a plain copy when `step` is 1.
+/// `dst[j] = src[j * step]`, a plain copy when `step` is 1, vector permutes when it is 2
+/// (stride-2 windows).
 #[inline]
 fn copy_strided(dst: &mut [f32], src: &[f32], step: usize) {
-    if step == 1 {
-        dst.copy_from_slice(&src[..dst.len()]);
-    } else {
-        for (j, d) in dst.iter_mut().enumerate() {
-            *d = src[j * step];
-        }
-    }
-}
-
-/// Depthwise convolution: one task per (image, output row), channels-last or not.
-fn depthwise(geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogue<'_>, out: OutPtr) -> Result<()> {
-    let [oh, ow] = geom.out_hw;
-    let c = geom.out_channels;
-    (0..geom.batch * oh).into_par_iter().for_each_init(Vec::<f32>::new, |acc, t| {
-        let (img, oy) = (t / oh, t % oh);
-        acc.clear();
-        acc.resize(ow * c, 0.0);
-        // Channels innermost: acc is [ow][c], vectorised along the channels; otherwise
-        // [c][ow], vectorised along the output row.
-        let channels_inner = geom.x_strides[1] == 1;
-        if channels_inner {
-            depthwise_row(geom, x, w, img, oy, acc);
-        } else {
-            depthwise_planes(geom, x, w, img, oy, acc);
-        }
-        let at = |ox: usize, ch: usize| if channels_inner { ox * c + ch } else { ch * ow + ox };
-        if let Some(b) = epi.bias {
-            for ox in 0..ow {
-                for (ch, &v) in b.iter().enumerate() {
-                    acc[at(ox, ch)] += v;
-                }
+    match step {
+        1 => dst.copy_from_slice(&src[..dst.len()]),
+        2 => depthwise::gather_even(dst, src),
+        _ => {
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = src[j * step];
             }
         }
-        act_f32_slice(epi.early_activation(), acc);
-        // Without a residual the clamp runs over the row at once (vectorised).
-        if let (None, Some((lo, hi))) = (epi.residual, epi.clamp) {
-            clamp_slice(acc, lo, hi);
-        }
-        let [sn, sc, sh, sw] = geom.y_strides;
-        for ox in 0..ow {
-            for ch in 0..c {
-                let i = img * sn + ch * sc + oy * sh + ox * sw;
-                let v = acc[at(ox, ch)];
-                let v = if epi.residual.is_some() { epi.finish(v, i) } else { v };
-                // SAFETY: `validate` checked that (img, ch, oy, ox) lies inside `y`; this task
-                // alone owns output row `oy` of image `img`.
-                unsafe { out.write(i, v) };
-            }
-        }
-    });
-    Ok(())
-}
-
-/// Accumulates output row `oy` of image `img` into `acc` (`[ow][channels]`) for inputs whose
-/// channels are innermost (channel stride 1).
-fn depthwise_row(geom: &ConvGeom, x: &[f32], w: &[f32], img: usize, oy: usize, acc: &mut [f32]) {
-    let [sn, _, sh, sw] = geom.x_strides;
-    let ([kh, kw], ow, c) = (geom.kernel_hw, geom.out_hw[1], geom.out_channels);
-    for ty in 0..kh {
-        let Some(iy) = geom.src(0, oy, ty) else { continue };
-        for tx in 0..kw {
-            let wt = &w[(ty * kw + tx) * c..][..c];
-            for ox in 0..ow {
-                let Some(ix) = geom.src(1, ox, tx) else { continue };
-                let at = img * sn + iy * sh + ix * sw;
-                axpy_mul(&mut acc[ox * c..][..c], &x[at..][..c], wt);
-            }
-        }
-    }
-}
-
-/// Accumulates output row `oy` of image `img` into `acc` (`[channels][ow]`) for inputs whose
-/// channels are not innermost: per channel and tap, one pass along the output row over the
-/// columns whose window stays inside the input.
-fn depthwise_planes(geom: &ConvGeom, x: &[f32], w: &[f32], img: usize, oy: usize, acc: &mut [f32]) {
-    let [sn, sc, sh, sw] = geom.x_strides;
-    let ([kh, kw], ow, c, s) = (geom.kernel_hw, geom.out_hw[1], geom.out_channels, geom.stride[1]);
-    for (ch, row) in acc.chunks_exact_mut(ow.max(1)).enumerate().take(c) {
-        for ty in 0..kh {
-            let Some(iy) = geom.src(0, oy, ty) else { continue };
-            let line = img * sn + ch * sc + iy * sh;
-            for tx in 0..kw {
-                let (lo, hi, first) = geom.inside_cols(tx);
-                if lo >= hi {
-                    continue;
-                }
-                let k = w[(ty * kw + tx) * c + ch];
-                let src = &x[line + first * sw..];
-                let dst = &mut row[lo..hi];
-                if s * sw == 1 {
-                    axpy(dst, &src[..hi - lo], k);
-                } else {
-                    for (j, a) in dst.iter_mut().enumerate() {
-                        *a += src[j * s * sw] * k;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `acc[i] += x[i] * k`.
-#[inline]
-fn axpy(acc: &mut [f32], x: &[f32], k: f32) {
-    for (a, &v) in acc.iter_mut().zip(x) {
-        *a += v * k;
-    }
-}
-
-/// `acc[i] += x[i] * w[i]`.
-#[inline]
-fn axpy_mul(acc: &mut [f32], x: &[f32], w: &[f32]) {
-    for ((a, &v), &k) in acc.iter_mut().zip(x).zip(w) {
-        *a += v * k;
     }
 }
 
@@ -898,7 +816,7 @@ mod tests {
         outv
     }
 
-    fn strides(dims: [usize; 4], order: [usize; 4]) -> [usize; 4] {
+    pub(super) fn strides(dims: [usize; 4], order: [usize; 4]) -> [usize; 4] {
         // `order` lists the axes from outermost to innermost.
         let mut s = [0; 4];
         let mut acc = 1;
@@ -1013,6 +931,9 @@ mod tests {
             check(&mut rng, 2, 3, 4, 2, [3, 5], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 2, 1, 17, 33, [1, 9], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 4, 1, 1, 6, [5, 3], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, None);
+            // Several pixel chunks of the channels-first 1×1 path; wide stride-2 stem rows.
+            check(&mut rng, 2, 1, 3, 300, [20, 21], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
+            check(&mut rng, 2, 1, 3, 5, [9, 75], [3, 3], [2, 2], [1, 1], [1, 1], nhwc, None);
             // Kernel larger than the input with padding; 1x1 image; zero batch; empty output.
             check(&mut rng, 1, 1, 3, 2, [2, 2], [5, 5], [1, 1], [2, 2], [1, 1], nhwc, None);
             check(&mut rng, 2, 1, 3, 2, [1, 1], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
