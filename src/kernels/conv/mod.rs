@@ -24,7 +24,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::kernels::gemm::epilogue::act_f32;
-use crate::kernels::gemm::{Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, gemm_f32};
+use crate::kernels::gemm::{Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scratch, gemm_f32};
 
 const OP: &str = "conv_general";
 
@@ -599,16 +599,16 @@ fn implicit_gemm(geom: &ConvGeom, x: &[f32], packed: &[PackedB], epi: &ConvEpilo
         && (geom.batch == 1 || yn >= pixels * yw))
         .then_some(yw);
     (0..tasks).into_par_iter().try_for_each_init(
-        || (Vec::<f32>::new(), Vec::<f32>::new()),
+        // Per-thread pooled scratch (no allocation once warm); im2col writes every element of
+        // its block and the GEMM every element of its tile, so stale contents never show.
+        || (Scratch::new(), Scratch::new()),
         |(cols, tile), t| {
             let (img, rest) = (t / (geom.groups * blocks), t % (geom.groups * blocks));
             let (g, blk) = (rest / blocks, rest % blocks);
             let p0 = blk * rows;
             let mb = rows.min(pixels - p0);
-            cols.resize(mb * k, 0.0);
-            if direct_rows.is_none() {
-                tile.resize(mb * cout_g, 0.0);
-            }
+            let cols = cols.get(mb * k);
+            let tile = tile.get(if direct_rows.is_none() { mb * cout_g } else { 0 });
             // Row-major patches for channels-last inputs, column-major (pixels contiguous) otherwise.
             let a = if geom.channels_last() {
                 im2col_rows(geom, x, img, g, p0, mb, cols);
