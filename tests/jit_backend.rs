@@ -268,7 +268,9 @@ fn dump_writes_every_stage_and_the_ir_replays() {
     assert_eq!(sub.len(), 1, "one directory per compiled module: {sub:?}");
     let files: Vec<String> =
         std::fs::read_dir(&sub[0]).unwrap().map(|d| d.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    for want in ["ir-00-input.tjir", "passes.txt", "clusters.txt", "kernel-0.clif", "kernel-0.asm", "plan.txt"] {
+    for want in
+        ["ir-00-input.tjir", "passes.txt", "clusters.txt", "kernel-0.clif", "kernel-0.asm", "plan.txt", "execution.txt"]
+    {
         assert!(files.iter().any(|f| f == want), "missing {want} in {files:?}");
     }
     let irs: Vec<&String> = files.iter().filter(|f| f.ends_with(".tjir")).collect();

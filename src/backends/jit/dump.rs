@@ -166,7 +166,9 @@ impl Dumper {
             self.write(&format!("{}.asm", k.name), &k.asm)?;
         }
         self.write("clusters.txt", &clusters)?;
-        self.write("plan.txt", &format!("{}\n{}", super::report::of_plan(plan), plan.describe()))
+        let report = super::report::of_plan(plan);
+        self.write("execution.txt", &report.to_string())?;
+        self.write("plan.txt", &format!("{}\n{}", super::report::summary(&report), plan.describe()))
     }
 }
 
@@ -184,14 +186,15 @@ impl JitBackend {
         let optimized = module.clone();
         let (delegated, clusters, kernels, plan) = match plan::needs_interpreter(&module) {
             Some(why) => {
-                let plan = format!("delegated to the interpreter: {why}\n{}", super::report::interpreted(&why));
+                let plan = format!("delegated to the interpreter: {why}\n");
                 (Some(why), String::new(), Vec::new(), plan)
             }
             None => {
                 let pool = self.thread_pool()?;
                 let p = plan::build(module, self.plan_options(true), pool.as_deref())?;
                 let (clusters, kernels) = listings(&p);
-                (None, clusters, kernels, format!("{}\n{}", super::report::of_plan(&p), p.describe()))
+                let head = super::report::summary(&super::report::of_plan(&p));
+                (None, clusters, kernels, format!("{head}\n{}", p.describe()))
             }
         };
         Ok(Stages {

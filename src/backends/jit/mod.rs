@@ -209,7 +209,8 @@ impl JitBackend {
                 report.execution = report::interpreted(&why);
                 report::check(&report.execution, self.opts.fallback, &module.name)?;
                 if let Some(d) = &dumper {
-                    d.write("plan.txt", &format!("delegated to the interpreter: {why}\n{}", report.execution))?;
+                    d.write("plan.txt", &format!("delegated to the interpreter: {why}\n"))?;
+                    d.write("execution.txt", &report.execution.to_string())?;
                 }
                 exec::Runner::Interp(InterpExecutable::new(module)?.with_while_limit(self.opts.while_limit))
             }
