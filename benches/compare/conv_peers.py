@@ -93,7 +93,9 @@ def worker(fw, threads, path, shape, repeat):
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         inp = sess.get_inputs()[0]
-        dims = [d if isinstance(d, int) else 1 for d in inp.shape]
+        # Models: symbolic axes (the batch) take the requested batch size.
+        batch = shape["batch"] if isinstance(shape, dict) else 1
+        dims = [d if isinstance(d, int) else batch for d in inp.shape]
         x = np.random.default_rng(1).uniform(0, 1, dims).astype(np.float32)
         call = lambda: sess.run(None, {inp.name: x})  # noqa: E731
     else:
@@ -135,7 +137,7 @@ def measure(fw, threads, path, shape, repeat, tj):
                 return j["repeat"]["min_ms"] / 1e3
         sys.stderr.write(f"tensorjit failed on {path}: {r.stdout[-400:]} {r.stderr[-400:]}\n")
         return None
-    arg = json.dumps(list(shape) if shape else None)
+    arg = json.dumps(shape if isinstance(shape, dict) else (list(shape) if shape else None))
     r = pinned([sys.executable, __file__, "--worker", fw, str(threads), path, arg, str(repeat)], threads)
     try:
         return float(r.stdout.strip().splitlines()[-1])
@@ -208,7 +210,7 @@ def main():
                             if "repeat" in j:
                                 s = j["repeat"]["min_ms"] / 1e3
                     else:
-                        s = measure(fw, t, path, shape, repeat, a.tensorjit)
+                        s = measure(fw, t, path, shape or {"batch": a.batch}, repeat, a.tensorjit)
                     if s:
                         key = (label, t, "torch" if fw.startswith("torch") else fw)
                         best[key] = min(best.get(key, float("inf")), s)
