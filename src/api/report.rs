@@ -56,6 +56,17 @@ impl ExecutionReport {
         }
         out
     }
+
+    /// The summary line of [`Display`](fmt::Display) and the [`fallbacks`](Self::fallbacks),
+    /// one per line (`  fallback: …`): what the CLI prints and the plan dump starts with.
+    pub fn summary(&self) -> String {
+        let mut out = self.to_string().lines().next().unwrap_or_default().to_string();
+        out.push('\n');
+        for f in self.fallbacks() {
+            out.push_str(&format!("  fallback: {f}\n"));
+        }
+        out
+    }
 }
 
 impl fmt::Display for ExecutionReport {

@@ -128,12 +128,7 @@ impl BenchReport {
             writeln!(w, "  (hashing constants: {:.3} ms of the above)", millis(r.hashing))?;
             let e = &r.execution;
             if e.interpreted.is_some() || !e.steps.is_empty() {
-                // The summary line, then the slow paths, if any.
-                write!(w, "{}", e.to_string().lines().next().unwrap_or_default())?;
-                writeln!(w)?;
-                for f in e.fallbacks() {
-                    writeln!(w, "  fallback: {f}")?;
-                }
+                write!(w, "{}", e.summary())?;
             }
         }
         if let Some(c) = &self.constant_memory {

@@ -168,7 +168,7 @@ impl Dumper {
         self.write("clusters.txt", &clusters)?;
         let report = super::report::of_plan(plan);
         self.write("execution.txt", &report.to_string())?;
-        self.write("plan.txt", &format!("{}\n{}", super::report::summary(&report), plan.describe()))
+        self.write("plan.txt", &format!("{}\n{}", report.summary(), plan.describe()))
     }
 }
 
@@ -193,7 +193,7 @@ impl JitBackend {
                 let pool = self.thread_pool()?;
                 let p = plan::build(module, self.plan_options(true), pool.as_deref())?;
                 let (clusters, kernels) = listings(&p);
-                let head = super::report::summary(&super::report::of_plan(&p));
+                let head = super::report::of_plan(&p).summary();
                 (None, clusters, kernels, format!("{head}\n{}", p.describe()))
             }
         };

@@ -27,17 +27,6 @@ pub(crate) fn interpreted(why: &str) -> ExecutionReport {
     r
 }
 
-/// The report's summary line and its fallbacks, one per line (the head of the plan dump; the
-/// per-step groups are in the dump's `execution.txt`).
-pub(crate) fn summary(r: &ExecutionReport) -> String {
-    let mut out = r.to_string().lines().next().unwrap_or_default().to_string();
-    out.push('\n');
-    for f in r.fallbacks() {
-        out.push_str(&format!("  fallback: {f}\n"));
-    }
-    out
-}
-
 /// `Err` listing the fallbacks of `r` when the options refuse them.
 pub(crate) fn check(r: &ExecutionReport, fallback: Fallback, module: &str) -> Result<()> {
     let found = r.fallbacks();

@@ -22,11 +22,9 @@
 
 use rayon::prelude::*;
 
-use super::{ConvEpilogue, ConvGeom, OutPtr, clamp_nan, copy_strided};
+use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided};
 use crate::error::Result;
 use crate::kernels::fused::FusedIsa;
-use crate::kernels::gemm::Activation;
-use crate::kernels::gemm::epilogue::act_f32_slice;
 
 /// Outputs per block of the plane path (two AVX-512 vectors, four AVX2 vectors of accumulators).
 const BLOCK: usize = 32;
@@ -354,7 +352,7 @@ impl Job<'_> {
                     }
                 }
                 if self.epi.residual.is_none() {
-                    finish(self.epi, &mut v);
+                    self.epi.activate_slice(&mut v);
                 }
                 self.store(&mut v, img * yn + ch * yc + oy * yh + ox * yw, 1);
             }
@@ -387,7 +385,7 @@ impl Job<'_> {
             }
         }
         if self.epi.residual.is_none() {
-            finish(self.epi, acc);
+            self.epi.activate_slice(acc);
         }
         let [yn, yc, yh, yw] = g.y_strides;
         for (ox, run) in acc.chunks_exact_mut(c).enumerate() {
@@ -411,7 +409,7 @@ impl Job<'_> {
                     *v += r[at + j * step];
                 }
             }
-            finish(self.epi, vals);
+            self.epi.activate_slice(vals);
         }
         if step == 1 {
             // SAFETY: `validate` checked that every output element (image, channel, row,
@@ -512,42 +510,10 @@ fn deinterleave_avx2<const ODD: bool>(src: &[f32], even: &mut [f32], odd: &mut [
     n
 }
 
-/// The tail of `epi` over a run of outputs that the GEMM has written with the bias and the early
-/// activation: `res` (the residual run, if any) added, then the activation, then the clamp.
-pub(super) fn finish_run(epi: &ConvEpilogue<'_>, vals: &mut [f32], res: Option<&[f32]>) {
-    match res {
-        Some(r) => {
-            for (v, &r) in vals.iter_mut().zip(r) {
-                *v += r;
-            }
-            finish(epi, vals);
-        }
-        None => {
-            if let Some((lo, hi)) = epi.clamp {
-                vals.iter_mut().for_each(|v| *v = clamp_nan(*v, lo, hi));
-            }
-        }
-    }
-}
-
 /// The activation and clamp of `epi` over a full block (fixed length: fully vectorised).
 #[inline(always)]
 fn finish_block(epi: &ConvEpilogue<'_>, acc: &mut [f32; BLOCK]) {
-    finish(epi, acc);
-}
-
-/// The activation and clamp of `epi` over `vals`.
-#[inline(always)]
-fn finish(epi: &ConvEpilogue<'_>, vals: &mut [f32]) {
-    match epi.activation {
-        Activation::None => {}
-        // As `act_f32`: NaN and −0 stay.
-        Activation::Relu => vals.iter_mut().for_each(|v| *v = if *v < 0.0 { 0.0 } else { *v }),
-        act => act_f32_slice(act, vals),
-    }
-    if let Some((lo, hi)) = epi.clamp {
-        vals.iter_mut().for_each(|v| *v = clamp_nan(*v, lo, hi));
-    }
+    epi.activate_slice(acc);
 }
 
 #[cfg(test)]
@@ -555,6 +521,7 @@ mod tests {
     use super::super::tests::strides;
     use super::super::{ConvFilter, FilterKind, conv2d_f32};
     use super::*;
+    use crate::kernels::gemm::Activation;
     use crate::kernels::gemm::epilogue::act_f64;
 
     struct Lcg(u64);

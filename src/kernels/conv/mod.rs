@@ -23,7 +23,7 @@ mod winograd;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::kernels::gemm::epilogue::act_f32;
+use crate::kernels::gemm::epilogue::{act_f32, act_f32_slice};
 use crate::kernels::gemm::{Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scratch, gemm_f32};
 
 const OP: &str = "conv_general";
@@ -368,6 +368,38 @@ impl ConvEpilogue<'_> {
         }
     }
 
+    /// The activation and the clamp over `vals` (outputs with the bias and the residual already
+    /// added): one vectorised pass each (inlined, so fixed-length blocks unroll fully).
+    #[inline(always)]
+    fn activate_slice(&self, vals: &mut [f32]) {
+        match self.activation {
+            Activation::None => {}
+            // As `act_f32`: NaN and −0 stay.
+            Activation::Relu => vals.iter_mut().for_each(|v| *v = if *v < 0.0 { 0.0 } else { *v }),
+            act => act_f32_slice(act, vals),
+        }
+        if let Some((lo, hi)) = self.clamp {
+            clamp_slice(vals, lo, hi);
+        }
+    }
+
+    /// The tail over a run of outputs that the GEMM wrote with the bias and the early activation:
+    /// `res` (the residual run, if any) added, then the activation and the clamp; without a
+    /// residual only the clamp is left.
+    fn finish_run(&self, vals: &mut [f32], res: Option<&[f32]>) {
+        match res {
+            Some(r) => {
+                vals.iter_mut().zip(r).for_each(|(v, &r)| *v += r);
+                self.activate_slice(vals);
+            }
+            None => {
+                if let Some((lo, hi)) = self.clamp {
+                    clamp_slice(vals, lo, hi);
+                }
+            }
+        }
+    }
+
     /// Whether [`ConvEpilogue::finish`] changes anything.
     fn has_tail(&self) -> bool {
         self.residual.is_some() || self.clamp.is_some()
@@ -532,7 +564,7 @@ fn pointwise(
                         gemm_f32(GemmArgs::new(cout_g, n, cin_g, a, b, c).epilogue(e).threads(threads))?;
                         for o in 0..cout_g {
                             let res = epi.residual.map(|r| &r[res_at + o * yc + p0..][..n]);
-                            depthwise::finish_run(epi, &mut ys[o * yc + p0..][..n], res);
+                            epi.finish_run(&mut ys[o * yc + p0..][..n], res);
                         }
                     }
                     continue;

@@ -16,14 +16,11 @@
 //! (`tests::error_on_resnet_shapes`, docs/configuration.md): at most about 1e-5 of the output's
 //! largest magnitude and 2.3e-6 of Σ|x·w| per output, 15–30× the implicit GEMM's.
 
-use std::cell::Cell;
-
 use rayon::prelude::*;
 
-use super::{ConvEpilogue, ConvGeom, OP, OutPtr, clamp_slice};
+use super::{ConvEpilogue, ConvGeom, OP, OutPtr};
 use crate::error::{Error, Result};
-use crate::kernels::gemm::epilogue::act_f32_slice;
-use crate::kernels::gemm::{GemmArgs, MatMut, MatRef, PackedB, Rhs, gemm_f32};
+use crate::kernels::gemm::{GemmArgs, MatMut, MatRef, PackedB, Rhs, Scratch, gemm_f32};
 
 /// Channels transformed at once (one AVX-512 vector; two AVX2 ones).
 const L: usize = 16;
@@ -36,12 +33,6 @@ const BLOCK_ELEMS: usize = 192 * 1024;
 /// Tiles per block: a multiple of the AVX-512 microkernel's 14 rows, within these bounds.
 const MIN_TILES: usize = 28;
 const MAX_TILES: usize = 14 * 16;
-
-thread_local! {
-    /// Per-thread scratch (V, M, the output tile), kept between calls so that a call allocates
-    /// nothing once the threads have seen the largest geometry.
-    static SCRATCH: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
-}
 
 /// Whether the Winograd kernel can run `geom` at all (3×3, stride 1, dilation 1, one group).
 pub(super) fn applies(geom: &ConvGeom) -> bool {
@@ -202,12 +193,11 @@ pub(super) fn conv(geom: &ConvGeom, x: &[f32], f: &WinogradFilter, epi: &ConvEpi
     }
     let tiling = Tiling { rows, cols, per_block: per_block.min(tiles) };
     let blocks = tiles.div_ceil(tiling.per_block);
-    (0..blocks).into_par_iter().try_for_each(|b| {
-        let mut buf = SCRATCH.with(Cell::take);
+    // V, M and the output tile come from the GEMM's per-thread pool (no allocation once warm);
+    // every element is written before it is read.
+    (0..blocks).into_par_iter().try_for_each_init(Scratch::new, |buf, b| {
         let t0 = b * tiling.per_block;
-        let r = block(geom, x, f, epi, out, &tiling, t0, tiling.per_block.min(tiles - t0), &mut buf);
-        SCRATCH.with(|s| s.set(buf));
-        r
+        block(geom, x, f, epi, out, &tiling, t0, tiling.per_block.min(tiles - t0), buf)
     })
 }
 
@@ -222,13 +212,12 @@ fn block(
     tiling: &Tiling,
     t0: usize,
     n: usize,
-    buf: &mut Vec<f32>,
+    buf: &mut Scratch,
 ) -> Result<()> {
     let (cin, cout) = (geom.in_channels, geom.out_channels);
     let cout_pad = cout.next_multiple_of(L);
     let (v_len, m_len) = (36 * n * cin, 36 * n * cout);
-    buf.resize(v_len + m_len + 16 * cout_pad, 0.0);
-    let (v, rest) = buf.split_at_mut(v_len);
+    let (v, rest) = buf.get(v_len + m_len + 16 * cout_pad).split_at_mut(v_len);
     let (m, ytile) = rest.split_at_mut(m_len);
     let mut d = [[0.0f32; L]; 36];
     let mut t = [[0.0f32; L]; 36];
@@ -348,10 +337,7 @@ fn store(
             }
         }
     }
-    act_f32_slice(epi.activation, ytile);
-    if let Some((lo, hi)) = epi.clamp {
-        clamp_slice(ytile, lo, hi);
-    }
+    epi.activate_slice(ytile);
     for py in 0..ph {
         for px in 0..pw {
             let at = pixel(py, px);
