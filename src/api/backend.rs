@@ -143,6 +143,12 @@ pub trait Executable: Send + Sync {
         None
     }
 
+    /// The counters of the plans specialised per binding of the dynamic axes, for a module with
+    /// dynamic axes on a backend that specialises them (the jit); `None` otherwise.
+    fn specialization_stats(&self) -> Option<super::report::SpecializationStats> {
+        None
+    }
+
     /// Parameter names of `main`, in order.
     fn input_names(&self) -> &[String];
     /// Parameter shapes of `main`, in order.

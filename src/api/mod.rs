@@ -17,4 +17,4 @@ pub use builder::{Builder, Function, Value};
 pub use ops_basic::ReshapeSpec;
 pub use ops_structured::{AttentionConfig, ConvConfig, DotConfig, GatherDims, ScatterDims};
 pub use profile::{EventKind, KernelStats, ProfileEvent, Profiler};
-pub use report::{ExecutionReport, StepReport};
+pub use report::{ExecutionReport, SpecializationStats, StepReport};

@@ -30,6 +30,10 @@ pub struct ExecutionReport {
     pub interpreted: Option<String>,
     /// The plan's steps grouped by (kind, label), in order of first appearance.
     pub steps: Vec<StepReport>,
+    /// For a module with dynamic axes that the jit specialises per binding of its axes: which
+    /// binding [`steps`](Self::steps) describe (the latest compiled; none before the first
+    /// execution) and how many were compiled. `None` for a static module.
+    pub specialized: Option<String>,
 }
 
 impl ExecutionReport {
@@ -83,11 +87,52 @@ impl fmt::Display for ExecutionReport {
             (EventKind::Control, "control steps"),
         ];
         let counts: Vec<String> = kinds.iter().map(|(k, what)| format!("{} {what}", self.count(*k))).collect();
-        writeln!(f, "execution: {}", counts.join(", "))?;
+        match &self.specialized {
+            Some(s) => writeln!(f, "execution: {} ({s})", counts.join(", "))?,
+            None => writeln!(f, "execution: {}", counts.join(", "))?,
+        }
         for s in &self.steps {
             writeln!(f, "  {:<9} x{:<4} {}", s.kind.name(), s.count, s.label)?;
         }
         Ok(())
+    }
+}
+
+/// Counters of the specialised plans of a module with dynamic axes (jit): one plan per binding
+/// of the axes, compiled at the first execution with it and kept in a least-recently-used cache
+/// of [`capacity`](Self::capacity) plans (the jit's `specializations=N`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpecializationStats {
+    /// The dynamic axes of the inputs, in the order of a binding's sizes.
+    pub axes: Vec<String>,
+    /// Most plans kept.
+    pub capacity: usize,
+    /// Plans kept now.
+    pub cached: usize,
+    /// Executions that found their plan in the cache.
+    pub hits: u64,
+    /// Executions that compiled a plan (the first at each binding, and again after an eviction).
+    pub misses: u64,
+    /// Plans evicted to make room.
+    pub evictions: u64,
+    /// Time spent compiling plans, over all misses.
+    pub compile_time: std::time::Duration,
+}
+
+impl fmt::Display for SpecializationStats {
+    /// One line: `axes [batch, sequence]: 3 of 16 plans cached, 40 hits, 3 misses, 0 evictions, compile 51.2 ms`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "axes [{}]: {} of {} plans cached, {} hits, {} misses, {} evictions, compile {:.1} ms",
+            self.axes.join(", "),
+            self.cached,
+            self.capacity,
+            self.hits,
+            self.misses,
+            self.evictions,
+            self.compile_time.as_secs_f64() * 1e3
+        )
     }
 }
 
@@ -107,7 +152,7 @@ mod tests {
         assert_eq!(r.fallbacks(), vec!["reference kernel: transpose f32[2,3] (x1)".to_string()]);
         let text = r.to_string();
         assert!(text.starts_with("execution: 2 generated loops, 1 specialised kernels, 1 reference kernels"), "{text}");
-        let whole = ExecutionReport { interpreted: Some("dynamic".into()), steps: vec![] };
+        let whole = ExecutionReport { interpreted: Some("dynamic".into()), ..ExecutionReport::default() };
         assert_eq!(whole.fallbacks(), vec!["interpreter: dynamic".to_string()]);
     }
 }

@@ -1,6 +1,7 @@
 //! The SSA tensor IR: dtypes, shapes, ops, the module arenas, shape inference, verifier and text format.
 
 pub mod dtype;
+pub mod dynamic;
 pub mod ids;
 pub mod infer;
 pub mod module;

@@ -33,7 +33,8 @@ pub fn constant_bytes(m: &Module, v: ValueId) -> Option<&[u8]> {
     m.constant_data(v).map(|d| d.as_slice())
 }
 
-fn foldable(op: &Op) -> bool {
+/// Whether folding may evaluate `op` (pure, no callees, not a shape op left to the backends).
+pub(crate) fn foldable(op: &Op) -> bool {
     !matches!(
         op,
         Op::Constant(_)

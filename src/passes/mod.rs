@@ -14,6 +14,7 @@ pub mod egraph;
 pub mod fold;
 pub mod rewrite;
 pub mod simplify;
+pub mod specialize;
 
 use std::time::{Duration, Instant};
 

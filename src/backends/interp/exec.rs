@@ -403,47 +403,12 @@ impl Ctx<'_> {
     fn dynamic_reshape(&mut self, name: &str, specs: &[ReshapeDim], inputs: Vec<Tensor>) -> Result<Tensor> {
         let mut it = inputs.into_iter();
         let x = it.next().ok_or_else(|| Error::invalid(name, "missing operand x"))?;
-        let values: Vec<Tensor> = it.collect();
-        let mut next_value = values.iter();
-        let mut dims = Vec::with_capacity(specs.len());
-        let mut inferred = None;
-        let mut new_names = vec![];
-        for (j, spec) in specs.iter().enumerate() {
-            match spec {
-                ReshapeDim::Static(n) => dims.push(*n),
-                ReshapeDim::Dynamic(axis) => {
-                    let t = next_value
-                        .next()
-                        .ok_or_else(|| Error::invalid(name, format!("missing the size operand of axis {axis:?}")))?;
-                    let v = dynamic::scalar_i64(name, &format!("size of axis {axis:?}"), t)?;
-                    // 0 is a valid size (static zero-sized axes are supported too).
-                    if v < 0 {
-                        return Err(Error::invalid(name, format!("size of axis {axis:?} is negative: {v}")));
-                    }
-                    dims.push(v);
-                    new_names.push((axis.clone(), j));
-                }
-                ReshapeDim::Inferred(axis) => {
-                    if inferred.is_some() {
-                        return Err(Error::invalid(name, "at most one axis may be inferred"));
-                    }
-                    inferred = Some(j);
-                    dims.push(-1);
-                    new_names.push((axis.clone(), j));
-                }
-            }
+        let mut values = Vec::with_capacity(specs.len());
+        for (t, spec) in it.zip(specs.iter().filter(|s| matches!(s, ReshapeDim::Dynamic(_)))) {
+            let ReshapeDim::Dynamic(axis) = spec else { continue };
+            values.push(dynamic::scalar_i64(name, &format!("size of axis {axis:?}"), &t)?);
         }
-        let total = x.len() as i64;
-        if let Some(j) = inferred {
-            let known = dims.iter().filter(|&&d| d >= 0).try_fold(1i64, |a, &d| a.checked_mul(d)).unwrap_or(0);
-            if known == 0 || total % known != 0 {
-                return Err(Error::invalid(
-                    name,
-                    format!("cannot infer axis {j}: {total} elements do not divide into {known}"),
-                ));
-            }
-            dims[j] = total / known;
-        }
+        let (dims, new_names) = dynamic::dynamic_reshape_dims(name, specs, &x.shape, &values)?;
         for (axis, j) in new_names {
             self.bindings.insert(axis, dims[j]);
         }

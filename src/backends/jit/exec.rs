@@ -28,8 +28,10 @@ pub(crate) enum Runner {
     /// The flat plan, with the pool used to split large loops (`None`: one thread; a pool of
     /// one thread runs everything on the calling thread too).
     Plan { plan: Arc<Plan>, pool: Option<Arc<rayon::ThreadPool>> },
-    /// The interpreter (closures, control flow, dynamic shapes).
+    /// The interpreter (AllReduce, dynamic shapes the jit cannot specialise).
     Interp(InterpExecutable),
+    /// One plan per binding of the module's dynamic axes.
+    Dynamic(Box<super::specialize::Specializer>),
 }
 
 /// Most execution states an executable keeps between executions (one per execution running at
@@ -134,6 +136,11 @@ impl JitExecutable {
     pub fn release_memory(&self) {
         let states = std::mem::take(&mut *self.states.lock().unwrap_or_else(|e| e.into_inner()));
         drop(states);
+        if let Ok(r) = self.runner()
+            && let Runner::Dynamic(s) = &*r
+        {
+            s.release_memory();
+        }
     }
 
     /// Whether this executable runs on the flat plan of compiled loops (`false`: it was handed
@@ -200,6 +207,7 @@ impl Executable for JitExecutable {
         let runner = self.runner()?;
         let (plan, pool) = match &*runner {
             Runner::Interp(e) => return e.execute_with(inputs, donate, opts),
+            Runner::Dynamic(s) => return s.execute_with(inputs, donate, opts),
             Runner::Plan { plan, pool } => (plan, pool.as_deref().filter(|p| p.current_num_threads() > 1)),
         };
         let mut out = Vec::with_capacity(plan.main().outputs.len());
@@ -211,6 +219,7 @@ impl Executable for JitExecutable {
         let runner = self.runner()?;
         let (plan, pool) = match &*runner {
             Runner::Interp(e) => return e.execute_into(inputs, donate, outputs, opts),
+            Runner::Dynamic(s) => return s.execute_into(inputs, donate, outputs, opts),
             Runner::Plan { plan, pool } => (plan, pool.as_deref().filter(|p| p.current_num_threads() > 1)),
         };
         check_output_buffers(&self.sig.output_shapes, outputs)?;
@@ -218,7 +227,20 @@ impl Executable for JitExecutable {
     }
 
     fn compile_report(&self) -> Option<CompileReport> {
-        Some(self.report.clone())
+        let mut r = self.report.clone();
+        if let Ok(runner) = self.runner()
+            && let Runner::Dynamic(s) = &*runner
+        {
+            r.execution = s.report();
+        }
+        Some(r)
+    }
+
+    fn specialization_stats(&self) -> Option<crate::api::SpecializationStats> {
+        match self.runner().as_deref() {
+            Ok(Runner::Dynamic(s)) => Some(s.stats()),
+            _ => None,
+        }
     }
 
     /// The plan's constants and packed GEMM operands (zero when delegated to the interpreter,
@@ -229,10 +251,12 @@ impl Executable for JitExecutable {
 
     fn finalize(&self) {
         self.release_memory();
-        if let Some(r) = self.runner.take()
-            && let Runner::Interp(e) = &*r
-        {
-            e.finalize();
+        if let Some(r) = self.runner.take() {
+            match &*r {
+                Runner::Interp(e) => e.finalize(),
+                Runner::Dynamic(s) => s.finalize(),
+                Runner::Plan { .. } => {}
+            }
         }
     }
 }

@@ -27,9 +27,13 @@
 //! `tensorjit::jit`, debug and trace levels; docs/configuration.md).
 //!
 //! Every function of the module (main, named functions, closures) gets its own plan; Call,
-//! While, If and Sort steps run the callees' plans. Current limitation: a module with AllReduce
-//! or dynamic shapes is optimised and then run by the interpreter
-//! ([`crate::backends::interp::InterpExecutable`]) as a whole; its `plan.txt` dump says why.
+//! While, If and Sort steps run the callees' plans. A module with named dynamic axes gets one
+//! plan per binding of its axes, compiled at the first execution with those sizes and kept in a
+//! bounded cache (`specializations=N`; [`Executable::specialization_stats`]). Current
+//! limitation: a module with AllReduce, dynamic shapes inside a called function, or a reshape
+//! sized by tensor data is optimised and then run by the interpreter
+//! ([`crate::backends::interp::InterpExecutable`]) as a whole; its report and `plan.txt` dump
+//! say why.
 
 mod conv;
 mod conv_backward;
@@ -46,6 +50,7 @@ mod plan;
 mod pool;
 mod report;
 mod shared;
+mod specialize;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,7 +65,9 @@ use crate::ir::module::Module;
 
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
-pub use options::{Fallback, JitOptions, OPTIONS, Reductions, StreamingStores};
+pub use options::{
+    DEFAULT_SPECIALIZATIONS, Fallback, JitOptions, MAX_SPECIALIZATIONS, OPTIONS, Reductions, StreamingStores,
+};
 pub use shared::{ConstantCacheStats, MIN_SHARED_BYTES, constant_cache_stats, wait_for_constant_hashing};
 
 use crate::threads::Threads;
@@ -214,6 +221,28 @@ impl JitBackend {
                 }
                 exec::Runner::Interp(InterpExecutable::new(module)?.with_while_limit(self.opts.while_limit))
             }
+            None if plan::is_dynamic(&module) => {
+                let axes = crate::passes::specialize::axis_names(&module);
+                if axes.is_empty() {
+                    // Shape ops on static shapes only: specialised once, now.
+                    let mut m = crate::passes::specialize::specialize(&module, &Default::default())?;
+                    m.name = module.name.clone();
+                    return self.compile_jit(m);
+                }
+                // Initialised here so that every specialisation shares the pool.
+                self.thread_pool()?;
+                let spec = specialize::Specializer::new(module, self.fork());
+                report.execution = spec.report();
+                if let Some(d) = &dumper {
+                    let text = format!(
+                        "{}each binding of the axes {} is compiled at its first execution and dumped as its own module\n",
+                        report.execution.summary(),
+                        axes.join(", ")
+                    );
+                    d.write("plan.txt", &text)?;
+                }
+                exec::Runner::Dynamic(Box::new(spec))
+            }
             None => {
                 let t2 = Instant::now();
                 let pool = self.thread_pool()?;
@@ -238,6 +267,20 @@ impl JitBackend {
         );
         report.total = t0.elapsed();
         Ok(JitExecutable::new(runner, sig, self.opts.while_limit).with_report(report, constants))
+    }
+}
+
+impl JitBackend {
+    /// A backend with the same options and thread pool (started: call [`Self::thread_pool`]
+    /// first), for compiling specialisations after this one is gone.
+    fn fork(&self) -> JitBackend {
+        JitBackend {
+            caps: self.caps.clone(),
+            opts: self.opts.clone(),
+            stream_min_bytes: self.stream_min_bytes,
+            own_pool: self.own_pool.clone(),
+            finalized: AtomicBool::new(false),
+        }
     }
 }
 

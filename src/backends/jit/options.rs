@@ -13,8 +13,23 @@ use crate::threads::Threads;
 use super::NAME;
 
 /// The option names accepted in the config string.
-pub const OPTIONS: &[&str] =
-    &["parallelism", "while_limit", "fusion", "reductions", "streaming_stores", "fallback", "winograd", "dump"];
+pub const OPTIONS: &[&str] = &[
+    "parallelism",
+    "while_limit",
+    "fusion",
+    "reductions",
+    "streaming_stores",
+    "fallback",
+    "winograd",
+    "specializations",
+    "dump",
+];
+
+/// Specialised plans a module with dynamic axes keeps by default (`specializations=N`).
+pub const DEFAULT_SPECIALIZATIONS: usize = 16;
+
+/// Most specialised plans a module with dynamic axes may keep.
+pub const MAX_SPECIALIZATIONS: usize = 4096;
 
 /// How fused float Sum/Product reductions accumulate (`reductions=fast|ordered`).
 #[non_exhaustive]
@@ -99,6 +114,10 @@ pub struct JitOptions {
     /// F(4×4, 3×3) (`winograd=on|off`; default on): fewer multiplications, a few times the
     /// direct path's rounding error (docs/configuration.md).
     pub winograd: bool,
+    /// Most specialised plans a module with dynamic axes keeps, one per binding of its axes
+    /// (least recently used evicted first; `specializations=N`, 1 to
+    /// [`MAX_SPECIALIZATIONS`]; default [`DEFAULT_SPECIALIZATIONS`]).
+    pub specializations: usize,
     /// Write every compilation stage under this directory (`dump=DIR`; else `TENSORJIT_DUMP`).
     pub dump: Option<PathBuf>,
 }
@@ -115,6 +134,7 @@ impl Default for JitOptions {
             streaming_stores: StreamingStores::Auto,
             fallback: Fallback::Allow,
             winograd: true,
+            specializations: DEFAULT_SPECIALIZATIONS,
             dump: None,
         }
     }
@@ -181,6 +201,12 @@ impl JitOptions {
         self
     }
 
+    /// Most specialised plans kept per module with dynamic axes.
+    pub fn specializations(mut self, n: usize) -> Self {
+        self.specializations = n;
+        self
+    }
+
     /// Dump every compilation stage under `dir`.
     pub fn dump(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dump = Some(dir.into());
@@ -201,6 +227,11 @@ impl JitOptions {
                 "streaming_stores" => o.streaming_stores = config::parse_choice(NAME, key, v, STREAMING)?,
                 "fallback" => o.fallback = config::parse_choice(NAME, key, v, FALLBACK)?,
                 "winograd" => o.winograd = config::parse_switch(NAME, key, v)?,
+                "specializations" => {
+                    let n = config::parse_u64(NAME, key, v)?;
+                    o.specializations = usize::try_from(n).unwrap_or(usize::MAX);
+                    o.validate_specializations()?;
+                }
                 "dump" => o.dump = Some(PathBuf::from(config::parse_nonempty(NAME, key, v, "a directory")?)),
                 _ => return Err(option_error(NAME, key, "not handled (internal error)")),
             }
@@ -213,8 +244,19 @@ impl JitOptions {
         if let Threads::Own(n) = self.threads {
             check_threads(NAME, "parallelism", n)?;
         }
+        self.validate_specializations()?;
         if self.dump.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
             return Err(option_error(NAME, "dump", "needs a directory (dump=DIR)"));
+        }
+        Ok(())
+    }
+}
+
+impl JitOptions {
+    fn validate_specializations(&self) -> Result<()> {
+        if !(1..=MAX_SPECIALIZATIONS).contains(&self.specializations) {
+            let why = format!("must be 1 to {MAX_SPECIALIZATIONS}, got {}", self.specializations);
+            return Err(option_error(NAME, "specializations", why));
         }
         Ok(())
     }
@@ -254,6 +296,9 @@ impl fmt::Display for JitOptions {
         if !self.winograd {
             items.push("winograd=off".into());
         }
+        if self.specializations != DEFAULT_SPECIALIZATIONS {
+            items.push(format!("specializations={}", self.specializations));
+        }
         if let Some(d) = &self.dump {
             items.push(format!("dump={}", d.display()));
         }
@@ -277,11 +322,12 @@ mod tests {
             .streaming_stores(StreamingStores::Off)
             .fallback(Fallback::Error)
             .winograd(false)
+            .specializations(3)
             .dump("/tmp/x");
         let s = o.to_string();
         assert_eq!(
             s,
-            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,dump=/tmp/x"
+            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,specializations=3,dump=/tmp/x"
         );
         assert_eq!(JitOptions::parse(&s).unwrap(), o);
         assert_eq!(JitOptions::parse("parallelism=2,parallelism=shared").unwrap().threads, Threads::Shared);
@@ -299,6 +345,8 @@ mod tests {
             ("streaming_stores=sometimes", "streaming_stores"),
             ("fallback=warn", "fallback"),
             ("winograd=2", "winograd"),
+            ("specializations=0", "specializations"),
+            ("specializations=5000", "4096"),
             ("dump", "dump"),
             ("while_limit=-1", "while_limit"),
         ] {

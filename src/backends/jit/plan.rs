@@ -175,27 +175,31 @@ fn internal(msg: String) -> Error {
     Error::invalid("jit compile", msg)
 }
 
-/// Why `m` cannot be planned (then the interpreter runs it), or `None`: dynamic shapes and
-/// AllReduce are left to the interpreter.
+/// Why `m` cannot be planned (then the interpreter runs it), or `None`: AllReduce, and the
+/// dynamic shapes `passes::specialize` cannot make static, are left to the interpreter.
 pub(crate) fn needs_interpreter(m: &Module) -> Option<String> {
     for f in &m.functions {
-        if let Some(&p) = f.params.iter().find(|&&p| m.shape(p).is_dynamic()) {
-            return Some(format!("parameter {p} has a dynamic shape {}", m.shape(p)));
-        }
         for &n in &f.body {
-            let node = m.node(n);
-            let dynamic = node.outputs.iter().chain(&node.inputs).any(|&v| m.shape(v).is_dynamic());
-            let special = matches!(
-                node.op,
-                Op::AllReduce { .. } | Op::DynamicReshape { .. } | Op::DynamicShape | Op::DynamicDimensionSize { .. }
-            );
-            if dynamic || special {
-                let why = if dynamic { "has a dynamic shape" } else { "is run by the interpreter" };
-                return Some(format!("node {n} ({}) {why}", node.op.op_type()));
+            if let Op::AllReduce { .. } = m.node(n).op {
+                return Some(format!("node {n} (all_reduce) is run by the interpreter"));
             }
         }
     }
-    None
+    crate::passes::specialize::unsupported(m)
+}
+
+/// Whether `m` has dynamic shapes or shape-computing ops (`DynamicShape`,
+/// `DynamicDimensionSize`, `DynamicReshape`): the jit then plans one specialisation of it per
+/// binding of its axes (`super::specialize`).
+pub(crate) fn is_dynamic(m: &Module) -> bool {
+    m.functions.iter().any(|f| {
+        f.params.iter().any(|&p| m.shape(p).is_dynamic())
+            || f.body.iter().any(|&n| {
+                let node = m.node(n);
+                matches!(node.op, Op::DynamicShape | Op::DynamicDimensionSize { .. } | Op::DynamicReshape { .. })
+                    || node.outputs.iter().any(|&v| m.shape(v).is_dynamic())
+            })
+    })
 }
 
 /// How [`build`] compiles a module's loops.

@@ -22,7 +22,7 @@ pub(crate) fn of_plan(plan: &Plan) -> ExecutionReport {
 
 /// The report of a module delegated to the interpreter for `why`.
 pub(crate) fn interpreted(why: &str) -> ExecutionReport {
-    let mut r = ExecutionReport { interpreted: Some(why.to_string()), steps: Vec::new() };
+    let mut r = ExecutionReport { interpreted: Some(why.to_string()), ..ExecutionReport::default() };
     r.add(EventKind::Interp, "the whole module".to_string());
     r
 }

@@ -1,0 +1,188 @@
+//! Modules with dynamic axes on the jit: one static plan per binding of the axes, compiled at the
+//! first execution with those sizes (`passes::specialize` makes the module static, then the
+//! usual pipeline — folding, fusion, planning — runs on it) and kept in a least-recently-used
+//! cache of `specializations=N` plans, with its counters in [`SpecializationStats`].
+//!
+//! A plan for one binding is exactly the plan of a module compiled for those fixed sizes, so a
+//! warm execution costs what the static module's does plus one cache lookup. Recompiling is
+//! cheap where it matters: the specialised modules share the dynamic module's constants (the
+//! same `Arc`s), so packed GEMM operands and large constants are found by identity in the
+//! process-wide constant cache (`shared`) instead of being packed again.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use smallvec::SmallVec;
+
+use crate::api::backend::{ExecOptions, Executable};
+use crate::api::buffer::Buffer;
+use crate::api::{ExecutionReport, SpecializationStats};
+use crate::error::{Error, Result};
+use crate::ir::module::Module;
+use crate::ir::shape::Shape;
+use crate::passes::specialize;
+
+use super::{JitBackend, JitExecutable};
+
+/// The compiled plans of one module with dynamic axes.
+pub(crate) struct Specializer {
+    /// The dynamic module (verified and optimised once), specialised at each miss.
+    module: Module,
+    /// What compiles a specialisation: the backend's options and thread pool.
+    backend: JitBackend,
+    /// The names of the axes, in key order.
+    axes: Vec<String>,
+    cache: Mutex<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
+    /// Few entries (at most `specializations`): a linear scan beats hashing the key.
+    entries: Vec<Entry>,
+    /// Incremented at every use, for least-recently-used eviction.
+    clock: u64,
+    stats: SpecializationStats,
+    /// The report of the latest compiled plan and its binding.
+    latest: Option<(String, ExecutionReport)>,
+}
+
+struct Entry {
+    key: SmallVec<[i64; 4]>,
+    exe: Arc<JitExecutable>,
+    last_use: u64,
+}
+
+impl Specializer {
+    /// The specialiser of `module` (accepted by [`specialize::unsupported`]), compiling with a
+    /// fork of `backend`.
+    pub(crate) fn new(module: Module, backend: JitBackend) -> Specializer {
+        let axes = specialize::axis_names(&module);
+        let stats = SpecializationStats {
+            axes: axes.clone(),
+            capacity: backend.opts.specializations,
+            ..SpecializationStats::default()
+        };
+        Specializer { module, backend, axes, cache: Mutex::new(Cache { stats, ..Cache::default() }) }
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The plan for the sizes of `inputs`: from the cache, or compiled and cached (evicting the
+    /// least recently used plan when full). Errors: inputs that bind an axis to two sizes, or
+    /// sizes that make a node's shape invalid (named in the error).
+    pub(crate) fn executable(&self, inputs: &[&Buffer]) -> Result<Arc<JitExecutable>> {
+        let params = self.module.func(self.module.main).params.len();
+        if inputs.len() != params {
+            return Err(Error::invalid("execute", format!("expects {params} inputs, got {}", inputs.len())));
+        }
+        let shapes: SmallVec<[&Shape; 8]> = inputs.iter().map(|b| b.shape()).collect();
+        let bindings = specialize::bind_inputs(&self.module, &shapes)?;
+        let key: SmallVec<[i64; 4]> = self.axes.iter().map(|a| bindings.get(a).copied().unwrap_or(-1)).collect();
+        {
+            let mut c = self.cache();
+            c.clock += 1;
+            let now = c.clock;
+            if let Some(e) = c.entries.iter_mut().find(|e| e.key == key) {
+                e.last_use = now;
+                let exe = e.exe.clone();
+                c.stats.hits += 1;
+                return Ok(exe);
+            }
+        }
+        // Compiled outside the lock: other bindings keep running meanwhile. Two executions
+        // missing on the same binding at once both compile; the first one stored is kept.
+        let t0 = Instant::now();
+        let label = self.binding_label(&key);
+        let mut module = specialize::specialize(&self.module, &bindings)?;
+        module.name = format!("{}[{label}]", self.module.name);
+        let exe = Arc::new(self.backend.compile_jit(module)?);
+        let took = t0.elapsed();
+        tracing::debug!(target: "tensorjit::jit", module = %self.module.name, binding = %label,
+            ms = took.as_secs_f64() * 1e3, "specialised");
+        let mut c = self.cache();
+        c.stats.misses += 1;
+        c.stats.compile_time += took;
+        if let Some(r) = exe.compile_report() {
+            c.latest = Some((label, r.execution));
+        }
+        c.clock += 1;
+        let now = c.clock;
+        if let Some(e) = c.entries.iter_mut().find(|e| e.key == key) {
+            e.last_use = now;
+            return Ok(e.exe.clone());
+        }
+        if c.entries.len() >= self.backend.opts.specializations
+            && let Some(oldest) = c.entries.iter().enumerate().min_by_key(|(_, e)| e.last_use).map(|(i, _)| i)
+        {
+            c.entries.swap_remove(oldest);
+            c.stats.evictions += 1;
+        }
+        c.entries.push(Entry { key, exe: exe.clone(), last_use: now });
+        c.stats.cached = c.entries.len();
+        Ok(exe)
+    }
+
+    /// `batch=8, sequence=128`.
+    fn binding_label(&self, key: &[i64]) -> String {
+        self.axes.iter().zip(key).map(|(a, k)| format!("{a}={k}")).collect::<Vec<_>>().join(", ")
+    }
+
+    pub(crate) fn stats(&self) -> SpecializationStats {
+        self.cache().stats.clone()
+    }
+
+    /// The execution report: the latest compiled plan's steps, and what they are.
+    pub(crate) fn report(&self) -> ExecutionReport {
+        let c = self.cache();
+        let axes = self.axes.join(", ");
+        match &c.latest {
+            Some((label, r)) => ExecutionReport {
+                specialized: Some(format!(
+                    "dynamic axes {axes}: specialised per binding, {} compiled; steps of {label}",
+                    c.stats.misses
+                )),
+                ..r.clone()
+            },
+            None => ExecutionReport {
+                specialized: Some(format!("dynamic axes {axes}: specialised per binding at run time, none yet")),
+                ..ExecutionReport::default()
+            },
+        }
+    }
+
+    /// Frees the memory each plan keeps between executions ([`JitExecutable::release_memory`]).
+    pub(crate) fn release_memory(&self) {
+        let plans: Vec<Arc<JitExecutable>> = self.cache().entries.iter().map(|e| e.exe.clone()).collect();
+        for exe in plans {
+            exe.release_memory();
+        }
+    }
+
+    /// Finalizes and drops every plan.
+    pub(crate) fn finalize(&self) {
+        let entries = {
+            let mut c = self.cache();
+            c.stats.cached = 0;
+            std::mem::take(&mut c.entries)
+        };
+        for e in &entries {
+            e.exe.finalize();
+        }
+    }
+
+    pub(crate) fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], opts: &ExecOptions) -> Result<Vec<Buffer>> {
+        self.executable(inputs)?.execute_with(inputs, donate, opts)
+    }
+
+    pub(crate) fn execute_into(
+        &self,
+        inputs: &[&Buffer],
+        donate: &[bool],
+        outputs: &[&Buffer],
+        opts: &ExecOptions,
+    ) -> Result<()> {
+        self.executable(inputs)?.execute_into(inputs, donate, outputs, opts)
+    }
+}
