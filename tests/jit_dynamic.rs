@@ -229,3 +229,87 @@ func @main(%0 "x": f32[n=?]) {
         other => panic!("{other:?}"),
     }
 }
+
+/// Three projections of one input with constant weights and biases (attention's Q, K and V),
+/// a softmax of the first over the last axis: `{X}` is the input's batch and sequence axes.
+fn projections(x_axes: &str) -> String {
+    let lit = |seed: u64, n: usize| values(n, seed).iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", ");
+    let mut text = format!("module @qkv\nfunc @main(%0 \"x\": f32[{x_axes},8]) {{\n");
+    let mut outs = vec![];
+    for p in 0..3usize {
+        let v = 1 + p * 6;
+        text += &format!(
+            "  %{w} = constant [{}] : f32[8,8]\n  %{b} = constant [{}] : f32[8]\n  \
+             %{d} = dot_general %0, %{w}, lhs_contracting=[2], rhs_contracting=[0], lhs_batch=[], rhs_batch=[] : f32[{x_axes},8]\n  \
+             %{bb} = broadcast_in_dim %{b}, shape=f32[{x_axes},8], axes=[2] : f32[{x_axes},8]\n  \
+             %{s} = add %{d}, %{bb} : f32[{x_axes},8]\n",
+            lit(10 + p as u64, 64),
+            lit(20 + p as u64, 8),
+            w = v,
+            b = v + 1,
+            d = v + 2,
+            bb = v + 3,
+            s = v + 4,
+        );
+        outs.push(v + 4);
+    }
+    text += &format!("  %19 = fused_softmax %{}, axis=2 : f32[{x_axes},8]\n", outs[0]);
+    text += &format!("  return %19, %{}, %{}\n}}\n", outs[1], outs[2]);
+    text
+}
+
+#[test]
+fn a_specialisation_plans_like_the_module_compiled_for_its_sizes() {
+    // A specialisation skips the egg pass (the dynamic module went through it once); its plan
+    // must still be the one the module written with those sizes gets: the three projections
+    // merged into one GEMM with its bias, the fused softmax, no reference kernel.
+    let dynamic = compile("fallback=error", &projections("batch=?,seq=?"));
+    // Sizes with more than 1024 elements per activation: the fold pass materialises a bias
+    // broadcast smaller than that (then the fixed module adds it in a loop).
+    for &(b, s) in &[(4usize, 40usize), (3, 50)] {
+        let x = Buffer::from_slice(&values(b * s * 8, 7), &[b, s, 8]).expect("x");
+        let got = dynamic.execute(&[&x], &[]).expect("dynamic");
+        let fixed = compile("fallback=error", &projections(&format!("{b},{s}")));
+        let want = fixed.execute(&[&x], &[]).expect("fixed");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.to_vec::<f32>().expect("f32"), w.to_vec::<f32>().expect("f32"), "batch {b} seq {s}");
+        }
+        let r = dynamic.compile_report().expect("report").execution;
+        let fixed_r = fixed.compile_report().expect("report").execution;
+        assert_eq!(r.steps, fixed_r.steps, "batch {b} seq {s}:\n{r}\nfixed:\n{fixed_r}");
+        let gemms: Vec<_> = r.steps.iter().filter(|st| st.label.contains("gemm")).collect();
+        assert_eq!(gemms.len(), 1, "one merged projection GEMM: {r}");
+        assert_eq!(gemms[0].count, 1, "{r}");
+        assert!(gemms[0].label.contains("x24] +bias"), "N = 3 x 8, biases in the epilogue: {r}");
+    }
+}
+
+#[test]
+fn positions_sliced_from_a_table_by_a_dynamic_iota_fold_away() {
+    // `table[0, 2 .. 2 + seq]` written as an ONNX export's dynamic Slice becomes: a gather of a
+    // constant table by `2 + iota(seq)` along axis 1. Specialised, the iota is a constant and
+    // the gather folds: no reference gather kernel (fallback=error would refuse one).
+    let table: Vec<f32> = (0..16).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let lit = table.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", ");
+    let text = format!(
+        "module @pos\nfunc @main(%0 \"x\": f32[1,seq=?]) {{\n  \
+         %1 = constant [{lit}] : f32[1,16]\n  \
+         %2 = iota shape=i32[seq=?], axis=0 : i32[seq=?]\n  \
+         %3 = constant 2 : i32[]\n  \
+         %4 = broadcast_in_dim %3, shape=i32[seq=?], axes=[] : i32[seq=?]\n  \
+         %5 = add %2, %4 : i32[seq=?]\n  \
+         %6 = gather %1, %5, index_vector_axis=1, offset_output_axes=[0], collapsed_slice_axes=[1], \
+         start_index_map=[1], slice_sizes=[1,1], indices_are_sorted=true : f32[1,seq=?]\n  \
+         %7 = add %0, %6 : f32[1,seq=?]\n  return %7\n}}\n"
+    );
+    let exe = compile("fallback=error", &text);
+    for seq in [3usize, 14, 1] {
+        let x = values(seq, seq as u64);
+        let out = exe.execute(&[&Buffer::from_slice(&x, &[1, seq]).expect("x")], &[]).expect("execute");
+        let want: Vec<f32> = (0..seq).map(|t| x[t] + table[t + 2]).collect();
+        assert_eq!(out[0].to_vec::<f32>().expect("f32"), want, "seq {seq}");
+        let r = exe.compile_report().expect("report").execution;
+        assert_eq!(r.count(EventKind::Reference), 0, "seq {seq}: {r}");
+        assert!(!r.steps.iter().any(|s| s.label.contains("gather")), "seq {seq}: {r}");
+    }
+}

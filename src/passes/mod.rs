@@ -112,6 +112,24 @@ pub fn run_egg(m: &mut Module, ctx: &mut PassCtx, cfg: &egraph::EggConfig) -> Re
     Ok(report)
 }
 
+/// Merges dense layers that share their input ([`egraph::qkv`], the last step of the egg
+/// pass) on its own, then cleans up with [`PIPELINE`] rounds when it merged any: for modules
+/// the egg pass already saw with dynamic shapes, made static since.
+pub fn merge_denses(m: &mut Module, ctx: &mut PassCtx) -> Result<bool> {
+    let t = Instant::now();
+    let changed = egraph::qkv::run(m) > 0;
+    ctx.timings.push(("merge-denses".to_string(), t.elapsed(), changed));
+    if changed {
+        let label = format!("{:02}-merge-denses", ctx.snapshots.len());
+        snapshot(ctx, label, m);
+        if ctx.verify {
+            crate::ir::verify::verify(m)?;
+        }
+        rounds(m, ctx)?;
+    }
+    Ok(changed)
+}
+
 /// The "jit" pipeline: [`optimize`], then (when `egg` is given) the fusion pass and another
 /// [`optimize`] to clean up what fusion left dead or duplicated. Returns the fusion report.
 pub fn optimize_with_fusion(

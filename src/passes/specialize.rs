@@ -190,6 +190,25 @@ pub fn specialize(m: &Module, bindings: &Bindings) -> Result<Module> {
                 }
             }
         };
+        // An iota over a dynamic axis (positions `0..seq`, a `Range` from an ONNX export) is
+        // shape data once the axis has a size: made a constant when small, so that folding
+        // takes what it feeds (a slice of a position table as a gather by `start + iota`).
+        // The egg rules that read iotas (causal masks) already ran on the dynamic module.
+        let (op, outs) = match op {
+            Op::Iota { .. }
+                if static_out.iter().any(|s| s.is_dynamic())
+                    && outs.iter().all(|o| o.size().is_some_and(|e| e <= MAX_SHAPE_VALUE_ELEMENTS)) =>
+            {
+                match reference::eval(&op, &[], &outs) {
+                    Ok(mut t) if t.len() == 1 => {
+                        let t = t.remove(0);
+                        (Op::Constant(ConstData(Arc::new(t.bytes().to_vec()))), outs)
+                    }
+                    _ => (op, outs),
+                }
+            }
+            other => (other, outs),
+        };
         // Keep the values shape computations need (only those: no weight is read).
         if from_shapes.get(node.outputs.first().map_or(usize::MAX, |v| v.0 as usize)).copied().unwrap_or(false)
             && outs.iter().all(|o| o.size().is_some_and(|e| e <= MAX_SHAPE_VALUE_ELEMENTS))

@@ -223,6 +223,23 @@ impl JitBackend {
         Ok((ctx, report))
     }
 
+    /// The cheap passes only (folding, simplification, CSE, DCE, and the merging of dense layers
+    /// that share an input; no egg rewriting), for a specialisation of a module that [`Self::optimize`] already fused; `record_ir` as there.
+    pub(crate) fn optimize_specialised(
+        &self,
+        module: &mut Module,
+        record_ir: bool,
+    ) -> Result<(PassCtx, Option<passes::egraph::EggReport>)> {
+        let mut ctx = PassCtx { record_ir, ..PassCtx::default() };
+        passes::optimize(module, &mut ctx)?;
+        if self.opts.fusion {
+            // The one fusion step that needs static shapes (it skips dense layers over dynamic
+            // inputs): projections sharing an input merged into one GEMM.
+            passes::merge_denses(module, &mut ctx)?;
+        }
+        Ok((ctx, None))
+    }
+
     /// How this backend plans a module (`disasm`: record machine code listings).
     pub(crate) fn plan_options(&self, disasm: bool) -> plan::PlanOptions {
         plan::PlanOptions {

@@ -174,7 +174,19 @@ impl JitBackend {
     }
 
     /// Compiles `module` into the concrete executable type (what [`Backend::compile`] returns).
-    pub fn compile_jit(&self, mut module: Module) -> Result<JitExecutable> {
+    pub fn compile_jit(&self, module: Module) -> Result<JitExecutable> {
+        self.compile_with(module, Pipeline::Full)
+    }
+
+    /// Compiles a specialisation of a dynamic module that [`Self::compile_jit`] already
+    /// optimised (egg fusion included): only the cheap passes run again, for what the
+    /// concrete sizes make foldable, so that a new binding costs planning and code generation
+    /// rather than the whole pipeline.
+    pub(crate) fn compile_specialised(&self, module: Module) -> Result<JitExecutable> {
+        self.compile_with(module, Pipeline::Specialised)
+    }
+
+    fn compile_with(&self, mut module: Module, pipeline: Pipeline) -> Result<JitExecutable> {
         if self.is_finalized() {
             return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
         }
@@ -189,7 +201,10 @@ impl JitBackend {
             None => None,
         };
         let t1 = Instant::now();
-        let (ctx, report) = self.optimize(&mut module, dumper.is_some())?;
+        let (ctx, report) = match pipeline {
+            Pipeline::Full => self.optimize(&mut module, dumper.is_some())?,
+            Pipeline::Specialised => self.optimize_specialised(&mut module, dumper.is_some())?,
+        };
         let passes_time = t1.elapsed();
         tracing::debug!(
             target: "tensorjit::jit",
@@ -227,7 +242,7 @@ impl JitBackend {
                     // Shape ops on static shapes only: specialised once, now.
                     let mut m = crate::passes::specialize::specialize(&module, &Default::default())?;
                     m.name = module.name.clone();
-                    return self.compile_jit(m);
+                    return self.compile_specialised(m);
                 }
                 // Initialised here so that every specialisation shares the pool.
                 self.thread_pool()?;
@@ -268,6 +283,15 @@ impl JitBackend {
         report.total = t0.elapsed();
         Ok(JitExecutable::new(runner, sig, self.opts.while_limit).with_report(report, constants))
     }
+}
+
+/// Which passes [`JitBackend::compile_with`] runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pipeline {
+    /// The whole pipeline: rounds of the cheap passes, egg fusion, rounds again.
+    Full,
+    /// The cheap passes only, on a specialisation of a module the full pipeline optimised.
+    Specialised,
 }
 
 impl JitBackend {

@@ -1,7 +1,10 @@
 //! Modules with dynamic axes on the jit: one static plan per binding of the axes, compiled at the
-//! first execution with those sizes (`passes::specialize` makes the module static, then the
-//! usual pipeline — folding, fusion, planning — runs on it) and kept in a least-recently-used
-//! cache of `specializations=N` plans, with its counters in [`SpecializationStats`].
+//! first execution with those sizes and kept in a least-recently-used cache of
+//! `specializations=N` plans, with its counters in [`SpecializationStats`]. The dynamic module
+//! went through the whole pass pipeline (egg fusion included) once; a binding costs
+//! `passes::specialize` (shapes made static, shape ops and small iotas made constants), the
+//! cheap passes again (folding what the sizes made constant, merging projections that share an
+//! input), planning and code generation.
 //!
 //! A plan for one binding is exactly the plan of a module compiled for those fixed sizes, so a
 //! warm execution costs what the static module's does plus one cache lookup. Recompiling is
@@ -97,7 +100,7 @@ impl Specializer {
         let label = self.binding_label(&key);
         let mut module = specialize::specialize(&self.module, &bindings)?;
         module.name = format!("{}[{label}]", self.module.name);
-        let exe = Arc::new(self.backend.compile_jit(module)?);
+        let exe = Arc::new(self.backend.compile_specialised(module)?);
         let took = t0.elapsed();
         tracing::debug!(target: "tensorjit::jit", module = %self.module.name, binding = %label,
             ms = took.as_secs_f64() * 1e3, "specialised");
