@@ -230,7 +230,8 @@ pub(crate) fn ints(ctx: &Ctx<'_>, v: ValueId) -> Option<Vec<Poly>> {
 
 fn sym(ctx: &Ctx<'_>, v: ValueId) -> Option<SymVal> {
     if let Some(s) = ctx.sym.get(&v) {
-        return Some(s.clone());
+        // Run-time sizes are read from values of the main function only.
+        return (ctx.func == ctx.m.main).then(|| s.clone());
     }
     let s = ctx.shape(v);
     if s.rank() > 1 {

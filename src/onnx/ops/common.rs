@@ -100,12 +100,11 @@ pub(crate) fn static_dims(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<Vec
 }
 
 /// Reshapes `v` to rank `rank` by prepending size-1 axes (ONNX/NumPy rank extension).
-pub(crate) fn extend_rank(ctx: &mut Ctx<'_>, n: &Node<'_>, v: ValueId, rank: usize) -> Result<ValueId> {
+pub(crate) fn extend_rank(ctx: &mut Ctx<'_>, _n: &Node<'_>, v: ValueId, rank: usize) -> Result<ValueId> {
     let r = ctx.rank(v);
     if r >= rank || r == 0 {
         return Ok(v);
     }
-    let _ = n;
     // Dynamic axes keep their names (a Reshape maps them in order).
     let mut dims = vec![1i64; rank - r];
     dims.extend(&ctx.shape(v).dims);

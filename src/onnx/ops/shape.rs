@@ -15,8 +15,8 @@ use crate::ir::shape::{DYNAMIC_DIM, Shape};
 
 use super::Handler;
 use super::common::{
-    axes as norm_axes, axis as norm_axis, bin, broadcast_dims, broadcast_to, cast, cmp, const_ints, iota, not_constant,
-    opt_const_ints, reshape_to, select, static_dims,
+    axes as norm_axes, axis as norm_axis, bin, broadcast_dims, broadcast_to, cast, cmp, const_ints, extend_rank, iota,
+    not_constant, opt_const_ints, reshape_to, select, static_dims,
 };
 use crate::onnx::graph::{Ctx, Node};
 use crate::onnx::proto::attribute_proto::AttributeType;
@@ -624,38 +624,18 @@ enum OutDim {
     Fixed(i64),
 }
 
-/// Reshape whose output axes copy input axes or have static sizes: a plain reshape when the
-/// copied axes are static, else a `DynamicReshape` keeping the dynamic axes' names.
+/// Reshape whose output axes copy input axes (in order) or have static sizes: a plain
+/// `Reshape`, which carries the dynamic axes' names over in order.
 fn reshape_axes(ctx: &mut Ctx<'_>, x: ValueId, out: &[OutDim]) -> Result<ValueId> {
-    use crate::ir::op::ReshapeDim;
-    let xs = ctx.shape(x).clone();
-    if !xs.is_dynamic() {
-        let dims: Vec<i64> = out
-            .iter()
-            .map(|d| match *d {
-                OutDim::Copy(a) => xs.dims[a],
-                OutDim::Fixed(v) => v,
-            })
-            .collect();
-        return reshape_to(ctx, x, &dims);
-    }
-    let mut specs = Vec::with_capacity(out.len());
-    let mut ins = vec![x];
-    for d in out {
-        match *d {
-            OutDim::Fixed(v) => specs.push(ReshapeDim::Static(v)),
-            OutDim::Copy(a) if xs.dims[a] >= 0 => specs.push(ReshapeDim::Static(xs.dims[a])),
-            OutDim::Copy(a) => {
-                let name = xs.axis_name(a);
-                if name.is_empty() {
-                    return Err(Error::not_implemented("onnx", format!("unnamed dynamic axis {a} of {xs}")));
-                }
-                specs.push(ReshapeDim::Dynamic(name.to_string()));
-                ins.push(ctx.emit1(Op::DynamicDimensionSize { axis: a }, &[x])?);
-            }
-        }
-    }
-    ctx.emit1(Op::DynamicReshape { specs }, &ins)
+    let xs = ctx.shape(x);
+    let dims: Vec<i64> = out
+        .iter()
+        .map(|d| match *d {
+            OutDim::Copy(a) => xs.dims[a],
+            OutDim::Fixed(v) => v,
+        })
+        .collect();
+    reshape_to(ctx, x, &dims)
 }
 
 /// The operands of DepthToSpace / SpaceToDepth: the input, its dims `[b, c, h, w]`, `blocksize`
@@ -1017,7 +997,7 @@ fn expand_symbolic(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, shape: &[Poly]) 
     let xs = ctx.shape(x).clone();
     let target: Vec<(i64, String)> = shape.iter().map(|p| sym_dim(n, p, "shape")).collect::<Result<_>>()?;
     let rank = xs.rank().max(target.len());
-    let x = extend_rank_named(ctx, x, rank)?;
+    let x = if xs.rank() == 0 { reshape_to(ctx, x, &vec![1; rank])? } else { extend_rank(ctx, n, x, rank)? };
     let xs = ctx.shape(x).clone();
     let off = rank - target.len();
     let mut dims = Vec::with_capacity(rank);
@@ -1049,17 +1029,6 @@ fn expand_symbolic(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, shape: &[Poly]) 
 /// `[a, b*seq, 3]`.
 fn fmt_polys(ps: &[Poly]) -> String {
     ps.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
-}
-
-/// `v` with size-1 axes prepended up to `rank` (a `Reshape` keeps the dynamic axes' names).
-fn extend_rank_named(ctx: &mut Ctx<'_>, v: ValueId, rank: usize) -> Result<ValueId> {
-    let s = ctx.shape(v);
-    if s.rank() >= rank {
-        return Ok(v);
-    }
-    let mut dims = vec![1i64; rank - s.rank()];
-    dims.extend(&s.dims);
-    ctx.emit1(Op::Reshape { dims }, &[v])
 }
 
 /// `Tile(input, repeats)`: broadcast to `[r0, d0, r1, d1, ...]`, then merge each pair.

@@ -92,8 +92,7 @@ fn dims_of(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<Vec<i64>> {
 }
 
 /// Reduces `x` over the sorted `axes`, keeping them as size-1 axes.
-fn reduce_keep(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, kind: ReduceKind, axes: &[usize]) -> Result<ValueId> {
-    let _ = n;
+fn reduce_keep(ctx: &mut Ctx<'_>, _n: &Node<'_>, x: ValueId, kind: ReduceKind, axes: &[usize]) -> Result<ValueId> {
     // Dynamic axes (reduced or not) keep their names through the Reshape, which maps them in
     // order.
     let mut dims = ctx.shape(x).dims.clone();
