@@ -6,6 +6,7 @@
 //! naming the node.
 
 use prost::Message;
+use tensorjit::api::Executable;
 use tensorjit::onnx::proto::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
     ValueInfoProto, attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto, type_proto,
@@ -156,17 +157,66 @@ fn import_static(bytes: &[u8], dims: &[(&str, i64)]) -> OnnxModel {
     m
 }
 
-fn run(m: &OnnxModel, inputs: &[Buffer]) -> Vec<Buffer> {
+/// A dynamic import compiled once on each backend: every binding runs on the same executables.
+struct Exes {
+    interp: std::sync::Arc<dyn Executable>,
+    jit: std::sync::Arc<dyn Executable>,
+}
+
+fn compile(m: &OnnxModel) -> Exes {
+    let c = |cfg: &str| tensorjit::new_with_config(cfg).unwrap().compile(m.module.clone()).unwrap();
+    Exes { interp: c("interp"), jit: c("jit") }
+}
+
+impl Exes {
+    /// Runs `inputs` on both backends; the jit must have specialised the module (no interpreter).
+    fn run(&self, inputs: &[Buffer]) -> [Vec<Buffer>; 2] {
+        let refs: Vec<&Buffer> = inputs.iter().collect();
+        let i = self.interp.execute(&refs, &[]).unwrap();
+        let j = self.jit.execute(&refs, &[]).unwrap();
+        let r = self.jit.compile_report().expect("report").execution;
+        assert_eq!(r.interpreted, None, "{r}");
+        assert!(r.specialized.is_some(), "{r}");
+        [i, j]
+    }
+
+    fn f32(&self, inputs: &[Buffer]) -> [Vec<f32>; 2] {
+        self.run(inputs).map(|o| o[0].to_vec::<f32>().unwrap())
+    }
+
+    fn i64(&self, inputs: &[Buffer]) -> [Vec<i64>; 2] {
+        self.run(inputs).map(|o| o[0].to_vec::<i64>().unwrap())
+    }
+
+    /// The jit compiled one specialisation per distinct binding run so far.
+    fn assert_specialized(&self, bindings: u64) {
+        let stats = self.jit.specialization_stats().expect("stats");
+        assert_eq!(stats.misses, bindings, "{stats}");
+    }
+}
+
+/// The static import (dims bound) on the interpreter.
+fn run_static(m: &OnnxModel, inputs: &[Buffer]) -> Vec<Buffer> {
     let exe = tensorjit::new_with_config("interp").unwrap().compile(m.module.clone()).unwrap();
     let refs: Vec<&Buffer> = inputs.iter().collect();
     exe.execute(&refs, &[]).unwrap()
 }
 
-/// Runs the dynamic import and the import bound to `dims` on `inputs`: both give `want`.
-fn check_f32(bytes: &[u8], dyn_model: &OnnxModel, dims: &[(&str, i64)], inputs: &[Buffer], want: &[f32]) {
-    let got = run(dyn_model, inputs)[0].to_vec::<f32>().unwrap();
-    assert_eq!(got, want, "dynamic import at {dims:?}");
-    let st = run(&import_static(bytes, dims), inputs)[0].to_vec::<f32>().unwrap();
+/// Runs the dynamic import (interp and jit) and the import bound to `dims`: all give `want`.
+fn check_f32(bytes: &[u8], exes: &Exes, dims: &[(&str, i64)], inputs: &[Buffer], want: &[f32]) {
+    let [i, j] = exes.f32(inputs);
+    assert_eq!(i, want, "dynamic import on interp at {dims:?}");
+    assert_eq!(j, want, "dynamic import on jit at {dims:?}");
+    let st = run_static(&import_static(bytes, dims), inputs)[0].to_vec::<f32>().unwrap();
+    assert_eq!(st, want, "static import at {dims:?}");
+}
+
+/// As [`check_f32`] for an `i64` result.
+fn check_i64(bytes: &[u8], exes: &Exes, dims: &[(&str, i64)], inputs: &[Buffer], want: &[i64]) {
+    let [i, j] = exes.i64(inputs);
+    assert_eq!(i, want, "dynamic import on interp at {dims:?}");
+    assert_eq!(j, want, "dynamic import on jit at {dims:?}");
+    let st = run_static(&import_static(bytes, dims), inputs)[0].to_vec::<i64>().unwrap();
     assert_eq!(st, want, "static import at {dims:?}");
 }
 
@@ -195,12 +245,15 @@ fn head_split_and_merge_keep_the_batch_and_sequence_names() {
     let bytes = g.bytes();
     let m = import_dynamic(&bytes, &[&["batch", "seq", ""], &["batch", "seq", "", ""]]);
     assert_eq!(m.outputs[1].shape.dims, [-1, -1, 2, 3], "the head size is inferred statically");
-    for (b, s) in [(2usize, 3usize), (1, 5)] {
+    let exes = compile(&m);
+    for (b, s) in [(2usize, 3usize), (1, 5), (2, 3)] {
         let x = iota_f32(b * s * 6);
         let want: Vec<f32> = x.iter().map(|v| 2.0 * v).collect();
         let xb = Buffer::from_slice(&x, &[b, s, 6]).unwrap();
-        check_f32(&bytes, &m, &[("batch", b as i64), ("seq", s as i64)], &[xb], &want);
+        check_f32(&bytes, &exes, &[("batch", b as i64), ("seq", s as i64)], &[xb], &want);
     }
+    // (2, 3) again is a cache hit: two specialisations.
+    exes.assert_specialized(2);
 }
 
 #[test]
@@ -213,15 +266,14 @@ fn slicing_a_constant_to_the_sequence_length_gives_the_sequence_axis() {
     dim_of(&mut g, "ids", 1, "s");
     g.op("Slice", &["pos", "zero", "s", "one", "one"], "p", &[]).op("Add", &["ids", "p"], "y", &[]).out("y");
     let bytes = g.bytes();
-    let m = import_dynamic(&bytes, &[&["batch", "seq"]]);
-    for (b, s) in [(2usize, 3usize), (3, 8)] {
+    let exes = compile(&import_dynamic(&bytes, &[&["batch", "seq"]]));
+    for (b, s) in [(2usize, 3usize), (3, 8), (1, 1)] {
         let ids: Vec<i64> = (0..(b * s) as i64).map(|i| i * 1000).collect();
         let want: Vec<i64> = (0..b * s).map(|i| ids[i] + 100 + (i % s) as i64).collect();
         let buf = Buffer::from_slice(&ids, &[b, s]).unwrap();
-        assert_eq!(run(&m, std::slice::from_ref(&buf))[0].to_vec::<i64>().unwrap(), want);
-        let st = import_static(&bytes, &[("batch", b as i64), ("seq", s as i64)]);
-        assert_eq!(run(&st, &[buf])[0].to_vec::<i64>().unwrap(), want);
+        check_i64(&bytes, &exes, &[("batch", b as i64), ("seq", s as i64)], &[buf], &want);
     }
+    exes.assert_specialized(3);
 }
 
 #[test]
@@ -265,15 +317,14 @@ fn range_expand_and_constant_of_shape_take_symbolic_sizes() {
         .op("Add", &["y2", "r3"], "y", &[])
         .out("y");
     let bytes = g.bytes();
-    let m = import_dynamic(&bytes, &[&["batch", "seq"]]);
+    let exes = compile(&import_dynamic(&bytes, &[&["batch", "seq"]]));
     for (b, s) in [(2usize, 3usize), (1, 6)] {
         let ids: Vec<i64> = (0..(b * s) as i64).map(|i| i * 100).collect();
         let want: Vec<i64> = (0..b * s).map(|i| ids[i] + (i % s) as i64 + 7 + (i % s) as i64 + 2).collect();
         let buf = Buffer::from_slice(&ids, &[b, s]).unwrap();
-        assert_eq!(run(&m, std::slice::from_ref(&buf))[0].to_vec::<i64>().unwrap(), want, "b {b} s {s}");
-        let st = import_static(&bytes, &[("batch", b as i64), ("seq", s as i64)]);
-        assert_eq!(run(&st, &[buf])[0].to_vec::<i64>().unwrap(), want);
+        check_i64(&bytes, &exes, &[("batch", b as i64), ("seq", s as i64)], &[buf], &want);
     }
+    exes.assert_specialized(2);
 }
 
 #[test]
@@ -290,7 +341,7 @@ fn attention_mask_arithmetic_broadcasts_over_named_axes() {
         .op("Add", &["scores", "bias"], "y", &[])
         .out("y");
     let bytes = g.bytes();
-    let m = import_dynamic(&bytes, &[&["batch", "", "seq", "seq"]]);
+    let exes = compile(&import_dynamic(&bytes, &[&["batch", "", "seq", "seq"]]));
     for (b, s) in [(2usize, 3usize), (1, 4)] {
         let scores = iota_f32(b * 2 * s * s);
         let mask: Vec<i64> = (0..b * s).map(|i| i64::from(i % s != s - 1 || i / s == 0)).collect();
@@ -301,7 +352,7 @@ fn attention_mask_arithmetic_broadcasts_over_named_axes() {
             })
             .collect();
         let inputs = [Buffer::from_slice(&scores, &[b, 2, s, s]).unwrap(), Buffer::from_slice(&mask, &[b, s]).unwrap()];
-        check_f32(&bytes, &m, &[("batch", b as i64), ("seq", s as i64)], &inputs, &want);
+        check_f32(&bytes, &exes, &[("batch", b as i64), ("seq", s as i64)], &inputs, &want);
     }
 }
 
@@ -323,8 +374,77 @@ fn shape_arithmetic_on_static_dims_stays_folded() {
     assert_eq!(m.outputs[0].shape.dims, [-1, 6]);
     let text = tensorjit::ir::text::print_module(&m.module);
     assert!(!text.contains("dynamic_reshape") && !text.contains("dynamic_dimension_size"), "{text}");
-    let x = iota_f32(12);
-    check_f32(&bytes, &m, &[("batch", 2)], &[Buffer::from_slice(&x, &[2, 2, 3]).unwrap()], &x);
+    let exes = compile(&m);
+    for b in [2usize, 5] {
+        let x = iota_f32(b * 6);
+        check_f32(&bytes, &exes, &[("batch", b as i64)], &[Buffer::from_slice(&x, &[b, 2, 3]).unwrap()], &x);
+    }
+}
+
+#[test]
+fn flattening_batch_and_sequence_and_splitting_them_back_runs_specialised() {
+    // x: [batch, seq, 6] → Reshape [-1, 6] (an axis batch*seq, a DynamicReshape whose size is
+    // computed from the shapes) → * 3 → Reshape [Shape(x)[0], Shape(x)[1], 6]: y = 3x. The
+    // jit evaluates the size operands when it specialises, so nothing runs on the interpreter.
+    let mut g = G::default();
+    g.input("x", DataType::Float, &[Err("batch"), Err("seq"), Ok(6)]);
+    dim_of(&mut g, "x", 0, "b");
+    dim_of(&mut g, "x", 1, "s");
+    g.ints("flat", &[2], &[-1, 6]).ints("six", &[1], &[6]).floats("three", &[], &[3.0]);
+    g.op("Reshape", &["x", "flat"], "rows", &[])
+        .op("Mul", &["rows", "three"], "scaled", &[])
+        .op("Concat", &["b", "s", "six"], "back_shape", &[("axis", &[0])])
+        .op("Reshape", &["scaled", "back_shape"], "y", &[])
+        .out("y")
+        .out("rows");
+    let bytes = g.bytes();
+    let m = import_dynamic(&bytes, &[&["batch", "seq", ""], &["batch*seq", ""]]);
+    let exes = compile(&m);
+    for (b, s) in [(2usize, 3usize), (3, 1), (1, 7)] {
+        let x = iota_f32(b * s * 6);
+        let want: Vec<f32> = x.iter().map(|v| 3.0 * v).collect();
+        let xb = Buffer::from_slice(&x, &[b, s, 6]).unwrap();
+        check_f32(&bytes, &exes, &[("batch", b as i64), ("seq", s as i64)], std::slice::from_ref(&xb), &want);
+        let [i, j] = exes.run(&[xb]);
+        assert_eq!(i[1].dims(), vec![b * s, 6]);
+        assert_eq!(j[1].dims(), vec![b * s, 6]);
+    }
+    exes.assert_specialized(3);
+}
+
+#[test]
+fn equal_and_where_on_shapes_are_decided_at_import() {
+    // The torch export of `expand(batch, seq)`: shape = Where(Equal([b, s], -1), 1, [b, s]);
+    // y = ids + Expand(c, shape) with c = [[5]], and a second output Where(Equal(s, s), 2, 3)
+    // broadcast the same way (seq == seq is true for every size).
+    let mut g = G::default();
+    g.input("ids", DataType::Int64, &[Err("batch"), Err("seq")]);
+    dim_of(&mut g, "ids", 0, "b");
+    dim_of(&mut g, "ids", 1, "s");
+    g.ints("m1", &[2], &[-1, -1]).ints("ones", &[2], &[1, 1]).ints("c", &[1, 1], &[5]);
+    g.ints("two", &[1, 1], &[2]).ints("three", &[1, 1], &[3]);
+    g.op("Concat", &["b", "s"], "bs", &[("axis", &[0])])
+        .op("Equal", &["bs", "m1"], "is_neg", &[])
+        .op("Where", &["is_neg", "ones", "bs"], "shape", &[])
+        .op("Expand", &["c", "shape"], "e", &[])
+        .op("Add", &["ids", "e"], "y", &[])
+        .op("Equal", &["s", "s"], "same", &[])
+        .op("Where", &["same", "two", "three"], "pick", &[])
+        .op("Expand", &["pick", "shape"], "z", &[])
+        .out("y")
+        .out("z");
+    let bytes = g.bytes();
+    let exes = compile(&import_dynamic(&bytes, &[&["batch", "seq"], &["batch", "seq"]]));
+    for (b, s) in [(2usize, 3usize), (1, 4)] {
+        let ids: Vec<i64> = (0..(b * s) as i64).map(|i| i * 10).collect();
+        let want: Vec<i64> = ids.iter().map(|v| v + 5).collect();
+        let buf = Buffer::from_slice(&ids, &[b, s]).unwrap();
+        check_i64(&bytes, &exes, &[("batch", b as i64), ("seq", s as i64)], std::slice::from_ref(&buf), &want);
+        for out in exes.run(&[buf]) {
+            assert_eq!(out[1].to_vec::<i64>().unwrap(), vec![2; b * s]);
+        }
+    }
+    exes.assert_specialized(2);
 }
 
 /// A model whose one node `op` reads `Shape(x) * Shape(x)` (`x: [batch, 2]`) as its shape
@@ -371,4 +491,46 @@ fn sizes_the_axis_names_cannot_express_are_errors_naming_the_node() {
     g.op("Gather", &["x", "i"], "y", &[("axis", &[1])]).out("y");
     let text = load_bytes(&g.bytes()).unwrap_err().to_string();
     assert!(text.contains("\"y\"") && text.contains("dynamic"), "{text}");
+}
+
+/// Optional, outside CI: `$TENSORJIT_ONNX_DYNAMIC_DIR` holds `model.onnx` (inputs
+/// `[batch, sequence]`) and `case_*/` folders with one `NAME.npy` per model input and the
+/// onnxruntime outputs `out_K.npy`. The model is imported once with its dims dynamic and run on
+/// one jit executable at every case: no interpreter, and every float output within 1e-4 of
+/// onnxruntime relative to the output's largest magnitude. Skipped when the variable is unset.
+#[test]
+fn a_real_model_matches_onnxruntime_at_every_shape_on_one_executable() {
+    let Some(dir) = std::env::var_os("TENSORJIT_ONNX_DYNAMIC_DIR").map(std::path::PathBuf::from) else {
+        eprintln!("TENSORJIT_ONNX_DYNAMIC_DIR unset: skipped");
+        return;
+    };
+    let m = tensorjit::onnx::load(dir.join("model.onnx")).unwrap();
+    assert!(m.inputs.iter().all(|i| i.shape.is_dynamic()), "{:?}", m.inputs);
+    let exe = tensorjit::new_with_config("jit").unwrap().compile(m.module.clone()).unwrap();
+    let mut cases: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    cases.sort();
+    assert!(!cases.is_empty(), "no case_* folders in {}", dir.display());
+    for case in &cases {
+        let ins: Vec<Buffer> = m
+            .inputs
+            .iter()
+            .map(|i| tensorjit::weights::load_npy(case.join(format!("{}.npy", i.name))).unwrap())
+            .collect();
+        let refs: Vec<&Buffer> = ins.iter().collect();
+        let got = exe.execute(&refs, &[]).unwrap();
+        let r = exe.compile_report().unwrap().execution;
+        assert_eq!(r.interpreted, None, "{r}");
+        eprintln!("{}: {}", case.display(), r.summary().trim());
+        for (k, g) in got.iter().enumerate() {
+            let want = tensorjit::weights::load_npy(case.join(format!("out_{k}.npy"))).unwrap();
+            assert_eq!(g.dims(), want.dims(), "{} output {k}", case.display());
+            let (g, w) = (g.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+            let scale = w.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-30);
+            let err = g.iter().zip(&w).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            eprintln!("{} output {k}: max abs err {err:e}, scale {scale}", case.display());
+            assert!(err / scale <= 1e-4, "{} output {k}: max abs error {err} vs scale {scale}", case.display());
+        }
+    }
+    eprintln!("{}", exe.specialization_stats().unwrap());
 }

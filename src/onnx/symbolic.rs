@@ -302,7 +302,7 @@ fn eval(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Option<SymVal>> {
                 return Ok(None);
             };
             // Integer to integer keeps the sizes (they are small and non-negative).
-            (to.is_int() && !to.is_packed()).then(|| SymVal { dtype: to, ..x })
+            (to.is_int() && !to.is_packed()).then_some(SymVal { dtype: to, ..x })
         }
         "Gather" => {
             let idx = n.input(1).ok().and_then(|v| ctx.known_i64s(v).map(|k| (k, ctx.shape(v).dims.clone())));

@@ -976,10 +976,10 @@ fn slice_symbolic(
 /// `Expand(input, shape)`: bidirectional (NumPy) broadcast of the input with `shape`.
 fn expand(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
-    if ctx.shape(x).is_dynamic() || ctx.known(n.input(1)?).is_none() {
-        if let Some(shape) = symbolic::ints(ctx, n.input(1)?) {
-            return Ok(vec![expand_symbolic(ctx, n, x, &shape)?]);
-        }
+    if (ctx.shape(x).is_dynamic() || ctx.known(n.input(1)?).is_none())
+        && let Some(shape) = symbolic::ints(ctx, n.input(1)?)
+    {
+        return Ok(vec![expand_symbolic(ctx, n, x, &shape)?]);
     }
     let shape = const_ints(ctx, n, 1, "shape")?;
     if let Some(d) = shape.iter().find(|&&d| d < 0) {
