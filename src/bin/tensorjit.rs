@@ -95,6 +95,10 @@ struct RunArgs {
     /// shapes)
     #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
     dims: Vec<(String, i64)>,
+    /// ONNX models: import with the symbolic dimensions left dynamic (bound at each execution
+    /// from the inputs' shapes) instead of fixed from the given inputs
+    #[arg(long)]
+    dynamic: bool,
     /// Time every step of the executions (the repeated ones with --repeat, else the first) and
     /// print where the time went: per kind (compiled loop, kernel, reference kernel, …) and the
     /// most expensive steps (JSON: a "profile" object)
@@ -152,9 +156,13 @@ struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Fill::Zeros)]
     fill: Fill,
     /// ONNX models: the size of the symbolic dimension NAME (others are bound from the inputs'
-    /// shapes)
+    /// shapes; with --dynamic, the size of generated inputs)
     #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
     dims: Vec<(String, i64)>,
+    /// ONNX models: import with the symbolic dimensions left dynamic (bound at each execution
+    /// from the inputs' shapes) instead of fixed from the given inputs
+    #[arg(long)]
+    dynamic: bool,
 }
 
 #[derive(Args)]
@@ -308,7 +316,7 @@ fn main() -> ExitCode {
                 profile: a.profile,
                 trace: a.trace,
             };
-            match tensorjit::cli::run_with(&opts, &ModelOptions { dims: a.dims }) {
+            match tensorjit::cli::run_with(&opts, &ModelOptions { dims: a.dims, dynamic: a.dynamic }) {
                 Ok(r) => {
                     match mode {
                         Mode::Human => drop(tensorjit::cli::print_report(&r, &mut out)),
@@ -329,6 +337,7 @@ fn main() -> ExitCode {
                 warmup: a.warmup,
                 fill: a.fill,
                 dims: a.dims,
+                dynamic: a.dynamic,
             };
             match tensorjit::cli::bench::bench(&opts) {
                 Ok(r) => {

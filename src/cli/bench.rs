@@ -61,8 +61,10 @@ pub struct BenchOptions {
     /// How parameters without an input are generated.
     pub fill: Fill,
     /// ONNX models: sizes of symbolic dimensions (`--dim NAME=SIZE`), on top of those the
-    /// given inputs bind.
+    /// given inputs bind (with `dynamic`: the sizes of the generated inputs only).
     pub dims: Vec<(String, i64)>,
+    /// ONNX models: keep the symbolic dimensions dynamic (see [`ModelOptions::dynamic`]).
+    pub dynamic: bool,
 }
 
 impl Default for BenchOptions {
@@ -75,6 +77,7 @@ impl Default for BenchOptions {
             warmup: 1,
             fill: Fill::Zeros,
             dims: Vec::new(),
+            dynamic: false,
         }
     }
 }
@@ -289,8 +292,12 @@ pub fn bench(opts: &BenchOptions) -> Result<BenchReport, CliError> {
             .map_err(|e| CliError::new(format!("parameter {i} ({name:?}): {e}; give it an --input {name}=PATH.npy")))
     };
     let t_import = std::time::Instant::now();
-    let Loaded { module, buffers, sources, .. } =
-        load_with_inputs(&opts.file, &opts.inputs, Some(&mut gen_fn), &ModelOptions { dims: opts.dims.clone() })?;
+    let Loaded { module, buffers, sources, .. } = load_with_inputs(
+        &opts.file,
+        &opts.inputs,
+        Some(&mut gen_fn),
+        &ModelOptions { dims: opts.dims.clone(), dynamic: opts.dynamic },
+    )?;
     let import_time = t_import.elapsed();
     let main = module.func(module.main);
     let inputs = main

@@ -52,6 +52,11 @@ pub struct ModelOptions {
     /// Sizes of an ONNX model's symbolic dimensions (`--dim NAME=SIZE`), on top of those the
     /// inputs' shapes give. An error for IR files.
     pub dims: Vec<(String, i64)>,
+    /// Import an ONNX model with all its symbolic dimensions left dynamic (`--dynamic`): named
+    /// axes bound at each execution from the inputs' shapes, instead of sizes fixed at import
+    /// from the given inputs. `dims` then only sizes the generated inputs (`bench`). An error for
+    /// IR files.
+    pub dynamic: bool,
 }
 
 /// One written output.
@@ -235,6 +240,15 @@ pub(crate) fn load_with_inputs(
     let mut arrays: BTreeMap<String, NpyArray> = BTreeMap::new();
     let (module, output_names) = match model_format(file) {
         ModelFormat::Ir => {
+            if model.dynamic {
+                return Err(CliError::in_file(
+                    file,
+                    crate::error::Error::invalid(
+                        "--dynamic",
+                        "applies to ONNX models only (IR files keep their shapes)",
+                    ),
+                ));
+            }
             if let Some((name, _)) = model.dims.first() {
                 return Err(CliError::in_file(
                     file,
@@ -268,8 +282,13 @@ pub(crate) fn load_with_inputs(
                 let what = format!("parameter {i} ({name:?}) from {}", path.display());
                 arrays.insert(name.clone(), read_npy_path(path, &what).map_err(CliError::from)?);
             }
-            let given = arrays.iter().map(|(n, a)| (n.clone(), a.dims.clone())).collect();
-            let opts = bind_dims(&declared, &given, &model.dims)?;
+            let opts = if model.dynamic {
+                // Nothing bound: the module keeps the model's named dynamic axes.
+                bind_dims(&declared, &BTreeMap::new(), &[])?
+            } else {
+                let given = arrays.iter().map(|(n, a)| (n.clone(), a.dims.clone())).collect();
+                bind_dims(&declared, &given, &model.dims)?
+            };
             let dir = crate::cli::constants_dir_of(file);
             let m = crate::onnx::import_proto(proto, Some(&dir), &opts).map_err(|e| CliError::in_file(file, e))?;
             (m.module, Some(m.outputs.into_iter().map(|o| o.name).collect()))
@@ -306,7 +325,9 @@ pub(crate) fn load_with_inputs(
                 sources.push(InputSource::File(path.to_path_buf()));
             }
             (None, Some(g)) => {
-                buffers.push(g(i, name, shape)?);
+                let shape =
+                    if shape.is_dynamic() && model.dynamic { sized(shape, &model.dims, name)? } else { shape.clone() };
+                buffers.push(g(i, name, &shape)?);
                 sources.push(InputSource::Generated);
             }
             (None, None) => {
@@ -315,6 +336,20 @@ pub(crate) fn load_with_inputs(
         }
     }
     Ok(Loaded { module, buffers, sources, output_names })
+}
+
+/// `shape` with its dynamic axes sized by `--dim` (for a generated input of a dynamic model).
+fn sized(shape: &Shape, dims: &[(String, i64)], param: &str) -> Result<Shape, CliError> {
+    let mut out = shape.dims.clone();
+    for (i, d) in out.iter_mut().enumerate().filter(|(_, d)| **d == crate::ir::shape::DYNAMIC_DIM) {
+        let name = shape.axis_name(i);
+        *d = dims.iter().find(|(n, _)| n == name).map(|&(_, v)| v).ok_or_else(|| {
+            usage(format!(
+                "parameter {param:?} ({shape}): give its size {name:?} with --dim {name}=SIZE or its value with --input"
+            ))
+        })?;
+    }
+    Ok(Shape::new(shape.dtype, &out))
 }
 
 /// Where a parameter's value came from (see `load_with_inputs`).

@@ -50,6 +50,12 @@ pub struct Ctx<'a> {
     constant_values: HashMap<String, TensorProto>,
     /// The operator table.
     lookup_op: Lookup,
+    /// Values of the main function computed from dynamic sizes, tracked element by element
+    /// ([`super::symbolic`]).
+    pub(crate) sym: HashMap<ValueId, super::symbolic::SymVal>,
+    /// A value and axis of the main function holding each dynamic axis name seen, to read its
+    /// size from at run time.
+    pub(crate) axis_sources: HashMap<String, (ValueId, usize)>,
 }
 
 /// One ONNX node being mapped: its proto, resolved operands and attribute accessors.
@@ -248,6 +254,8 @@ impl<'a> Ctx<'a> {
             fold: true,
             lookup_op,
             constant_values: HashMap::new(),
+            sym: HashMap::new(),
+            axis_sources: HashMap::new(),
         }
     }
 
@@ -295,6 +303,15 @@ impl<'a> Ctx<'a> {
     pub fn bind(&mut self, name: &str, v: ValueId) {
         if let Some(s) = self.scopes.last_mut() {
             s.insert(name.to_string(), v);
+        }
+    }
+
+    /// Records the dynamic axes of `v` (a value of the main function) as places to read their
+    /// sizes from ([`super::symbolic`]); the first value seen with a name keeps it.
+    pub(crate) fn note_axes(&mut self, v: ValueId) {
+        let s = self.m.shape(v);
+        for i in (0..s.rank()).filter(|&i| s.dims[i] == crate::ir::shape::DYNAMIC_DIM) {
+            self.axis_sources.entry(s.axis_name(i).to_string()).or_insert((v, i));
         }
     }
 
@@ -510,7 +527,10 @@ impl<'a> Ctx<'a> {
             }
         }
         let node = Node::new(n, inputs, self.opset);
-        let outs = handler(self, &node)?;
+        let outs = match super::symbolic::import_node(self, &node)? {
+            Some(outs) => outs,
+            None => handler(self, &node)?,
+        };
         if let Some(a) = node.unread_attr() {
             return Err(node.unsupported(format!("attribute {a:?} is not supported")));
         }

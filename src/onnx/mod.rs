@@ -20,6 +20,7 @@ pub(crate) mod ops;
 #[allow(missing_docs)]
 pub mod proto;
 mod stream;
+pub(crate) mod symbolic;
 pub mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
@@ -232,6 +233,7 @@ fn import(mut model: ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) 
         }
         let shape = input_shape(vi, opts)?;
         let v = ctx.m.add_param(ctx.func, vi.name(), shape.clone());
+        ctx.note_axes(v);
         ctx.bind(vi.name(), v);
         inputs.push(TensorInfo { name: vi.name().to_string(), shape });
     }

@@ -100,13 +100,14 @@ pub(crate) fn static_dims(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<Vec
 }
 
 /// Reshapes `v` to rank `rank` by prepending size-1 axes (ONNX/NumPy rank extension).
-pub(crate) fn extend_rank(ctx: &mut Ctx<'_>, n: &Node<'_>, v: ValueId, rank: usize) -> Result<ValueId> {
+pub(crate) fn extend_rank(ctx: &mut Ctx<'_>, _n: &Node<'_>, v: ValueId, rank: usize) -> Result<ValueId> {
     let r = ctx.rank(v);
     if r >= rank || r == 0 {
         return Ok(v);
     }
+    // Dynamic axes keep their names (a Reshape maps them in order).
     let mut dims = vec![1i64; rank - r];
-    dims.extend(static_dims(ctx, n, v)?);
+    dims.extend(&ctx.shape(v).dims);
     ctx.emit1(Op::Reshape { dims }, &[v])
 }
 
@@ -147,6 +148,50 @@ pub(crate) fn broadcast_to(ctx: &mut Ctx<'_>, n: &Node<'_>, v: ValueId, dims: &[
     let off = dims.len() - src.len();
     let axes: Vec<usize> = (off..dims.len()).collect();
     let shape = crate::ir::shape::Shape::new(ctx.dtype(v), dims);
+    ctx.emit1(Op::BroadcastInDim { shape, axes }, &[v])
+}
+
+/// The ONNX broadcast of shapes with named dynamic axes (equal ranks, after
+/// [`broadcastable`]): a size-1 axis takes the other's size or name, dynamic axes meet by name.
+/// The result's dtype is the first shape's.
+pub(crate) fn broadcast_named(n: &Node<'_>, shapes: &[Shape]) -> Result<Shape> {
+    let Some(first) = shapes.first() else { return Err(n.invalid("nothing to broadcast")) };
+    let rank = first.rank();
+    let mut dims = vec![1i64; rank];
+    let mut names = vec![String::new(); rank];
+    for s in shapes {
+        if s.rank() != rank {
+            return Err(n.invalid(format!("cannot broadcast {s} with {first}")));
+        }
+        for a in 0..rank {
+            let (d, name) = (s.dims[a], s.axis_name(a));
+            if d == 1 {
+                continue;
+            }
+            if dims[a] == 1 {
+                dims[a] = d;
+                names[a] = name.to_string();
+            } else if dims[a] != d || (d < 0 && names[a] != name) {
+                let list: Vec<String> = shapes.iter().map(|s| s.to_string()).collect();
+                return Err(n.unsupported(format!("shapes {} do not broadcast (axis {a})", list.join(", "))));
+            }
+        }
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    Shape::with_names(first.dtype, &dims, &names).map_err(|e| n.invalid(e.to_string()))
+}
+
+/// Broadcasts `v` (of the same rank) to `to`'s dims and axis names (its dtype kept).
+pub(crate) fn broadcast_to_named(ctx: &mut Ctx<'_>, n: &Node<'_>, v: ValueId, to: &Shape) -> Result<ValueId> {
+    let s = ctx.shape(v);
+    if s.dims == to.dims && (0..s.rank()).all(|a| s.dims[a] >= 0 || s.axis_name(a) == to.axis_name(a)) {
+        return Ok(v);
+    }
+    if s.rank() != to.rank() {
+        return Err(n.invalid(format!("cannot broadcast {s} to {to}")));
+    }
+    let shape = to.with_dtype(s.dtype);
+    let axes = (0..to.rank()).collect();
     ctx.emit1(Op::BroadcastInDim { shape, axes }, &[v])
 }
 

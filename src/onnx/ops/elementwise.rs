@@ -10,10 +10,12 @@ use crate::error::Result;
 use crate::ir::dtype::DType;
 use crate::ir::module::ValueId;
 use crate::ir::op::{BinaryOp, CompareOp, Op, UnaryOp};
+use crate::ir::shape::Shape;
 
 use super::Handler;
 use super::common::{
-    bin, broadcast_dims, broadcast_to, broadcastable, cast, cmp, require_float, select, static_dims, un,
+    bin, broadcast_dims, broadcast_named, broadcast_to, broadcast_to_named, broadcastable, cast, cmp, require_float,
+    select, static_dims, un,
 };
 use crate::onnx::graph::{Ctx, Node};
 use crate::onnx::tensor::{dtype_from_onnx, onnx_type_name};
@@ -182,6 +184,14 @@ fn broadcast_all(ctx: &mut Ctx<'_>, n: &Node<'_>, vs: &[ValueId]) -> Result<Vec<
     let Some(&first) = shaped.first() else { return Ok(vs) };
     if shaped.iter().all(|&v| ctx.shape(v).dims == ctx.shape(first).dims) {
         return Ok(vs);
+    }
+    if shaped.iter().any(|&v| ctx.shape(v).is_dynamic()) {
+        let shapes: Vec<Shape> = shaped.iter().map(|&v| ctx.shape(v).clone()).collect();
+        let out = broadcast_named(n, &shapes)?;
+        return vs
+            .iter()
+            .map(|&v| if ctx.rank(v) == 0 { Ok(v) } else { broadcast_to_named(ctx, n, v, &out) })
+            .collect();
     }
     let dims = shaped.iter().map(|&v| static_dims(ctx, n, v)).collect::<Result<Vec<_>>>()?;
     let out = broadcast_dims(n, &dims)?;

@@ -11,15 +11,16 @@ use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
 use crate::ir::module::ValueId;
 use crate::ir::op::{ArithReduce, BinaryOp, CompareOp, Op, PadAxis, ReduceKind};
-use crate::ir::shape::Shape;
+use crate::ir::shape::{DYNAMIC_DIM, Shape};
 
 use super::Handler;
 use super::common::{
-    axes as norm_axes, axis as norm_axis, bin, broadcast_dims, broadcast_to, cast, cmp, const_ints, iota, not_constant,
-    opt_const_ints, reshape_to, select, static_dims,
+    axes as norm_axes, axis as norm_axis, bin, broadcast_dims, broadcast_to, cast, cmp, const_ints, extend_rank, iota,
+    not_constant, opt_const_ints, reshape_to, select, static_dims,
 };
 use crate::onnx::graph::{Ctx, Node};
 use crate::onnx::proto::attribute_proto::AttributeType;
+use crate::onnx::symbolic::{self, Poly};
 use crate::onnx::tensor::{dtype_from_onnx, onnx_type_name, take_tensor_bytes};
 
 /// Op types mapped here.
@@ -271,7 +272,14 @@ fn reshape(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let allowzero = n.attr_i_or("allowzero", 0)? != 0;
     let spec = match ctx.known_i64s(n.input(1)?) {
         Some(spec) if !ctx.shape(x).is_dynamic() => spec,
-        known => return Ok(vec![dynamic_reshape(ctx, n, x, known, allowzero)?]),
+        known => {
+            // Sizes known at import as constants or dynamic axis names: the output axes carry
+            // those names; else every size is computed at run time.
+            if let Some(polys) = symbolic::ints(ctx, n.input(1)?) {
+                return Ok(vec![symbolic_reshape(ctx, n, x, &polys, allowzero)?]);
+            }
+            return Ok(vec![dynamic_reshape(ctx, n, x, known, allowzero)?]);
+        }
     };
     let src = static_dims(ctx, n, x)?;
     let total: i64 = src.iter().product();
@@ -303,6 +311,121 @@ fn reshape(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         return Err(n.invalid(format!("cannot reshape {src:?} ({total} elements) to {spec:?}")));
     }
     Ok(vec![reshape_to(ctx, x, &dims)?])
+}
+
+/// The (dim, axis name) of an output axis whose size is `p`: static, or dynamic named after
+/// the axes it is made of; an error naming the node when the IR's names cannot say it.
+fn sym_dim(n: &Node<'_>, p: &Poly, what: &str) -> Result<(i64, String)> {
+    if let Some(c) = p.as_const() {
+        if c < 0 {
+            return Err(n.invalid(format!("{what}: negative size {c}")));
+        }
+        return Ok((c, String::new()));
+    }
+    p.axis_name().map(|name| (DYNAMIC_DIM, name)).ok_or_else(|| {
+        n.unsupported(format!(
+            "{what}: the size {p} cannot be a dynamic axis (only axis names and sums of names plus a constant \
+             can; bind the symbolic dimensions with ImportOptions::dims / --dim)"
+        ))
+    })
+}
+
+/// The sizes of all axes of `v` as polynomials (an error for anonymous dynamic axes).
+fn dim_polys(n: &Node<'_>, s: &Shape) -> Result<Vec<Poly>> {
+    (0..s.rank())
+        .map(|i| Poly::of_dim(s, i).ok_or_else(|| n.unsupported(format!("axis {i} of {s} is dynamic and unnamed"))))
+        .collect()
+}
+
+/// The product of polynomial sizes (an error naming the node on overflow).
+fn poly_product(n: &Node<'_>, ps: &[Poly]) -> Result<Poly> {
+    ps.iter().try_fold(Poly::constant(1), |acc, p| acc.mul(p)).ok_or_else(|| n.invalid("a size overflows"))
+}
+
+/// Reshape to sizes known at import as polynomials over the dynamic axis names ([`symbolic`]):
+/// 0 copies the input dim (unless `allowzero`), -1 is inferred (statically when the dynamic
+/// axes cancel out). Named sizes give axes of those names; a product of names (`batch*seq`) an
+/// axis named after it. A plain `Reshape` when the dynamic axes keep their names and order,
+/// else a `DynamicReshape` whose dynamic sizes are computed from the input's axes.
+fn symbolic_reshape(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, spec: &[Poly], allowzero: bool) -> Result<ValueId> {
+    use crate::ir::op::ReshapeDim;
+    let xs = ctx.shape(x).clone();
+    let src = dim_polys(n, &xs)?;
+    let mut out: Vec<Option<Poly>> = Vec::with_capacity(spec.len());
+    let text = || spec.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+    for (i, p) in spec.iter().enumerate() {
+        match p.as_const() {
+            Some(0) if !allowzero => out.push(Some(
+                src.get(i)
+                    .cloned()
+                    .ok_or_else(|| n.invalid(format!("shape [{}]: 0 at axis {i} has no input dim", text())))?,
+            )),
+            Some(-1) if out.iter().all(Option::is_some) => {
+                if allowzero && spec.iter().any(|p| p.as_const() == Some(0)) {
+                    return Err(n.invalid(format!("shape [{}]: -1 together with 0 and allowzero = 1", text())));
+                }
+                out.push(None);
+            }
+            Some(c) if c < 0 => return Err(n.invalid(format!("shape [{}]: invalid dim {c}", text()))),
+            _ => out.push(Some(p.clone())),
+        }
+    }
+    let total = poly_product(n, &src)?;
+    if let Some(i) = out.iter().position(Option::is_none) {
+        let others: Vec<Poly> = out.iter().flatten().cloned().collect();
+        let known = poly_product(n, &others)?;
+        if known.as_const() == Some(0) {
+            return Err(n.invalid(format!("cannot infer dim {i} of [{}]: the other dims multiply to 0", text())));
+        }
+        match total.div(&known) {
+            Some(q) if q.mul(&known).as_ref() == Some(&total) => out[i] = Some(q),
+            _ if total.as_const().is_some() && known.as_const().is_some() => {
+                return Err(n.invalid(format!("cannot reshape {xs} to [{}]", text())));
+            }
+            _ => {}
+        }
+    }
+    // Each output axis: static, or dynamic with its name and (when known) its size.
+    let out_name = n.proto.output.first().cloned().unwrap_or_default();
+    let mut dims = Vec::with_capacity(out.len());
+    let mut names = Vec::with_capacity(out.len());
+    for (i, p) in out.iter().enumerate() {
+        match p {
+            Some(p) if p.as_const().is_some() => {
+                let (d, _) = sym_dim(n, p, "shape")?;
+                dims.push(d);
+                names.push(String::new());
+            }
+            Some(p) => {
+                dims.push(DYNAMIC_DIM);
+                names.push(p.axis_name().unwrap_or_else(|| p.to_string()));
+            }
+            None => {
+                dims.push(DYNAMIC_DIM);
+                names.push(format!("{out_name}:{i}"));
+            }
+        }
+    }
+    let in_names: Vec<&str> = (0..xs.rank()).filter(|&i| xs.dims[i] == DYNAMIC_DIM).map(|i| xs.axis_name(i)).collect();
+    let out_names: Vec<&str> = (0..dims.len()).filter(|&i| dims[i] == DYNAMIC_DIM).map(|i| names[i].as_str()).collect();
+    let static_in: Option<i64> = checked_product(&xs.dims.iter().copied().filter(|&d| d >= 0).collect::<Vec<_>>());
+    let static_out: Option<i64> = checked_product(&dims.iter().copied().filter(|&d| d >= 0).collect::<Vec<_>>());
+    if in_names == out_names && static_in == static_out && !dims.is_empty() {
+        return reshape_to(ctx, x, &dims);
+    }
+    let mut specs = Vec::with_capacity(dims.len());
+    let mut ins = vec![x];
+    for (i, p) in out.iter().enumerate() {
+        specs.push(match p {
+            _ if dims[i] >= 0 => ReshapeDim::Static(dims[i]),
+            Some(p) => {
+                ins.push(symbolic::scalar(ctx, p)?);
+                ReshapeDim::Dynamic(names[i].clone())
+            }
+            None => ReshapeDim::Inferred(names[i].clone()),
+        });
+    }
+    ctx.emit1(Op::DynamicReshape { specs }, &ins)
 }
 
 /// Reshape with dims known only at run time: a `DynamicReshape` whose new axes are named
@@ -403,13 +526,19 @@ fn dynamic_reshape(
 /// `Flatten(input)`: `[prod(dims[..axis]), prod(dims[axis..])]`, axis in `[-r, r]`.
 fn flatten(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
-    let dims = static_dims(ctx, n, x)?;
-    let r = dims.len() as i64;
+    let xs = ctx.shape(x).clone();
+    let r = xs.rank() as i64;
     let a = n.attr_i_or("axis", 1)?;
     if a < -r || a > r {
         return Err(n.invalid(format!("axis {a} is out of range [-{r}, {r}]")));
     }
     let a = if a < 0 { a + r } else { a } as usize;
+    if xs.is_dynamic() {
+        let dims = dim_polys(n, &xs)?;
+        let (outer, inner) = (poly_product(n, &dims[..a])?, poly_product(n, &dims[a..])?);
+        return Ok(vec![symbolic_reshape(ctx, n, x, &[outer, inner], true)?]);
+    }
+    let dims = xs.dims;
     let outer: i64 = dims[..a].iter().product();
     let inner: i64 = dims[a..].iter().product();
     Ok(vec![reshape_to(ctx, x, &[outer, inner])?])
@@ -495,38 +624,18 @@ enum OutDim {
     Fixed(i64),
 }
 
-/// Reshape whose output axes copy input axes or have static sizes: a plain reshape when the
-/// copied axes are static, else a `DynamicReshape` keeping the dynamic axes' names.
+/// Reshape whose output axes copy input axes (in order) or have static sizes: a plain
+/// `Reshape`, which carries the dynamic axes' names over in order.
 fn reshape_axes(ctx: &mut Ctx<'_>, x: ValueId, out: &[OutDim]) -> Result<ValueId> {
-    use crate::ir::op::ReshapeDim;
-    let xs = ctx.shape(x).clone();
-    if !xs.is_dynamic() {
-        let dims: Vec<i64> = out
-            .iter()
-            .map(|d| match *d {
-                OutDim::Copy(a) => xs.dims[a],
-                OutDim::Fixed(v) => v,
-            })
-            .collect();
-        return reshape_to(ctx, x, &dims);
-    }
-    let mut specs = Vec::with_capacity(out.len());
-    let mut ins = vec![x];
-    for d in out {
-        match *d {
-            OutDim::Fixed(v) => specs.push(ReshapeDim::Static(v)),
-            OutDim::Copy(a) if xs.dims[a] >= 0 => specs.push(ReshapeDim::Static(xs.dims[a])),
-            OutDim::Copy(a) => {
-                let name = xs.axis_name(a);
-                if name.is_empty() {
-                    return Err(Error::not_implemented("onnx", format!("unnamed dynamic axis {a} of {xs}")));
-                }
-                specs.push(ReshapeDim::Dynamic(name.to_string()));
-                ins.push(ctx.emit1(Op::DynamicDimensionSize { axis: a }, &[x])?);
-            }
-        }
-    }
-    ctx.emit1(Op::DynamicReshape { specs }, &ins)
+    let xs = ctx.shape(x);
+    let dims: Vec<i64> = out
+        .iter()
+        .map(|d| match *d {
+            OutDim::Copy(a) => xs.dims[a],
+            OutDim::Fixed(v) => v,
+        })
+        .collect();
+    reshape_to(ctx, x, &dims)
 }
 
 /// The operands of DepthToSpace / SpaceToDepth: the input, its dims `[b, c, h, w]`, `blocksize`
@@ -675,12 +784,34 @@ fn slice(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         let ends = n.attr_ints("ends")?.ok_or_else(|| n.invalid("ends is required"))?;
         (starts, ends, n.attr_ints("axes")?, None)
     } else {
+        let bounds = [1, 2].map(|i| n.input(i).ok().filter(|&v| ctx.known(v).is_none()));
+        if bounds.iter().any(Option::is_some) {
+            // Bounds computed from dynamic sizes.
+            let polys = [1, 2].map(|i| n.input(i).ok().and_then(|v| symbolic::ints(ctx, v)));
+            if let [Some(s), Some(e)] = polys {
+                let axes = opt_const_ints(ctx, n, 3, "axes")?;
+                let steps = opt_const_ints(ctx, n, 4, "steps")?;
+                return Ok(vec![slice_symbolic(ctx, n, x, &s, &e, axes, steps)?]);
+            }
+        }
         let starts = const_ints(ctx, n, 1, "starts")?;
         let ends = const_ints(ctx, n, 2, "ends")?;
         let axes = opt_const_ints(ctx, n, 3, "axes")?;
         let steps = opt_const_ints(ctx, n, 4, "steps")?;
         (starts, ends, axes, steps)
     };
+    let sliced_dynamic = {
+        let list = axes.clone().unwrap_or_else(|| (0..starts.len() as i64).collect());
+        let xs = ctx.shape(x);
+        list.iter().any(|&a| {
+            let a = if a < 0 { a + r as i64 } else { a };
+            xs.dims.get(a as usize) == Some(&DYNAMIC_DIM)
+        })
+    };
+    if sliced_dynamic {
+        let to_polys = |v: &[i64]| v.iter().map(|&c| Poly::constant(c)).collect::<Vec<_>>();
+        return Ok(vec![slice_symbolic(ctx, n, x, &to_polys(&starts), &to_polys(&ends), axes, steps)?]);
+    }
     let k = starts.len();
     if k > 0 {
         require_rank(n, r, "data")?;
@@ -736,12 +867,120 @@ fn slice(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     Ok(vec![ctx.emit1(Op::Slice { starts: lo, limits: hi, strides: st }, &[v])?])
 }
 
+/// `Slice` with bounds that are polynomials over dynamic axis names ([`symbolic`]) or that cut
+/// dynamic axes; steps must be 1 there. Per axis: the whole axis when the bounds cover it
+/// (an end at or past the dim, or `INT_MAX`), static bounds on a dynamic axis when both are
+/// constants (a static axis; they must lie within the run-time size), else a `Gather` of
+/// `start + iota` over an axis named after the length (`position_ids[:, :seq]` has the axis
+/// `seq`; the indices clamp to the axis, so the end must not pass the dim at run time).
+fn slice_symbolic(
+    ctx: &mut Ctx<'_>,
+    n: &Node<'_>,
+    x: ValueId,
+    starts: &[Poly],
+    ends: &[Poly],
+    axes: Option<Vec<i64>>,
+    steps: Option<Vec<i64>>,
+) -> Result<ValueId> {
+    let xs = ctx.shape(x).clone();
+    let r = xs.rank();
+    let k = starts.len();
+    if k > 0 {
+        require_rank(n, r, "data")?;
+    }
+    let axes_list = axes.unwrap_or_else(|| (0..k as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; k]);
+    if ends.len() != k || axes_list.len() != k || steps.len() != k {
+        return Err(n.invalid(format!(
+            "starts [{}], ends [{}], axes {axes_list:?} and steps {steps:?} differ in length",
+            fmt_polys(starts),
+            fmt_polys(ends)
+        )));
+    }
+    let axes = norm_axes(n, &axes_list, r)?;
+    let dims = dim_polys(n, &xs)?;
+    let mut lo = vec![0i64; r];
+    let mut hi = xs.dims.clone();
+    let mut gathers = vec![];
+    for i in 0..k {
+        let (a, d) = (axes[i], &dims[axes[i]]);
+        let static_dim = d.as_const();
+        let norm = |p: &Poly| -> Result<Poly> {
+            match p.as_const() {
+                // An end of INT_MAX or so: to the end of the axis.
+                Some(c) if c >= i64::from(i32::MAX) => Ok(d.clone()),
+                Some(c) if c < 0 && c <= -i64::from(i32::MAX) => Ok(Poly::constant(0)),
+                Some(c) if c < 0 => d.add(&Poly::constant(c)).ok_or_else(|| n.invalid("a bound overflows")),
+                _ => Ok(p.clone()),
+            }
+        };
+        let (mut s, mut e) = (norm(&starts[i])?, norm(&ends[i])?);
+        if let Some(dv) = static_dim {
+            for p in [&mut s, &mut e] {
+                if let Some(c) = p.as_const() {
+                    *p = Poly::constant(c.clamp(0, dv));
+                }
+            }
+        }
+        // An end at or past the dim stops at the dim.
+        if e.sub(d).and_then(|x| x.as_const()).is_some_and(|c| c >= 0) {
+            e = d.clone();
+        }
+        if steps[i] != 1 {
+            return Err(n.unsupported(format!(
+                "step {} on axis {a} with bounds [{s}, {e}) computed from dynamic sizes (only step 1)",
+                steps[i]
+            )));
+        }
+        if s.as_const() == Some(0) && &e == d {
+            continue;
+        }
+        match (s.as_const(), e.as_const()) {
+            (Some(sc), Some(ec)) => {
+                lo[a] = sc;
+                hi[a] = ec.max(sc);
+            }
+            _ => {
+                let len = e.sub(&s).ok_or_else(|| n.invalid("a bound overflows"))?;
+                gathers.push((a, s, len));
+            }
+        }
+    }
+    let mut v = x;
+    if lo.iter().any(|&s| s != 0) || hi != xs.dims {
+        v = ctx.emit1(Op::Slice { starts: lo, limits: hi, strides: vec![1; r] }, &[v])?;
+    }
+    for (a, s, len) in gathers {
+        let (l, name) = sym_dim(n, &len, &format!("the length of axis {a}"))?;
+        let vs = ctx.shape(v).clone();
+        if let Some(b) = (0..r).find(|&b| b != a && vs.dims[b] == DYNAMIC_DIM) {
+            return Err(n.unsupported(format!(
+                "slicing axis {a} of {vs} to the length {len} while axis {b} is dynamic as well"
+            )));
+        }
+        let shape = Shape::with_names(DType::Int64, &[l], &[name.as_str()]).map_err(|e| n.invalid(e.to_string()))?;
+        let mut idx = ctx.emit1(Op::Iota { shape, axis: 0 }, &[])?;
+        if s.as_const() != Some(0) {
+            let s = symbolic::scalar(ctx, &s)?;
+            idx = bin(ctx, BinaryOp::Add, idx, s)?;
+        }
+        let vdims = vs.dims.clone();
+        v = gather_axis(ctx, v, idx, a, &vdims)?;
+    }
+    Ok(v)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Broadcasting and tiling.
 
 /// `Expand(input, shape)`: bidirectional (NumPy) broadcast of the input with `shape`.
 fn expand(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
+    if (ctx.shape(x).is_dynamic() || ctx.known(n.input(1)?).is_none())
+        && let Some(shape) = symbolic::ints(ctx, n.input(1)?)
+    {
+        return Ok(vec![expand_symbolic(ctx, n, x, &shape)?]);
+    }
     let shape = const_ints(ctx, n, 1, "shape")?;
     if let Some(d) = shape.iter().find(|&&d| d < 0) {
         return Err(n.invalid(format!("shape {shape:?} has a negative dim {d}")));
@@ -749,6 +988,47 @@ fn expand(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let src = static_dims(ctx, n, x)?;
     let out = broadcast_dims(n, &[src, shape])?;
     Ok(vec![broadcast_to(ctx, n, x, &out)?])
+}
+
+/// `Expand` to sizes known as polynomials over dynamic axis names ([`symbolic`]): NumPy
+/// broadcasting where a size-1 axis takes the other side's size (static or named) and named
+/// axes must agree by name. A `BroadcastInDim` to the named shape.
+fn expand_symbolic(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, shape: &[Poly]) -> Result<ValueId> {
+    let xs = ctx.shape(x).clone();
+    let target: Vec<(i64, String)> = shape.iter().map(|p| sym_dim(n, p, "shape")).collect::<Result<_>>()?;
+    let rank = xs.rank().max(target.len());
+    let x = if xs.rank() == 0 { reshape_to(ctx, x, &vec![1; rank])? } else { extend_rank(ctx, n, x, rank)? };
+    let xs = ctx.shape(x).clone();
+    let off = rank - target.len();
+    let mut dims = Vec::with_capacity(rank);
+    let mut names = Vec::with_capacity(rank);
+    for a in 0..rank {
+        let (xd, xn) = (xs.dims[a], xs.axis_name(a).to_string());
+        let (td, tn) = if a < off { (1, String::new()) } else { target[a - off].clone() };
+        let (d, name) = if xd == 1 {
+            (td, tn)
+        } else if td == 1 || (xd == td && (xd >= 0 || xn == tn)) {
+            (xd, xn)
+        } else if xd >= 0 && td == DYNAMIC_DIM {
+            // The named size must be xd (or 1) at run time.
+            (xd, String::new())
+        } else {
+            return Err(n.unsupported(format!("cannot expand {xs} to [{}] (axis {a})", fmt_polys(shape))));
+        };
+        dims.push(d);
+        names.push(name);
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let out = Shape::with_names(xs.dtype, &dims, &names).map_err(|e| n.invalid(e.to_string()))?;
+    if out == xs {
+        return Ok(x);
+    }
+    ctx.emit1(Op::BroadcastInDim { shape: out, axes: (0..rank).collect() }, &[x])
+}
+
+/// `[a, b*seq, 3]`.
+fn fmt_polys(ps: &[Poly]) -> String {
+    ps.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// `Tile(input, repeats)`: broadcast to `[r0, d0, r1, d1, ...]`, then merge each pair.
@@ -897,14 +1177,38 @@ fn pad(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
 /// `Gather(data, indices)` along `axis`; negative indices count from the end.
 fn gather(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
-    let dims = static_dims(ctx, n, x)?;
+    let xs = ctx.shape(x).clone();
+    let dims = xs.dims.clone();
     if dims.is_empty() {
         return Err(n.invalid("data must have rank ≥ 1"));
     }
     let axis = norm_axis(n, n.attr_i_or("axis", 0)?, dims.len())?;
+    if let Some(b) = (0..dims.len()).find(|&b| b != axis && dims[b] == DYNAMIC_DIM) {
+        // The IR's Gather cannot keep a dynamic axis whole: a constant scalar index is a slice.
+        let idx = n.input(1)?;
+        return match ctx.known_i64s(idx).as_deref() {
+            Some(&[i]) if ctx.rank(idx) == 0 && (i >= 0 || dims[axis] >= 0) => {
+                let i = if i < 0 { i + dims[axis] } else { i };
+                let (mut lo, mut hi) = (vec![0; dims.len()], dims.clone());
+                lo[axis] = i;
+                hi[axis] = i + 1;
+                let v = ctx.emit1(Op::Slice { starts: lo, limits: hi, strides: vec![1; dims.len()] }, &[x])?;
+                let out: Vec<OutDim> = (0..dims.len()).filter(|&a| a != axis).map(OutDim::Copy).collect();
+                Ok(vec![reshape_axes(ctx, v, &out)?])
+            }
+            _ => Err(n.unsupported(format!(
+                "gathering axis {axis} of {xs} with indices other than a constant scalar while axis {b} is dynamic"
+            ))),
+        };
+    }
     let idx = index_operand(ctx, n, n.input(1)?, "indices")?;
-    check_known_indices(ctx, n, idx, &[dims[axis]], "indices")?;
-    let bound = scalar_i64(ctx, dims[axis])?;
+    let bound = if dims[axis] == DYNAMIC_DIM {
+        let d = ctx.emit1(Op::DynamicDimensionSize { axis }, &[x])?;
+        cast(ctx, d, DType::Int64)?
+    } else {
+        check_known_indices(ctx, n, idx, &[dims[axis]], "indices")?;
+        scalar_i64(ctx, dims[axis])?
+    };
     let idx = wrap_negative(ctx, idx, bound)?;
     Ok(vec![gather_axis(ctx, x, idx, axis, &dims)?])
 }
@@ -912,8 +1216,35 @@ fn gather(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
 /// `GatherElements(data, indices)` along `axis`: `out[i][j] = data[indices[i][j]][j]` (axis 0).
 fn gather_elements(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let x = n.input(0)?;
+    let is = ctx.shape(n.input(1)?).clone();
+    if is.is_dynamic() && !ctx.shape(x).is_dynamic() {
+        return Ok(vec![gather_elements_dynamic(ctx, n, x, &is)?]);
+    }
     let (_, full) = elements_index(ctx, n, x)?;
     Ok(vec![gather_points(ctx, x, full)?])
+}
+
+/// `GatherElements` of static data with indices of dynamic shape `is`: point indices built from
+/// iotas over the indices' (named) shape.
+fn gather_elements_dynamic(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, is: &Shape) -> Result<ValueId> {
+    let dims = static_dims(ctx, n, x)?;
+    let r = dims.len();
+    if r == 0 || is.rank() != r {
+        return Err(n.invalid(format!("indices {is} must have the rank of data {dims:?} (≥ 1)")));
+    }
+    let axis = norm_axis(n, n.attr_i_or("axis", 0)?, r)?;
+    let idx = index_operand(ctx, n, n.input(1)?, "indices")?;
+    let bound = scalar_i64(ctx, dims[axis])?;
+    let idx = wrap_negative(ctx, idx, bound)?;
+    let mut col = is.dims.clone();
+    col.push(1);
+    let mut comps = Vec::with_capacity(r);
+    for a in 0..r {
+        let c = if a == axis { idx } else { ctx.emit1(Op::Iota { shape: is.with_dtype(DType::Int64), axis: a }, &[])? };
+        comps.push(ctx.emit1(Op::Reshape { dims: col.clone() }, &[c])?);
+    }
+    let full = if r == 1 { comps[0] } else { ctx.emit1(Op::Concatenate { axis: r }, &comps)? };
+    gather_points(ctx, x, full)
 }
 
 /// The operands shared by GatherElements and ScatterElements (input 1, `indices`, along the
@@ -1310,7 +1641,14 @@ fn sparse_constant(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<ValueId> {
 
 /// `ConstantOfShape(shape)`: `value` (a one-element tensor, default float 0) broadcast to `shape`.
 fn constant_of_shape(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
-    let dims = const_ints(ctx, n, 0, "shape")?;
+    let sym = match ctx.known(n.input(0)?) {
+        Some(_) => None,
+        None => symbolic::ints(ctx, n.input(0)?),
+    };
+    let dims = match &sym {
+        Some(_) => vec![],
+        None => const_ints(ctx, n, 0, "shape")?,
+    };
     if let Some(d) = dims.iter().find(|&&d| d < 0) {
         return Err(n.invalid(format!("shape {dims:?} has a negative dim {d}")));
     }
@@ -1324,7 +1662,48 @@ fn constant_of_shape(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
             ctx.constant(Shape::scalar(s.dtype), bytes)?
         }
     };
+    if let Some(polys) = sym {
+        // Sizes named after dynamic axes: a broadcast to the named shape.
+        let target: Vec<(i64, String)> = polys.iter().map(|p| sym_dim(n, p, "shape")).collect::<Result<_>>()?;
+        let (d, names): (Vec<i64>, Vec<&str>) = target.iter().map(|(d, s)| (*d, s.as_str())).unzip();
+        let shape = Shape::with_names(ctx.dtype(value), &d, &names).map_err(|e| n.invalid(e.to_string()))?;
+        return Ok(vec![ctx.emit1(Op::BroadcastInDim { shape, axes: vec![] }, &[value])?]);
+    }
     Ok(vec![broadcast_axes(ctx, value, &dims, vec![])?])
+}
+
+/// Integer `Range` whose bounds are polynomials over dynamic axis names ([`symbolic`]) and whose
+/// `delta` is a constant dividing the span exactly: `start + delta * iota` over an axis named
+/// after the count (`Range(0, seq, 1)` has the axis `seq`).
+fn range_symbolic(
+    ctx: &mut Ctx<'_>,
+    n: &Node<'_>,
+    start: &Poly,
+    limit: &Poly,
+    delta: &Poly,
+    dt: DType,
+) -> Result<ValueId> {
+    let d = delta
+        .as_const()
+        .filter(|&d| d != 0)
+        .ok_or_else(|| n.unsupported(format!("delta {delta}: a non-zero constant is needed")))?;
+    let span = limit.sub(start).ok_or_else(|| n.invalid("the span overflows"))?;
+    let count = span
+        .div(&Poly::constant(d))
+        .filter(|q| q.mul(&Poly::constant(d)).as_ref() == Some(&span))
+        .ok_or_else(|| n.unsupported(format!("the span {span} is not a multiple of delta {d}")))?;
+    let (len, name) = sym_dim(n, &count, "the element count")?;
+    let shape = Shape::with_names(DType::Int64, &[len], &[name.as_str()]).map_err(|e| n.invalid(e.to_string()))?;
+    let mut v = ctx.emit1(Op::Iota { shape, axis: 0 }, &[])?;
+    if d != 1 {
+        let k = scalar_i64(ctx, d)?;
+        v = bin(ctx, BinaryOp::Mul, v, k)?;
+    }
+    if start.as_const() != Some(0) {
+        let s = symbolic::scalar(ctx, start)?;
+        v = bin(ctx, BinaryOp::Add, v, s)?;
+    }
+    cast(ctx, v, dt)
 }
 
 /// `Range(start, limit, delta)` on constants: folded into a constant.
@@ -1335,6 +1714,12 @@ fn range(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         return Err(n.invalid("start, limit and delta must be scalars of one type"));
     }
     let stash = n.attr_i_or("stash_type", 1)?;
+    if dt.is_int() && ins.iter().any(|&v| ctx.known(v).is_none()) {
+        let polys: Option<Vec<Poly>> = ins.iter().map(|&v| symbolic::ints(ctx, v)?.pop()).collect();
+        if let Some(p) = polys {
+            return Ok(vec![range_symbolic(ctx, n, &p[0], &p[1], &p[2], dt)?]);
+        }
+    }
     // The output size depends on all three values.
     let not_const = || {
         let i = ins.iter().position(|&v| ctx.known(v).is_none()).unwrap_or(0);

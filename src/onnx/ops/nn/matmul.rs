@@ -52,6 +52,9 @@ pub(super) fn matmul(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
 /// NumPy `matmul`: 1-D operands are promoted (and the added axis removed from the result),
 /// leading (batch) axes broadcast.
 fn numpy_matmul(ctx: &mut Ctx<'_>, n: &Node<'_>, a: ValueId, b: ValueId) -> Result<ValueId> {
+    if ctx.shape(a).is_dynamic() || ctx.shape(b).is_dynamic() {
+        return dynamic_matmul(ctx, n, a, b);
+    }
     let (mut ad, mut bd) = (dims_of(ctx, n, a)?, dims_of(ctx, n, b)?);
     if ad.is_empty() || bd.is_empty() {
         return Err(n.invalid("MatMul operands must have rank ≥ 1"));
@@ -108,6 +111,42 @@ fn numpy_matmul(ctx: &mut Ctx<'_>, n: &Node<'_>, a: ValueId, b: ValueId) -> Resu
     reshape(ctx, y, &out)
 }
 
+/// `matmul` with dynamic axes (operands of rank ≥ 2): either B is one static matrix (`x @ W`:
+/// A's last axis contracted with it), or both have the same batch axes (equal sizes or names:
+/// attention's `Q @ K^T`). The contracted axis must be static.
+fn dynamic_matmul(ctx: &mut Ctx<'_>, n: &Node<'_>, a: ValueId, b: ValueId) -> Result<ValueId> {
+    let (sa, sb) = (ctx.shape(a).clone(), ctx.shape(b).clone());
+    let (ra, rb) = (sa.rank(), sb.rank());
+    let unsupported = || n.unsupported(format!("MatMul of {sa} and {sb} with dynamic axes"));
+    if ra < 2 || rb < 2 {
+        return Err(unsupported());
+    }
+    let (k, kb) = (sa.dims[ra - 1], sb.dims[rb - 2]);
+    // A dynamic contracted axis must be the same named axis on both sides.
+    if k != kb || (k < 0 && sa.axis_name(ra - 1) != sb.axis_name(rb - 2)) {
+        return Err(n.invalid(format!("inner dimensions differ: A {sa}, B {sb}")));
+    }
+    if !sb.is_dynamic() && sb.dims[..rb - 2].iter().all(|&d| d == 1) {
+        let nn = sb.dims[rb - 1];
+        let b2 = reshape(ctx, b, &[k, nn])?;
+        let mut a = a;
+        if rb > ra {
+            let mut dims = vec![1; rb - ra];
+            dims.extend(&sa.dims);
+            a = ctx.emit1(Op::Reshape { dims }, &[a])?;
+        }
+        let r = ctx.rank(a);
+        return dot(ctx, a, b2, (vec![r - 1], vec![0]), (vec![], vec![]));
+    }
+    let same_batch = ra == rb
+        && (0..ra - 2).all(|i| sa.dims[i] == sb.dims[i] && (sa.dims[i] >= 0 || sa.axis_name(i) == sb.axis_name(i)));
+    if !same_batch {
+        return Err(unsupported());
+    }
+    let bax: Vec<usize> = (0..ra - 2).collect();
+    dot(ctx, a, b, (vec![ra - 1], vec![ra - 2]), (bax.clone(), bax))
+}
+
 /// `Gemm(A, B, C) = alpha·A'·B' + beta·C` with optional transposes and C broadcast to `[M, N]`.
 pub(super) fn gemm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let (a, b) = (n.input(0)?, n.input(1)?);
@@ -118,7 +157,11 @@ pub(super) fn gemm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     let beta = n.attr_f_or("beta", 1.0)? as f64;
     // `broadcast` (opset < 7) only allowed C to broadcast; broadcasting is always on since.
     n.ignore_attrs(&["broadcast"]);
-    let (ad, bd) = (dims_of(ctx, n, a)?, dims_of(ctx, n, b)?);
+    // A dynamic M (rows of A, e.g. batch·sequence) carries through; K and N must be static.
+    let (ad, bd) = (ctx.shape(a).dims.clone(), dims_of(ctx, n, b)?);
+    if ad.len() == 2 && ad[usize::from(!trans_a)] < 0 {
+        return Err(n.unsupported(format!("the contracted axis of A {} is dynamic", ctx.shape(a))));
+    }
     if ad.len() != 2 || bd.len() != 2 {
         return Err(n.invalid(format!("A {ad:?} and B {bd:?} must be matrices")));
     }

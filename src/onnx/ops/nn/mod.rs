@@ -92,8 +92,10 @@ fn dims_of(ctx: &Ctx<'_>, n: &Node<'_>, v: ValueId) -> Result<Vec<i64>> {
 }
 
 /// Reduces `x` over the sorted `axes`, keeping them as size-1 axes.
-fn reduce_keep(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, kind: ReduceKind, axes: &[usize]) -> Result<ValueId> {
-    let mut dims = dims_of(ctx, n, x)?;
+fn reduce_keep(ctx: &mut Ctx<'_>, _n: &Node<'_>, x: ValueId, kind: ReduceKind, axes: &[usize]) -> Result<ValueId> {
+    // Dynamic axes (reduced or not) keep their names through the Reshape, which maps them in
+    // order.
+    let mut dims = ctx.shape(x).dims.clone();
     let mut axes = axes.to_vec();
     axes.sort_unstable();
     axes.dedup();
@@ -109,7 +111,10 @@ fn reduce_keep(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, kind: ReduceKind, ax
 
 /// Mean of `x` over `axes`, keeping them as size-1 axes.
 fn mean_keep(ctx: &mut Ctx<'_>, n: &Node<'_>, x: ValueId, axes: &[usize]) -> Result<ValueId> {
-    let dims = dims_of(ctx, n, x)?;
+    let dims = ctx.shape(x).dims.clone();
+    if let Some(&a) = axes.iter().find(|&&a| dims[a] < 0) {
+        return Err(n.unsupported(format!("a mean over the dynamic axis {a} of {}", ctx.shape(x))));
+    }
     let count: i64 = axes.iter().map(|&a| dims[a]).product();
     let s = reduce_keep(ctx, n, x, ReduceKind::Sum, axes)?;
     let c = ctx.scalar(ctx.dtype(x), count as f64)?;

@@ -113,7 +113,8 @@ pub(super) fn instance_norm(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<Value
 /// Multiplies `y` by operand `i` (and adds operand `j` when present), each unidirectionally
 /// broadcast to `y`'s dims.
 fn scale_shift(ctx: &mut Ctx<'_>, n: &Node<'_>, y: ValueId, i: usize, j: usize) -> Result<ValueId> {
-    let yd = dims_of(ctx, n, y)?;
+    // Parameters broadcast against the static (normalised) axes; dynamic ones stay as they are.
+    let yd = ctx.shape(y).dims.clone();
     let mut y = y;
     for (k, op) in [(i, BinaryOp::Mul), (j, BinaryOp::Add)] {
         let Some(p) = n.opt_input(k) else { continue };
