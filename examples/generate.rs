@@ -6,6 +6,7 @@
 //!     [--backend jit:parallelism=1] [--prompt 464,2068,7586] [--tokens 20] [--tmax 1024]
 //!     [--batch-lens 5,9,...]   # batched: sequences of these prompt lengths, decoded together
 //!     [--bench-stdin]          # latency server for benches/compare/decode_peers.py
+//!     [--profile C]            # where a step's time goes at context C (per-kernel table)
 //! ```
 //!
 //! Without `--weights` the model is GPT-2 small with random weights from `--seed` (`--layers`
@@ -32,7 +33,7 @@ type Res<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 fn usage() -> ! {
     eprintln!(
         "usage: generate [--weights FILE.safetensors] [--seed N] [--layers N] [--backend CONFIG] [--prompt IDS] \
-         [--tokens N] [--tmax N] [--batch-lens LENS] [--bench-stdin]"
+         [--tokens N] [--tmax N] [--batch-lens LENS] [--bench-stdin] [--profile CONTEXT]"
     );
     std::process::exit(2)
 }
@@ -51,6 +52,7 @@ fn main() -> Res<()> {
     let (mut weights, mut seed, mut layers, mut backend) = (None::<PathBuf>, 0u64, None::<usize>, "jit".to_string());
     let (mut prompt, mut tokens, mut tmax, mut batch_lens, mut bench) =
         (vec![464, 2068, 7586, 21831], 20usize, None::<usize>, None::<Vec<usize>>, false);
+    let mut profile = None::<usize>;
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
@@ -63,6 +65,7 @@ fn main() -> Res<()> {
             "--tmax" => tmax = Some(value().parse()?),
             "--batch-lens" => batch_lens = Some(ids(&value())?),
             "--bench-stdin" => bench = true,
+            "--profile" => profile = Some(value().parse()?),
             _ => usage(),
         }
     }
@@ -85,6 +88,21 @@ fn main() -> Res<()> {
         eprintln!("compiled the batch-{batch} step ({write:?}) in {:.2}s", t.elapsed().as_secs_f64());
         Ok(Decoder::new(step)?)
     };
+
+    if let Some(ctx) = profile {
+        // Warm-up steps, then 8 profiled ones ending at context `ctx`.
+        let mut dec = compile(1, CacheWrite::SamePosition)?;
+        dec.set_lens(&[ctx.saturating_sub(10)])?;
+        dec.step(&[0])?;
+        dec.step(&[0])?;
+        let profiler = tensorjit::Profiler::new();
+        dec.opts.profiler = Some(profiler.clone());
+        for _ in 0..8 {
+            dec.step(&[0])?;
+        }
+        println!("8 decode steps ending at context {ctx}:\n{}", profiler.summary_table(Some(20)));
+        return Ok(());
+    }
 
     if bench {
         let mut single = compile(1, CacheWrite::SamePosition)?;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use tensorjit::api::{AttentionConfig, GatherDims};
 use tensorjit::ir::op::{AttentionLayout, DenseLayout};
-use tensorjit::{Backend, Buffer, DType, Error, Executable, Function, Result, Shape, Value};
+use tensorjit::{Backend, Buffer, DType, Error, ExecOptions, Executable, Function, Result, Shape, Value};
 
 /// The sizes of a GPT-2 model.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -329,6 +329,8 @@ pub fn build_step(
 /// Greedy decoding with a KV cache: the caches live in buffers donated to every step.
 pub struct Decoder {
     pub step: Step,
+    /// Options of every step's execution (e.g. a profiler).
+    pub opts: ExecOptions,
     caches: Vec<Buffer>,
     /// Tokens in each sequence's cache.
     lens: Vec<usize>,
@@ -350,7 +352,7 @@ impl Decoder {
         let zeros = vec![0f32; n];
         let caches = (0..2 * step.cfg.layers).map(|_| Buffer::from_slice(&zeros, &dims)).collect::<Result<_>>()?;
         let lens = vec![0; step.batch];
-        Ok(Decoder { step, caches, lens })
+        Ok(Decoder { step, opts: ExecOptions::default(), caches, lens })
     }
 
     /// Tokens already decoded per sequence.
@@ -405,7 +407,7 @@ impl Decoder {
         inputs.extend(self.caches.iter());
         let mut donate = vec![false, false];
         donate.extend(std::iter::repeat_n(true, self.caches.len()));
-        let mut out = s.exe.execute(&inputs, &donate)?;
+        let mut out = s.exe.execute_with(&inputs, &donate, &self.opts)?;
         let rest = out.split_off(2);
         self.caches = rest;
         self.lens.iter_mut().for_each(|l| *l += 1);

@@ -205,8 +205,14 @@ impl FastKernel for RowGather {
             _ => idx.data.typed::<i64>().iter().map(|&i| i.clamp(0, last) as usize).collect(),
         };
         let rb = self.row_bytes;
-        let mut data = AlignedBytes::try_recycled(starts.len() * rb)?;
         let src = x.data.as_bytes();
+        if src.len() != self.rows * rb {
+            return Err(Error::invalid(
+                "gather",
+                format!("operand storage of {} bytes for {} (expected {})", src.len(), x.shape, self.rows * rb),
+            ));
+        }
+        let mut data = AlignedBytes::try_recycled(starts.len() * rb)?;
         let dst = data.as_bytes_mut();
         let row = |(k, out): (usize, &mut [u8])| out.copy_from_slice(&src[starts[k] * rb..starts[k] * rb + rb]);
         match pool {
