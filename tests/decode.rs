@@ -1,8 +1,10 @@
 //! Autoregressive decoding with a KV cache (examples/support/gpt2.rs) on the jit: the decode
 //! step's logits against a full causal forward over the whole prefix in f64 (written here), the
 //! batched step with sequences of different lengths against each sequence alone, the donated
-//! caches written in place (same storage before and after a step), a DynamicUpdateSlice whose
-//! operand is still read afterwards not written in place, and bad positions and tokens refused.
+//! caches written in place (same storage before and after a step), the step planned without any
+//! fallback (no interpreter, no reference kernel; `fallback=error` compiles it), a
+//! DynamicUpdateSlice whose operand is still read afterwards not written in place, and bad
+//! positions and tokens refused.
 
 #[path = "../examples/support/gpt2.rs"]
 mod gpt2;
@@ -10,7 +12,8 @@ mod gpt2;
 use std::sync::Arc;
 
 use gpt2::{CacheWrite, Config, Decoder, Weights, build_step};
-use tensorjit::{Backend, Buffer, DType, Shape};
+use tensorjit::api::EventKind;
+use tensorjit::{Backend, Buffer, DType, Profiler, Shape};
 
 fn tiny() -> Config {
     Config { layers: 2, d_model: 32, heads: 4, mlp: 64, vocab: 40, max_pos: 16, eps: 1e-5 }
@@ -192,6 +195,43 @@ fn donated_caches_are_updated_in_place() {
         assert_ne!(c.data_ptr(), o.data_ptr());
         let o = o.to_vec::<f32>().unwrap();
         assert!(o.chunks(8).enumerate().all(|(r, row)| row.iter().any(|&x| x != 0.0) == (r % 8 == 2)));
+    }
+}
+
+/// The decode step runs on the jit's generated loops and kernels only: the report lists no
+/// interpreter and no reference kernel (`fallback=error` would refuse either), the cache writes
+/// are the DynamicUpdateSlice kernel (one per cache, or per cache and sequence) and attention
+/// the fused kernel (one per layer); the steps a profiled execution records agree.
+#[test]
+fn decode_step_has_no_fallback() {
+    let w = Weights::random(tiny(), 13);
+    let be = tensorjit::new_with_config("jit:fallback=error").unwrap();
+    let layers = tiny().layers;
+    for (batch, write, writes) in
+        [(1, CacheWrite::SamePosition, 2 * layers), (3, CacheWrite::PerSequence, 2 * layers * 3)]
+    {
+        let mut dec = Decoder::new(build_step(&be, &w, batch, 8, write).unwrap()).unwrap();
+        let r = dec.step.exe.compile_report().expect("the jit reports its compile").execution;
+        assert_eq!(r.interpreted, None, "{r}");
+        assert!(r.fallbacks().is_empty(), "{write:?}:\n{r}");
+        assert_eq!(r.count(EventKind::Reference) + r.count(EventKind::Interp), 0, "{r}");
+        let kernels = |what: &str| -> usize {
+            r.steps.iter().filter(|s| s.kind == EventKind::Kernel && s.label.contains(what)).map(|s| s.count).sum()
+        };
+        assert_eq!(kernels("dynamic_update_slice"), writes, "{write:?}:\n{r}");
+        assert_eq!(kernels("attention"), layers, "{write:?}:\n{r}");
+
+        let profiler = Profiler::new();
+        dec.opts.profiler = Some(profiler.clone());
+        dec.step(&vec![1; batch]).unwrap();
+        let events = profiler.events();
+        assert!(!events.is_empty());
+        let slow: Vec<&str> = events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Reference | EventKind::Interp))
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(slow.is_empty(), "{write:?}: {slow:?}");
     }
 }
 

@@ -319,7 +319,16 @@ pub fn build_step(
     }
     let head = c(&wte_t, &[dz, cfg.vocab])?;
     let logits = f.fused_dense(x, head, None, Default::default(), DenseLayout::InputOutputs)?;
-    let next = f.arg_min_max(logits, 1, DType::Int32, false)?;
+    // Greedy token: the lowest index holding the row's maximum (argmax, ties to the first) as a
+    // max reduction, a compare and a min reduction over the indices, which the jit runs as
+    // generated loops (its ArgMinMax is the scalar reference kernel). A row with a NaN has no
+    // index equal to its (NaN) maximum and gives `vocab`, outside the vocabulary: `Decoder::step`
+    // refuses it as the next input.
+    let (bv, vv) =
+        (Shape::new(DType::Float32, &[b, cfg.vocab as i64]), Shape::new(DType::Int32, &[b, cfg.vocab as i64]));
+    let top = f.broadcast_in_dim(f.reduce_max(logits, &[1])?, &bv, &[0])?;
+    let at_top = f.where_(f.equal(logits, top)?, f.iota(&vv, 1)?, f.scalar(cfg.vocab as i32)?)?;
+    let next = f.reduce_min(at_top, &[1])?;
     let mut outs = vec![next, logits];
     outs.extend(new_caches);
     f.return_(&outs)?;
