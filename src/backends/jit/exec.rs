@@ -416,7 +416,7 @@ impl<'p> Exec<'p> {
             let st = &mut *self.st;
             match step {
                 Step::Loop(s) => run_loop(s, &mut st.env, &mut st.arena, &plan.retain, &mut st.loops, self.pool)?,
-                Step::Kernel(s) => run_kernel(plan, s, st, self.pool, self.depth)?,
+                Step::Kernel(s) => run_kernel(plan, s, st, self.pool, self.depth, &fp.drops[i])?,
                 Step::Alias(s) => run_alias(s, st)?,
                 Step::Call(s) => self.run_call(s)?,
             }
@@ -547,8 +547,15 @@ fn run_kernel(
     st: &mut ExecState,
     pool: Option<&rayon::ThreadPool>,
     nesting: usize,
+    dying: &[ValueId],
 ) -> Result<()> {
     let packed = s.fast.as_ref().map_or(&[][..], |f| f.prepacked_operands());
+    // A DynamicUpdateSlice whose operand dies here may write over the operand's storage (when
+    // nothing else holds it: a donated input or an intermediate), so that a KV cache threaded
+    // through a decode step is not copied per token.
+    let in_place = matches!(s.op, Op::DynamicUpdateSlice)
+        && s.fast.is_some()
+        && s.inputs.first().is_some_and(|x| dying.contains(x) && !s.inputs[1..].contains(x));
     let ExecState { env, arena, kernel_inputs: ins, kernel_outputs: into, .. } = st;
     ins.clear();
     // The operands are moved out of their value slots while the kernel runs (and back after),
@@ -589,6 +596,12 @@ fn run_kernel(
                     into.push(arena.tensor(v, shape, data));
                 }
                 k.run_into(ins, into, pool).map(|()| None)
+            }
+            Some(_) if in_place && super::movement::update_slice_in_place(ins).map_err(at)? => {
+                // The result is the operand's storage; its value slot gets an empty shell.
+                let empty = arena.empty();
+                let shell = arena.tensor(s.inputs[0], &s.out_shapes[0], empty);
+                Ok(Some(vec![std::mem::replace(&mut ins[0], shell)]))
             }
             Some(k) => k.run(ins, &s.out_shapes, pool).map(Some),
             None => crate::kernels::reference::eval(&s.op, ins, &s.out_shapes).map(Some),

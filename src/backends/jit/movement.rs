@@ -3,7 +3,9 @@
 //! [`crate::kernels::movement`] (cache-blocked, split across the pool) instead of the reference
 //! kernels' per-element index arithmetic. Any dtype: elements are moved as 1-, 2-, 4- or 8-byte
 //! words (wider ones as several words). Also the row gather of embedding lookups (Gather of
-//! whole rows along axis 0, the form ONNX `Gather` on axis 0 imports as), a row copy per index.
+//! whole rows along axis 0, the form ONNX `Gather` on axis 0 imports as), a row copy per index,
+//! and DynamicUpdateSlice as contiguous run copies, written over the operand's own storage when
+//! the executor owns it outright ([`update_slice_in_place`]: a donated KV cache is not copied).
 
 use std::sync::Arc;
 
@@ -33,6 +35,9 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Result<Option<Box<dyn FastKernel
     let node = m.node(n);
     if let Op::Gather { .. } = node.op {
         return Ok(RowGather::prepare(m, n).map(|k| Box::new(k) as Box<dyn FastKernel>));
+    }
+    if let Op::DynamicUpdateSlice = node.op {
+        return Ok(UpdateSlice::prepare(m, n).map(|k| Box::new(k) as Box<dyn FastKernel>));
     }
     let (&[x], &[y]) = (node.inputs.as_slice(), node.outputs.as_slice()) else { return Ok(None) };
     let (xs, ys) = (m.shape(x), m.shape(y));
@@ -200,8 +205,14 @@ impl FastKernel for RowGather {
             _ => idx.data.typed::<i64>().iter().map(|&i| i.clamp(0, last) as usize).collect(),
         };
         let rb = self.row_bytes;
-        let mut data = AlignedBytes::try_recycled(starts.len() * rb)?;
         let src = x.data.as_bytes();
+        if src.len() != self.rows * rb {
+            return Err(Error::invalid(
+                "gather",
+                format!("operand storage of {} bytes for {} (expected {})", src.len(), x.shape, self.rows * rb),
+            ));
+        }
+        let mut data = AlignedBytes::try_recycled(starts.len() * rb)?;
         let dst = data.as_bytes_mut();
         let row = |(k, out): (usize, &mut [u8])| out.copy_from_slice(&src[starts[k] * rb..starts[k] * rb + rb]);
         match pool {
@@ -214,6 +225,132 @@ impl FastKernel for RowGather {
         }
         Ok(vec![Tensor { shape: out.clone(), data: Arc::new(data) }])
     }
+}
+
+/// DynamicUpdateSlice with static shapes and Int32/Int64 starts: `run` copies the operand and
+/// writes the update into the copy; the executor calls [`update_slice_in_place`] instead when
+/// the operand dies at this node and its storage is held by nothing else.
+struct UpdateSlice {
+    operand: Shape,
+    update: Shape,
+}
+
+impl UpdateSlice {
+    fn prepare(m: &Module, n: NodeId) -> Option<UpdateSlice> {
+        let node = m.node(n);
+        let (xs, us) = (m.shape(*node.inputs.first()?), m.shape(*node.inputs.get(1)?));
+        let starts = &node.inputs[2..];
+        let ok = !xs.is_dynamic()
+            && !us.is_dynamic()
+            && !xs.dtype.is_packed()
+            && us.dtype == xs.dtype
+            && us.rank() == xs.rank()
+            && starts.len() == xs.rank()
+            && us.dims.iter().zip(&xs.dims).all(|(u, x)| u <= x)
+            && starts
+                .iter()
+                .all(|&s| m.shape(s).rank() == 0 && matches!(m.shape(s).dtype, DType::Int32 | DType::Int64));
+        ok.then(|| UpdateSlice { operand: xs.clone(), update: us.clone() })
+    }
+}
+
+impl FastKernel for UpdateSlice {
+    fn describe(&self) -> String {
+        format!(
+            "dynamic_update_slice {} {:?} <- {:?} (row copies, in place when the operand dies)",
+            self.operand.dtype.short_name(),
+            self.operand.dims,
+            self.update.dims
+        )
+    }
+
+    fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], _pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        let (Some(x), Some(u)) = (inputs.first(), inputs.get(1)) else {
+            return Err(Error::invalid("DynamicUpdateSlice", "expected an operand, an update and starts"));
+        };
+        if x.shape != self.operand || u.shape != self.update || out_shapes.first() != Some(&self.operand) {
+            return Err(Error::invalid(
+                "DynamicUpdateSlice",
+                format!("operand {} / update {} differ from the compiled {}", x.shape, u.shape, self.operand),
+            ));
+        }
+        let mut data = AlignedBytes::try_recycled(x.data.len())?;
+        data.as_bytes_mut().copy_from_slice(x.bytes());
+        let mut out = Tensor { shape: x.shape.clone(), data: Arc::new(data) };
+        let written = write_update(&mut out, u, &inputs[2..])?;
+        debug_assert!(written, "the copy is held uniquely");
+        Ok(vec![out])
+    }
+}
+
+/// DynamicUpdateSlice over `inputs[0]`'s own storage: `inputs = [x, update, starts…]` with one
+/// Int32/Int64 scalar start per axis (negative ones + dim, then clamped to `[0, dim − update
+/// dim]`, as the catalogue says). Returns `Ok(false)`, writing nothing, when x's storage is
+/// shared (another value, a caller's buffer or a constant still holds it) or the operands are
+/// not of the forms [`UpdateSlice`] handles; the caller then runs the copying kernel. The caller
+/// must also know that x is not read after this node (its value dies here).
+pub(crate) fn update_slice_in_place(inputs: &mut [Tensor]) -> Result<bool> {
+    let [x, u, starts @ ..] = inputs else { return Ok(false) };
+    write_update(x, u, starts)
+}
+
+/// Writes `u` into `x` at `starts` if x's storage is unique and the shapes fit (else `false`).
+fn write_update(x: &mut Tensor, u: &Tensor, starts: &[Tensor]) -> Result<bool> {
+    const OP: &str = "DynamicUpdateSlice";
+    let (xd, ud) = (x.shape.udims(), u.shape.udims());
+    let esize = x.shape.dtype.size();
+    let r = xd.len();
+    if x.shape.dtype != u.shape.dtype || x.shape.dtype.is_packed() || ud.len() != r || starts.len() != r {
+        return Ok(false);
+    }
+    if ud.iter().zip(&xd).any(|(u, x)| u > x) || u.data.len() != u.shape.num_elements() * esize {
+        return Ok(false);
+    }
+    let mut at = Vec::with_capacity(r);
+    for (k, s) in starts.iter().enumerate() {
+        let v = match (s.shape.dtype, s.data.len()) {
+            (DType::Int32, 4) if s.shape.rank() == 0 => s.typed::<i32>()[0] as i64,
+            (DType::Int64, 8) if s.shape.rank() == 0 => s.typed::<i64>()[0],
+            _ => return Ok(false),
+        };
+        let v = if v < 0 { v.saturating_add(xd[k] as i64) } else { v };
+        at.push(v.clamp(0, (xd[k] - ud[k]) as i64) as usize);
+    }
+    let Some(dst) = Arc::get_mut(&mut x.data) else { return Ok(false) };
+    if dst.len() != x.shape.num_elements() * esize {
+        return Err(Error::invalid(OP, format!("operand storage of {} bytes for {}", dst.len(), x.shape)));
+    }
+    if ud.contains(&0) {
+        return Ok(true);
+    }
+    // Trailing axes the update covers whole join the innermost axis it only partly covers
+    // into one contiguous run; the axes before it are walked row by row.
+    let mut whole = r;
+    while whole > 0 && ud[whole - 1] == xd[whole - 1] {
+        whole -= 1;
+    }
+    let run_axis = whole.saturating_sub(1);
+    let run = ud[run_axis..].iter().product::<usize>() * esize;
+    let mut stride = vec![esize; r];
+    for k in (0..r.saturating_sub(1)).rev() {
+        stride[k] = stride[k + 1] * xd[k + 1];
+    }
+    let base: usize = (run_axis..r).map(|k| at[k] * stride[k]).sum();
+    let (dst, src) = (dst.as_bytes_mut(), u.bytes());
+    let mut idx = vec![0usize; run_axis];
+    for row in src.chunks_exact(run) {
+        let off = base + (0..run_axis).map(|k| (at[k] + idx[k]) * stride[k]).sum::<usize>();
+        dst[off..off + run].copy_from_slice(row);
+        // Next row (odometer over the leading update axes).
+        for k in (0..run_axis).rev() {
+            idx[k] += 1;
+            if idx[k] < ud[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -309,6 +446,51 @@ mod tests {
         for p in [None, Some(&pool)] {
             let got = k.run(&inputs, std::slice::from_ref(&out), p).unwrap();
             assert_eq!(got[0].bytes(), want[0].bytes());
+        }
+    }
+
+    /// DynamicUpdateSlice: the copying kernel and the in-place path against the reference
+    /// kernel, starts in range, negative and clamped, i32 and i64, several ranks.
+    #[test]
+    fn update_slice_matches_the_reference_kernel() {
+        let cases: [(&[i64], &[i64], &[i64]); 6] = [
+            (&[2, 3, 16, 4], &[2, 3, 1, 4], &[0, 0, 5, 0]),
+            (&[2, 3, 16, 4], &[1, 3, 1, 4], &[1, 0, 15, 0]),
+            (&[2, 3, 16, 4], &[1, 2, 3, 2], &[-1, 7, 20, -3]),
+            (&[5, 7], &[5, 7], &[2, 2]),
+            (&[9], &[4], &[-2]),
+            (&[3, 4], &[0, 4], &[1, 0]),
+        ];
+        for (xd, ud, at) in cases {
+            let xs = Shape::new(DType::Float32, xd);
+            let us = Shape::new(DType::Float32, ud);
+            let xv: Vec<f32> = (0..xs.num_elements()).map(|i| i as f32).collect();
+            let uv: Vec<f32> = (0..us.num_elements()).map(|i| -1.0 - i as f32).collect();
+            for wide in [false, true] {
+                let starts: Vec<Tensor> = at
+                    .iter()
+                    .map(|&a| match wide {
+                        true => tensor_i64(&[], &[a]),
+                        false => Tensor::from_vec(Shape::new(DType::Int32, &[]), &[a as i32]).unwrap(),
+                    })
+                    .collect();
+                let mut inputs =
+                    vec![Tensor::from_vec(xs.clone(), &xv).unwrap(), Tensor::from_vec(us.clone(), &uv).unwrap()];
+                inputs.extend(starts);
+                let want = reference::eval(&Op::DynamicUpdateSlice, &inputs, std::slice::from_ref(&xs)).unwrap();
+                let k = UpdateSlice { operand: xs.clone(), update: us.clone() };
+                let got = k.run(&inputs, std::slice::from_ref(&xs), None).unwrap();
+                assert_eq!(got[0].bytes(), want[0].bytes(), "{xd:?} {ud:?} {at:?}");
+                // Shared storage (`got` holds a second handle) is not written over.
+                let before = inputs[0].clone();
+                assert!(!update_slice_in_place(&mut inputs).unwrap());
+                assert_eq!(inputs[0].bytes(), before.bytes());
+                drop(before);
+                let ptr = inputs[0].data.as_bytes().as_ptr();
+                assert!(update_slice_in_place(&mut inputs).unwrap());
+                assert_eq!(inputs[0].data.as_bytes().as_ptr(), ptr, "written in place");
+                assert_eq!(inputs[0].bytes(), want[0].bytes(), "{xd:?} {ud:?} {at:?} in place");
+            }
         }
     }
 }
