@@ -7,10 +7,15 @@
 //! mpirun --allow-run-as-root -np 2 target/debug/examples/tensor_parallel
 //! ```
 //!
-//! Rank 0 also runs the whole MLP in one process and prints the largest difference.
+//! Every rank also runs the whole MLP in one process and fails if the results differ by more than
+//! float rounding.
+
+#[path = "common/spmd.rs"]
+mod spmd;
 
 use std::sync::Arc;
 
+use spmd::{check, values};
 use tensorjit::api::collective::Communicator;
 use tensorjit::backends::mpi::MpiCommunicator;
 use tensorjit::ir::op::{Activation, ArithReduce, DenseLayout};
@@ -20,10 +25,6 @@ const ROWS: usize = 4;
 const K: usize = 64;
 const HIDDEN: usize = 256;
 const N: usize = 32;
-
-fn values(n: usize, seed: usize) -> Vec<f32> {
-    (0..n).map(|i| (((i * 31 + seed * 17) % 53) as f32 - 26.0) / 100.0).collect()
-}
 
 /// `relu(x·W1[:, cols] + b1[cols]) · W2[cols, :]`, all-reduced when `comm` is given.
 fn mlp(cols: std::ops::Range<usize>, comm: Option<Arc<dyn Communicator>>) -> tensorjit::Result<Vec<f32>> {
@@ -54,10 +55,8 @@ fn main() -> tensorjit::Result<()> {
     let cols = rank * per..if rank + 1 == size { HIDDEN } else { (rank + 1) * per };
     println!("rank {rank} of {size}: hidden columns {cols:?}");
     let y = mlp(cols, Some(comm))?;
-    if rank == 0 {
-        let whole = mlp(0..HIDDEN, None)?;
-        let diff = y.iter().zip(&whole).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        println!("y[0, ..4] = {:?}; largest difference from one process: {diff:e}", &y[..4]);
-    }
+    let whole = mlp(0..HIDDEN, None)?;
+    let diff = check("tensor_parallel", &y, &whole)?;
+    println!("rank {rank}: y[0, ..4] = {:?}; largest relative difference from one process: {diff:e}", &y[..4]);
     Ok(())
 }

@@ -12,6 +12,8 @@ use half::{bf16, f16};
 use spmd::{BACKENDS, backend, compile, with};
 use tensorjit::api::collective::{Communicator, LocalCommunicator};
 use tensorjit::ir::op::ArithReduce;
+use tensorjit::ir::optype::OpType;
+use tensorjit::ir::text::parse_module;
 use tensorjit::{Buffer, DType, Element, Error, ExecOptions, Shape};
 
 /// Runs `f(rank's communicator)` on `size` threads and returns each rank's result, by rank.
@@ -267,5 +269,25 @@ fn repeated_executions_pair_up() {
                 assert_eq!(m, &vec![i as f32, r as f32, 1.], "{name}");
             }
         }
+    }
+}
+
+#[test]
+fn declared_only_collectives_are_named_errors() {
+    // The catalogue declares CollectiveBroadcast and AllGather as op-type names without semantics:
+    // no backend claims them and the text format rejects them by name (the communicator's
+    // all_gather/broadcast, tested above, are the library's calls).
+    for name in BACKENDS {
+        let be = backend(name);
+        let ops = &be.capabilities().operations;
+        assert!(ops.contains(&OpType::AllReduce), "{name}");
+        for t in [OpType::AllGather, OpType::CollectiveBroadcast] {
+            assert!(!ops.contains(&t), "{name} claims {t:?}");
+        }
+    }
+    for op in ["all_gather", "collective_broadcast"] {
+        let text = format!("module @m\n\nfunc @main(%0 \"x\": f32[2]) {{\n  %1 = {op} %0 : f32[4]\n  return %1\n}}\n");
+        let err = parse_module(&text).unwrap_err().to_string();
+        assert!(err.contains(op) && err.contains("not an op"), "{op}: {err}");
     }
 }

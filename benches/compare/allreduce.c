@@ -2,6 +2,7 @@
  * figure beside examples/allreduce_bench.rs (docs/distributed.md). Prints one line per size:
  * "mpi-c <bytes> <median seconds> <algorithm bandwidth GB/s>" on rank 0.
  * Build: mpicc -O2 -o /tmp/allreduce_c benches/compare/allreduce.c
+ * (benches/compare/allreduce.sh builds both and alternates them.)
  * Run:   mpirun --allow-run-as-root -np 2 /tmp/allreduce_c [repeats] */
 #include <mpi.h>
 #include <stdio.h>
