@@ -72,7 +72,7 @@ fn step(jit: &Arc<dyn Backend>, rows: usize, reduce: bool) -> tensorjit::Result<
     if reduce {
         grad = f.all_reduce(&[grad], ArithReduce::Sum, &[])?[0];
     }
-    let next = f.sub(w, f.mul(grad, f.constant(&vec![LR; K], &[K, 1])?)?)?;
+    let next = f.sub(w, f.mul(grad, f.constant(&[LR; K], &[K, 1])?)?)?;
     f.return_(&[next])?;
     builder.compile()
 }
