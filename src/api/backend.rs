@@ -270,6 +270,9 @@ pub struct ExecOptions {
     /// Record the time of every step (jit) or node (interp) of the execution into this
     /// profiler (`crate::api::profile`); `None`: nothing is timed.
     pub profiler: Option<Profiler>,
+    /// The ranks an SPMD program's AllReduce nodes reduce across (`crate::api::collective`,
+    /// docs/distributed.md); `None`: one device, where only replica groups of one member run.
+    pub communicator: Option<Arc<dyn crate::api::collective::Communicator>>,
 }
 
 impl ExecOptions {

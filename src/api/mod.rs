@@ -3,6 +3,7 @@
 pub mod backend;
 pub mod buffer;
 pub mod builder;
+pub mod collective;
 mod ops_basic;
 mod ops_structured;
 pub mod profile;

@@ -4,5 +4,7 @@
 pub mod interp;
 #[cfg(feature = "jit")]
 pub mod jit;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod signature;
 pub mod slot;

@@ -1,7 +1,7 @@
 //! `InterpExecutable` and the evaluator: runs a function node by node over an environment of
 //! tensors indexed by value id, dropping each tensor after its last use.
 //!
-//! Constants, control flow (Call, While, If, Sort), barriers, single-device AllReduce and the
+//! Constants, control flow (Call, While, If, Sort), barriers, AllReduce (`crate::api::collective`) and the
 //! zero-copy shape ops (Reshape, DynamicReshape, Identity) are handled here; every other op goes
 //! to [`crate::kernels::reference::eval`]. Tensor data is shared (`Arc`) and never written while
 //! shared, so a non-donated input is never modified; a donated input's storage is owned by the
@@ -306,15 +306,9 @@ impl Ctx<'_> {
             Op::SchedulingBarrier => {
                 vec![inputs.into_iter().next().ok_or_else(|| Error::invalid(name.to_string(), "missing operand"))?]
             }
-            Op::AllReduce { replica_groups, .. } => {
-                // One device: a group of one member reduces over itself.
-                if let Some(g) = replica_groups.iter().find(|g| g.len() > 1) {
-                    return Err(Error::not_implemented(
-                        name.to_string(),
-                        format!("replica group {g:?} spans several devices; interp has 1 device"),
-                    ));
-                }
-                inputs
+            Op::AllReduce { kind, replica_groups } => {
+                let comm = self.opts.communicator.as_deref();
+                crate::api::collective::all_reduce_tensors(&name.to_string(), comm, *kind, replica_groups, inputs)?
             }
             Op::DynamicShape => {
                 let x = inputs.first().ok_or_else(|| Error::invalid(name.to_string(), "missing operand x"))?;

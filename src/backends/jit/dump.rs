@@ -77,7 +77,7 @@ pub struct Stages {
     pub egg: Option<String>,
     /// The module after the whole pipeline (what is planned).
     pub optimized: Module,
-    /// Why the interpreter runs the module (dynamic shapes, AllReduce); then there are no
+    /// Why the interpreter runs the module (dynamic shapes it cannot specialise); then there are no
     /// clusters, kernels or plan steps.
     pub delegated: Option<String>,
     /// The clusters of every function (`clusters.txt`).

@@ -23,12 +23,15 @@ use crate::ir::text::format_shape;
 use crate::kernels::tensor::Tensor;
 use crate::memory::AlignedBytes;
 
+#[path = "collective.rs"]
+mod collective;
+
 /// What an executable runs.
 pub(crate) enum Runner {
     /// The flat plan, with the pool used to split large loops (`None`: one thread; a pool of
     /// one thread runs everything on the calling thread too).
     Plan { plan: Arc<Plan>, pool: Option<Arc<rayon::ThreadPool>> },
-    /// The interpreter (AllReduce, dynamic shapes the jit cannot specialise).
+    /// The interpreter (dynamic shapes the jit cannot specialise).
     Interp(InterpExecutable),
     /// One plan per binding of the module's dynamic axes.
     Dynamic(Box<super::specialize::Specializer>),
@@ -416,6 +419,10 @@ impl<'p> Exec<'p> {
             let st = &mut *self.st;
             match step {
                 Step::Loop(s) => run_loop(s, &mut st.env, &mut st.arena, &plan.retain, &mut st.loops, self.pool)?,
+                Step::Kernel(s) if matches!(s.op, Op::AllReduce { .. }) => {
+                    collective::run(s, &mut st.env, self.opts)
+                        .map_err(|e| annotate(e, &plan.module, s.node, self.depth))?
+                }
                 Step::Kernel(s) => run_kernel(plan, s, st, self.pool, self.depth, &fp.drops[i])?,
                 Step::Alias(s) => run_alias(s, st)?,
                 Step::Call(s) => self.run_call(s)?,

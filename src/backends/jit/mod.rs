@@ -30,7 +30,7 @@
 //! While, If and Sort steps run the callees' plans. A module with named dynamic axes gets one
 //! plan per binding of its axes, compiled at the first execution with those sizes and kept in a
 //! bounded cache (`specializations=N`; [`Executable::specialization_stats`]). Current
-//! limitation: a module with AllReduce, dynamic shapes inside a called function, or a reshape
+//! limitation: a module with dynamic shapes inside a called function, or a reshape
 //! sized by tensor data is optimised and then run by the interpreter
 //! ([`crate::backends::interp::InterpExecutable`]) as a whole; its report and `plan.txt` dump
 //! say why.

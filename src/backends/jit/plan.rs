@@ -175,16 +175,10 @@ fn internal(msg: String) -> Error {
     Error::invalid("jit compile", msg)
 }
 
-/// Why `m` cannot be planned (then the interpreter runs it), or `None`: AllReduce, and the
-/// dynamic shapes `passes::specialize` cannot make static, are left to the interpreter.
+/// Why `m` cannot be planned (then the interpreter runs it), or `None`: only the dynamic shapes
+/// `passes::specialize` cannot make static are left to the interpreter (collectives are planned,
+/// `super::collective`).
 pub(crate) fn needs_interpreter(m: &Module) -> Option<String> {
-    for f in &m.functions {
-        for &n in &f.body {
-            if let Op::AllReduce { .. } = m.node(n).op {
-                return Some(format!("node {n} (all_reduce) is run by the interpreter"));
-            }
-        }
-    }
     crate::passes::specialize::unsupported(m)
 }
 
