@@ -282,6 +282,25 @@ fn a_specialisation_plans_like_the_module_compiled_for_its_sizes() {
         assert_eq!(gemms[0].count, 1, "{r}");
         assert!(gemms[0].label.contains("x24] +bias"), "N = 3 x 8, biases in the epilogue: {r}");
     }
+    // Each plan is also recompiled with the whole pipeline in the background and swapped in;
+    // results and plan stay those of the fixed module.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while dynamic.specialization_stats().expect("stats").upgraded < 2 {
+        assert!(std::time::Instant::now() < deadline, "no background upgrade in 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (b, s) = (3, 50);
+    let x = Buffer::from_slice(&values(b * s * 8, 7), &[b, s, 8]).expect("x");
+    let got = dynamic.execute(&[&x], &[]).expect("dynamic");
+    let fixed = compile("fallback=error", &projections(&format!("{b},{s}")));
+    let want = fixed.execute(&[&x], &[]).expect("fixed");
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.to_vec::<f32>().expect("f32"), w.to_vec::<f32>().expect("f32"), "upgraded plan");
+    }
+    let r = dynamic.compile_report().expect("report").execution;
+    assert_eq!(r.steps, fixed.compile_report().expect("report").execution.steps, "upgraded plan:\n{r}");
+    let stats = dynamic.specialization_stats().expect("stats");
+    assert_eq!((stats.misses, stats.upgraded), (2, 2), "{stats}");
 }
 
 #[test]

@@ -117,21 +117,25 @@ pub struct SpecializationStats {
     pub evictions: u64,
     /// Time spent compiling plans, over all misses.
     pub compile_time: std::time::Duration,
+    /// Plans replaced by their recompilation with the whole pass pipeline (egg fusion on the
+    /// static shapes), done in the background after each miss.
+    pub upgraded: u64,
 }
 
 impl fmt::Display for SpecializationStats {
-    /// One line: `axes [batch, sequence]: 3 of 16 plans cached, 40 hits, 3 misses, 0 evictions, compile 51.2 ms`.
+    /// One line: `axes [batch, sequence]: 3 of 16 plans cached, 40 hits, 3 misses, 0 evictions, compile 51.2 ms, 3 upgraded`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "axes [{}]: {} of {} plans cached, {} hits, {} misses, {} evictions, compile {:.1} ms",
+            "axes [{}]: {} of {} plans cached, {} hits, {} misses, {} evictions, compile {:.1} ms, {} upgraded",
             self.axes.join(", "),
             self.cached,
             self.capacity,
             self.hits,
             self.misses,
             self.evictions,
-            self.compile_time.as_secs_f64() * 1e3
+            self.compile_time.as_secs_f64() * 1e3,
+            self.upgraded
         )
     }
 }

@@ -30,6 +30,14 @@ pub(crate) type Handler = fn(&mut Ctx<'_>, &Node<'_>) -> Result<Vec<ValueId>>;
 /// module does not depend on the handlers that depend on it).
 pub(crate) type Lookup = fn(&str) -> Option<Handler>;
 
+/// What imports a node before its handler when its value can be tracked symbolically
+/// (`super::symbolic::import_node`, set by the importer; `Ok(None)`: not tracked).
+pub(crate) type Symbolic = for<'c, 'p> fn(&mut Ctx<'c>, &Node<'p>) -> Result<Option<Vec<ValueId>>>;
+
+fn no_symbolic(_: &mut Ctx<'_>, _: &Node<'_>) -> Result<Option<Vec<ValueId>>> {
+    Ok(None)
+}
+
 /// Import state for one model.
 pub struct Ctx<'a> {
     /// The module being built.
@@ -50,9 +58,11 @@ pub struct Ctx<'a> {
     constant_values: HashMap<String, TensorProto>,
     /// The operator table.
     lookup_op: Lookup,
+    /// Imports the nodes whose values are tracked symbolically, before `lookup_op`.
+    symbolic: Symbolic,
     /// Values of the main function computed from dynamic sizes, tracked element by element
     /// ([`super::symbolic`]).
-    pub(crate) sym: HashMap<ValueId, super::symbolic::SymVal>,
+    pub(crate) sym: HashMap<ValueId, super::poly::SymVal>,
     /// A value and axis of the main function holding each dynamic axis name seen, to read its
     /// size from at run time.
     pub(crate) axis_sources: HashMap<String, (ValueId, usize)>,
@@ -253,10 +263,17 @@ impl<'a> Ctx<'a> {
             base_dir,
             fold: true,
             lookup_op,
+            symbolic: no_symbolic,
             constant_values: HashMap::new(),
             sym: HashMap::new(),
             axis_sources: HashMap::new(),
         }
+    }
+
+    /// This context with `f` importing the nodes whose values it tracks symbolically.
+    pub(crate) fn with_symbolic(mut self, f: Symbolic) -> Ctx<'a> {
+        self.symbolic = f;
+        self
     }
 
     /// Moves the `value` tensors out of the default-domain `Constant` nodes of `g` (the main
@@ -527,7 +544,7 @@ impl<'a> Ctx<'a> {
             }
         }
         let node = Node::new(n, inputs, self.opset);
-        let outs = match super::symbolic::import_node(self, &node)? {
+        let outs = match (self.symbolic)(self, &node)? {
             Some(outs) => outs,
             None => handler(self, &node)?,
         };

@@ -17,6 +17,7 @@
 
 pub(crate) mod graph;
 pub(crate) mod ops;
+pub(crate) mod poly;
 #[allow(missing_docs)]
 pub mod proto;
 mod stream;
@@ -201,7 +202,7 @@ fn import(mut model: ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) 
     let producer = producer(&model);
     let mut g = model.graph.take().ok_or_else(|| Error::invalid("onnx", "the model has no graph"))?;
     let name = if g.name().is_empty() { "onnx".to_string() } else { g.name().to_string() };
-    let mut ctx = graph::Ctx::new(&name, opset, base_dir, ops::handler);
+    let mut ctx = graph::Ctx::new(&name, opset, base_dir, ops::handler).with_symbolic(symbolic::import_node);
 
     // Every frozen input must be a graph input.
     if let Some(name) = opts.constant_inputs.keys().find(|k| !g.input.iter().any(|vi| vi.name() == k.as_str())) {

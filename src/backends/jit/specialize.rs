@@ -4,7 +4,11 @@
 //! went through the whole pass pipeline (egg fusion included) once; a binding costs
 //! `passes::specialize` (shapes made static, shape ops and small iotas made constants), the
 //! cheap passes again (folding what the sizes made constant, merging projections that share an
-//! input), planning and code generation.
+//! input), planning and code generation, so that the first execution at a new shape waits
+//! little. The plan is then recompiled in the background with the whole pipeline on the static
+//! module (egg fusion finds what dynamic shapes hid from it) and swapped into the cache when
+//! done ([`SpecializationStats::upgraded`]): warm executions run the plan a module compiled for
+//! those sizes gets.
 //!
 //! A plan for one binding is exactly the plan of a module compiled for those fixed sizes, so a
 //! warm execution costs what the static module's does plus one cache lookup. Recompiling is
@@ -35,7 +39,8 @@ pub(crate) struct Specializer {
     backend: JitBackend,
     /// The names of the axes, in key order.
     axes: Vec<String>,
-    cache: Mutex<Cache>,
+    /// Shared with the background recompilations (which hold it weakly).
+    cache: Arc<Mutex<Cache>>,
 }
 
 #[derive(Default)]
@@ -65,11 +70,11 @@ impl Specializer {
             capacity: backend.opts.specializations,
             ..SpecializationStats::default()
         };
-        Specializer { module, backend, axes, cache: Mutex::new(Cache { stats, ..Cache::default() }) }
+        Specializer { module, backend, axes, cache: Arc::new(Mutex::new(Cache { stats, ..Cache::default() })) }
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.cache)
     }
 
     /// The plan for the sizes of `inputs`: from the cache, or compiled and cached (evicting the
@@ -100,6 +105,7 @@ impl Specializer {
         let label = self.binding_label(&key);
         let mut module = specialize::specialize(&self.module, &bindings)?;
         module.name = format!("{}[{label}]", self.module.name);
+        let whole = self.backend.opts.fusion.then(|| module.clone());
         let exe = Arc::new(self.backend.compile_specialised(module)?);
         let took = t0.elapsed();
         tracing::debug!(target: "tensorjit::jit", module = %self.module.name, binding = %label,
@@ -108,7 +114,7 @@ impl Specializer {
         c.stats.misses += 1;
         c.stats.compile_time += took;
         if let Some(r) = exe.compile_report() {
-            c.latest = Some((label, r.execution));
+            c.latest = Some((label.clone(), r.execution));
         }
         c.clock += 1;
         let now = c.clock;
@@ -122,9 +128,45 @@ impl Specializer {
             c.entries.swap_remove(oldest);
             c.stats.evictions += 1;
         }
-        c.entries.push(Entry { key, exe: exe.clone(), last_use: now });
+        c.entries.push(Entry { key: key.clone(), exe: exe.clone(), last_use: now });
         c.stats.cached = c.entries.len();
+        drop(c);
+        if let Some(m) = whole {
+            self.upgrade(key, label, m);
+        }
         Ok(exe)
+    }
+
+    /// Recompiles the specialised `module` with the whole pass pipeline on a background thread
+    /// and replaces the cached plan of `key` with it, if that plan is still cached (not evicted,
+    /// not finalized) and the executable still alive. A failure (no thread, a compile error)
+    /// keeps the plan compiled with the cheap passes, which is correct, only less fused.
+    fn upgrade(&self, key: SmallVec<[i64; 4]>, label: String, module: Module) {
+        let cache = Arc::downgrade(&self.cache);
+        let backend = self.backend.fork();
+        let spawned = std::thread::Builder::new().name("tensorjit-specialise".into()).spawn(move || {
+            let exe = match backend.compile_jit(module) {
+                Ok(exe) => Arc::new(exe),
+                Err(e) => {
+                    tracing::debug!(target: "tensorjit::jit", binding = %label, error = %e,
+                        "background recompilation failed: the plan from the cheap passes stays");
+                    return;
+                }
+            };
+            let Some(cache) = cache.upgrade() else { return };
+            let mut c = lock(&cache);
+            let Some(entry) = c.entries.iter_mut().find(|e| e.key == key) else { return };
+            entry.exe = exe.clone();
+            c.stats.upgraded += 1;
+            if let (Some((latest, _)), Some(r)) = (&c.latest, exe.compile_report())
+                && *latest == label
+            {
+                c.latest = Some((label, r.execution));
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::debug!(target: "tensorjit::jit", error = %e, "no thread for the background recompilation");
+        }
     }
 
     /// `batch=8, sequence=128`.
@@ -188,4 +230,10 @@ impl Specializer {
     ) -> Result<()> {
         self.executable(inputs)?.execute_into(inputs, donate, outputs, opts)
     }
+}
+
+/// The cache, also after a panic while it was held (its state is consistent between
+/// statements).
+fn lock(cache: &Mutex<Cache>) -> std::sync::MutexGuard<'_, Cache> {
+    cache.lock().unwrap_or_else(|e| e.into_inner())
 }

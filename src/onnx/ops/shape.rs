@@ -19,8 +19,9 @@ use super::common::{
     not_constant, opt_const_ints, reshape_to, select, static_dims,
 };
 use crate::onnx::graph::{Ctx, Node};
+use crate::onnx::poly::Poly;
 use crate::onnx::proto::attribute_proto::AttributeType;
-use crate::onnx::symbolic::{self, Poly};
+use crate::onnx::symbolic;
 use crate::onnx::tensor::{dtype_from_onnx, onnx_type_name, take_tensor_bytes};
 
 /// Op types mapped here.
