@@ -16,6 +16,7 @@
 //! same `Arc`s), so packed GEMM operands and large constants are found by identity in the
 //! process-wide constant cache (`shared`) instead of being packed again.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -52,6 +53,19 @@ struct Cache {
     stats: SpecializationStats,
     /// The report of the latest compiled plan and its binding.
     latest: Option<(String, ExecutionReport)>,
+    /// Recompilations with the whole pipeline waiting for the background worker, oldest first
+    /// (at most `specializations`: older ones are dropped, their plans would be evicted).
+    pending: VecDeque<Upgrade>,
+    /// Whether a worker thread is draining `pending` (one per executable, so that a burst of
+    /// new shapes never starts a thread per shape).
+    worker: bool,
+}
+
+/// A specialised module to recompile with the whole pipeline, for the plan cached under `key`.
+struct Upgrade {
+    key: SmallVec<[i64; 4]>,
+    label: String,
+    module: Module,
 }
 
 struct Entry {
@@ -142,30 +156,46 @@ impl Specializer {
     /// not finalized) and the executable still alive. A failure (no thread, a compile error)
     /// keeps the plan compiled with the cheap passes, which is correct, only less fused.
     fn upgrade(&self, key: SmallVec<[i64; 4]>, label: String, module: Module) {
+        {
+            let mut c = self.cache();
+            c.pending.push_back(Upgrade { key, label, module });
+            while c.pending.len() > self.backend.opts.specializations {
+                c.pending.pop_front();
+            }
+            if c.worker {
+                return;
+            }
+            c.worker = true;
+        }
         let cache = Arc::downgrade(&self.cache);
         let backend = self.backend.fork();
         let spawned = std::thread::Builder::new().name("tensorjit-specialise".into()).spawn(move || {
-            let exe = match backend.compile_jit(module) {
-                Ok(exe) => Arc::new(exe),
-                Err(e) => {
-                    tracing::debug!(target: "tensorjit::jit", binding = %label, error = %e,
-                        "background recompilation failed: the plan from the cheap passes stays");
-                    return;
+            while let Some(job) = next_upgrade(&cache) {
+                let exe = match backend.compile_jit(job.module) {
+                    Ok(exe) => Arc::new(exe),
+                    Err(e) => {
+                        tracing::debug!(target: "tensorjit::jit", binding = %job.label, error = %e,
+                            "background recompilation failed: the plan from the cheap passes stays");
+                        continue;
+                    }
+                };
+                let Some(cache) = cache.upgrade() else { return };
+                let mut c = lock(&cache);
+                let Some(entry) = c.entries.iter_mut().find(|e| e.key == job.key) else { continue };
+                entry.exe = exe.clone();
+                c.stats.upgraded += 1;
+                if let (Some((latest, _)), Some(r)) = (&c.latest, exe.compile_report())
+                    && *latest == job.label
+                {
+                    c.latest = Some((job.label, r.execution));
                 }
-            };
-            let Some(cache) = cache.upgrade() else { return };
-            let mut c = lock(&cache);
-            let Some(entry) = c.entries.iter_mut().find(|e| e.key == key) else { return };
-            entry.exe = exe.clone();
-            c.stats.upgraded += 1;
-            if let (Some((latest, _)), Some(r)) = (&c.latest, exe.compile_report())
-                && *latest == label
-            {
-                c.latest = Some((label, r.execution));
             }
         });
         if let Err(e) = spawned {
             tracing::debug!(target: "tensorjit::jit", error = %e, "no thread for the background recompilation");
+            let mut c = self.cache();
+            c.worker = false;
+            c.pending.clear();
         }
     }
 
@@ -236,4 +266,18 @@ impl Specializer {
 /// statements).
 fn lock(cache: &Mutex<Cache>) -> std::sync::MutexGuard<'_, Cache> {
     cache.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The next recompilation whose plan is still cached; `None` (and the worker marked stopped)
+/// when there is none or the executable is gone.
+fn next_upgrade(cache: &std::sync::Weak<Mutex<Cache>>) -> Option<Upgrade> {
+    let cache = cache.upgrade()?;
+    let mut c = lock(&cache);
+    while let Some(job) = c.pending.pop_front() {
+        if c.entries.iter().any(|e| e.key == job.key) {
+            return Some(job);
+        }
+    }
+    c.worker = false;
+    None
 }
