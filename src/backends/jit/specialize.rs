@@ -143,7 +143,6 @@ impl Specializer {
             c.stats.evictions += 1;
         }
         c.entries.push(Entry { key: key.clone(), exe: exe.clone(), last_use: now });
-        c.stats.cached = c.entries.len();
         drop(c);
         if let Some(m) = whole {
             self.upgrade(key, label, m);
@@ -205,7 +204,8 @@ impl Specializer {
     }
 
     pub(crate) fn stats(&self) -> SpecializationStats {
-        self.cache().stats.clone()
+        let c = self.cache();
+        SpecializationStats { cached: c.entries.len(), ..c.stats.clone() }
     }
 
     /// The execution report: the latest compiled plan's steps, and what they are.
@@ -239,7 +239,6 @@ impl Specializer {
     pub(crate) fn finalize(&self) {
         let entries = {
             let mut c = self.cache();
-            c.stats.cached = 0;
             std::mem::take(&mut c.entries)
         };
         for e in &entries {

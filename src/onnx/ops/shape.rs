@@ -814,16 +814,8 @@ fn slice(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
         return Ok(vec![slice_symbolic(ctx, n, x, &to_polys(&starts), &to_polys(&ends), axes, steps)?]);
     }
     let k = starts.len();
-    if k > 0 {
-        require_rank(n, r, "data")?;
-    }
-    let axes_list = axes.unwrap_or_else(|| (0..k as i64).collect());
-    let steps = steps.unwrap_or_else(|| vec![1; k]);
-    if ends.len() != k || axes_list.len() != k || steps.len() != k {
-        return Err(n.invalid(format!(
-            "starts {starts:?}, ends {ends:?}, axes {axes_list:?} and steps {steps:?} differ in length"
-        )));
-    }
+    let (axes_list, steps) =
+        slice_lists(n, r, k, ends.len(), axes, steps, || format!("starts {starts:?}, ends {ends:?}"))?;
     let axes = norm_axes(n, &axes_list, r)?;
     let mut lo = vec![0i64; r];
     let mut hi = dims.clone();
@@ -868,6 +860,29 @@ fn slice(ctx: &mut Ctx<'_>, n: &Node<'_>) -> Result<Vec<ValueId>> {
     Ok(vec![ctx.emit1(Op::Slice { starts: lo, limits: hi, strides: st }, &[v])?])
 }
 
+/// A `Slice`'s `axes` and `steps` (defaults: the first `k` axes, steps of 1) after checking the
+/// rank of the data and that `ends`, `axes` and `steps` have the `k` entries of `starts`;
+/// `bounds` describes starts and ends for the error.
+fn slice_lists(
+    n: &Node<'_>,
+    r: usize,
+    k: usize,
+    ends: usize,
+    axes: Option<Vec<i64>>,
+    steps: Option<Vec<i64>>,
+    bounds: impl FnOnce() -> String,
+) -> Result<(Vec<i64>, Vec<i64>)> {
+    if k > 0 {
+        require_rank(n, r, "data")?;
+    }
+    let axes = axes.unwrap_or_else(|| (0..k as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; k]);
+    if ends != k || axes.len() != k || steps.len() != k {
+        return Err(n.invalid(format!("{}, axes {axes:?} and steps {steps:?} differ in length", bounds())));
+    }
+    Ok((axes, steps))
+}
+
 /// `Slice` with bounds that are polynomials over dynamic axis names ([`symbolic`]) or that cut
 /// dynamic axes; steps must be 1 there. Per axis: the whole axis when the bounds cover it
 /// (an end at or past the dim, or `INT_MAX`), static bounds on a dynamic axis when both are
@@ -886,18 +901,9 @@ fn slice_symbolic(
     let xs = ctx.shape(x).clone();
     let r = xs.rank();
     let k = starts.len();
-    if k > 0 {
-        require_rank(n, r, "data")?;
-    }
-    let axes_list = axes.unwrap_or_else(|| (0..k as i64).collect());
-    let steps = steps.unwrap_or_else(|| vec![1; k]);
-    if ends.len() != k || axes_list.len() != k || steps.len() != k {
-        return Err(n.invalid(format!(
-            "starts [{}], ends [{}], axes {axes_list:?} and steps {steps:?} differ in length",
-            fmt_polys(starts),
-            fmt_polys(ends)
-        )));
-    }
+    let (axes_list, steps) = slice_lists(n, r, k, ends.len(), axes, steps, || {
+        format!("starts [{}], ends [{}]", fmt_polys(starts), fmt_polys(ends))
+    })?;
     let axes = norm_axes(n, &axes_list, r)?;
     let dims = dim_polys(n, &xs)?;
     let mut lo = vec![0i64; r];
