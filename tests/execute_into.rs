@@ -271,3 +271,62 @@ fn bad_output_buffers_are_refused_before_running() {
     assert_eq!(z.to_vec::<f32>().unwrap(), [2.0]);
     assert_eq!(w.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
 }
+
+/// Softmax, GELU, a residual LayerNorm, attention, a transpose and a slice: kernels that write
+/// their results into the memory plan's kept storage (so each execution finds the previous one's
+/// values, or the caller's, in it), checked against the reference interpreter over executions
+/// with changing inputs, alternating `execute_into` and `execute`, on one and two threads.
+#[test]
+fn fused_and_movement_kernels_overwrite_kept_storage() {
+    const D: i64 = 16;
+    let graph = |f: &Function| -> R<Vec<Value>> {
+        let shape = Shape::new(DType::Float32, &[2, 4, D]);
+        let x = f.parameter("x", shape.clone())?;
+        let y = f.parameter("y", shape)?;
+        let qkv = Shape::new(DType::Float32, &[1, 4, 2, 8]);
+        let (q, k, v) = (f.parameter("q", qkv.clone())?, f.parameter("k", qkv.clone())?, f.parameter("v", qkv)?);
+        let g = f.constant(&f32s(D as usize, 7), &[D as usize])?;
+        let b = f.constant(&f32s(D as usize, 8), &[D as usize])?;
+        let sm = f.fused_softmax(x, 2)?;
+        let ge = f.fused_gelu(y, true)?;
+        let ln = f.fused_layer_norm(f.add(x, y)?, &[-1], 1e-5, Some(g), Some(b))?;
+        let (att, _) = f.fused_scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            tensorjit::ir::op::AttentionLayout::Bshd,
+            &tensorjit::api::AttentionConfig::default(),
+        )?;
+        let tr = f.transpose(x, &[2, 0, 1])?;
+        let sl = f.slice(y, &[0, 1, 2], &[2, 4, D], &[1, 2, 3])?;
+        Ok(vec![sm, ge, ln, att, tr, sl])
+    };
+    let interp = compile(&(tensorjit::backends::interp::InterpBackend::new("").unwrap() as Arc<dyn Backend>), graph);
+    let inputs = |seed: usize| -> Vec<Buffer> {
+        let (n, m) = (2 * 4 * D as usize, 4 * 2 * 8);
+        vec![
+            Buffer::from_slice(&f32s(n, seed), &[2, 4, D as usize]).unwrap(),
+            Buffer::from_slice(&f32s(n, seed + 3), &[2, 4, D as usize]).unwrap(),
+            Buffer::from_slice(&f32s(m, seed + 5), &[1, 4, 2, 8]).unwrap(),
+            Buffer::from_slice(&f32s(m, seed + 6), &[1, 4, 2, 8]).unwrap(),
+            Buffer::from_slice(&f32s(m, seed + 9), &[1, 4, 2, 8]).unwrap(),
+        ]
+    };
+    for config in ["parallelism=1", "parallelism=2"] {
+        let exe = compile(&jit(config), graph);
+        let outs = zeros_like(&*exe);
+        let handles: Vec<&Buffer> = outs.iter().collect();
+        for seed in 0..6 {
+            let ins = inputs(seed);
+            let refs: Vec<&Buffer> = ins.iter().collect();
+            let want: Vec<Vec<f32>> =
+                interp.execute(&refs, &[]).unwrap().iter().map(|b| b.to_vec::<f32>().unwrap()).collect();
+            if seed % 2 == 0 {
+                exe.execute_into(&refs, &[], &handles, &opts()).unwrap();
+                check_all(&outs, &want);
+            } else {
+                check_all(&exe.execute(&refs, &[]).unwrap(), &want);
+            }
+        }
+    }
+}

@@ -188,6 +188,22 @@ impl Shape {
         self.dims.iter().map(|&d| d.max(0) as usize).collect()
     }
 
+    /// Dim `i` as `usize` (a dynamic dim, or an axis past the rank, is 0); no allocation.
+    pub fn udim(&self, i: usize) -> usize {
+        self.dims.get(i).map_or(0, |&d| d.max(0) as usize)
+    }
+
+    /// The product of the dims of axes `axes` as `usize` (dynamic dims count as 0, axes past
+    /// the rank as 1, saturating); no allocation.
+    pub fn uproduct(&self, axes: std::ops::Range<usize>) -> usize {
+        let end = axes.end.min(self.dims.len());
+        self.dims
+            .get(axes.start.min(end)..end)
+            .unwrap_or(&[])
+            .iter()
+            .fold(1usize, |a, &d| a.saturating_mul(d.max(0) as usize))
+    }
+
     /// Same dims, ignoring dtype and names.
     pub fn equal_dimensions(&self, other: &Shape) -> bool {
         self.dims == other.dims
@@ -234,6 +250,20 @@ mod tests {
         assert_eq!(Shape::scalar(DType::Int8).size(), Some(1));
         assert_eq!(Shape::new(DType::Int4, &[3]).byte_size(), Some(2));
         assert_eq!(Shape::new(DType::Float32, &[2, 0, 3]).size(), Some(0));
+    }
+
+    #[test]
+    fn single_dims_and_products_without_allocating() {
+        let s = Shape::new(DType::Float32, &[2, 3, -1, 5]);
+        assert_eq!((s.udim(0), s.udim(1), s.udim(2), s.udim(3), s.udim(4)), (2, 3, 0, 5, 0));
+        assert_eq!(s.uproduct(0..2), 6);
+        assert_eq!(s.uproduct(1..2), 3);
+        assert_eq!(s.uproduct(3..4), 5);
+        assert_eq!(s.uproduct(1..1), 1);
+        assert_eq!(s.uproduct(0..4), 0, "a dynamic dim counts as 0");
+        assert_eq!(s.uproduct(3..9), 5, "axes past the rank count as 1");
+        assert_eq!(s.uproduct(7..9), 1);
+        assert_eq!(Shape::new(DType::Float32, &[1 << 40, 1 << 40]).uproduct(0..2), usize::MAX);
     }
 
     #[test]

@@ -260,8 +260,27 @@ impl FastKernel for ConvKernel {
     }
 
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        super::fast::run_via_into(self, inputs, out_shapes, pool)
+    }
+
+    fn writes_into(&self) -> bool {
+        true
+    }
+
+    fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        let [out] = outs else {
+            return Err(Error::invalid(OP, format!("expected 1 result, got {}", outs.len())));
+        };
         let operands = 2 + usize::from(self.tail.residual);
-        check_operands(inputs, out_shapes, operands, if self.filter.is_some() { &[0] } else { &[0, 1] })?;
+        check_operands(
+            inputs,
+            std::slice::from_ref(&out.shape),
+            operands,
+            if self.filter.is_some() { &[0] } else { &[0, 1] },
+        )?;
+        if out.shape.dtype != DType::Float32 || Some(out.data.len()) != out.shape.byte_size() {
+            return Err(Error::invalid(OP, format!("result buffer of {} bytes for {}", out.data.len(), out.shape)));
+        }
         let x = &inputs[0];
         let built;
         let filter = match &self.filter {
@@ -274,12 +293,12 @@ impl FastKernel for ConvKernel {
         let residual = match inputs.get(2) {
             Some(r) if self.tail.residual => {
                 if r.shape.dtype != DType::Float32
-                    || r.shape.dims != out_shapes[0].dims
+                    || r.shape.dims != out.shape.dims
                     || r.data.len() != r.shape.num_elements() * 4
                 {
                     return Err(Error::invalid(
                         OP,
-                        format!("residual {} ({} bytes) for an output {}", r.shape, r.data.len(), out_shapes[0]),
+                        format!("residual {} ({} bytes) for an output {}", r.shape, r.data.len(), out.shape),
                     ));
                 }
                 Some(r.typed::<f32>())
@@ -292,8 +311,13 @@ impl FastKernel for ConvKernel {
             activation: self.tail.activation,
             clamp: self.tail.clamp,
         };
-        let mut out = Tensor::try_zeros(out_shapes[0].clone())?;
-        conv2d_f32(&self.geom, x.typed::<f32>(), filter, &epi, out.typed_mut::<f32>(), pool)?;
-        Ok(vec![out])
+        let y = Arc::make_mut(&mut out.data).typed_mut::<f32>();
+        // A window with no taps (no input channels per group, or an empty kernel) sums nothing:
+        // the storage's previous contents must not survive into those results.
+        let g = &self.geom;
+        if g.in_channels == 0 || g.kernel_hw.contains(&0) {
+            y.fill(0.0);
+        }
+        conv2d_f32(&self.geom, x.typed::<f32>(), filter, &epi, y, pool)
     }
 }

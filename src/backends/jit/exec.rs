@@ -78,6 +78,9 @@ struct ExecState {
     ///
     /// [`FastKernel::writes_into`]: super::fast::FastKernel::writes_into
     kernel_outputs: Vec<Tensor>,
+    /// Tensors (shape, no data) that stood for an operand a kernel step reads twice (q, k and
+    /// v read from one projection), kept so that the next execution clones no shape.
+    repeated: Vec<Tensor>,
 }
 
 impl ExecState {
@@ -88,6 +91,7 @@ impl ExecState {
             loops: LoopScratch::default(),
             kernel_inputs: Vec::new(),
             kernel_outputs: Vec::new(),
+            repeated: Vec::new(),
         }
     }
 
@@ -563,7 +567,7 @@ fn run_kernel(
     let in_place = matches!(s.op, Op::DynamicUpdateSlice)
         && s.fast.is_some()
         && s.inputs.first().is_some_and(|x| dying.contains(x) && !s.inputs[1..].contains(x));
-    let ExecState { env, arena, kernel_inputs: ins, kernel_outputs: into, .. } = st;
+    let ExecState { env, arena, kernel_inputs: ins, kernel_outputs: into, repeated, .. } = st;
     ins.clear();
     // The operands are moved out of their value slots while the kernel runs (and back after),
     // so that no tensor is copied.
@@ -574,7 +578,15 @@ fn run_kernel(
             let empty = arena.empty();
             Some(arena.tensor(v, plan.module.shape(v), empty))
         } else if let Some(first) = s.inputs[..i].iter().position(|&u| u == v) {
-            Some(ins[first].clone())
+            let src = &ins[first];
+            Some(match repeated.iter().position(|t| t.shape == src.shape) {
+                Some(j) => {
+                    let mut t = repeated.swap_remove(j);
+                    t.data = src.data.clone();
+                    t
+                }
+                None => src.clone(),
+            })
         } else {
             env.get_mut(v.index()).and_then(Option::take)
         };
@@ -621,6 +633,10 @@ fn run_kernel(
             arena.release_shell(v, t);
         } else if !s.inputs[..i].contains(&v) {
             env[v.index()] = Some(t);
+        } else {
+            let mut t = t;
+            t.data = arena.empty();
+            repeated.push(t);
         }
     }
     let Some(outs) = outs? else {

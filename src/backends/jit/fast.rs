@@ -73,3 +73,25 @@ impl Packed {
         self.0.get(&n)?.clone().downcast::<T>().ok()
     }
 }
+
+/// [`FastKernel::run`] of a kernel that writes into given buffers: new storage for each result
+/// (recycled, of unspecified content: [`FastKernel::run_into`] overwrites all of it), then
+/// `run_into`.
+pub(crate) fn run_via_into<K: FastKernel + ?Sized>(
+    k: &K,
+    inputs: &[Tensor],
+    out_shapes: &[Shape],
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<Vec<Tensor>> {
+    let mut outs = out_shapes
+        .iter()
+        .map(|s| {
+            let bytes = s
+                .byte_size()
+                .ok_or_else(|| crate::error::Error::invalid(k.describe(), format!("result {s} is dynamic")))?;
+            Ok(Tensor { shape: s.clone(), data: Arc::new(crate::memory::AlignedBytes::try_recycled(bytes)?) })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    k.run_into(inputs, &mut outs, pool)?;
+    Ok(outs)
+}

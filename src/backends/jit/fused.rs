@@ -22,7 +22,6 @@ use crate::kernels::fused::{
     FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_residual_f32, layer_norm_strided_f32, softmax_f32,
 };
 use crate::kernels::tensor::Tensor;
-use crate::memory::AlignedBytes;
 
 use super::fast::FastKernel;
 
@@ -169,22 +168,22 @@ pub(crate) fn prepare_attention_slices(
 
 /// `[B, H, S, D]` of a q/k/v shape.
 fn bhsd(layout: AttentionLayout, s: &Shape) -> Option<[usize; 4]> {
-    let d = s.udims();
-    (d.len() == 4).then(|| match layout {
-        AttentionLayout::Bhsd => [d[0], d[1], d[2], d[3]],
-        AttentionLayout::Bshd => [d[0], d[2], d[1], d[3]],
+    let d = |i: usize| s.udim(i);
+    (s.rank() == 4).then(|| match layout {
+        AttentionLayout::Bhsd => [d(0), d(1), d(2), d(3)],
+        AttentionLayout::Bshd => [d(0), d(2), d(1), d(3)],
     })
 }
 
 /// Places a rank 2–4 mask/bias on `[B, H, Sq, Skv]` (rank-3 masks are `[B, Sq, Skv]`, rank-3
 /// biases `[H, Sq, Skv]`), as the reference kernel does.
 fn place(s: &Shape, is_mask: bool) -> Option<[usize; 4]> {
-    let d = s.udims();
-    Some(match d.len() {
-        2 => [1, 1, d[0], d[1]],
-        3 if is_mask => [d[0], 1, d[1], d[2]],
-        3 => [1, d[0], d[1], d[2]],
-        4 => [d[0], d[1], d[2], d[3]],
+    let d = |i: usize| s.udim(i);
+    Some(match s.rank() {
+        2 => [1, 1, d(0), d(1)],
+        3 if is_mask => [d(0), 1, d(1), d(2)],
+        3 => [1, d(0), d(1), d(2)],
+        4 => [d(0), d(1), d(2), d(3)],
         _ => return None,
     })
 }
@@ -204,6 +203,12 @@ impl AttentionKind {
         else {
             return false;
         };
+        self.fits([q, k, v], s[3..].iter().copied(), out)
+    }
+
+    /// Whether q, k, v of `[B, H, S, D]` dims `qkv`, the other operands `rest` (mask, bias,
+    /// sequence lengths, as the node has them) and the result `out` agree.
+    fn fits<'a>(&self, [q, k, v]: [[usize; 4]; 3], rest: impl IntoIterator<Item = &'a Shape>, out: &Shape) -> bool {
         if k[0] != q[0] || v[0] != q[0] || k[3] != q[3] || v[1] != k[1] || v[2] != k[2] || k[1] == 0 || q[1] % k[1] != 0
         {
             return false;
@@ -212,10 +217,9 @@ impl AttentionKind {
             return false;
         }
         let full = [q[0], q[1], q[2], k[2]];
-        let mut next = 3;
+        let mut rest = rest.into_iter();
         if self.has_mask {
-            let m = s[next];
-            next += 1;
+            let Some(m) = rest.next() else { return false };
             if !(m.dtype == DType::Bool || is_f32_like(m.dtype)) {
                 return false;
             }
@@ -224,20 +228,20 @@ impl AttentionKind {
             }
         }
         if self.has_bias {
-            let b = s[next];
-            next += 1;
+            let Some(b) = rest.next() else { return false };
             if !is_f32_like(b.dtype) || place(b, false).and_then(|d| broadcast_strides(d, full)).is_none() {
                 return false;
             }
         }
         if self.has_seq_lens {
-            for l in &s[next..next + 2] {
+            for _ in 0..2 {
+                let Some(l) = rest.next() else { return false };
                 if !matches!(l.dtype, DType::Int32 | DType::Int64) || l.num_elements() != q[0] {
                     return false;
                 }
             }
         }
-        true
+        rest.next().is_none()
     }
 }
 
@@ -348,35 +352,31 @@ fn as_f32<'a>(name: &str, t: &'a Tensor) -> Result<Cow<'a, [f32]>> {
     }
 }
 
-/// A result tensor of `shape` whose contents the kernel overwrites entirely (recycled storage,
-/// not zeroed).
-fn unfilled(shape: &Shape) -> Result<Tensor> {
-    let bytes = shape.byte_size().unwrap_or(0);
-    Ok(Tensor { shape: shape.clone(), data: Arc::new(AlignedBytes::try_recycled(bytes)?) })
-}
-
-/// Runs `f` on an f32 output buffer (zero-filled if `zero`, else of unspecified content that `f`
-/// must overwrite) and returns it as a tensor of `shape` (rounded once for the half types).
-fn with_output(name: &str, shape: &Shape, zero: bool, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<Tensor> {
-    let mut out =
-        if zero || shape.dtype != DType::Float32 { Tensor::try_zeros(shape.clone())? } else { unfilled(shape)? };
+/// Runs `f` on the f32 values of the result `out` (of unspecified content that `f` must
+/// overwrite; the half types go through f32 scratch and are rounded once) and writes them into
+/// `out`'s storage, which the caller holds uniquely.
+fn write_output(name: &str, out: &mut Tensor, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
+    let Tensor { shape, data } = out;
+    if Some(data.len()) != shape.byte_size() {
+        return Err(Error::invalid(name, format!("result buffer of {} bytes for {shape}", data.len())));
+    }
+    let data = Arc::make_mut(data);
     match shape.dtype {
-        DType::Float32 => {
-            f(out.typed_mut::<f32>())?;
-        }
+        DType::Float32 => f(data.typed_mut::<f32>()),
         DType::BFloat16 => {
             let mut v = vec![0f32; shape.num_elements()];
             f(&mut v)?;
-            out.typed_mut::<bf16>().convert_from_f32_slice(&v);
+            data.typed_mut::<bf16>().convert_from_f32_slice(&v);
+            Ok(())
         }
         DType::Float16 => {
             let mut v = vec![0f32; shape.num_elements()];
             f(&mut v)?;
-            out.typed_mut::<f16>().convert_from_f32_slice(&v);
+            data.typed_mut::<f16>().convert_from_f32_slice(&v);
+            Ok(())
         }
-        d => return Err(Error::invalid(name, format!("output {shape} has dtype {d}, expected F32, BF16 or F16"))),
+        d => Err(Error::invalid(name, format!("output {shape} has dtype {d}, expected F32, BF16 or F16"))),
     }
-    Ok(out)
 }
 
 /// Elements per block of the half-type path: each block is widened into f32 scratch (two
@@ -437,23 +437,27 @@ fn half_blocks<H: HalfElem>(pool: Option<&rayon::ThreadPool>, x: &[H], y: &mut [
     }
 }
 
-/// A tensor of `shape` (a half dtype) computed block-wise from the half operand `x` by `f`
-/// (see [`half_blocks`]).
+/// Writes the result `out` (a half dtype) block-wise from the half operand `x` by `f` (see
+/// [`half_blocks`]).
 fn half_output(
     name: &str,
     x: &Tensor,
-    shape: &Shape,
+    out: &mut Tensor,
     unit: usize,
     pool: Option<&rayon::ThreadPool>,
     f: &BlockFn<'_>,
-) -> Result<Tensor> {
-    let mut out = Tensor::try_zeros(shape.clone())?;
+) -> Result<()> {
+    let Tensor { shape, data } = out;
+    if Some(data.len()) != shape.byte_size() || x.shape.dtype != shape.dtype {
+        return Err(Error::invalid(name, format!("result buffer of {} bytes for {shape}", data.len())));
+    }
+    let data = Arc::make_mut(data);
     match shape.dtype {
-        DType::BFloat16 => half_blocks(pool, x.typed::<bf16>(), out.typed_mut::<bf16>(), unit, f),
-        DType::Float16 => half_blocks(pool, x.typed::<f16>(), out.typed_mut::<f16>(), unit, f),
+        DType::BFloat16 => half_blocks(pool, x.typed::<bf16>(), data.typed_mut::<bf16>(), unit, f),
+        DType::Float16 => half_blocks(pool, x.typed::<f16>(), data.typed_mut::<f16>(), unit, f),
         d => return Err(Error::invalid(name, format!("output {shape} has dtype {d}, expected BF16 or F16"))),
     }
-    Ok(out)
+    Ok(())
 }
 
 fn seq_lens(name: &str, t: &Tensor, b: usize) -> Result<Vec<usize>> {
@@ -482,40 +486,46 @@ impl FusedKernel {
         &self,
         a: &AttentionKind,
         inputs: &[Tensor],
-        out: &Shape,
+        y: &mut Tensor,
         pool: Option<&rayon::ThreadPool>,
-    ) -> Result<Tensor> {
+    ) -> Result<()> {
         let name = self.name();
-        let sliced: Vec<Shape>;
-        let s: Vec<&Shape> = match &a.slices {
-            // The operands are the product three times; check it and use q, k, v's own shapes.
+        let mismatch = || {
+            let shapes: Vec<String> = inputs.iter().take(3).map(|t| t.shape.to_string()).collect();
+            Error::invalid(name, format!("operands {} do not match the compiled shapes", shapes.join(" / ")))
+        };
+        if inputs.len() != a.n_inputs() {
+            return Err(mismatch());
+        }
+        let dims = match &a.slices {
+            // The operands are the product three times; check it and use q, k, v's own dims.
             Some(sl) => {
-                let y = inputs.first().map(|t| &t.shape);
+                let y = &inputs[0].shape;
                 let fits = |t: &Tensor| {
-                    Some(&t.shape) == y
+                    t.shape == *y
                         && t.shape.dtype == DType::Float32
                         && t.shape.num_elements() == sl.rows * sl.row
                         && t.shape.dims.last() == Some(&(sl.row as i64))
                 };
-                if inputs.len() < 3 || !inputs[..3].iter().all(fits) {
+                if !inputs[..3].iter().all(fits) {
                     return Err(Error::invalid(name, "the q/k/v projection does not match the compiled shape"));
                 }
-                sliced = sl.dims.iter().map(|d| Shape::new(DType::Float32, &d.map(|x| x as i64))).collect();
-                sliced.iter().chain(inputs[3..].iter().map(|t| &t.shape)).collect()
+                // BSHD dims as [B, H, S, D].
+                sl.dims.map(|d| [d[0], d[2], d[1], d[3]])
             }
-            None => inputs.iter().map(|t| &t.shape).collect(),
+            None => {
+                let d = |i: usize| bhsd(a.layout, &inputs[i].shape);
+                let (Some(q), Some(k), Some(v)) = (d(0), d(1), d(2)) else { return Err(mismatch()) };
+                if inputs[1..3].iter().any(|t| t.shape.dtype != inputs[0].shape.dtype) {
+                    return Err(mismatch());
+                }
+                [q, k, v]
+            }
         };
-        if !a.supported(&s, out) {
-            return Err(Error::invalid(
-                name,
-                format!("operands {} / {} / {} do not match the compiled shapes", s[0], s[1], s[2]),
-            ));
+        if !a.fits(dims, inputs[3..].iter().map(|t| &t.shape), &y.shape) {
+            return Err(mismatch());
         }
-        let (qd, kd, vd) = (
-            bhsd(a.layout, s[0]).unwrap_or_default(),
-            bhsd(a.layout, s[1]).unwrap_or_default(),
-            bhsd(a.layout, s[2]).unwrap_or_default(),
-        );
+        let [qd, kd, vd] = dims;
         let full = [qd[0], qd[1], qd[2], kd[2]];
         let (qc, kc, vc) = (as_f32(name, &inputs[0])?, as_f32(name, &inputs[1])?, as_f32(name, &inputs[2])?);
         let (q, k, v, row_strides) = match &a.slices {
@@ -576,13 +586,7 @@ impl FusedKernel {
             seq_lens: lens.as_deref(),
             qkv_row_strides: row_strides,
         };
-        with_output(name, out, false, |y| {
-            if attention_f32(self.isa, &p, q, k, v, y, pool) {
-                Ok(())
-            } else {
-                Err(Error::invalid(name, format!("operands {} / {} / {} are inconsistent", s[0], s[1], s[2])))
-            }
-        })
+        write_output(name, y, |y| if attention_f32(self.isa, &p, q, k, v, y, pool) { Ok(()) } else { Err(mismatch()) })
     }
 }
 
@@ -592,31 +596,36 @@ impl FusedKernel {
     fn residual_layer_norm(
         &self,
         inputs: &[Tensor],
-        out_shapes: &[Shape],
+        outs: &mut [Tensor],
         epsilon: f64,
         (has_gamma, has_beta): (bool, bool),
         res: Residual,
         pool: Option<&rayon::ThreadPool>,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<()> {
         let name = self.name();
         let n_out = 1 + res.keep_sum as usize;
         let n_in = res.terms + has_gamma as usize + has_beta as usize;
-        if inputs.len() != n_in || out_shapes.len() != n_out || res.terms < 2 {
+        if inputs.len() != n_in || outs.len() != n_out || res.terms < 2 {
             return Err(Error::invalid(name, format!("residual form: expected {n_in} operands and {n_out} results")));
         }
         let Kind::LayerNorm { first, .. } = self.kind else {
             return Err(Error::invalid(name, "not a layer norm kernel (internal dispatch error)"));
         };
-        let y_shape = &out_shapes[0];
-        let n: usize = y_shape.udims().get(first..).map_or(0, |d| d.iter().product());
+        let (y, sum) = outs.split_at_mut(1);
+        let y = &mut y[0];
+        let mut sum = sum.first_mut();
+        let y_shape = &y.shape;
+        let n: usize = if first <= y_shape.rank() { y_shape.uproduct(first..y_shape.rank()) } else { 0 };
         let total = y_shape.num_elements();
         let rows = total.checked_div(n).unwrap_or(0);
         let dt = y_shape.dtype;
         let term_ok = |t: &Tensor| {
             t.shape.dtype == dt && n > 0 && !t.is_empty() && t.len().is_multiple_of(n) && total.is_multiple_of(t.len())
         };
+        let buffer_ok = |t: &Tensor| t.shape == *y_shape && Some(t.data.len()) == y_shape.byte_size();
         if !matches!(dt, DType::Float32 | DType::BFloat16 | DType::Float16)
-            || out_shapes.iter().any(|s| s != y_shape)
+            || !buffer_ok(y)
+            || sum.as_deref().is_some_and(|s| !buffer_ok(s))
             || !inputs[..res.terms].iter().all(term_ok)
         {
             return Err(Error::invalid(
@@ -637,20 +646,19 @@ impl FusedKernel {
         let g = if has_gamma { Some(param(res.terms, "gamma")?) } else { None };
         let b = if has_beta { Some(param(res.terms + has_gamma as usize, "beta")?) } else { None };
         let (g, b) = (g.as_deref(), b.as_deref());
-        let mut y = unfilled(y_shape)?;
-        let mut sum = if res.keep_sum { Some(unfilled(&out_shapes[1])?) } else { None };
         let ts = &inputs[..res.terms];
         let ln = RowNorm { isa: self.isa, rows, n, epsilon, g, b };
         match dt {
-            DType::BFloat16 => ln.half::<bf16>(ts, sum.as_mut(), &mut y, pool),
-            DType::Float16 => ln.half::<f16>(ts, sum.as_mut(), &mut y, pool),
+            DType::BFloat16 => ln.half::<bf16>(ts, sum, y, pool),
+            DType::Float16 => ln.half::<f16>(ts, sum, y, pool),
             _ => {
-                let terms: Vec<&[f32]> = ts.iter().map(|t| t.typed::<f32>()).collect();
-                let sv = sum.as_mut().map(|t| t.typed_mut::<f32>());
-                layer_norm_residual_f32(self.isa, &terms, sv, y.typed_mut::<f32>(), rows, n, epsilon, g, b, pool);
+                let terms: smallvec::SmallVec<[&[f32]; 4]> = ts.iter().map(|t| t.typed::<f32>()).collect();
+                let sv = sum.as_mut().map(|t| Arc::make_mut(&mut t.data).typed_mut::<f32>());
+                let yv = Arc::make_mut(&mut y.data).typed_mut::<f32>();
+                layer_norm_residual_f32(self.isa, &terms, sv, yv, rows, n, epsilon, g, b, pool);
             }
         }
-        Ok(std::iter::once(y).chain(sum).collect())
+        Ok(())
     }
 }
 
@@ -769,35 +777,47 @@ impl FastKernel for FusedKernel {
     }
 
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        super::fast::run_via_into(self, inputs, out_shapes, pool)
+    }
+
+    fn writes_into(&self) -> bool {
+        true
+    }
+
+    fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
         let name = self.name();
-        let (Some(out), Some(x)) = (out_shapes.first(), inputs.first()) else {
-            return Err(Error::invalid(name, "expected an operand and an output shape"));
+        if let Kind::LayerNorm { epsilon, has_gamma, has_beta, residual: Some(r), .. } = self.kind {
+            return self.residual_layer_norm(inputs, outs, epsilon, (has_gamma, has_beta), r, pool);
+        }
+        let ([y], Some(x)) = (outs, inputs.first()) else {
+            return Err(Error::invalid(name, "expected an operand and one result"));
         };
+        let out = &y.shape;
         if x.shape.dtype != self.dtype || out.dtype != self.dtype {
             return Err(Error::invalid(
                 name,
                 format!("operand {} / output {out} differ from the compiled dtype", x.shape),
             ));
         }
-        let y = match self.kind {
+        match self.kind {
             Kind::Softmax { axis } => {
-                let dims = x.shape.udims();
-                if axis >= dims.len() || out.num_elements() != x.len() {
+                let (xs, r) = (&x.shape, x.shape.rank());
+                if axis >= r || out.num_elements() != x.len() {
                     return Err(Error::invalid(name, format!("axis {axis} out of range for {}", x.shape)));
                 }
-                let (outer, n, inner) = (dims[..axis].iter().product(), dims[axis], dims[axis + 1..].iter().product());
+                let (outer, n, inner) = (xs.uproduct(0..axis), xs.udim(axis), xs.uproduct(axis + 1..r));
                 if x.shape.dtype.is_half() {
                     let slab = n * inner;
                     let f = |a: &[f32], b: &mut [f32]| {
                         softmax_f32(self.isa, a, b, a.len().checked_div(slab).unwrap_or(0), n, inner, None);
                     };
-                    return Ok(vec![half_output(name, x, out, slab, pool, &f)?]);
+                    return half_output(name, x, y, slab, pool, &f);
                 }
                 let xv = as_f32(name, x)?;
-                with_output(name, out, false, |y| {
+                write_output(name, y, |y| {
                     softmax_f32(self.isa, &xv, y, outer, n, inner, pool);
                     Ok(())
-                })?
+                })
             }
             Kind::Gelu { exact } => {
                 if out.num_elements() != x.len() {
@@ -805,24 +825,24 @@ impl FastKernel for FusedKernel {
                 }
                 if x.shape.dtype.is_half() {
                     let f = |a: &[f32], b: &mut [f32]| gelu_f32(self.isa, a, b, exact, None);
-                    return Ok(vec![half_output(name, x, out, 1, pool, &f)?]);
+                    return half_output(name, x, y, 1, pool, &f);
                 }
                 let xv = as_f32(name, x)?;
-                with_output(name, out, false, |y| {
+                write_output(name, y, |y| {
                     gelu_f32(self.isa, &xv, y, exact, pool);
                     Ok(())
-                })?
+                })
             }
-            Kind::LayerNorm { epsilon, has_gamma, has_beta, residual: Some(r), .. } => {
-                return self.residual_layer_norm(inputs, out_shapes, epsilon, (has_gamma, has_beta), r, pool);
+            Kind::LayerNorm { residual: Some(_), .. } => {
+                Err(Error::invalid(name, "residual layer norm (internal dispatch error)"))
             }
             Kind::LayerNorm { first, axes, epsilon, has_gamma, has_beta, residual: None } => {
-                let dims = x.shape.udims();
-                if first + axes > dims.len() || out.num_elements() != x.len() {
+                let (xs, r) = (&x.shape, x.shape.rank());
+                if first + axes > r || out.num_elements() != x.len() {
                     return Err(Error::invalid(name, format!("axes do not fit x {}", x.shape)));
                 }
-                let n: usize = dims[first..first + axes].iter().product();
-                let inner: usize = dims[first + axes..].iter().product();
+                let n: usize = xs.uproduct(first..first + axes);
+                let inner: usize = xs.uproduct(first + axes..r);
                 let rows = x.len().checked_div(n).unwrap_or(0);
                 let param = |i: usize, what: &str| -> Result<Cow<'_, [f32]>> {
                     let t = inputs.get(i).ok_or_else(|| Error::invalid(name, format!("missing {what} operand")))?;
@@ -844,10 +864,10 @@ impl FastKernel for FusedKernel {
                             layer_norm_strided_f32(self.isa, a, y, units, n, inner, epsilon, g, b, None);
                         }
                     };
-                    return Ok(vec![half_output(name, x, out, slab, pool, &f)?]);
+                    return half_output(name, x, y, slab, pool, &f);
                 }
                 let xv = as_f32(name, x)?;
-                with_output(name, out, false, |y| {
+                write_output(name, y, |y| {
                     if inner == 1 {
                         layer_norm_f32(self.isa, &xv, y, rows, n, epsilon, g.as_deref(), b.as_deref(), pool);
                     } else {
@@ -856,10 +876,9 @@ impl FastKernel for FusedKernel {
                         layer_norm_strided_f32(self.isa, &xv, y, outer, n, inner, epsilon, g, b, pool);
                     }
                     Ok(())
-                })?
+                })
             }
-            Kind::Attention(a) => self.attention(&a, inputs, out, pool)?,
-        };
-        Ok(vec![y])
+            Kind::Attention(a) => self.attention(&a, inputs, y, pool),
+        }
     }
 }

@@ -92,18 +92,31 @@ impl FastKernel for MovementKernel {
     }
 
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
-        let (Some(x), Some(out)) = (inputs.first(), out_shapes.first()) else {
-            return Err(Error::invalid(self.op, "expected an operand and an output shape"));
+        super::fast::run_via_into(self, inputs, out_shapes, pool)
+    }
+
+    fn writes_into(&self) -> bool {
+        true
+    }
+
+    fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        let (Some(x), [out]) = (inputs.first(), outs) else {
+            return Err(Error::invalid(self.op, "expected an operand and one result"));
         };
-        if x.shape != self.input || out.dims.iter().map(|&d| d as usize).ne(self.view.dims.iter().copied()) {
+        if x.shape != self.input || out.shape.dims.iter().map(|&d| d as usize).ne(self.view.dims.iter().copied()) {
             return Err(Error::invalid(
                 self.op,
-                format!("operand {} / output {out} differ from the compiled {}", x.shape, self.input),
+                format!("operand {} / output {} differ from the compiled {}", x.shape, out.shape, self.input),
             ));
         }
         let esize = x.shape.dtype.size();
-        let bytes = self.view.len() * esize;
-        let mut data = AlignedBytes::try_recycled(bytes)?;
+        if out.shape.dtype != x.shape.dtype || out.data.len() != self.view.len() * esize {
+            return Err(Error::invalid(
+                self.op,
+                format!("result buffer of {} bytes for {} of {}", out.data.len(), out.shape, x.shape.dtype),
+            ));
+        }
+        let data = Arc::make_mut(&mut out.data);
         let src = &x.data;
         match esize {
             1 => gather(src.typed::<u8>(), &self.view, data.typed_mut::<u8>(), pool),
@@ -114,7 +127,7 @@ impl FastKernel for MovementKernel {
             e if e > 0 => gather(src.typed::<u8>(), &widen(&self.view, e), data.typed_mut::<u8>(), pool),
             _ => return Err(Error::invalid(self.op, format!("packed dtype {}", x.shape.dtype))),
         }
-        Ok(vec![Tensor { shape: out.clone(), data: Arc::new(data) }])
+        Ok(())
     }
 }
 
@@ -190,8 +203,16 @@ impl FastKernel for RowGather {
     }
 
     fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
-        let (Some(x), Some(idx), Some(out)) = (inputs.first(), inputs.get(1), out_shapes.first()) else {
-            return Err(Error::invalid("gather", "expected operand, indices and an output shape"));
+        super::fast::run_via_into(self, inputs, out_shapes, pool)
+    }
+
+    fn writes_into(&self) -> bool {
+        true
+    }
+
+    fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        let (Some(x), Some(idx), [out]) = (inputs.first(), inputs.get(1), outs) else {
+            return Err(Error::invalid("gather", "expected operand, indices and one result"));
         };
         if x.shape != self.operand || idx.shape != self.indices {
             return Err(Error::invalid(
@@ -199,11 +220,6 @@ impl FastKernel for RowGather {
                 format!("operand {} / indices {} differ from the compiled ones", x.shape, idx.shape),
             ));
         }
-        let last = (self.rows - 1) as i64;
-        let starts: Vec<usize> = match idx.shape.dtype {
-            DType::Int32 => idx.data.typed::<i32>().iter().map(|&i| (i as i64).clamp(0, last) as usize).collect(),
-            _ => idx.data.typed::<i64>().iter().map(|&i| i.clamp(0, last) as usize).collect(),
-        };
         let rb = self.row_bytes;
         let src = x.data.as_bytes();
         if src.len() != self.rows * rb {
@@ -212,9 +228,26 @@ impl FastKernel for RowGather {
                 format!("operand storage of {} bytes for {} (expected {})", src.len(), x.shape, self.rows * rb),
             ));
         }
-        let mut data = AlignedBytes::try_recycled(starts.len() * rb)?;
-        let dst = data.as_bytes_mut();
-        let row = |(k, out): (usize, &mut [u8])| out.copy_from_slice(&src[starts[k] * rb..starts[k] * rb + rb]);
+        if out.shape.dtype != x.shape.dtype || out.data.len() != idx.shape.num_elements() * rb {
+            return Err(Error::invalid(
+                "gather",
+                format!("result buffer of {} bytes for {}", out.data.len(), out.shape),
+            ));
+        }
+        // Row `k`'s operand row: its index clamped into the operand (the catalogue's Gather).
+        let last = (self.rows - 1) as i64;
+        let start = |k: usize| -> usize {
+            let i = match idx.shape.dtype {
+                DType::Int32 => idx.data.typed::<i32>()[k] as i64,
+                _ => idx.data.typed::<i64>()[k],
+            };
+            i.clamp(0, last) as usize
+        };
+        let dst = Arc::make_mut(&mut out.data).as_bytes_mut();
+        let row = |(k, out): (usize, &mut [u8])| {
+            let s = start(k) * rb;
+            out.copy_from_slice(&src[s..s + rb])
+        };
         match pool {
             _ if rb == 0 => {}
             Some(p) if dst.len() >= ROW_GATHER_PARALLEL_BYTES && p.current_num_threads() > 1 => {
@@ -223,7 +256,7 @@ impl FastKernel for RowGather {
             }
             _ => dst.chunks_mut(rb).enumerate().for_each(row),
         }
-        Ok(vec![Tensor { shape: out.clone(), data: Arc::new(data) }])
+        Ok(())
     }
 }
 

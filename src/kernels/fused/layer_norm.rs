@@ -132,7 +132,10 @@ pub fn layer_norm_residual_f32(
     // One task: its rows (starting at row `first`) in blocks: add into `s` (the sum's rows or
     // scratch), normalise from there while the block is in cache.
     let task = |first: usize, ys: &mut [f32], mut sums: Option<&mut [f32]>| {
-        let mut scratch = if sums.is_none() { vec![0f32; (block_rows * n).min(ys.len())] } else { Vec::new() };
+        // The block's sum without a sum result goes to per-thread pooled scratch (written
+        // before it is read; no allocation once warm).
+        let mut pooled = crate::kernels::gemm::Scratch::new();
+        let scratch = if sums.is_none() { pooled.get((block_rows * n).min(ys.len())) } else { &mut [] };
         let mut done = 0;
         while done < ys.len() {
             let len = (block_rows * n).min(ys.len() - done);

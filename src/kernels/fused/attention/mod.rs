@@ -189,11 +189,11 @@ struct Scratch {
     /// no mask or bias changes the scores afterwards).
     tmax: [f32; Q_BLOCK],
     /// The query block transposed, `head_dim × Q_BLOCK` (lanes past the block zero).
-    qt: Vec<f32>,
+    qt: crate::kernels::gemm::Scratch,
     /// Scores, then probabilities, of the tile transposed: `K_BLOCK × Q_BLOCK`.
-    st: Vec<f32>,
+    st: crate::kernels::gemm::Scratch,
     /// Unnormalised output transposed, `v_dim × Q_BLOCK`.
-    acc: Vec<f32>,
+    acc: crate::kernels::gemm::Scratch,
     /// `(batch, kv head, whether its first kv_len value rows are all finite)` of the last check.
     v_finite: Option<(usize, usize, bool)>,
 }
@@ -241,15 +241,24 @@ pub fn attention_f32(
     let qblocks = sq.div_ceil(Q_BLOCK);
     let items = nb * nh * qblocks;
     let outp = OutPtr(out.as_mut_ptr());
-    let new_scratch = || Scratch {
-        m: [0.0; Q_BLOCK],
-        l: [0.0; Q_BLOCK],
-        alpha: [0.0; Q_BLOCK],
-        tmax: [f32::NEG_INFINITY; Q_BLOCK],
-        qt: vec![0.0; d * Q_BLOCK],
-        st: vec![0.0; K_BLOCK * Q_BLOCK],
-        acc: vec![0.0; vd * Q_BLOCK],
-        v_finite: None,
+    // The three buffers come from the GEMM's per-thread pool (no allocation once warm), zeroed
+    // once per worker as fresh vectors would be.
+    let new_scratch = || {
+        let buf = |len: usize| {
+            let mut b = crate::kernels::gemm::Scratch::new();
+            b.get(len).fill(0.0);
+            b
+        };
+        Scratch {
+            m: [0.0; Q_BLOCK],
+            l: [0.0; Q_BLOCK],
+            alpha: [0.0; Q_BLOCK],
+            tmax: [f32::NEG_INFINITY; Q_BLOCK],
+            qt: buf(d * Q_BLOCK),
+            st: buf(K_BLOCK * Q_BLOCK),
+            acc: buf(vd * Q_BLOCK),
+            v_finite: None,
+        }
     };
     let run = |s: &mut Scratch, it: usize| {
         let (bh, qb) = (it / qblocks, it % qblocks);
@@ -314,7 +323,8 @@ fn item(
     }
     // Query lanes computed: whole halves of QH.
     let lanes = rows.div_ceil(QH) * QH;
-    pack_qt(isa, p, q, b, h, i0, rows, lanes, &mut s.qt);
+    let (qt, st, acc) = (s.qt.get(d * Q_BLOCK), s.st.get(K_BLOCK * Q_BLOCK), s.acc.get(vd * Q_BLOCK));
+    pack_qt(isa, p, q, b, h, i0, rows, lanes, qt);
     s.m[..lanes].fill(f32::NEG_INFINITY);
     s.l[..lanes].fill(0.0);
     let ks = p.pos_stride_in(1, nkv, d);
@@ -334,19 +344,19 @@ fn item(
         let j1 = (j0 + K_BLOCK).min(kend);
         let nk = j1 - j0;
         let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
-        scores(isa, &s.qt, d, kt, ks, nk, lanes, p.scale, &mut s.st, &mut s.tmax);
+        scores(isa, qt, d, kt, ks, nk, lanes, p.scale, st, &mut s.tmax);
         let tmax = if p.masked() {
-            mask_tile(p, b, h, i0, rows, j0, nk, &mut s.st);
+            mask_tile(p, b, h, i0, rows, j0, nk, st);
             None
         } else {
             Some(&s.tmax)
         };
-        softmax_tile(isa, &mut s.st, nk, lanes, tmax, &mut s.m, &mut s.l, &mut s.alpha);
+        softmax_tile(isa, st, nk, lanes, tmax, &mut s.m, &mut s.l, &mut s.alpha);
         let vt = &v[vbase + j0 * vs..vbase + (j1 - 1) * vs + vd];
-        pv(isa, &s.st, nk, vt, vs, vd, lanes, &s.alpha, j0 == 0, v_finite, &mut s.acc);
+        pv(isa, st, nk, vt, vs, vd, lanes, &s.alpha, j0 == 0, v_finite, acc);
         j0 = j1;
     }
-    store_out(isa, p, b, h, i0, rows, &s.m, &s.l, &s.acc, out);
+    store_out(isa, p, b, h, i0, rows, &s.m, &s.l, acc, out);
 }
 
 /// Packs query rows `i0..i0 + rows` of head (b, h) transposed into `qt` (`head_dim × Q_BLOCK`),
