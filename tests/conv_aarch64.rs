@@ -1,5 +1,5 @@
 //! The forward convolution kernels (`kernels::conv`: implicit GEMM, 1×1 GEMM, Winograd F(4×4,3×3),
-//! depthwise) on small cases against a direct f64 loop, with bias + ReLU epilogues, 1 and 2
+//! depthwise, the direct stem kernel) on small cases against a direct f64 loop, with bias + ReLU epilogues, 1 and 2
 //! threads. Small enough to run under qemu: `../shared/tools/aarch64-test --test conv_aarch64`
 //! (`.ci/run` does), where the GEMM underneath is the NEON microkernel and the depthwise kernel
 //! takes its portable path; natively it cross-checks the x86 paths.
@@ -101,7 +101,7 @@ fn conv_kernels_match_the_direct_loop() {
         "pointwise gemm",
         "depthwise direct",
         "depthwise direct",
-        "implicit gemm",
+        "stem direct",
     ];
     for (ci, c) in cases.iter().enumerate() {
         let gm = geom(c);

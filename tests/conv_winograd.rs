@@ -8,6 +8,10 @@
 //!
 //! Run with `cargo test --test conv_winograd`.
 
+#[path = "common/conv_text.rs"]
+mod conv_text;
+
+use conv_text::{floats, list};
 use tensorjit::backends::jit::JitBackend;
 use tensorjit::ir::module::Module;
 use tensorjit::ir::text::parse_module;
@@ -19,16 +23,6 @@ const COUT: usize = 20;
 /// Not a multiple of the tile size, so edge tiles are cut.
 const H: usize = 11;
 const W: usize = 9;
-
-/// Deterministic values in [-scale, scale).
-fn floats(n: usize, seed: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5 - 1.0) * scale).collect()
-}
-
-fn list(v: &[f32]) -> String {
-    let s: Vec<String> = v.iter().map(|x| format!("{x:?}")).collect();
-    format!("[{}]", s.join(", "))
-}
 
 /// `relu(conv3x3(x, w, padding pad) + b)` in NCHW or NHWC.
 fn module(nhwc: bool, pad: usize) -> Module {

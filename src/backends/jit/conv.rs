@@ -1,7 +1,7 @@
 //! Fast kernel for ConvGeneral nodes of the "jit" plan (see [`super::fast`]): f32 convolutions with
 //! one or two spatial axes run on [`crate::kernels::conv`] (implicit GEMM on the GEMM microkernels,
-//! Winograd F(4×4, 3×3) for constant 3×3 stride-1 filters unless `winograd=off`, or the direct
-//! depthwise kernel).
+//! Winograd F(4×4, 3×3) for constant 3×3 stride-1 filters unless `winograd=off`, the direct
+//! depthwise kernel, or the direct kernel for few input channels).
 //!
 //! The node's dimension numbers become element strides of the input, kernel and output, so every
 //! layout (NCHW, NHWC, OIHW, HWIO, transposed outputs) runs without a copy. A constant kernel is
@@ -152,7 +152,9 @@ pub(crate) fn prepare_with(m: &Module, n: NodeId, packed: &Packed, tail: Tail) -
     );
     match &filter {
         Some(f) => desc += &format!(" {} (packed, {} bytes)", f.describe(), f.size_bytes()),
-        None => desc += if geom.is_depthwise() { " depthwise direct" } else { " implicit gemm" },
+        None if geom.is_depthwise() => desc += " depthwise direct",
+        None if geom.is_stem() => desc += " stem direct",
+        None => desc += " implicit gemm",
     }
     desc += &tail.describe();
     let prepacked = if filter.is_some() { vec![1] } else { vec![] };

@@ -14,10 +14,12 @@
 //! K = channels.
 //!
 //! Depthwise convolutions (one input and one output channel per group) use the direct kernel of
-//! the `depthwise` module.
+//! the `depthwise` module; convolutions with few input channels (convnet stems) the direct kernel
+//! of the `stem` module.
 
 pub mod backward;
 mod depthwise;
+mod stem;
 mod winograd;
 
 use rayon::prelude::*;
@@ -90,6 +92,11 @@ impl ConvGeom {
     /// True when the channels are the innermost input axis (the im2col order is taps-then-channels).
     fn channels_last(&self) -> bool {
         self.x_strides[1] == 1 && self.cin_g() > 1
+    }
+
+    /// True when the direct few-input-channel kernel applies (convnet stems, see `stem`).
+    pub fn is_stem(&self) -> bool {
+        stem::qualifies(self)
     }
 
     /// Checks the sizes, the group split and that every strided access stays inside buffers of
@@ -207,6 +214,8 @@ enum FilterKind {
     Depthwise(Vec<f32>),
     /// The 36 transformed matrices of a 3×3 stride-1 filter ([`winograd`]).
     Winograd(winograd::WinogradFilter),
+    /// Channel blocks of taps for the direct few-input-channel kernel ([`stem`]).
+    Stem(stem::StemFilter),
 }
 
 impl ConvFilter {
@@ -245,6 +254,10 @@ impl ConvFilter {
             }
             return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d), pointwise: false });
         }
+        if stem::qualifies(geom) {
+            let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at);
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Stem(f), pointwise: false });
+        }
         let k = geom.depth();
         let mut packed = Vec::with_capacity(geom.groups);
         let mut mat = vec![0.0f32; k * cout_g];
@@ -277,6 +290,7 @@ impl ConvFilter {
             FilterKind::Gemm(p, plain) => p.iter().map(PackedB::size_bytes).sum::<usize>() + plain.len() * 4,
             FilterKind::Depthwise(d) => d.len() * 4,
             FilterKind::Winograd(f) => f.size_bytes(),
+            FilterKind::Stem(f) => f.size_bytes(),
         }
     }
 
@@ -287,6 +301,7 @@ impl ConvFilter {
             FilterKind::Gemm(..) => "implicit gemm",
             FilterKind::Depthwise(_) => "depthwise direct",
             FilterKind::Winograd(_) => "winograd f(4,3)",
+            FilterKind::Stem(_) => "stem direct",
         }
     }
 }
@@ -468,6 +483,7 @@ pub fn conv2d_f32(
     let mut run = move || match &filter.kind {
         FilterKind::Depthwise(w) => depthwise::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr())),
         FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr())),
+        FilterKind::Stem(f) => stem::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr())),
         FilterKind::Gemm(packed, plain) => match Pointwise::of(geom) {
             Some(pw) => pointwise(geom, &pw, x, packed, plain, epi, y, threads),
             None => implicit_gemm(geom, x, packed, epi, OutPtr(y.as_mut_ptr())),
@@ -812,7 +828,13 @@ mod tests {
     use super::*;
 
     /// Direct six-deep loop in f64, independent of the kernels above.
-    fn naive(geom: &ConvGeom, x: &[f32], w: &[f32], ws: [usize; 4], bias: Option<&[f32]>) -> Vec<(usize, f64)> {
+    pub(super) fn naive(
+        geom: &ConvGeom,
+        x: &[f32],
+        w: &[f32],
+        ws: [usize; 4],
+        bias: Option<&[f32]>,
+    ) -> Vec<(usize, f64)> {
         let mut outv = Vec::new();
         let (cin_g, cout_g) = (geom.cin_g(), geom.cout_g());
         for n in 0..geom.batch {

@@ -1,0 +1,609 @@
+//! Direct convolution for few input channels (the stems of convnets: ResNet's 7×7 stride-2 3→64,
+//! MobileNet's 3×3 stride-2 3→32), f32 forward, one group: no im2col matrix and no GEMM, every
+//! output written once with its whole epilogue applied.
+//!
+//! One task per (image, output row). The task first copies the input rows its window covers into
+//! a small zero-padded scratch split into the column stride's phases: row (ci, ty, px) holds the
+//! padded columns j·sx + px of input channel ci's row oy·sy + ty·dy − pad (zeros when that row is
+//! padding). Kernel column tx then reads phase (tx·dx mod sx) at column offset (tx·dx div sx), so
+//! for every tap (ci, ty, tx) the inputs of consecutive output columns are consecutive scratch
+//! values at one fixed offset. A tile is a run of output columns (one or two vectors) times a few
+//! output channels, its sums in registers: per tap, one load of each pixel vector and one
+//! broadcast weight per channel. The filter is packed once as `[channel block][tap][CB]`, the
+//! taps in (ci, ty, tx) order, so a tile's weights are one contiguous strip. The tile's sums then
+//! get the bias, residual, activation and clamp and are stored along the output row (contiguous
+//! for NCHW outputs, strided for others). Any stride, dilation, padding and layout take the same
+//! path.
+//!
+//! The tile kernels are compiled for AVX-512F (2 × 16 columns × 12 channels), AVX2+FMA
+//! (2 × 8 columns × 6 channels) and portably (the AVX2 shape in plain arrays), selected at run
+//! time ([`FusedIsa`]).
+
+use rayon::prelude::*;
+
+use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided};
+use crate::error::{Error, Result};
+use crate::kernels::fused::FusedIsa;
+
+const OP: &str = "conv_stem";
+
+/// Output channels per packed filter block (the widest tile: 12 AVX-512 channels).
+const CB: usize = 12;
+
+/// Most input channels for which [`qualifies`] picks this kernel.
+const MAX_CIN: usize = 4;
+
+/// Largest scratch (f32 values) for which [`qualifies`] picks this kernel (256 KiB: the rows of
+/// wide images stop fitting the caches well before that).
+const MAX_SCRATCH: usize = 64 * 1024;
+
+/// Largest scratch (f32 values) the kernel allocates at all (a filter prepared for a geometry
+/// with the same key but a wider image beyond this is refused).
+const HARD_SCRATCH: usize = 1 << 24;
+
+/// Output columns the scratch rows are padded to (a multiple of every tile width).
+const ROUND: usize = 32;
+
+/// Work (multiply-adds) a parallel task should hold at least.
+const TASK_WORK: usize = 1 << 15;
+
+/// Whether the direct kernel is the faster path for `geom`: one group, at most [`MAX_CIN`] input
+/// channels, a kernel larger than 1×1 and a scratch that stays small.
+pub(super) fn qualifies(geom: &ConvGeom) -> bool {
+    geom.groups == 1
+        && (1..=MAX_CIN).contains(&geom.in_channels)
+        && geom.taps() > 1
+        && Rows::of(geom).is_some_and(|r| r.len <= MAX_SCRATCH)
+}
+
+/// A filter packed for [`conv`]: `[ceil(cout / CB)][taps][CB]` (zero beyond the last channel),
+/// the taps in (input channel, kernel row, kernel column) order.
+#[derive(Debug)]
+pub(super) struct StemFilter {
+    cout: usize,
+    taps: usize,
+    w: Vec<f32>,
+}
+
+impl StemFilter {
+    /// Packs the `cout` × `cin` × `kh` × `kw` filter whose element (o, i, y, x) is `at(o, i, y, x)`.
+    pub(super) fn new(
+        cin: usize,
+        cout: usize,
+        kh: usize,
+        kw: usize,
+        at: impl Fn(usize, usize, usize, usize) -> f32,
+    ) -> Self {
+        let taps = cin * kh * kw;
+        let mut w = vec![0.0f32; cout.div_ceil(CB) * taps * CB];
+        for (b, block) in w.chunks_exact_mut(taps * CB).enumerate() {
+            for (t, strip) in block.chunks_exact_mut(CB).enumerate() {
+                let (i, y, x) = (t / (kh * kw), t / kw % kh, t % kw);
+                for (c, v) in strip.iter_mut().enumerate().take(cout.saturating_sub(b * CB)) {
+                    *v = at(b * CB + c, i, y, x);
+                }
+            }
+        }
+        StemFilter { cout, taps, w }
+    }
+
+    /// Bytes held.
+    pub(super) fn size_bytes(&self) -> usize {
+        self.w.len() * 4
+    }
+}
+
+/// The scratch layout of one output row: `cin·kh·sx` phase rows of `pw` values, and each tap's
+/// offset into it.
+struct Rows {
+    pw: usize,
+    len: usize,
+    offs: Vec<usize>,
+    /// The largest offset.
+    last: usize,
+}
+
+impl Rows {
+    /// The layout for `geom` (None when its size overflows).
+    fn of(geom: &ConvGeom) -> Option<Rows> {
+        let ([kh, kw], sx, dx) = (geom.kernel_hw, geom.stride[1], geom.dilation[1]);
+        let shift = (kw.max(1) - 1).checked_mul(dx)? / sx.max(1);
+        let pw = geom.out_hw[1].checked_next_multiple_of(ROUND)?.checked_add(shift)?;
+        let len = geom.in_channels.checked_mul(kh)?.checked_mul(sx)?.checked_mul(pw)?;
+        let mut offs = Vec::with_capacity(geom.in_channels * kh * kw);
+        for ci in 0..geom.in_channels {
+            for ty in 0..kh {
+                offs.extend((0..kw).map(|tx| ((ci * kh + ty) * sx + tx * dx % sx) * pw + tx * dx / sx));
+            }
+        }
+        let last = offs.iter().copied().max().unwrap_or(0);
+        Some(Rows { pw, len, offs, last })
+    }
+}
+
+/// `y = clamp(act(conv(x, filter) + bias + residual))` with the default ISA. The caller has
+/// validated the geometry against `x` and the output, and the bias and residual lengths.
+pub(super) fn conv(geom: &ConvGeom, x: &[f32], f: &StemFilter, epi: &ConvEpilogue<'_>, out: OutPtr) -> Result<()> {
+    conv_on(FusedIsa::selected(), geom, x, f, epi, out)
+}
+
+/// [`conv`] on `isa` (lowered to what the CPU runs).
+fn conv_on(
+    isa: FusedIsa,
+    geom: &ConvGeom,
+    x: &[f32],
+    f: &StemFilter,
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+) -> Result<()> {
+    let rows = Rows::of(geom).filter(|r| r.len <= HARD_SCRATCH);
+    let Some(rows) = rows.filter(|r| geom.groups == 1 && f.taps == r.offs.len() && f.taps > 0) else {
+        return Err(Error::invalid(OP, format!("the direct stem kernel does not take {geom:?}")));
+    };
+    if f.cout != geom.out_channels || f.w.len() != f.cout.div_ceil(CB) * f.taps * CB {
+        return Err(Error::invalid(OP, format!("the packed filter is not one for {} channels", geom.out_channels)));
+    }
+    let job = Job { geom, x, f, epi, out, rows, isa: isa.checked() };
+    let [oh, ow] = geom.out_hw;
+    let units = geom.batch * oh;
+    let min_len = (TASK_WORK / (ow * geom.out_channels * f.taps).max(1)).max(1);
+    (0..units).into_par_iter().with_min_len(min_len).for_each_init(
+        || (vec![0.0f32; job.rows.len], Vec::new()),
+        |(buf, tile), u| job.unit(u / oh, u % oh, buf, tile),
+    );
+    Ok(())
+}
+
+/// Everything a unit needs.
+struct Job<'a> {
+    geom: &'a ConvGeom,
+    x: &'a [f32],
+    f: &'a StemFilter,
+    epi: &'a ConvEpilogue<'a>,
+    out: OutPtr,
+    rows: Rows,
+    isa: FusedIsa,
+}
+
+/// The tile shape of each ISA: (f32 lanes per vector, most vectors, most channels).
+fn shape(isa: FusedIsa) -> (usize, usize, usize) {
+    match isa {
+        FusedIsa::Avx512 => (16, 2, 12),
+        _ => (8, 2, 6),
+    }
+}
+
+impl Job<'_> {
+    /// Output row `oy` of image `n`, every channel.
+    fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut Vec<f32>) {
+        self.fill(n, oy, buf);
+        let (g, taps) = (self.geom, self.f.taps);
+        let ow = g.out_hw[1];
+        let (lanes, vecs, chans) = shape(self.isa);
+        // Channel steps of 4 on AVX-512 and 2 elsewhere, so the last block wastes little.
+        let quantum = chans / 3;
+        tile.resize(vecs * lanes * chans, 0.0);
+        for c0 in (0..g.out_channels).step_by(chans) {
+            let c = chans.min(g.out_channels - c0);
+            let cv = c.next_multiple_of(quantum);
+            // This block's weights: the strip of block c0 / CB from channel c0 % CB on.
+            let w = &self.f.w[(c0 / CB * taps * CB + c0 % CB)..][..(taps - 1) * CB + cv];
+            for ox0 in (0..ow).step_by(vecs * lanes) {
+                let m = (vecs * lanes).min(ow - ox0);
+                let p = m.div_ceil(lanes);
+                let t = Tile { xs: &buf[ox0..], rows: &self.rows, w };
+                let width = p * lanes;
+                t.run(self.isa, p, cv, &mut tile[..cv * width]);
+                for (j, vals) in tile.chunks_exact_mut(width).take(c).enumerate() {
+                    self.store(&mut vals[..m], n, c0 + j, oy, ox0);
+                }
+            }
+        }
+    }
+
+    /// Copies the input rows under output row `oy` of image `n` into `buf` (see the module doc).
+    fn fill(&self, n: usize, oy: usize, buf: &mut [f32]) {
+        let g = self.geom;
+        let [sn, sc, sh, sw] = g.x_strides;
+        let (kh, sx, pad, iw, pw) = (g.kernel_hw[0], g.stride[1], g.pad[1], g.in_hw[1], self.rows.pw);
+        for (r, rows) in buf.chunks_exact_mut(sx * pw).enumerate().take(g.in_channels * kh) {
+            let (ci, ty) = (r / kh, r % kh);
+            let Some(iy) = g.src(0, oy, ty) else {
+                rows.fill(0.0);
+                continue;
+            };
+            for (px, dst) in rows.chunks_exact_mut(pw).enumerate() {
+                // Padded column j·sx + px is input column j·sx + px − pad: inside for lo ≤ j < hi.
+                let lo = pad.saturating_sub(px).div_ceil(sx).min(pw);
+                let hi = (iw + pad).saturating_sub(px).div_ceil(sx).clamp(lo, pw);
+                dst[..lo].fill(0.0);
+                dst[hi..].fill(0.0);
+                if lo < hi {
+                    let start = n * sn + ci * sc + iy * sh + (lo * sx + px - pad) * sw;
+                    copy_strided(&mut dst[lo..hi], &self.x[start..], sx * sw);
+                }
+            }
+        }
+    }
+
+    /// Adds the bias and the residual to the sums `vals` of channel `o`, output row `oy` of image
+    /// `n` from column `ox0` on, applies the activation and the clamp, and stores them.
+    fn store(&self, vals: &mut [f32], n: usize, o: usize, oy: usize, ox0: usize) {
+        let [yn, yc, yh, yw] = self.geom.y_strides;
+        let at = n * yn + o * yc + oy * yh + ox0 * yw;
+        if let Some(b) = self.epi.bias {
+            vals.iter_mut().for_each(|v| *v += b[o]);
+        }
+        if let Some(r) = self.epi.residual {
+            vals.iter_mut().enumerate().for_each(|(j, v)| *v += r[at + j * yw]);
+        }
+        self.epi.activate_slice(vals);
+        if yw == 1 {
+            // SAFETY: `validate` checked that every output element (image, channel, row, column)
+            // lies inside the output; these are consecutive ones of output row `oy` of image `n`,
+            // which only this task writes.
+            unsafe { std::slice::from_raw_parts_mut(self.out.0.add(at), vals.len()) }.copy_from_slice(vals);
+        } else {
+            for (j, &v) in vals.iter().enumerate() {
+                // SAFETY: as above, element by element.
+                unsafe { self.out.write(at + j * yw, v) };
+            }
+        }
+    }
+}
+
+/// One tile's operands: the scratch from the tile's first column, the taps' offsets into it, and
+/// the weights (tap t's channels at `w[t·CB..]`).
+struct Tile<'a> {
+    xs: &'a [f32],
+    rows: &'a Rows,
+    w: &'a [f32],
+}
+
+/// A compiled tile kernel: writes `cv` channels × `p` vectors of sums to the slice.
+type TileFn = unsafe fn(&Tile<'_>, &mut [f32]);
+
+impl Tile<'_> {
+    /// Runs the kernel of `isa` for `p` vectors and `cv` channels (`cv` a multiple of 4 up to 12
+    /// on AVX-512, of 2 up to 6 elsewhere) into `out` (`cv` rows of `p` vectors).
+    fn run(&self, isa: FusedIsa, p: usize, cv: usize, out: &mut [f32]) {
+        let (lanes, _, _) = shape(isa);
+        // Every load of the kernels stays inside these bounds: the pixel vectors of the last
+        // tap, the weights of the last tap's last channel, the sums.
+        // `Rows::of` made `last` the largest offset.
+        let taps = self.rows.offs.len();
+        assert!(
+            self.rows.last + p * lanes <= self.xs.len()
+                && taps > 0
+                && (taps - 1) * CB + cv <= self.w.len()
+                && cv * p * lanes <= out.len(),
+            "stem tile out of bounds"
+        );
+        macro_rules! pick {
+            ($f:ident: $($p:literal, $c:literal);*) => {
+                match (p, cv) {
+                    $(($p, $c) => $f::<$p, $c> as TileFn,)*
+                    _ => unreachable!("tile {p}×{cv}"),
+                }
+            };
+        }
+        let kernel = match isa {
+            #[cfg(target_arch = "x86_64")]
+            FusedIsa::Avx512 => pick!(tile_avx512: 1, 4; 1, 8; 1, 12; 2, 4; 2, 8; 2, 12),
+            #[cfg(target_arch = "x86_64")]
+            FusedIsa::Avx2 => pick!(tile_avx2: 1, 2; 1, 4; 1, 6; 2, 2; 2, 4; 2, 6),
+            _ => pick!(tile_generic: 1, 2; 1, 4; 1, 6; 2, 2; 2, 4; 2, 6),
+        };
+        // SAFETY: the bounds the kernels rely on are asserted above; the AVX-512 and AVX2
+        // kernels are only picked for an `isa` that `FusedIsa::checked` confirmed on this CPU.
+        unsafe { kernel(self, out) }
+    }
+}
+
+/// The portable tile: `P` vectors of 8 columns × `C` channels in plain arrays.
+fn tile_generic<const P: usize, const C: usize>(t: &Tile<'_>, out: &mut [f32]) {
+    let mut acc = [[[0.0f32; 8]; P]; C];
+    for (k, &off) in t.rows.offs.iter().enumerate() {
+        let src = &t.xs[off..off + 8 * P];
+        let w = &t.w[k * CB..k * CB + C];
+        for (acc, &w) in acc.iter_mut().zip(w) {
+            for (a, s) in acc.iter_mut().zip(src.chunks_exact(8)) {
+                for (a, &s) in a.iter_mut().zip(s) {
+                    *a += s * w;
+                }
+            }
+        }
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        out[c * 8 * P..][..8 * P].copy_from_slice(acc.as_flattened());
+    }
+}
+
+/// The AVX2 tile: `P` × 8 columns × `C` channels in `P·C` ymm accumulators.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA, and the bounds asserted in [`Tile::run`] hold.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const P: usize, const C: usize>(t: &Tile<'_>, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); P]; C];
+    let (xs, w) = (t.xs.as_ptr(), t.w.as_ptr());
+    for (k, &off) in t.rows.offs.iter().enumerate() {
+        // SAFETY: `off + 8·P` ≤ the scratch length and `k·CB + C` ≤ the weights' (asserted in
+        // `Tile::run`).
+        unsafe {
+            let xv: [__m256; P] = std::array::from_fn(|p| _mm256_loadu_ps(xs.add(off + 8 * p)));
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let wv = _mm256_broadcast_ss(&*w.add(k * CB + c));
+                for (a, &x) in acc.iter_mut().zip(&xv) {
+                    *a = _mm256_fmadd_ps(x, wv, *a);
+                }
+            }
+        }
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        for (p, &a) in acc.iter().enumerate() {
+            // SAFETY: `out` holds C rows of 8·P values (asserted in `Tile::run`).
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add((c * P + p) * 8), a) };
+        }
+    }
+}
+
+/// The AVX-512 tile: `P` × 16 columns × `C` channels in `P·C` zmm accumulators.
+///
+/// # Safety
+/// The CPU has AVX-512F, and the bounds asserted in [`Tile::run`] hold.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512<const P: usize, const C: usize>(t: &Tile<'_>, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); P]; C];
+    let (xs, w) = (t.xs.as_ptr(), t.w.as_ptr());
+    for (k, &off) in t.rows.offs.iter().enumerate() {
+        // SAFETY: `off + 16·P` ≤ the scratch length and `k·CB + C` ≤ the weights' (asserted in
+        // `Tile::run`).
+        unsafe {
+            let xv: [__m512; P] = std::array::from_fn(|p| _mm512_loadu_ps(xs.add(off + 16 * p)));
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let wv = _mm512_set1_ps(*w.add(k * CB + c));
+                for (a, &x) in acc.iter_mut().zip(&xv) {
+                    *a = _mm512_fmadd_ps(x, wv, *a);
+                }
+            }
+        }
+    }
+    for (c, acc) in acc.iter().enumerate() {
+        for (p, &a) in acc.iter().enumerate() {
+            // SAFETY: `out` holds C rows of 16·P values (asserted in `Tile::run`).
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((c * P + p) * 16), a) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{Lcg, naive, strides};
+    use super::super::{ConvFilter, FilterKind, conv2d_f32};
+    use super::*;
+    use crate::kernels::gemm::Activation;
+    use crate::kernels::gemm::epilogue::act_f64;
+
+    /// One case: the geometry's free parameters.
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        batch: usize,
+        cin: usize,
+        cout: usize,
+        in_hw: [usize; 2],
+        k: [usize; 2],
+        stride: [usize; 2],
+        /// Low and high padding per axis.
+        pads: [[usize; 2]; 2],
+        dil: [usize; 2],
+        /// NHWC input, NHWC output.
+        nhwc: [bool; 2],
+    }
+
+    impl Case {
+        fn geom(&self) -> ConvGeom {
+            let out_hw: [usize; 2] = std::array::from_fn(|a| {
+                let span = self.in_hw[a] + self.pads[a][0] + self.pads[a][1];
+                let reach = (self.k[a] - 1) * self.dil[a] + 1;
+                span.checked_sub(reach).map_or(0, |r| r / self.stride[a] + 1)
+            });
+            let order = |nhwc: bool| if nhwc { [0, 2, 3, 1] } else { [0, 1, 2, 3] };
+            let (n, [h, w], [oh, ow]) = (self.batch, self.in_hw, out_hw);
+            ConvGeom {
+                batch: n,
+                in_channels: self.cin,
+                in_hw: self.in_hw,
+                out_channels: self.cout,
+                out_hw,
+                kernel_hw: self.k,
+                stride: self.stride,
+                pad: [self.pads[0][0], self.pads[1][0]],
+                dilation: self.dil,
+                groups: 1,
+                x_strides: strides([n, self.cin, h, w], order(self.nhwc[0])),
+                y_strides: strides([n, self.cout, oh, ow], order(self.nhwc[1])),
+            }
+        }
+    }
+
+    /// Runs `case` with the epilogue `parts` (bias, residual, activation, clamp) through
+    /// `conv2d_f32` (when the geometry takes this kernel) and through every ISA path on 1 and 2
+    /// threads, each against the f64 loop.
+    fn check(rng: &mut Lcg, case: Case, parts: (bool, bool, Activation, bool), two: &rayon::ThreadPool) {
+        let g = case.geom();
+        let (cin, cout, [kh, kw]) = (case.cin, case.cout, case.k);
+        let x: Vec<f32> = (0..g.batch * cin * g.in_hw[0] * g.in_hw[1]).map(|_| rng.next()).collect();
+        // Filter as IHWO, a layout other than the packed one.
+        let ws = strides([cout, cin, kh, kw], [1, 2, 3, 0]);
+        let w: Vec<f32> = (0..cout * cin * kh * kw).map(|_| rng.next()).collect();
+        let bias: Vec<f32> = (0..cout).map(|_| rng.next()).collect();
+        let len = g.batch * cout * g.out_hw[0] * g.out_hw[1];
+        let res: Vec<f32> = (0..len).map(|_| rng.next()).collect();
+        let epi = ConvEpilogue {
+            bias: parts.0.then_some(&bias[..]),
+            residual: parts.1.then_some(&res[..]),
+            activation: parts.2,
+            clamp: parts.3.then_some((-0.5, 0.7)),
+        };
+        let want: Vec<(usize, f64)> = naive(&g, &x, &w, ws, epi.bias)
+            .into_iter()
+            .map(|(i, v)| {
+                let v = act_f64(parts.2, if parts.1 { v + res[i] as f64 } else { v });
+                (i, if parts.3 { v.clamp(-0.5, 0.7) } else { v })
+            })
+            .collect();
+        let scale = (cin * kh * kw) as f64;
+        let compare = |y: &[f32], what: &str| {
+            for &(i, v) in &want {
+                let tol = 2e-6 * scale + 1e-6 * v.abs();
+                assert!((y[i] as f64 - v).abs() <= tol, "{what} {case:?} {parts:?} at {i}: {} vs {v}", y[i]);
+            }
+        };
+        if g.is_stem() {
+            let filter = ConvFilter::new(&g, &w, ws).unwrap();
+            assert_eq!(filter.describe(), "stem direct");
+            assert!(matches!(filter.kind, FilterKind::Stem(_)));
+            let mut y = vec![f32::NAN; len];
+            conv2d_f32(&g, &x, &filter, &epi, &mut y, Some(two)).unwrap();
+            compare(&y, "conv2d_f32");
+        }
+        let f = StemFilter::new(cin, cout, kh, kw, |o, i, y, x| w[o * ws[0] + i * ws[1] + y * ws[2] + x * ws[3]]);
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
+            for pool in [&one, two] {
+                let mut y = vec![f32::NAN; len];
+                let out = OutPtr(y.as_mut_ptr());
+                pool.install(|| conv_on(isa, &g, &x, &f, &epi, out)).unwrap();
+                compare(&y, isa.name());
+            }
+        }
+    }
+
+    fn two_threads() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap()
+    }
+
+    const ALL_PARTS: (bool, bool, Activation, bool) = (true, true, Activation::Relu, true);
+
+    /// ResNet's stem on a small image; the other cases change a few fields.
+    const STEM: Case = Case {
+        batch: 1,
+        cin: 3,
+        cout: 64,
+        in_hw: [30, 37],
+        k: [7, 7],
+        stride: [2, 2],
+        pads: [[3, 3], [3, 3]],
+        dil: [1, 1],
+        nhwc: [false, false],
+    };
+
+    #[test]
+    fn matches_naive_loop_on_stems_and_edges() {
+        let (mut rng, two) = (Lcg(11), two_threads());
+        let base = STEM;
+        let cases = [
+            // ResNet's stem (two images), MobileNet's, VGG's (stride 1).
+            Case { batch: 2, ..base },
+            Case { cout: 32, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [33, 40], ..base },
+            Case { k: [3, 3], stride: [1, 1], pads: [[1, 1], [1, 1]], cout: 13, ..base },
+            // Channels not a multiple of any tile; one channel in and out.
+            Case { cin: 4, cout: 27, ..base },
+            Case { cin: 1, cout: 1, in_hw: [9, 70], ..base },
+            // A 1×1 image, a kernel larger than the input with padding, no padding at all.
+            Case { in_hw: [1, 1], ..base },
+            Case { in_hw: [3, 4], k: [5, 7], stride: [1, 1], pads: [[2, 2], [3, 3]], ..base },
+            Case { pads: [[0, 0], [0, 0]], in_hw: [12, 12], ..base },
+            // Stride 3, dilation, asymmetric padding, 1-D rows.
+            Case { stride: [3, 3], k: [4, 5], pads: [[0, 2], [1, 2]], ..base },
+            Case { dil: [2, 3], stride: [1, 2], pads: [[2, 1], [0, 4]], cin: 2, cout: 9, ..base },
+            Case { in_hw: [1, 50], k: [1, 7], pads: [[0, 0], [3, 1]], cout: 7, ..base },
+            // NHWC on either side, no images.
+            Case { nhwc: [true, false], cout: 20, ..base },
+            Case { nhwc: [false, true], cout: 20, ..base },
+            Case { nhwc: [true, true], batch: 2, cin: 2, cout: 5, ..base },
+            Case { batch: 0, ..base },
+        ];
+        for case in cases {
+            check(&mut rng, case, ALL_PARTS, &two);
+        }
+    }
+
+    #[test]
+    fn matches_naive_loop_on_random_shapes_and_epilogues() {
+        let (mut rng, two) = (Lcg(5), two_threads());
+        let acts = [Activation::None, Activation::Relu, Activation::Sigmoid, Activation::HardSwish];
+        for _ in 0..40 {
+            let mut pick = |n: usize, from: usize| from + rng.below(n);
+            let case = Case {
+                batch: pick(3, 0),
+                cin: pick(4, 1),
+                cout: pick(30, 1),
+                in_hw: [pick(14, 1), pick(40, 1)],
+                k: [pick(7, 1), pick(7, 1)],
+                stride: [pick(3, 1), pick(3, 1)],
+                pads: [[pick(4, 0), pick(4, 0)], [pick(4, 0), pick(4, 0)]],
+                dil: [pick(2, 1), pick(2, 1)],
+                nhwc: [pick(2, 0) == 1, pick(2, 0) == 1],
+            };
+            let parts = (pick(2, 0) == 1, pick(2, 0) == 1, acts[pick(4, 0)], pick(2, 0) == 1);
+            check(&mut rng, case, parts, &two);
+        }
+    }
+
+    #[test]
+    fn every_epilogue_part_alone() {
+        let (mut rng, two) = (Lcg(3), two_threads());
+        let case = Case { batch: 2, cout: 19, in_hw: [11, 21], k: [3, 3], pads: [[1, 1], [1, 1]], ..STEM };
+        let none = (false, false, Activation::None, false);
+        for parts in [
+            none,
+            (true, false, Activation::None, false),
+            (false, true, Activation::None, false),
+            (false, false, Activation::Tanh, false),
+            (false, false, Activation::None, true),
+        ] {
+            check(&mut rng, case, parts, &two);
+        }
+    }
+
+    #[test]
+    fn takes_stems_only() {
+        let stem = Case { in_hw: [224, 224], ..STEM };
+        assert!(stem.geom().is_stem());
+        assert!(Case { k: [3, 3], pads: [[1, 1], [1, 1]], cout: 32, ..stem }.geom().is_stem());
+        // Many input channels, 1×1 kernels and groups keep the other paths.
+        assert!(!Case { cin: 16, ..stem }.geom().is_stem());
+        assert!(!Case { k: [1, 1], pads: [[0, 0], [0, 0]], ..stem }.geom().is_stem());
+        assert!(!ConvGeom { groups: 3, out_channels: 63, ..stem.geom() }.is_stem());
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        let case = Case { cout: 8, in_hw: [8, 8], k: [3, 3], stride: [1, 1], pads: [[1, 1], [1, 1]], ..STEM };
+        let g = case.geom();
+        let (x, mut y) = (vec![0.0; 3 * 64], vec![0.0; 8 * 64]);
+        let out = OutPtr(y.as_mut_ptr());
+        let epi = ConvEpilogue::default();
+        // A filter for another kernel size, for fewer channels, for groups.
+        let small = StemFilter::new(3, 8, 3, 2, |_, _, _, _| 1.0);
+        assert!(conv_on(FusedIsa::Generic, &g, &x, &small, &epi, out).is_err());
+        let narrow = StemFilter::new(3, 4, 3, 3, |_, _, _, _| 1.0);
+        assert!(conv_on(FusedIsa::Generic, &g, &x, &narrow, &epi, out).is_err());
+        let grouped = ConvGeom { groups: 3, in_channels: 3, out_channels: 3, ..g.clone() };
+        let f = StemFilter::new(1, 3, 3, 3, |_, _, _, _| 1.0);
+        assert!(conv_on(FusedIsa::Generic, &grouped, &x, &f, &epi, out).is_err());
+        // Through the public entry: a stem filter for another geometry, a short output.
+        let w = vec![0.5; 8 * 3 * 9];
+        let filter = ConvFilter::new(&g, &w, [27, 9, 3, 1]).unwrap();
+        let other = Case { cout: 9, ..case }.geom();
+        assert!(conv2d_f32(&other, &x, &filter, &epi, &mut vec![0.0; 9 * 64], None).is_err());
+        assert!(conv2d_f32(&g, &x, &filter, &epi, &mut y[..100], None).is_err());
+        assert!(conv2d_f32(&g, &x, &filter, &epi, &mut y, None).is_ok());
+    }
+}
