@@ -8,7 +8,9 @@
 //! `$TENSORJIT_MINILM`, else `~/.cache/tensorjit-bench/models/minilm_l6_v2.onnx`, else
 //! `/work/models/minilm-torchscript/model.onnx`; without one it says so and exits. Shapes:
 //! `$TENSORJIT_SHAPES` (`1x16,1x128`), default `1x16,1x128,8x128,4x64`; rounds:
-//! `$TENSORJIT_ROUNDS` (default 9).
+//! `$TENSORJIT_ROUNDS` (default 9). Below each row: the phases of that binding's cheap-tier
+//! compile (`SpecializationStats::latest_compile`, passes summed by name, phases under 0.2 ms
+//! left out); the dynamic module's own compile phases are printed first.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -69,6 +71,27 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// `name ms` of each phase of at least 0.2 ms, passes summed by name, in order of first run.
+fn phase_line(phases: &[(String, Duration)]) -> String {
+    let mut sums: Vec<(String, Duration, usize)> = Vec::new();
+    for (name, d) in phases {
+        match sums.iter_mut().find(|(n, _, _)| n == name) {
+            Some(e) => {
+                e.1 += *d;
+                e.2 += 1;
+            }
+            None => sums.push((name.clone(), *d, 1)),
+        }
+    }
+    let total: Duration = phases.iter().map(|p| p.1).sum();
+    let shown: Vec<String> = sums
+        .iter()
+        .filter(|(_, d, _)| ms(*d) >= 0.2)
+        .map(|(n, d, k)| if *k > 1 { format!("{n} {:.1} (x{k})", ms(*d)) } else { format!("{n} {:.1}", ms(*d)) })
+        .collect();
+    format!("sum {:.1} ms: {}", ms(total), shown.join(", "))
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -94,6 +117,9 @@ fn main() {
         ms(t.elapsed()),
         dynamic.inputs.iter().map(|i| format!("{} {}", i.name, i.shape)).collect::<Vec<_>>().join(", ")
     );
+    if let Some(r) = dyn_exe.compile_report() {
+        println!("dynamic compile phases: {}", phase_line(&r.phases));
+    }
 
     println!(
         "{:>9} | {:>10} {:>10} {:>10} | {:>10} {:>10} {:>7} {:>7} | {:>10}",
@@ -107,6 +133,8 @@ fn main() {
         let first = time(dyn_exe.as_ref(), &refs);
         let report = dyn_exe.compile_report().expect("report").execution;
         assert_eq!(report.interpreted, None, "the dynamic module runs on the interpreter: {report}");
+        let cheap_phases = dyn_exe.specialization_stats().map(|s| s.latest_compile).unwrap_or_default();
+        let cheap_plan = report.summary();
 
         let mut opts = ImportOptions::default();
         for i in &dynamic.inputs {
@@ -138,6 +166,8 @@ fn main() {
             bd.as_secs_f64() / bf.as_secs_f64(),
             ms(fixed_compile),
         );
+        println!("{:>9}   cheap tier: {}", "", phase_line(&cheap_phases));
+        println!("{:>9}   cheap plan: {}", "", cheap_plan.trim_end());
     }
     if let Some(stats) = dyn_exe.specialization_stats() {
         println!("specialisations: {stats}");

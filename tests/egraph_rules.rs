@@ -103,6 +103,8 @@ filetests! {
     dense_near_miss_implicit_bias => ["dense-matmul"];
     layernorm_onnx_keepdims => ["mean-sum-div-count", "inv-sqrt-reciprocal", "layernorm-core", "layernorm-gamma", "layernorm-beta"];
     layernorm_near_miss_keepdims_axis => [];
+    layernorm_dynamic_keepdims => ["mean-sum-div-count", "inv-sqrt-reciprocal", "layernorm-core", "layernorm-gamma", "layernorm-beta"];
+    softmax_dynamic_keepdims => ["softmax-max-subtracted", "restore-keepdims-reshape"];
     attention_bhsd => ["softmax-max-subtracted", "sdpa"];
     attention_bshd_additive_mask => ["sdpa"];
     attention_bool_mask_kt => ["sdpa"];
@@ -300,6 +302,46 @@ fn differential(name: &str) {
 #[test]
 fn differential_dense_shared_input_merge() {
     differential("dense_shared_input_merge");
+}
+
+/// `qkv::run_dynamic` merges dense layers over an input with a dynamic leading axis (the
+/// slices keep that axis whole) where `qkv::run` leaves them; the merged module verifies and
+/// computes, at two sizes of the axis, the values worked out by hand.
+#[test]
+fn dense_merge_over_a_dynamic_input() {
+    let text = r#"module @m
+func @main(%0 "x": f32[batch=?,2]) {
+  %1 = constant [1.0, 2.0, 3.0, 4.0] : f32[2,2]
+  %2 = constant [0.5, -0.5] : f32[2]
+  %3 = fused_dense %0, %1, %2, activation=none, layout=input_outputs, has_bias=true : f32[batch=?,2]
+  %4 = constant [1.0, 0.0, 0.0, 1.0, 1.0, 1.0] : f32[3,2]
+  %5 = constant [0.0, 1.0, 2.0] : f32[3]
+  %6 = fused_dense %0, %4, %5, activation=none, layout=outputs_input, has_bias=true : f32[batch=?,3]
+  return %3, %6
+}
+"#;
+    use tensorjit::passes::egraph::qkv;
+    let mut unmerged = parse_module(text).expect("parse");
+    assert_eq!(qkv::run(&mut unmerged), 0, "static-only merging leaves dynamic inputs");
+    let mut m = parse_module(text).expect("parse");
+    assert_eq!(qkv::run_dynamic(&mut m), 1);
+    verify(&m).expect("the merged module verifies");
+    let printed = print_module(&m);
+    assert_eq!(printed.matches("fused_dense").count(), 1, "{printed}");
+    assert_eq!(printed.matches(" slice ").count(), 2, "{printed}");
+    let exe = interp().compile(m).expect("compile");
+    // x·w + b per layer: [1,2]·[[1,2],[3,4]] = [7,10]; [1,2]·[[1,0],[0,1],[1,1]]ᵀ = [1,2,3].
+    let cases: [(Vec<f32>, Vec<f32>, Vec<f32>); 2] = [
+        (vec![1.0, 2.0, 3.0, -1.0], vec![7.5, 9.5, 0.5, 1.5], vec![1.0, 3.0, 5.0, 3.0, 0.0, 4.0]),
+        (vec![0.5, 1.0], vec![4.0, 4.5], vec![0.5, 2.0, 3.5]),
+    ];
+    for (x, want_a, want_b) in cases {
+        let batch = x.len() / 2;
+        let xb = Buffer::from_slice(&x, &[batch, 2]).expect("x");
+        let out = exe.execute(&[&xb], &[]).expect("execute");
+        assert_eq!(out[0].to_vec::<f32>().expect("f32"), want_a, "batch {batch}");
+        assert_eq!(out[1].to_vec::<f32>().expect("f32"), want_b, "batch {batch}");
+    }
 }
 
 #[test]

@@ -233,27 +233,32 @@ func @main(%0 "x": f32[n=?]) {
 /// Three projections of one input with constant weights and biases (attention's Q, K and V),
 /// a softmax of the first over the last axis: `{X}` is the input's batch and sequence axes.
 fn projections(x_axes: &str) -> String {
+    projections_of(x_axes, 8)
+}
+
+/// [`projections`] with `d` features (weights `[d, d]`).
+fn projections_of(x_axes: &str, d: usize) -> String {
     let lit = |seed: u64, n: usize| values(n, seed).iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", ");
-    let mut text = format!("module @qkv\nfunc @main(%0 \"x\": f32[{x_axes},8]) {{\n");
+    let mut text = format!("module @qkv\nfunc @main(%0 \"x\": f32[{x_axes},{d}]) {{\n");
     let mut outs = vec![];
     for p in 0..3usize {
         let v = 1 + p * 6;
         text += &format!(
-            "  %{w} = constant [{}] : f32[8,8]\n  %{b} = constant [{}] : f32[8]\n  \
-             %{d} = dot_general %0, %{w}, lhs_contracting=[2], rhs_contracting=[0], lhs_batch=[], rhs_batch=[] : f32[{x_axes},8]\n  \
-             %{bb} = broadcast_in_dim %{b}, shape=f32[{x_axes},8], axes=[2] : f32[{x_axes},8]\n  \
-             %{s} = add %{d}, %{bb} : f32[{x_axes},8]\n",
-            lit(10 + p as u64, 64),
-            lit(20 + p as u64, 8),
+            "  %{w} = constant [{}] : f32[{d},{d}]\n  %{b} = constant [{}] : f32[{d}]\n  \
+             %{dot} = dot_general %0, %{w}, lhs_contracting=[2], rhs_contracting=[0], lhs_batch=[], rhs_batch=[] : f32[{x_axes},{d}]\n  \
+             %{bb} = broadcast_in_dim %{b}, shape=f32[{x_axes},{d}], axes=[2] : f32[{x_axes},{d}]\n  \
+             %{s} = add %{dot}, %{bb} : f32[{x_axes},{d}]\n",
+            lit(10 + p as u64, d * d),
+            lit(20 + p as u64, d),
             w = v,
             b = v + 1,
-            d = v + 2,
+            dot = v + 2,
             bb = v + 3,
             s = v + 4,
         );
         outs.push(v + 4);
     }
-    text += &format!("  %19 = fused_softmax %{}, axis=2 : f32[{x_axes},8]\n", outs[0]);
+    text += &format!("  %19 = fused_softmax %{}, axis=2 : f32[{x_axes},{d}]\n", outs[0]);
     text += &format!("  return %19, %{}, %{}\n}}\n", outs[1], outs[2]);
     text
 }
@@ -301,6 +306,32 @@ fn a_specialisation_plans_like_the_module_compiled_for_its_sizes() {
     assert_eq!(r.steps, fixed.compile_report().expect("report").execution.steps, "upgraded plan:\n{r}");
     let stats = dynamic.specialization_stats().expect("stats");
     assert_eq!((stats.misses, stats.upgraded), (2, 2), "{stats}");
+}
+
+/// The GEMM weights of a dynamic module are packed once, when it is compiled: no binding (not
+/// even the first) packs them again, each plan finds them in the process-wide constant cache,
+/// and computes what the module compiled for its sizes does.
+#[test]
+fn weights_are_packed_once_at_the_dynamic_compile() {
+    // Weights of 64 KiB each: large enough to be shared (`MIN_SHARED_BYTES`).
+    const D: usize = 128;
+    let weights = 3 * D * D * 4;
+    let dynamic = compile("fallback=error", &projections_of("batch=?,seq=?", D));
+    let mem = dynamic.constant_memory().expect("constant memory");
+    assert!(mem.packed_bytes >= weights, "packed at compile time: {mem:?}");
+    for &(b, s) in &[(2usize, 5usize), (3, 4)] {
+        let x = Buffer::from_slice(&values(b * s * D, 9), &[b, s, D]).expect("x");
+        let got = dynamic.execute(&[&x], &[]).expect("dynamic");
+        let c = dynamic.specialization_stats().expect("stats").latest_constants;
+        assert!(c.shared_bytes >= weights && c.owned_bytes < D * D * 4, "batch {b} seq {s}: {c:?}");
+        let fixed = compile("fallback=error", &projections_of(&format!("{b},{s}"), D));
+        let want = fixed.execute(&[&x], &[]).expect("fixed");
+        for (g, w) in got.iter().zip(&want) {
+            for (x, y) in g.to_vec::<f32>().expect("f32").iter().zip(w.to_vec::<f32>().expect("f32")) {
+                assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "batch {b} seq {s}: {x} vs {y}");
+            }
+        }
+    }
 }
 
 #[test]

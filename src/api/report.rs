@@ -120,6 +120,13 @@ pub struct SpecializationStats {
     /// Plans replaced by their recompilation with the whole pass pipeline (egg fusion on the
     /// static shapes), done in the background after each miss.
     pub upgraded: u64,
+    /// `(phase, time)` of the latest plan compiled at a miss, in order: `specialize` (the
+    /// module made static), then the phases of its [`crate::api::CompileReport`] (verification,
+    /// each pass, planning). Empty before the first miss.
+    pub latest_compile: Vec<(String, std::time::Duration)>,
+    /// The constant memory of that plan: its `owned_bytes` were made by its compile, its
+    /// `shared_bytes` found in the process-wide constant cache (packed weights included).
+    pub latest_constants: crate::api::ConstantMemory,
 }
 
 impl fmt::Display for SpecializationStats {

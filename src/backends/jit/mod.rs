@@ -191,6 +191,8 @@ impl JitBackend {
             return Err(Error::UseAfterFree { what: format!("backend {NAME}"), state: "finalized".into() });
         }
         let _span = tracing::debug_span!(target: "tensorjit::jit", "compile", module = %module.name).entered();
+        // The constant cache's background hashing waits for the compile (`shared`).
+        let _compiling = shared::Compiling::start();
         let t0 = Instant::now();
         // The module may come from anywhere (`Backend::compile` is public): the plan and the
         // generated code rely on every invariant the verifier checks.
@@ -246,7 +248,13 @@ impl JitBackend {
                 }
                 // Initialised here so that every specialisation shares the pool.
                 self.thread_pool()?;
-                let spec = specialize::Specializer::new(module, self.fork());
+                let mut acct = shared::Accounting::default();
+                let spec = specialize::Specializer::new(module, self.fork(), &mut report.phases, &mut acct)?;
+                report.hashing += acct.hashing;
+                constants.packed_bytes += acct.owned_bytes + acct.shared_bytes;
+                constants.owned_bytes += acct.owned_bytes;
+                constants.shared_bytes += acct.shared_bytes;
+                constants.buffers += acct.buffers;
                 report.execution = spec.report();
                 if let Some(d) = &dumper {
                     let text = format!(

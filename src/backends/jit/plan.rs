@@ -555,7 +555,7 @@ fn build_function(
 /// sides, convolution filters), in parallel on `pool` when there is one. Constants
 /// read only as packed operands leave the module first (the jobs hold their bytes), so that each
 /// one's bytes are freed once packed rather than at the end of the compile.
-fn pack_constants(
+pub(crate) fn pack_constants(
     module: &mut Module,
     pool: Option<&rayon::ThreadPool>,
     acct: &mut super::shared::Accounting,

@@ -12,6 +12,9 @@
 //!   its weights collide with another's). It is computed only when an entry of the same length,
 //!   form and fingerprint already exists; an entry's own hash is computed on a background
 //!   thread (holding its source until then), so that a first compile never waits for hashing.
+//!   That thread starts on a job only once no compile is in progress ([`Compiling`]; or after
+//!   [`HASH_PATIENCE`] at most): on a machine with one free core, hashing the weights beside
+//!   the compile that packed them took as long again out of that compile.
 //!
 //! Entries are held weakly: an entry lives as long as some executable uses it, and the cache
 //! never keeps memory alive by itself. Constants smaller than [`MIN_SHARED_BYTES`] are copied
@@ -286,6 +289,51 @@ fn timed_hash(b: &[u8], acct: &mut Accounting) -> [u8; 32] {
     d
 }
 
+/// The longest the background hasher waits for compiles in progress before hashing anyway
+/// (its jobs hold their sources' bytes: they must not wait without end).
+pub(crate) const HASH_PATIENCE: Duration = Duration::from_millis(500);
+
+/// The number of compiles in progress, and its changes.
+fn compiles() -> &'static (Mutex<usize>, Condvar) {
+    static COMPILES: OnceLock<(Mutex<usize>, Condvar)> = OnceLock::new();
+    COMPILES.get_or_init(|| (Mutex::new(0), Condvar::new()))
+}
+
+/// Marks a compile in progress while it lives (see the module doc): the background hasher
+/// waits for none to be before its next job.
+pub(crate) struct Compiling(());
+
+impl Compiling {
+    pub(crate) fn start() -> Compiling {
+        let (n, _) = compiles();
+        *n.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Compiling(())
+    }
+}
+
+impl Drop for Compiling {
+    fn drop(&mut self) {
+        let (n, changed) = compiles();
+        let mut n = n.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        changed.notify_all();
+    }
+}
+
+/// Waits until no compile is in progress, or [`HASH_PATIENCE`] has passed.
+fn wait_for_compiles() {
+    let (n, changed) = compiles();
+    let deadline = Instant::now() + HASH_PATIENCE;
+    let mut n = n.lock().unwrap_or_else(|e| e.into_inner());
+    while *n > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        n = changed.wait_timeout(n, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
+}
+
 /// A source waiting for its hash; dropped unhashed (the hasher stopped), it marks the hash
 /// unknown so that no lookup waits for it forever.
 struct HashJob(Arc<Vec<u8>>, Arc<Digest>);
@@ -305,6 +353,7 @@ fn hash_in_background(source: Arc<Vec<u8>>, digest: Arc<Digest>) {
         let (tx, rx) = std::sync::mpsc::channel::<HashJob>();
         let spawned = std::thread::Builder::new().name("tensorjit-hash".into()).spawn(move || {
             for job in rx {
+                wait_for_compiles();
                 job.1.set(Some(*blake3::hash(&job.0).as_bytes()));
                 drop(job);
                 queued(-1);

@@ -14,11 +14,16 @@
 //! warm execution costs what the static module's does plus one cache lookup. Recompiling is
 //! cheap where it matters: the specialised modules share the dynamic module's constants (the
 //! same `Arc`s), so packed GEMM operands and large constants are found by identity in the
-//! process-wide constant cache (`shared`) instead of being packed again.
+//! process-wide constant cache (`shared`) instead of being packed again. The cheap tier starts
+//! from the dynamic module with its projections sharing an input already merged
+//! (`qkv::run_dynamic`: the concatenated weights are made once, not per binding), and the
+//! GEMM operands of its constant weights are packed once, when the dynamic module is compiled
+//! (they do not depend on the axes), and held by the specialiser: no binding packs, not even
+//! the first.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
@@ -26,16 +31,26 @@ use crate::api::backend::{ExecOptions, Executable};
 use crate::api::buffer::Buffer;
 use crate::api::{ExecutionReport, SpecializationStats};
 use crate::error::{Error, Result};
+use crate::ir::dynamic::Bindings;
 use crate::ir::module::Module;
 use crate::ir::shape::Shape;
 use crate::passes::specialize;
 
+use super::fast::Packed;
+use super::shared::Accounting;
 use super::{JitBackend, JitExecutable};
 
 /// The compiled plans of one module with dynamic axes.
 pub(crate) struct Specializer {
-    /// The dynamic module (verified and optimised once), specialised at each miss.
-    module: Module,
+    /// The dynamic module (verified and optimised once): what the background recompilations
+    /// specialise.
+    module: Arc<Module>,
+    /// `module` with the dense layers that share an input merged (the same `Arc` when none
+    /// are): what the cheap tier specialises at each miss.
+    cheap: Arc<Module>,
+    /// The GEMM operands of `cheap`'s constants, packed when the dynamic module was compiled:
+    /// held so that the process-wide constant cache keeps them for every specialisation.
+    _prepacked: Packed,
     /// What compiles a specialisation: the backend's options and thread pool.
     backend: JitBackend,
     /// The names of the axes, in key order.
@@ -61,11 +76,12 @@ struct Cache {
     worker: bool,
 }
 
-/// A specialised module to recompile with the whole pipeline, for the plan cached under `key`.
+/// A binding whose plan to recompile with the whole pipeline (from the dynamic module
+/// specialised to `bindings`), for the plan cached under `key`.
 struct Upgrade {
     key: SmallVec<[i64; 4]>,
     label: String,
-    module: Module,
+    bindings: Bindings,
 }
 
 struct Entry {
@@ -76,15 +92,37 @@ struct Entry {
 
 impl Specializer {
     /// The specialiser of `module` (accepted by [`specialize::unsupported`]), compiling with a
-    /// fork of `backend`.
-    pub(crate) fn new(module: Module, backend: JitBackend) -> Specializer {
+    /// fork of `backend` (its thread pool started). Merges the dense layers sharing an input
+    /// and packs the GEMM operands of the constants now, adding those phases to `phases` and
+    /// the packed bytes to `acct`.
+    pub(crate) fn new(
+        module: Module,
+        backend: JitBackend,
+        phases: &mut Vec<(String, Duration)>,
+        acct: &mut Accounting,
+    ) -> Result<Specializer> {
         let axes = specialize::axis_names(&module);
         let stats = SpecializationStats {
             axes: axes.clone(),
             capacity: backend.opts.specializations,
             ..SpecializationStats::default()
         };
-        Specializer { module, backend, axes, cache: Arc::new(Mutex::new(Cache { stats, ..Cache::default() })) }
+        let module = Arc::new(module);
+        let t = Instant::now();
+        let cheap = if backend.opts.fusion { merged(&module)? } else { None };
+        let cheap = cheap.map_or_else(|| module.clone(), Arc::new);
+        phases.push(("merge denses (dynamic)".to_string(), t.elapsed()));
+        let t = Instant::now();
+        let prepacked = prepack(&cheap, &axes, &backend, acct);
+        phases.push(("gemm packing (dynamic)".to_string(), t.elapsed()));
+        Ok(Specializer {
+            module,
+            cheap,
+            _prepacked: prepacked,
+            backend,
+            axes,
+            cache: Arc::new(Mutex::new(Cache { stats, ..Cache::default() })),
+        })
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -92,9 +130,11 @@ impl Specializer {
     }
 
     /// The plan for the sizes of `inputs`: from the cache, or compiled and cached (evicting the
-    /// least recently used plan when full). Errors: inputs that bind an axis to two sizes, or
-    /// sizes that make a node's shape invalid (named in the error).
-    pub(crate) fn executable(&self, inputs: &[&Buffer]) -> Result<Arc<JitExecutable>> {
+    /// least recently used plan when full), with the recompilation with the whole pipeline to
+    /// queue ([`Self::upgrade`]) once the execution that needed the plan is done (so that on a
+    /// machine with one free core it does not slow that execution). Errors: inputs that bind
+    /// an axis to two sizes, or sizes that make a node's shape invalid (named in the error).
+    fn executable(&self, inputs: &[&Buffer]) -> Result<(Arc<JitExecutable>, Option<Upgrade>)> {
         let params = self.module.func(self.module.main).params.len();
         if inputs.len() != params {
             return Err(Error::invalid("execute", format!("expects {params} inputs, got {}", inputs.len())));
@@ -110,16 +150,16 @@ impl Specializer {
                 e.last_use = now;
                 let exe = e.exe.clone();
                 c.stats.hits += 1;
-                return Ok(exe);
+                return Ok((exe, None));
             }
         }
         // Compiled outside the lock: other bindings keep running meanwhile. Two executions
         // missing on the same binding at once both compile; the first one stored is kept.
         let t0 = Instant::now();
         let label = self.binding_label(&key);
-        let mut module = specialize::specialize(&self.module, &bindings)?;
+        let mut module = specialize::specialize(&self.cheap, &bindings)?;
         module.name = format!("{}[{label}]", self.module.name);
-        let whole = self.backend.opts.fusion.then(|| module.clone());
+        let specialize_time = t0.elapsed();
         let exe = Arc::new(self.backend.compile_specialised(module)?);
         let took = t0.elapsed();
         tracing::debug!(target: "tensorjit::jit", module = %self.module.name, binding = %label,
@@ -128,13 +168,16 @@ impl Specializer {
         c.stats.misses += 1;
         c.stats.compile_time += took;
         if let Some(r) = exe.compile_report() {
+            c.stats.latest_compile =
+                std::iter::once(("specialize".to_string(), specialize_time)).chain(r.phases).collect();
             c.latest = Some((label.clone(), r.execution));
         }
+        c.stats.latest_constants = exe.constant_memory().unwrap_or_default();
         c.clock += 1;
         let now = c.clock;
         if let Some(e) = c.entries.iter_mut().find(|e| e.key == key) {
             e.last_use = now;
-            return Ok(e.exe.clone());
+            return Ok((e.exe.clone(), None));
         }
         if c.entries.len() >= self.backend.opts.specializations
             && let Some(oldest) = c.entries.iter().enumerate().min_by_key(|(_, e)| e.last_use).map(|(i, _)| i)
@@ -144,20 +187,18 @@ impl Specializer {
         }
         c.entries.push(Entry { key: key.clone(), exe: exe.clone(), last_use: now });
         drop(c);
-        if let Some(m) = whole {
-            self.upgrade(key, label, m);
-        }
-        Ok(exe)
+        let upgrade = self.backend.opts.fusion.then_some(Upgrade { key, label, bindings });
+        Ok((exe, upgrade))
     }
 
     /// Recompiles the specialised `module` with the whole pass pipeline on a background thread
     /// and replaces the cached plan of `key` with it, if that plan is still cached (not evicted,
     /// not finalized) and the executable still alive. A failure (no thread, a compile error)
     /// keeps the plan compiled with the cheap passes, which is correct, only less fused.
-    fn upgrade(&self, key: SmallVec<[i64; 4]>, label: String, module: Module) {
+    fn upgrade(&self, job: Upgrade) {
         {
             let mut c = self.cache();
-            c.pending.push_back(Upgrade { key, label, module });
+            c.pending.push_back(job);
             while c.pending.len() > self.backend.opts.specializations {
                 c.pending.pop_front();
             }
@@ -168,9 +209,14 @@ impl Specializer {
         }
         let cache = Arc::downgrade(&self.cache);
         let backend = self.backend.fork();
+        let dynamic = self.module.clone();
         let spawned = std::thread::Builder::new().name("tensorjit-specialise".into()).spawn(move || {
             while let Some(job) = next_upgrade(&cache) {
-                let exe = match backend.compile_jit(job.module) {
+                let compiled = specialize::specialize(&dynamic, &job.bindings).and_then(|mut m| {
+                    m.name = format!("{}[{}]", dynamic.name, job.label);
+                    backend.compile_jit(m)
+                });
+                let exe = match compiled {
                     Ok(exe) => Arc::new(exe),
                     Err(e) => {
                         tracing::debug!(target: "tensorjit::jit", binding = %job.label, error = %e,
@@ -247,7 +293,10 @@ impl Specializer {
     }
 
     pub(crate) fn execute_with(&self, inputs: &[&Buffer], donate: &[bool], opts: &ExecOptions) -> Result<Vec<Buffer>> {
-        self.executable(inputs)?.execute_with(inputs, donate, opts)
+        let (exe, upgrade) = self.executable(inputs)?;
+        let out = exe.execute_with(inputs, donate, opts);
+        self.upgrade_after(upgrade);
+        out
     }
 
     pub(crate) fn execute_into(
@@ -257,8 +306,45 @@ impl Specializer {
         outputs: &[&Buffer],
         opts: &ExecOptions,
     ) -> Result<()> {
-        self.executable(inputs)?.execute_into(inputs, donate, outputs, opts)
+        let (exe, upgrade) = self.executable(inputs)?;
+        let out = exe.execute_into(inputs, donate, outputs, opts);
+        self.upgrade_after(upgrade);
+        out
     }
+
+    /// Queues the recompilation [`Self::executable`] asked for, if any.
+    fn upgrade_after(&self, upgrade: Option<Upgrade>) {
+        if let Some(job) = upgrade {
+            self.upgrade(job);
+        }
+    }
+}
+
+/// `module` with the dense layers sharing an input merged ([`crate::passes::egraph::qkv`],
+/// also over dynamic inputs) and the layers it replaced removed; `None` when none merge.
+fn merged(module: &Module) -> Result<Option<Module>> {
+    let mut m = module.clone();
+    if crate::passes::egraph::qkv::run_dynamic(&mut m) == 0 {
+        return Ok(None);
+    }
+    crate::passes::dce::run(&mut m)?;
+    Ok(Some(m))
+}
+
+/// Packs the GEMM operands of `module`'s constants ([`super::plan::pack_constants`]) on a
+/// specialisation of it with every axis of size 1 (the packing depends on the weights only).
+/// Best effort: a module that size does not specialise packs at each binding instead.
+fn prepack(module: &Module, axes: &[String], backend: &JitBackend, acct: &mut Accounting) -> Packed {
+    let probe: Bindings = axes.iter().map(|a| (a.clone(), 1)).collect();
+    let packed = specialize::specialize(module, &probe).and_then(|mut m| {
+        let pool = backend.thread_pool()?;
+        super::plan::pack_constants(&mut m, pool.as_deref(), acct, backend.opts.winograd)
+    });
+    packed.unwrap_or_else(|e| {
+        tracing::debug!(target: "tensorjit::jit", module = %module.name, error = %e,
+            "no packing at compile time: each binding packs its GEMM operands");
+        Packed::default()
+    })
 }
 
 /// The cache, also after a panic while it was held (its state is consistent between

@@ -11,10 +11,16 @@
 //! so the jit packs them once and runs one GEMM with N = ΣN_i; the jit plan then lets an
 //! attention read q, k and v as column blocks of that product without the slices' copies
 //! (`backends/jit/merge.rs`). Nodes made by this pass are catalogue ops only.
+//!
+//! [`run`] merges layers over inputs of static shape; [`run_dynamic`] also those whose input
+//! has dynamic leading axes (K and every N_i static): the slices then keep those axes whole
+//! (limit `-1`), so that the specialisations of a dynamic module share its concatenated
+//! weights instead of concatenating (and the jit packing) them again per binding.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::ir::infer::infer_shapes;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{ConstData, DenseLayout, Op};
 use crate::ir::shape::Shape;
@@ -46,13 +52,19 @@ struct Member {
     b: Option<Arc<Vec<u8>>>,
 }
 
-fn member(m: &Module, f: FuncId, n: NodeId) -> Option<(GroupKey, Member)> {
+/// A dense layer `merge_function` may take (`dynamic`: its input may have dynamic leading axes).
+fn member(m: &Module, f: FuncId, n: NodeId, dynamic: bool) -> Option<(GroupKey, Member)> {
     let node = m.node(n);
     let Op::FusedDense { activation, layout, has_bias } = &node.op else { return None };
     let (x, w) = (*node.inputs.first()?, *node.inputs.get(1)?);
     let (xs, ws) = (m.shape(x), m.shape(w));
     let out = *node.outputs.first()?;
-    if ws.rank() != 2 || xs.is_dynamic() || m.shape(out).is_dynamic() || m.value(out).func != f || xs.rank() < 1 {
+    let os = m.shape(out);
+    if ws.rank() != 2 || ws.is_dynamic() || m.value(out).func != f || xs.rank() < 1 || os.rank() < 1 {
+        return None;
+    }
+    let static_last = xs.dims[xs.rank() - 1] >= 0 && os.dims[os.rank() - 1] >= 0;
+    if !static_last || (!dynamic && (xs.is_dynamic() || os.is_dynamic())) {
         return None;
     }
     let (k, n_out) = match layout {
@@ -84,15 +96,31 @@ fn member(m: &Module, f: FuncId, n: NodeId) -> Option<(GroupKey, Member)> {
     Some((key, Member { node: n, out, io, n: n_out, w: wb, b }))
 }
 
+/// The shapes of a merged group's nodes: the merged dense's result and each slice's, by
+/// inference (`None` when inference rejects them or a slice's shape is not its member's).
+fn merged_shapes(m: &Module, proto: &Op, ins: &[Shape], slices: &[(Op, ValueId)]) -> Option<(Shape, Vec<Shape>)> {
+    let refs: Vec<&Shape> = ins.iter().collect();
+    let y = infer_shapes(m, proto, &refs).ok()?.pop()?;
+    let mut outs = Vec::with_capacity(slices.len());
+    for (op, old) in slices {
+        let s = infer_shapes(m, op, &[&y]).ok()?.pop()?;
+        if s != *m.shape(*old) {
+            return None;
+        }
+        outs.push(s);
+    }
+    Some((y, outs))
+}
+
 /// Merges the groups of function `f`; returns how many groups were merged.
-fn merge_function(m: &mut Module, f: FuncId) -> usize {
+fn merge_function(m: &mut Module, f: FuncId, dynamic: bool) -> usize {
     // Groups in body order, each with the body position of its first member.
     let body = m.func(f).body.clone();
     let mut groups: Vec<(GroupKey, Vec<usize>)> = vec![];
     let mut index: HashMap<GroupKey, usize> = HashMap::new();
     let mut found: Vec<Member> = vec![];
     for &n in &body {
-        if let Some((key, mb)) = member(m, f, n) {
+        if let Some((key, mb)) = member(m, f, n, dynamic) {
             let gi = *index.entry(key.clone()).or_insert_with(|| {
                 groups.push((key, vec![]));
                 groups.len() - 1
@@ -115,10 +143,28 @@ fn merge_function(m: &mut Module, f: FuncId) -> usize {
             _ => continue,
         };
         let w_shape = m.shape(m.node(first).inputs[1]).clone();
-        let out_shape = m.shape(found[members[0]].out).clone();
         let dt = w_shape.dtype;
         let es = dt.size();
         let total: i64 = members.iter().map(|&i| found[i].n).sum();
+        let w_dims = if io_layout { vec![k, total] } else { vec![total, k] };
+        let mut in_shapes = vec![m.shape(x).clone(), Shape::new(dt, &w_dims)];
+        if has_bias {
+            in_shapes.push(Shape::new(dt, &[total]));
+        }
+        // One slice of the last axis per member; a dynamic axis is kept whole (limit -1).
+        let rank = m.shape(found[members[0]].out).rank();
+        let last = rank - 1;
+        let mut slices = Vec::with_capacity(members.len());
+        let mut at = 0;
+        for &i in &members {
+            let (old, n_i) = (found[i].out, found[i].n);
+            let starts: Vec<i64> = (0..rank).map(|a| if a == last { at } else { 0 }).collect();
+            let mut limits: Vec<i64> = m.shape(old).dims.iter().map(|&d| if d < 0 { -1 } else { d }).collect();
+            limits[last] = at + n_i;
+            slices.push((Op::Slice { starts, limits, strides: vec![1; rank] }, old));
+            at += n_i;
+        }
+        let Some((y_shape, slice_shapes)) = merged_shapes(m, &proto, &in_shapes, &slices) else { continue };
         // Weights concatenated along the output axis: rows appended ([N, K]) or each input row
         // made of every member's row ([K, N]; a member's `[N, K]` weights read down a column).
         let mut w = Vec::with_capacity(members.iter().map(|&i| found[i].w.len()).sum());
@@ -141,35 +187,24 @@ fn merge_function(m: &mut Module, f: FuncId) -> usize {
                 w.extend_from_slice(&found[i].w);
             }
         }
-        let w_dims = if io_layout { vec![k, total] } else { vec![total, k] };
         let mut nodes = vec![];
-        let wc = m.add_node(f, Op::Constant(ConstData(Arc::new(w))), vec![], vec![Shape::new(dt, &w_dims)]);
+        let wc = m.add_node(f, Op::Constant(ConstData(Arc::new(w))), vec![], vec![in_shapes[1].clone()]);
         nodes.push(wc);
         let mut inputs = vec![x, m.node(wc).outputs[0]];
         if has_bias {
             let b: Vec<u8> = members.iter().flat_map(|&i| found[i].b.iter().flat_map(|b| b.iter().copied())).collect();
-            let bc = m.add_node(f, Op::Constant(ConstData(Arc::new(b))), vec![], vec![Shape::new(dt, &[total])]);
+            let bc = m.add_node(f, Op::Constant(ConstData(Arc::new(b))), vec![], vec![in_shapes[2].clone()]);
             nodes.push(bc);
             inputs.push(m.node(bc).outputs[0]);
         }
-        let mut y_dims = out_shape.dims.clone();
-        let last = y_dims.len() - 1;
-        y_dims[last] = total;
-        let dense = m.add_node(f, proto, inputs, vec![Shape::new(out_shape.dtype, &y_dims)]);
+        let dense = m.add_node(f, proto, inputs, vec![y_shape]);
         nodes.push(dense);
         let y = m.node(dense).outputs[0];
-        let mut at = 0;
-        for &i in &members {
-            let (old, n_i) = (found[i].out, found[i].n);
-            let starts: Vec<i64> = (0..y_dims.len()).map(|a| if a == last { at } else { 0 }).collect();
-            let mut limits = y_dims.clone();
-            limits[last] = at + n_i;
-            let op = Op::Slice { starts, limits, strides: vec![1; y_dims.len()] };
-            let s = m.add_node(f, op, vec![y], vec![m.shape(old).clone()]);
+        for ((op, old), shape) in slices.into_iter().zip(slice_shapes) {
+            let s = m.add_node(f, op, vec![y], vec![shape]);
             nodes.push(s);
             let sv = m.node(s).outputs[0];
             replace_all_uses(m, old, sv);
-            at += n_i;
         }
         // The new nodes go where the first member was (x and every use of the members are
         // after it); the members leave the body (their constants go to dead-code elimination).
@@ -184,8 +219,13 @@ fn merge_function(m: &mut Module, f: FuncId) -> usize {
     merged
 }
 
-/// Merges dense layers sharing their input in every function of `m` (module docs); returns the
-/// number of merged groups.
+/// Merges dense layers sharing an input of static shape in every function of `m` (module docs);
+/// returns the number of merged groups.
 pub fn run(m: &mut Module) -> usize {
-    (0..m.functions.len()).map(|fi| merge_function(m, FuncId(fi as u32))).sum()
+    (0..m.functions.len()).map(|fi| merge_function(m, FuncId(fi as u32), false)).sum()
+}
+
+/// As [`run`], also merging layers whose input has dynamic leading axes.
+pub fn run_dynamic(m: &mut Module) -> usize {
+    (0..m.functions.len()).map(|fi| merge_function(m, FuncId(fi as u32), true)).sum()
 }

@@ -6,6 +6,7 @@ use egg::Id;
 use super::{Rule, approx_in, binary, binary_comm, dtype, local, ops, reduces, same, same_shape, shape, splat, unary};
 use crate::ir::dtype::DType;
 use crate::ir::op::{BinaryOp, Op, ReduceKind, UnaryOp};
+use crate::ir::shape::Shape;
 use crate::passes::egraph::analysis::EG;
 use crate::passes::egraph::lang::{Internal, TNode};
 
@@ -60,11 +61,11 @@ fn mean_of(eg: &EG, class: Id, s: Id, c: Id, ok: fn(Option<DType>, f64, f64) -> 
             out.push(TNode::internal(Internal::Mean { axes }, &[x]));
         }
     }
-    let Some(kd) = shape(eg, s).filter(|k| !k.is_dynamic()) else { return out };
+    let Some(kd) = shape(eg, s) else { return out };
     for (op, rc) in ops(eg, s) {
         let Op::Reshape { .. } = op else { continue };
         let Some(r) = shape(eg, rc[0]) else { continue };
-        let Some(ins) = inserted_ones(&r.dims, &kd.dims) else { continue };
+        let Some(ins) = keepdims_axes(r, kd) else { continue };
         for (x, axes) in reduces(eg, rc[0], ReduceKind::Sum) {
             if axes == ins && is_mean(x, &axes) {
                 let base = out.len();
@@ -139,18 +140,29 @@ fn inserted_ones(from: &[i64], to: &[i64]) -> Option<Vec<usize>> {
     (j == from.len() && ins.len() + from.len() == to.len()).then_some(ins)
 }
 
+/// The size-1 axes a keep-dims reshape of `r` to `to` inserts ([`inserted_ones`] on their
+/// dims), provided `r`'s dynamic axes are `to`'s, in the same order and with the same names (a
+/// reshape's k-th dynamic target axis takes the size of its operand's k-th dynamic axis, so
+/// those axes are kept; the inserted ones are static).
+fn keepdims_axes(r: &Shape, to: &Shape) -> Option<Vec<usize>> {
+    let ins = inserted_ones(&r.dims, &to.dims)?;
+    let dynamic = |s: &Shape| (0..s.rank()).filter(|&i| s.dims[i] < 0).map(|i| s.axis_name(i).to_string()).collect();
+    let (a, b): (Vec<String>, Vec<String>) = (dynamic(r), dynamic(to));
+    (a == b).then_some(ins)
+}
+
 /// `Reshape(r) = Restore{R}(r)` (keep-dims form) when the reshape only inserts size-1 axes `R`
-/// into r's dims; a binary op broadcasts them later. Guards: static dims, the reshape keeps
-/// r's dims in order.
+/// into r's dims; a binary op broadcasts them later. Guards: the reshape keeps r's dims in
+/// order, dynamic ones included ([`keepdims_axes`]).
 fn restore_keepdims_reshape(eg: &EG, id: Id) -> Vec<TNode> {
     let mut out = vec![];
     for (op, c) in ops(eg, id) {
         let Op::Reshape { dims } = op else { continue };
-        let Some(r) = shape(eg, c[0]) else { continue };
-        if r.is_dynamic() || dims.iter().any(|&d| d < 0) {
+        let (Some(r), Some(to)) = (shape(eg, c[0]), shape(eg, id)) else { continue };
+        if to.dims != *dims {
             continue;
         }
-        if let Some(ins) = inserted_ones(&r.dims, dims) {
+        if let Some(ins) = keepdims_axes(r, to) {
             out.push(TNode::internal(Internal::Restore { axes: ins, dims: dims.clone() }, &[c[0]]));
         }
     }
