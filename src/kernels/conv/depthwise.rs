@@ -7,9 +7,10 @@
 //! the window's reach in phase columns. Output pixel (oy, ox) and tap (ty, tx) then read phase
 //! (ty·dy mod sy, tx·dx mod sx) at (oy + ty·dy div sy, ox + tx·dx div sx): for the flat index
 //! q = oy·pw + ox every tap is one fixed offset, and a vector of outputs along a row reads one
-//! contiguous run per tap. Each output row is cut into vectors (the last one partial), and [`N`]
-//! consecutive vectors, across rows when rows are narrow, form a register block: N independent
-//! accumulator chains, each tap one broadcast weight and N fused multiply-adds from memory. The
+//! contiguous run per tap. Each output row is cut into vectors (the last one partial); [`N`]
+//! adjacent vectors of a row form a register block, and the vectors left at the rows' ends
+//! (narrow rows: all of them) are gathered across rows into blocks: N independent accumulator
+//! chains, each tap one broadcast weight and N fused multiply-adds from memory. The
 //! bias starts the accumulators and the ReLU and clamp are applied in registers before the one
 //! store (a residual or another activation goes through a copy of the block). Stride 2 costs one
 //! de-interleave of each input row. Any stride, dilation and padding take the same path.
@@ -252,8 +253,8 @@ impl Job<'_> {
     }
 
     /// [`Job::plane`] on the vectors `S`: the output rows are cut into vectors of `S::L`
-    /// columns (the last one of a row partial), and [`N`] consecutive vectors (across rows when
-    /// rows are narrow) form a register block.
+    /// columns (the last one of a row partial); [`N`] adjacent vectors of a row form a register
+    /// block, the rows' leftover vectors are gathered across rows into blocks.
     ///
     /// # Safety
     /// The CPU has `S`'s features.
@@ -284,26 +285,41 @@ impl Job<'_> {
         let bias = unsafe { S::splat(self.epi.bias.map_or(0.0, |b| b[ch])) };
         let [yn, yc, yh, yw] = g.y_strides;
         let base = img * yn + ch * yc;
-        let (mut oy, mut ox) = (0, 0);
-        while oy < oh {
-            // The next N vectors: start in the scratch, output index, valid lanes (0: padding).
-            let (mut qs, mut at, mut ns) = ([0; N], [0; N], [0; N]);
-            for v in 0..N {
-                if oy == oh {
-                    qs[v] = qs[0];
-                    continue;
-                }
-                (qs[v], at[v], ns[v]) = (oy * pw + ox, base + oy * yh + ox * yw, (ow - ox).min(S::L));
-                ox += S::L;
-                if ox >= ow {
-                    (oy, ox) = (oy + 1, 0);
+        let flush = |qs: &[usize; N], at: &[usize; N], ns: &[usize; N]| {
+            // SAFETY: every start is at most (oh − 1)·pw + ow − 1, checked above with the reach
+            // of the taps against `buf`; the CPU has S's features; `at`/`ns` are runs of this
+            // unit's plane.
+            unsafe { self.store_block(&fin, block::<S>(buf, qs, taps, bias), at, ns) };
+        };
+        let run = N * S::L;
+        // Vectors left over by the rows (start in the scratch, output index, valid lanes),
+        // gathered across rows until N make a block.
+        let (mut qs, mut at, mut ns) = ([0; N], [0; N], [0; N]);
+        let mut k = 0;
+        for oy in 0..oh {
+            let mut ox = 0;
+            // Whole blocks inside the row: N adjacent full vectors.
+            while ow - ox >= run {
+                let (q0, a0) = (oy * pw + ox, base + oy * yh + ox * yw);
+                let qs = std::array::from_fn(|v| q0 + v * S::L);
+                flush(&qs, &std::array::from_fn(|v| a0 + v * S::L * yw), &[S::L; N]);
+                ox += run;
+            }
+            while ox < ow {
+                (qs[k], at[k], ns[k]) = (oy * pw + ox, base + oy * yh + ox * yw, (ow - ox).min(S::L));
+                (k, ox) = (k + 1, ox + S::L);
+                if k == N {
+                    flush(&qs, &at, &ns);
+                    k = 0;
                 }
             }
-            // SAFETY: every start is at most (oh − 1)·pw + ow − 1, checked above with the reach
-            // of the taps against `buf`; the CPU has S's features.
-            let acc = unsafe { block::<S>(buf, &qs, taps, bias) };
-            // SAFETY: as above for the features; `at`/`ns` are runs of this unit's plane.
-            unsafe { self.store_block(&fin, acc, &at, &ns) };
+        }
+        if k > 0 {
+            // The last block: the unused vectors repeat the first start and store nothing.
+            for v in k..N {
+                (qs[v], ns[v]) = (qs[0], 0);
+            }
+            flush(&qs, &at, &ns);
         }
     }
 
