@@ -6,28 +6,36 @@
 //! positions (i·sy + py, j·sx + px) as a dense `ph × pw` matrix, `pw` being the output width plus
 //! the window's reach in phase columns. Output pixel (oy, ox) and tap (ty, tx) then read phase
 //! (ty·dy mod sy, tx·dx mod sx) at (oy + ty·dy div sy, ox + tx·dx div sx): for the flat index
-//! q = oy·pw + ox every tap is one fixed offset, so the whole plane is a one-dimensional
-//! convolution over q, computed [`BLOCK`] outputs at a time with the accumulators in registers.
-//! Stride 2 costs one de-interleave of each input row; narrow planes (7, 14 wide) keep the
-//! vectors full, since a block runs across output rows (the `pw − ow` columns between rows are
-//! computed and dropped). Any stride, dilation and padding take the same path.
+//! q = oy·pw + ox every tap is one fixed offset, and a vector of outputs along a row reads one
+//! contiguous run per tap. Each output row is cut into vectors (the last one partial); [`N`]
+//! adjacent vectors of a row form a register block, and the vectors left at the rows' ends
+//! (narrow rows: all of them) are gathered across rows into blocks: N independent accumulator
+//! chains, each tap one broadcast weight and N fused multiply-adds from memory. The
+//! bias starts the accumulators and the ReLU and clamp are applied in registers before the one
+//! store (a residual or another activation goes through a copy of the block). Stride 2 costs one
+//! de-interleave of each input row. Any stride, dilation and padding take the same path.
 //!
 //! Channels innermost (NHWC): one task per (image, output row), accumulated in an `[ow][c]` row
 //! vectorised along the channels, each tap over the output columns whose input column is inside.
 //!
 //! Both bodies are compiled for AVX-512F and AVX2+FMA and portably, selected at run time
-//! ([`FusedIsa`]); the plane path's tap loop and stride-2 de-interleave use explicit vectors
-//! there. Geometries whose phases would dwarf the planes (huge dilations into the padding) take
-//! a plain per-output loop.
+//! ([`FusedIsa`]); the plane path's blocks ([`Lanes`]) and stride-2 de-interleave use explicit
+//! vectors there (planes at most 8 wide take the AVX2 vectors on AVX-512 CPUs). Geometries whose
+//! phases would dwarf the planes (huge dilations into the padding) take a plain per-output loop.
 
 use rayon::prelude::*;
 
-use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided};
+use super::{ConvEpilogue, ConvGeom, OutPtr, clamp_nan, copy_strided};
 use crate::error::Result;
 use crate::kernels::fused::FusedIsa;
+use crate::kernels::gemm::Activation;
 
-/// Outputs per block of the plane path (two AVX-512 vectors, four AVX2 vectors of accumulators).
-const BLOCK: usize = 32;
+/// Vectors per register block of the plane path: as many independent accumulator chains (the
+/// FMA latency times its throughput is 8 on current x86 cores).
+const N: usize = 8;
+
+/// Slack after the phases of the plane scratch: the widest vector read past the last position.
+const SLACK: usize = 16;
 
 /// The compiled bodies ([`Job::unit`]'s `ISA`).
 const GENERIC: u8 = 0;
@@ -48,12 +56,16 @@ pub(super) fn depthwise(geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogu
 /// [`depthwise`] on `isa` (lowered to what the CPU runs). The caller has validated the geometry
 /// against `x` and the output, and the bias and residual lengths.
 fn depthwise_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogue<'_>, out: OutPtr) {
-    let isa = isa.checked();
     let [oh, ow] = geom.out_hw;
     let c = geom.out_channels;
     let job = Job { geom, x, w, epi, out, lay: Phases::of(geom) };
     // Planes (channels-first) or output rows (channels innermost) as units.
     let channels_inner = geom.x_strides[1] == 1;
+    // Planes at most 8 wide fill AVX2 vectors better than AVX-512 ones.
+    let isa = match isa.checked() {
+        FusedIsa::Avx512 if !channels_inner && ow <= 8 => FusedIsa::Avx2,
+        isa => isa,
+    };
     // Phases far larger than the input and output planes (dilations reaching far into the
     // padding): the plane is computed by a plain loop instead.
     let planes = geom.in_hw[0] * geom.in_hw[1] + oh * ow;
@@ -128,74 +140,6 @@ fn madd<const ISA: u8>(a: f32, b: f32, c: f32) -> f32 {
     if ISA == GENERIC { a * b + c } else { a.mul_add(b, c) }
 }
 
-/// `acc += Σ k·buf[q0 + off ..][..BLOCK]` over the taps (offset, weight), the accumulators in
-/// registers: explicit vectors on x86 (the compiler leaves this loop scalar), a plain loop
-/// elsewhere.
-#[inline(always)]
-fn accumulate<const ISA: u8>(buf: &[f32], q0: usize, taps: &[(usize, f32)], acc: &mut [f32; BLOCK]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if ISA == AVX512 {
-            // SAFETY: the AVX512 body runs only on CPUs with AVX-512F (see `dispatch`).
-            return unsafe { accumulate_avx512(buf, q0, taps, acc) };
-        }
-        if ISA == AVX2 {
-            // SAFETY: the AVX2 body runs only on CPUs with AVX2 and FMA (see `dispatch`).
-            return unsafe { accumulate_avx2(buf, q0, taps, acc) };
-        }
-    }
-    for &(off, k) in taps {
-        let src: &[f32; BLOCK] = buf[q0 + off..][..BLOCK].try_into().expect("BLOCK values");
-        for (a, &v) in acc.iter_mut().zip(src) {
-            *a += v * k;
-        }
-    }
-}
-
-/// [`accumulate`] in two AVX-512 vectors.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn accumulate_avx512(buf: &[f32], q0: usize, taps: &[(usize, f32)], acc: &mut [f32; BLOCK]) {
-    use std::arch::x86_64::*;
-    // SAFETY: `acc` holds BLOCK = 32 values.
-    let mut a = unsafe { [_mm512_loadu_ps(acc.as_ptr()), _mm512_loadu_ps(acc.as_ptr().add(16))] };
-    for &(off, k) in taps {
-        let src = &buf[q0 + off..][..BLOCK];
-        let kv = _mm512_set1_ps(k);
-        // SAFETY: `src` holds BLOCK values (the slice above is bounds-checked).
-        unsafe {
-            a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(src.as_ptr()), kv, a[0]);
-            a[1] = _mm512_fmadd_ps(_mm512_loadu_ps(src.as_ptr().add(16)), kv, a[1]);
-        }
-    }
-    // SAFETY: as for the loads.
-    unsafe {
-        _mm512_storeu_ps(acc.as_mut_ptr(), a[0]);
-        _mm512_storeu_ps(acc.as_mut_ptr().add(16), a[1]);
-    }
-}
-
-/// [`accumulate`] in four AVX2 vectors.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn accumulate_avx2(buf: &[f32], q0: usize, taps: &[(usize, f32)], acc: &mut [f32; BLOCK]) {
-    use std::arch::x86_64::*;
-    // SAFETY: `acc` holds BLOCK = 32 values.
-    let mut a: [__m256; 4] = std::array::from_fn(|v| unsafe { _mm256_loadu_ps(acc.as_ptr().add(8 * v)) });
-    for &(off, k) in taps {
-        let src = &buf[q0 + off..][..BLOCK];
-        let kv = _mm256_set1_ps(k);
-        for (v, a) in a.iter_mut().enumerate() {
-            // SAFETY: `src` holds BLOCK = 32 values (the slice above is bounds-checked).
-            *a = _mm256_fmadd_ps(unsafe { _mm256_loadu_ps(src.as_ptr().add(8 * v)) }, kv, *a);
-        }
-    }
-    for (v, a) in a.iter().enumerate() {
-        // SAFETY: as for the loads.
-        unsafe { _mm256_storeu_ps(acc.as_mut_ptr().add(8 * v), *a) };
-    }
-}
-
 /// The phase-split padded plane of the channels-first path (see the module doc).
 #[derive(Clone, Copy, Debug)]
 struct Phases {
@@ -212,11 +156,11 @@ impl Phases {
         Phases { s: geom.stride, ph: geom.out_hw[0] + reach(0), pw: geom.out_hw[1] + reach(1) }
     }
 
-    /// Elements of the scratch: all phases plus a row and a block of slack that the last block
-    /// reads (into columns it drops).
+    /// Elements of the scratch: all phases plus the slack that the last vector of a row reads
+    /// (into lanes it drops).
     fn len(&self) -> Option<usize> {
         let phases = self.s[0].checked_mul(self.s[1])?.checked_mul(self.ph)?.checked_mul(self.pw)?;
-        phases.checked_add(self.pw)?.checked_add(BLOCK)
+        phases.checked_add(SLACK)
     }
 
     /// Offset of tap (ty, tx) from the flat output index.
@@ -288,9 +232,34 @@ impl Job<'_> {
         }
     }
 
-    /// Channel `ch` of image `img`, channels-first: the whole output plane.
+    /// Channel `ch` of image `img`, channels-first: the whole output plane, on the vectors of
+    /// the body `ISA`.
     #[inline(always)]
     fn plane<const ISA: u8>(&self, img: usize, ch: usize, scratch: &mut Scratch) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{__m256, __m512};
+            if ISA == AVX512 {
+                // SAFETY: the AVX512 body runs only on CPUs with AVX-512F (see `dispatch`).
+                return unsafe { self.plane_on::<ISA, __m512>(img, ch, scratch) };
+            }
+            if ISA == AVX2 {
+                // SAFETY: the AVX2 body runs only on CPUs with AVX2 and FMA (see `dispatch`).
+                return unsafe { self.plane_on::<ISA, __m256>(img, ch, scratch) };
+            }
+        }
+        // SAFETY: `Portable` needs no CPU feature.
+        unsafe { self.plane_on::<ISA, Portable>(img, ch, scratch) }
+    }
+
+    /// [`Job::plane`] on the vectors `S`: the output rows are cut into vectors of `S::L`
+    /// columns (the last one of a row partial); [`N`] adjacent vectors of a row form a register
+    /// block, the rows' leftover vectors are gathered across rows into blocks.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features.
+    #[inline(always)]
+    unsafe fn plane_on<const ISA: u8, S: Lanes>(&self, img: usize, ch: usize, scratch: &mut Scratch) {
         let g = self.geom;
         let ([kh, kw], [oh, ow], c) = (g.kernel_hw, g.out_hw, g.out_channels);
         let pw = self.lay.pw;
@@ -306,31 +275,103 @@ impl Job<'_> {
         for ty in 0..kh {
             taps.extend((0..kw).map(|tx| (self.lay.offset(g, ty, tx), self.w[(ty * kw + tx) * c + ch])));
         }
-        let bias = self.epi.bias.map_or(0.0, |b| b[ch]);
+        // The bounds of every load of `block`: the last vector of the last row starts at most at
+        // (oh − 1)·pw + ow − 1 and reads S::L values past each tap offset.
+        let reach = taps.iter().map(|t| t.0).max().unwrap_or(0) + S::L;
+        assert!(oh == 0 || (oh - 1) * pw + ow - 1 + reach <= buf.len(), "depthwise scratch too short");
+        // SAFETY: the CPU has S's features (the caller's contract).
+        let fin = unsafe { Finish::<S>::of(self.epi) };
+        // SAFETY: the CPU has S's features (the caller's contract).
+        let bias = unsafe { S::splat(self.epi.bias.map_or(0.0, |b| b[ch])) };
         let [yn, yc, yh, yw] = g.y_strides;
         let base = img * yn + ch * yc;
-        let total = oh * pw;
-        let mut q0 = 0;
-        while q0 < total {
-            let mut acc = [bias; BLOCK];
-            accumulate::<ISA>(buf, q0, taps, &mut acc);
-            if self.epi.residual.is_none() {
-                finish_block(self.epi, &mut acc);
+        let flush = |qs: &[usize; N], at: &[usize; N], ns: &[usize; N]| {
+            // SAFETY: every start is at most (oh − 1)·pw + ow − 1, checked above with the reach
+            // of the taps against `buf`; the CPU has S's features; `at`/`ns` are runs of this
+            // unit's plane.
+            unsafe { self.store_block(&fin, block::<S>(buf, qs, taps, bias), at, ns) };
+        };
+        let run = N * S::L;
+        // Vectors left over by the rows (start in the scratch, output index, valid lanes),
+        // gathered across rows until N make a block.
+        let (mut qs, mut at, mut ns) = ([0; N], [0; N], [0; N]);
+        let mut k = 0;
+        for oy in 0..oh {
+            let mut ox = 0;
+            // Whole blocks inside the row: N adjacent full vectors.
+            while ow - ox >= run {
+                let (q0, a0) = (oy * pw + ox, base + oy * yh + ox * yw);
+                let qs = std::array::from_fn(|v| q0 + v * S::L);
+                flush(&qs, &std::array::from_fn(|v| a0 + v * S::L * yw), &[S::L; N]);
+                ox += run;
             }
-            // Store the block's runs of real output columns (ox < ow) row by row.
-            let end = (q0 + BLOCK).min(total);
-            let mut q = q0;
-            while q < end {
-                let (oy, ox) = (q / pw, q % pw);
-                let row_end = (q - ox + pw).min(end);
-                if ox < ow {
-                    let n = (q - ox + ow).min(end) - q;
-                    let run = &mut acc[q - q0..][..n];
-                    self.store(run, base + oy * yh + ox * yw, yw);
+            while ox < ow {
+                (qs[k], at[k], ns[k]) = (oy * pw + ox, base + oy * yh + ox * yw, (ow - ox).min(S::L));
+                (k, ox) = (k + 1, ox + S::L);
+                if k == N {
+                    flush(&qs, &at, &ns);
+                    k = 0;
                 }
-                q = row_end;
             }
-            q0 += BLOCK;
+        }
+        if k > 0 {
+            // The last block: the unused vectors repeat the first start and store nothing.
+            for v in k..N {
+                (qs[v], ns[v]) = (qs[0], 0);
+            }
+            flush(&qs, &at, &ns);
+        }
+    }
+
+    /// Stores a block's vectors: `ns[v]` lanes of `acc[v]` at output `at[v]` (columns `yw`
+    /// apart), with the epilogue in registers when [`Finish`] allows it.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; each run lies in the plane this unit owns.
+    #[inline(always)]
+    unsafe fn store_block<S: Lanes>(&self, fin: &Finish<S>, acc: [S; N], at: &[usize; N], ns: &[usize; N]) {
+        let yw = self.geom.y_strides[3];
+        let Finish::Registers { relu, clamp } = fin else {
+            let mut tmp = [0.0; N * SLACK];
+            for (v, a) in acc.iter().enumerate() {
+                // SAFETY: `tmp` holds N·SLACK ≥ N·S::L values; the caller guarantees the features.
+                unsafe { a.store(tmp.as_mut_ptr().add(v * S::L)) };
+            }
+            if self.epi.residual.is_none() {
+                self.epi.activate_slice(&mut tmp);
+            }
+            for v in 0..N {
+                if ns[v] > 0 {
+                    self.store(&mut tmp[v * S::L..][..ns[v]], at[v], yw);
+                }
+            }
+            return;
+        };
+        for v in 0..N {
+            let n = ns[v];
+            if n == 0 {
+                continue;
+            }
+            // SAFETY: the caller guarantees the features; the output run `at[v]`, n values `yw`
+            // apart, was checked by `validate` to lie in the output and belongs to this unit.
+            unsafe {
+                let mut a = acc[v];
+                if *relu {
+                    a = a.relu();
+                }
+                if let Some((lo, hi, zlo, zhi)) = *clamp {
+                    a = a.clamp(lo, hi, zlo, zhi);
+                }
+                if yw == 1 {
+                    a.store_first(self.out.0.add(at[v]), n);
+                } else {
+                    let mut tmp = [0.0; SLACK];
+                    a.store(tmp.as_mut_ptr());
+                    for (j, &t) in tmp[..n].iter().enumerate() {
+                        self.out.write(at[v] + j * yw, t);
+                    }
+                }
+            }
         }
     }
 
@@ -426,6 +467,243 @@ impl Job<'_> {
     }
 }
 
+/// Sums of the [`N`] vectors of outputs that start at the scratch positions `qs`:
+/// `bias + Σ k·buf[q + off ..][..S::L]` over the taps (offset, weight), in registers.
+///
+/// # Safety
+/// The CPU has `S`'s features; `q + off + S::L ≤ buf.len()` for every start and tap.
+#[inline(always)]
+unsafe fn block<S: Lanes>(buf: &[f32], qs: &[usize; N], taps: &[(usize, f32)], bias: S) -> [S; N] {
+    let mut acc = [bias; N];
+    let p = buf.as_ptr();
+    for &(off, k) in taps {
+        // SAFETY: the caller's contract (features, and every load inside `buf`).
+        unsafe {
+            let kv = S::splat(k);
+            for (a, &q) in acc.iter_mut().zip(qs) {
+                *a = S::load(p.add(q + off)).fmadd(kv, *a);
+            }
+        }
+    }
+    acc
+}
+
+/// How the plane path finishes a block before its stores.
+enum Finish<S> {
+    /// In registers: ReLU or nothing, then the clamp (bounds as vectors, and whether each bound
+    /// is ±0).
+    Registers { relu: bool, clamp: Option<(S, S, bool, bool)> },
+    /// Through a copy of the block and the epilogue's slice functions: a residual, another
+    /// activation, or a NaN bound.
+    Spill,
+}
+
+impl<S: Lanes> Finish<S> {
+    /// # Safety
+    /// The CPU has `S`'s features.
+    #[inline(always)]
+    unsafe fn of(epi: &ConvEpilogue<'_>) -> Finish<S> {
+        let relu = match epi.activation {
+            Activation::None => false,
+            Activation::Relu => true,
+            _ => return Finish::Spill,
+        };
+        let clamp = match epi.clamp {
+            _ if epi.residual.is_some() => return Finish::Spill,
+            Some((lo, hi)) if lo.is_nan() || hi.is_nan() => return Finish::Spill,
+            // SAFETY: the caller's contract.
+            Some((lo, hi)) => Some(unsafe { (S::splat(lo), S::splat(hi), lo == 0.0, hi == 0.0) }),
+            None => None,
+        };
+        Finish::Registers { relu, clamp }
+    }
+}
+
+/// The f32 vectors of the plane path: `__m256` (AVX2+FMA), `__m512` (AVX-512F) or
+/// [`Portable`] lanes.
+///
+/// Safety of every method: the CPU has the type's features, and pointers are valid for the
+/// lanes the method reads or writes.
+trait Lanes: Copy {
+    /// Lanes per vector (at most [`SLACK`]).
+    const L: usize;
+    unsafe fn splat(v: f32) -> Self;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn store(self, p: *mut f32);
+    /// `self·k + acc`.
+    unsafe fn fmadd(self, k: Self, acc: Self) -> Self;
+    /// `v < 0 ? 0 : v` per lane: NaN and −0 stay (as `ConvEpilogue::activate_slice`).
+    unsafe fn relu(self) -> Self;
+    /// `clamp_nan(v, lo, hi)` per lane for bounds that are not NaN; `zlo`, `zhi`: whether the
+    /// bound is ±0 (equal values other than zeros have equal bits, so only then do ties matter).
+    unsafe fn clamp(self, lo: Self, hi: Self, zlo: bool, zhi: bool) -> Self;
+
+    /// Stores the first `n` (1 ..= L) lanes.
+    #[inline(always)]
+    unsafe fn store_first(self, p: *mut f32, n: usize) {
+        // SAFETY: the caller's contract: `p` is valid for `n` values.
+        unsafe {
+            if n == Self::L {
+                self.store(p);
+            } else {
+                let mut t = [0.0; SLACK];
+                self.store(t.as_mut_ptr());
+                std::ptr::copy_nonoverlapping(t.as_ptr(), p, n);
+            }
+        }
+    }
+}
+
+/// Eight lanes in plain Rust (`Lanes` for the generic body).
+#[derive(Clone, Copy)]
+struct Portable([f32; 8]);
+
+impl Lanes for Portable {
+    const L: usize = 8;
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        Portable([v; 8])
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller's contract: `p` is valid for 8 values.
+        Portable(unsafe { std::ptr::read_unaligned(p.cast::<[f32; 8]>()) })
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: the caller's contract: `p` is valid for 8 values.
+        unsafe { std::ptr::write_unaligned(p.cast::<[f32; 8]>(), self.0) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(self, k: Self, acc: Self) -> Self {
+        Portable(std::array::from_fn(|j| madd::<GENERIC>(self.0[j], k.0[j], acc.0[j])))
+    }
+    #[inline(always)]
+    unsafe fn relu(self) -> Self {
+        Portable(self.0.map(|v| if v < 0.0 { 0.0 } else { v }))
+    }
+    #[inline(always)]
+    unsafe fn clamp(self, lo: Self, hi: Self, _: bool, _: bool) -> Self {
+        Portable(self.0.map(|v| clamp_nan(v, lo.0[0], hi.0[0])))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for std::arch::x86_64::__m256 {
+    const L: usize = 8;
+    // SAFETY (every block below): the caller's contract: AVX2 and FMA are there, pointers are
+    // valid for 8 values.
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        // SAFETY: see above.
+        unsafe { std::arch::x86_64::_mm256_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: see above.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: see above.
+        unsafe { std::arch::x86_64::_mm256_storeu_ps(p, self) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(self, k: Self, acc: Self) -> Self {
+        // SAFETY: see above.
+        unsafe { std::arch::x86_64::_mm256_fmadd_ps(self, k, acc) }
+    }
+    #[inline(always)]
+    unsafe fn relu(self) -> Self {
+        use std::arch::x86_64::*;
+        // SAFETY: see above.
+        unsafe { _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(self, _mm256_setzero_ps()), self) }
+    }
+    #[inline(always)]
+    unsafe fn clamp(self, lo: Self, hi: Self, zlo: bool, zhi: bool) -> Self {
+        use std::arch::x86_64::*;
+        // SAFETY: see above.
+        unsafe {
+            // max(lo, v) is `lo > v ? lo : v` (a NaN v stays); ties of zeros: Max is the AND of
+            // the bits (+0 unless both are −0), Min the OR.
+            let mut m = _mm256_max_ps(lo, self);
+            if zlo {
+                m = _mm256_blendv_ps(m, _mm256_and_ps(self, lo), _mm256_cmp_ps::<_CMP_EQ_OQ>(self, lo));
+            }
+            let mut r = _mm256_min_ps(hi, m);
+            if zhi {
+                r = _mm256_blendv_ps(r, _mm256_or_ps(m, hi), _mm256_cmp_ps::<_CMP_EQ_OQ>(m, hi));
+            }
+            r
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for std::arch::x86_64::__m512 {
+    const L: usize = 16;
+    // SAFETY (every block below): the caller's contract: AVX-512F is there, pointers are valid
+    // for 16 values (`store_first`: for `n`).
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        // SAFETY: see above.
+        unsafe { std::arch::x86_64::_mm512_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: see above.
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: see above.
+        unsafe { std::arch::x86_64::_mm512_storeu_ps(p, self) }
+    }
+    #[inline(always)]
+    unsafe fn store_first(self, p: *mut f32, n: usize) {
+        // SAFETY: see above; the mask holds the first `n` lanes only.
+        unsafe { std::arch::x86_64::_mm512_mask_storeu_ps(p, (1u32 << n).wrapping_sub(1) as u16, self) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(self, k: Self, acc: Self) -> Self {
+        // SAFETY: see above.
+        unsafe { std::arch::x86_64::_mm512_fmadd_ps(self, k, acc) }
+    }
+    #[inline(always)]
+    unsafe fn relu(self) -> Self {
+        use std::arch::x86_64::*;
+        // SAFETY: see above.
+        unsafe {
+            let z = _mm512_setzero_ps();
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(self, z), self, z)
+        }
+    }
+    #[inline(always)]
+    unsafe fn clamp(self, lo: Self, hi: Self, zlo: bool, zhi: bool) -> Self {
+        use std::arch::x86_64::*;
+        let bits = |a: __m512, b: __m512, or: bool| {
+            // SAFETY: see above.
+            unsafe {
+                let (a, b) = (_mm512_castps_si512(a), _mm512_castps_si512(b));
+                _mm512_castsi512_ps(if or { _mm512_or_si512(a, b) } else { _mm512_and_si512(a, b) })
+            }
+        };
+        // SAFETY: see above.
+        unsafe {
+            // As for `__m256`.
+            let mut m = _mm512_max_ps(lo, self);
+            if zlo {
+                m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(self, lo), m, bits(self, lo, false));
+            }
+            let mut r = _mm512_min_ps(hi, m);
+            if zhi {
+                r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(m, hi), r, bits(m, hi, true));
+            }
+            r
+        }
+    }
+}
+
 /// `even[j] = src[2j]`, `odd[j] = src[2j + 1]` for every `j` the outputs hold; with `ODD`
 /// false only the even values (`odd` unused). `src` must reach the last value read.
 #[inline(always)]
@@ -510,18 +788,11 @@ fn deinterleave_avx2<const ODD: bool>(src: &[f32], even: &mut [f32], odd: &mut [
     n
 }
 
-/// The activation and clamp of `epi` over a full block (fixed length: fully vectorised).
-#[inline(always)]
-fn finish_block(epi: &ConvEpilogue<'_>, acc: &mut [f32; BLOCK]) {
-    epi.activate_slice(acc);
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::tests::strides;
     use super::super::{ConvFilter, FilterKind, conv2d_f32};
     use super::*;
-    use crate::kernels::gemm::Activation;
     use crate::kernels::gemm::epilogue::act_f64;
 
     struct Lcg(u64);
@@ -685,6 +956,54 @@ mod tests {
             let mut d = vec![-1.0; n];
             gather_even(&mut d, &src[..(2 * n).saturating_sub(1)]);
             assert_eq!(d, want_e, "n = {n}");
+        }
+    }
+
+    /// `relu`, `clamp` and `store_first` of every vector type against the scalar definitions
+    /// (`clamp_nan`, `v < 0 ? 0 : v`) on signed zeros, NaN, infinities and the bounds.
+    fn lanes_match_scalar<S: Lanes>() {
+        let special = [0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 6.0, -1.0, 2.0, 3.0, 0.5, -7.5, 1e-40];
+        let vals: Vec<f32> = (0..S::L).map(|j| special[j % special.len()]).collect();
+        let vals2: Vec<f32> = (0..S::L).map(|j| special[(j + 5) % special.len()]).collect();
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        for vals in [&vals, &vals2] {
+            // SAFETY: each test runs a type only on CPUs that have its features (see below);
+            // `vals` and `out` hold S::L values.
+            unsafe {
+                let v = S::load(vals.as_ptr());
+                let mut out = vec![0.0; S::L];
+                v.relu().store(out.as_mut_ptr());
+                for (&o, &x) in out.iter().zip(vals) {
+                    assert!(same(o, if x < 0.0 { 0.0 } else { x }), "relu({x}) = {o}");
+                }
+                for (lo, hi) in [(0.0, 6.0), (-0.0, 0.0), (0.0, -0.0), (-0.0, -0.0), (-1.0, 2.0), (3.0, 1.0)] {
+                    let c = v.clamp(S::splat(lo), S::splat(hi), lo == 0.0, hi == 0.0);
+                    c.store(out.as_mut_ptr());
+                    for (&o, &x) in out.iter().zip(vals) {
+                        assert!(same(o, clamp_nan(x, lo, hi)), "clamp({x}, {lo}, {hi}) = {o}");
+                    }
+                }
+                for n in 1..=S::L {
+                    let mut out = vec![-9.0; S::L + 1];
+                    v.store_first(out.as_mut_ptr(), n);
+                    assert!(out[..n].iter().zip(vals).all(|(&o, &x)| same(o, x)), "store_first {n}");
+                    assert!(out[n..].iter().all(|&o| o == -9.0), "store_first {n} wrote past");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lanes_match_scalar_on_every_path() {
+        lanes_match_scalar::<Portable>();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if FusedIsa::avx2_available() {
+                lanes_match_scalar::<std::arch::x86_64::__m256>();
+            }
+            if FusedIsa::avx512_available() {
+                lanes_match_scalar::<std::arch::x86_64::__m512>();
+            }
         }
     }
 
