@@ -710,7 +710,9 @@ impl Lanes for std::arch::x86_64::__m512 {
 fn deinterleave<const ISA: u8, const ODD: bool>(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
     let n = if ODD { even.len().min(odd.len()) } else { even.len() };
     // Whole pairs in `src` for the vector loops (the last even value may have no odd partner).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
     let pairs = n.min(src.len() / 2);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     {

@@ -145,6 +145,7 @@ impl PackFrom<bf16> for f32 {
     #[inline(always)]
     fn cvt_run(src: &[bf16], dst: &mut [f32]) {
         let n = src.len().min(dst.len());
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut i = 0;
         #[cfg(target_arch = "x86_64")]
         {
