@@ -119,8 +119,9 @@ pub fn gather_reduce<C: Communicator + ?Sized>(
     let mut all = AlignedBytes::try_recycled(total)?;
     comm.all_gather(groups, send, all.as_bytes_mut())?;
     let n = send.len();
+    let shape = elements(dtype, n);
     let part = |i: usize| Tensor {
-        shape: elements(dtype, n),
+        shape: shape.clone(),
         data: Arc::new(AlignedBytes::from_bytes(&all.as_bytes()[i * n..(i + 1) * n])),
     };
     let op = Op::Binary(match kind {
@@ -129,7 +130,6 @@ pub fn gather_reduce<C: Communicator + ?Sized>(
         ArithReduce::Max => BinaryOp::Max,
         ArithReduce::Min => BinaryOp::Min,
     });
-    let shape = elements(dtype, n);
     let mut acc = part(0);
     for i in 1..members {
         let next = crate::kernels::reference::eval(&op, &[acc, part(i)], std::slice::from_ref(&shape))?;

@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::shared::Accounting;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::module::NodeId;
 use crate::ir::shape::Shape;
 use crate::kernels::tensor::Tensor;
+use crate::memory::AlignedBytes;
 
 /// A kernel prepared at compile time for one node. Shared by every execution of the plan.
 pub(crate) trait FastKernel: Send + Sync {
@@ -86,10 +87,8 @@ pub(crate) fn run_via_into<K: FastKernel + ?Sized>(
     let mut outs = out_shapes
         .iter()
         .map(|s| {
-            let bytes = s
-                .byte_size()
-                .ok_or_else(|| crate::error::Error::invalid(k.describe(), format!("result {s} is dynamic")))?;
-            Ok(Tensor { shape: s.clone(), data: Arc::new(crate::memory::AlignedBytes::try_recycled(bytes)?) })
+            let bytes = s.byte_size().ok_or_else(|| Error::invalid(k.describe(), format!("result {s} is dynamic")))?;
+            Ok(Tensor { shape: s.clone(), data: Arc::new(AlignedBytes::try_recycled(bytes)?) })
         })
         .collect::<Result<Vec<_>>>()?;
     k.run_into(inputs, &mut outs, pool)?;
