@@ -20,6 +20,8 @@
 //! (measured: a 16M-element f32 stream runs ~10% faster). Where the system disables huge pages
 //! the advice is ignored.
 
+pub(crate) mod arena;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -6,8 +6,8 @@
 //! times or not at all, so hoisting across functions is not done here).
 
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::OnceLock;
 
 use smallvec::SmallVec;
 
@@ -16,9 +16,17 @@ use crate::ir::module::{Module, Node, NodeId, ValueId};
 use crate::ir::op::Op;
 use crate::passes::rewrite::Edits;
 
+/// The hasher of node keys: foldhash, seeded once per process. Keys arrive in many small
+/// `Debug` pieces, where SipHash (`DefaultHasher`) spent most of the pass's time; the random
+/// seed keeps a crafted model from making its keys collide (collisions cost text comparisons).
+fn key_hasher() -> foldhash::fast::FoldHasher<'static> {
+    static STATE: OnceLock<foldhash::fast::RandomState> = OnceLock::new();
+    STATE.get_or_init(foldhash::fast::RandomState::default).build_hasher()
+}
+
 /// A [`Hasher`] fed through [`std::fmt::Write`]: hashes a `Debug`/`Display` form without
 /// building the string (the key of every node is hashed; text is only built on a hash match).
-struct HashWriter(DefaultHasher);
+struct HashWriter(foldhash::fast::FoldHasher<'static>);
 
 impl std::fmt::Write for HashWriter {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
@@ -35,7 +43,7 @@ const SAMPLED_BYTES: usize = 4096;
 
 /// A hash of a constant's length and sampled bytes (see [`SAMPLED_BYTES`]).
 fn payload_hash(bytes: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = key_hasher();
     bytes.len().hash(&mut h);
     if bytes.len() <= SAMPLED_BYTES {
         bytes.hash(&mut h);
@@ -90,7 +98,7 @@ pub fn run(m: &mut Module) -> Result<bool> {
         for n in body {
             edits.resolve_inputs(m, n);
             let node = &m.nodes[n.index()];
-            let mut hw = HashWriter(DefaultHasher::new());
+            let mut hw = HashWriter(key_hasher());
             let _ = write_op(&mut hw, node);
             hw.0.write_u8(0xff);
             let _ = write_shapes(&mut hw, m, node);

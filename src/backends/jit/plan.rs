@@ -608,9 +608,12 @@ pub(crate) fn pack_constants(
             data.0 = Arc::new(Vec::new());
         }
     }
+    // The packed panels of this compile share huge-page chunks (`memory::arena`): fresh 4 KiB
+    // pages cost more to fault in than the packing itself.
+    let arena = Arc::new(crate::memory::arena::Arena::new());
     let run = |j: PackJob| {
         let mut a = super::shared::Accounting::default();
-        (j.run)(&mut a).map(|r| ((j.node, r), a))
+        crate::memory::arena::with_arena(&arena, || (j.run)(&mut a)).map(|r| ((j.node, r), a))
     };
     let done: Vec<_> = match pool {
         Some(p) if jobs.len() > 1 => p.install(|| jobs.into_par_iter().map(run).collect::<Result<Vec<_>>>())?,

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 
 use super::blocking::{Blocking, round_up};
 use super::epilogue::{Activation, Scalar};
-use super::kernel::{AlignedBuf, Family, PackFrom, TileArgs};
+use super::kernel::{AlignedBuf, Family, PackFrom, PanelBuf, TileArgs};
 use super::pack::{colsum_correction, pack_panels};
 
 /// A read-only strided matrix view by raw pointer (validated by the public entry points).
@@ -113,7 +113,7 @@ impl<TI, T: Copy> Job<'_, TI, T> {
 
 /// B panels packed once for a family (see `PackedB`): for each KC block, all column panels.
 pub(crate) struct PackedPanels<PB> {
-    pub buf: AlignedBuf<PB>,
+    pub buf: PanelBuf<PB>,
     pub kc: usize,
     /// `n` rounded up to `nr`.
     pub n_pad: usize,
@@ -142,7 +142,7 @@ impl<PB: Copy> PackedPanels<PB> {
         let kc = balanced(k, kc, fam.ga());
         let n_pad = round_up(n, nr);
         let nblocks = k.div_ceil(kc);
-        let mut buf = AlignedBuf::<PB>::zeroed((nblocks * kc * n_pad).max(1));
+        let mut buf = PanelBuf::<PB>::zeroed((nblocks * kc * n_pad).max(1));
         let mut colsum = if fam.needs_colsum { vec![0i32; nblocks * n_pad] } else { Vec::new() };
         for (bi, pc) in (0..k).step_by(kc).enumerate() {
             let kcb = kc.min(k - pc);

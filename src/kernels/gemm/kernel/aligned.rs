@@ -105,6 +105,50 @@ impl<T> Drop for AlignedBuf<T> {
     }
 }
 
+/// The storage of packed weights: from the compile's huge-page arena
+/// ([`crate::memory::arena`]) when one is installed and the panels are large, else an
+/// [`AlignedBuf`]. Zeroed when made.
+pub(crate) enum PanelBuf<T> {
+    Own(AlignedBuf<T>),
+    Arena(crate::memory::arena::ArenaBuf, usize, std::marker::PhantomData<T>),
+}
+
+impl<T: Copy> PanelBuf<T> {
+    /// `len` zeroed elements (64-byte aligned).
+    pub fn zeroed(len: usize) -> Self {
+        assert!(std::mem::align_of::<T>() <= 64, "PanelBuf: element alignment above 64");
+        match len.checked_mul(std::mem::size_of::<T>()).and_then(crate::memory::arena::take) {
+            Some(b) => PanelBuf::Arena(b, len, std::marker::PhantomData),
+            None => {
+                let mut b = AlignedBuf::zeroed(len);
+                // Recycled pool storage keeps stale values; panels are zero where not written.
+                // SAFETY: the buffer holds `len` initialised elements (see `AlignedBuf`), and
+                // every bit pattern, zero included, is a valid element of the packed types.
+                unsafe { std::ptr::write_bytes(b.as_mut_ptr(), 0, len) };
+                PanelBuf::Own(b)
+            }
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            PanelBuf::Own(b) => b.len(),
+            PanelBuf::Arena(_, len, _) => *len,
+        }
+    }
+    pub fn as_ptr(&self) -> *const T {
+        match self {
+            PanelBuf::Own(b) => b.as_ptr(),
+            PanelBuf::Arena(b, _, _) => b.as_ptr().cast(),
+        }
+    }
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        match self {
+            PanelBuf::Own(b) => b.as_mut_ptr(),
+            PanelBuf::Arena(b, _, _) => b.as_mut_ptr().cast(),
+        }
+    }
+}
+
 /// Growable f32 scratch on the per-thread pool, for kernels built on the GEMM (im2col patches,
 /// output tiles): hold one per task or per rayon split and call [`Scratch::get`] per use; after
 /// the first executions it allocates nothing. Contents are stale: write before reading.

@@ -8,8 +8,8 @@ use half::{bf16, f16};
 
 mod aligned;
 
-pub(crate) use aligned::AlignedBuf;
 pub use aligned::Scratch;
+pub(crate) use aligned::{AlignedBuf, PanelBuf};
 
 /// Arguments of one microkernel call: an `mr x nr` tile of C from a packed A micro-panel
 /// (`kgroups` groups of `g` k values for each of `MR_max` rows) and a B micro-panel (`kgroups`
