@@ -41,6 +41,30 @@ const ERFC: [f32; 10] = [
     -0.822_152_23,
     0.170_872_77,
 ];
+/// `erf(z) ≈ z·P(z²)/Q(z²)` on |z| ≤ [`ERF_R_CLAMP`] (coefficients from lowest degree; a
+/// weighted least-squares fit to f64 `erf` refined towards equal ripple, max error 1.5e-8 before
+/// rounding the coefficients to f32, 3.5e-7 absolute evaluated in f32 with FMA; `erf(3.9)` is 1
+/// within 3.5e-8). Used by `gelu_erf_fast`, the cheaper GELU of the GEMM epilogue.
+#[allow(clippy::excessive_precision)]
+const ERF_R_P: [f32; 6] = [
+    1.128_378_987_312_317,
+    0.191_937_595_605_850_22,
+    0.052_966_486_662_626_266,
+    0.003_836_737_712_845_206_3,
+    0.000_287_455_448_415_130_4,
+    2.050_428_747_679_689e-6,
+];
+/// The denominator of the rational `erf` (its constant term is 1).
+#[allow(clippy::excessive_precision)]
+const ERF_R_Q: [f32; 5] = [
+    0.503_432_035_446_167,
+    0.114_756_807_684_898_38,
+    0.015_108_923_427_760_601,
+    0.001_181_703_526_526_689_5,
+    3.823_108_272_626_996e-5,
+];
+/// Beyond |z| = 3.9 the rational `erf` is replaced by ±1.
+const ERF_R_CLAMP: f32 = 3.9;
 /// √(2/π) for the tanh form of GELU.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
@@ -150,7 +174,10 @@ pub fn exp_f32(isa: super::FusedIsa, x: &[f32], y: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 macro_rules! vector_math {
     ($feat:literal) => {
-        use super::{ERFC, EXP_FLUSH, EXP_HI, GELU_HI, GELU_LO, LN2_HI, LN2_LO, LOG2E, P, SQRT_2_OVER_PI};
+        use super::{
+            ERF_R_CLAMP, ERF_R_P, ERF_R_Q, ERFC, EXP_FLUSH, EXP_HI, GELU_HI, GELU_LO, LN2_HI, LN2_LO, LOG2E, P,
+            SQRT_2_OVER_PI,
+        };
         use ops::*;
         pub use ops::{LANES, V, hsum};
 
@@ -228,6 +255,37 @@ macro_rules! vector_math {
             let phi = select(ge(xc, zero()), sub(splat(1.0), half_erfc), half_erfc);
             let phi = select(lt(x, splat(GELU_LO)), zero(), phi);
             // NaN lanes: x·Φ stays NaN since Φ is finite.
+            mul(x, phi)
+        }
+
+        /// GELU `x·Φ(x)` of every lane with `Φ = ½(1 + erf(x/√2))` through the rational `erf`
+        /// (`ERF_R_P`): about a third of the operations of [`gelu_erf`] (no `exp`), within 2e-7
+        /// absolute per unit of |x| (an f32 emulation over [−8, 8]) instead of its 1e-7
+        /// relative. Φ is exactly 0 where x/√2 ≤ −3.9 (x·Φ gives −0, or NaN for −∞) and exactly
+        /// 1 where x/√2 ≥ 3.9; NaN stays NaN.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub fn gelu_erf_fast(x: V) -> V {
+            let zr = mul(x, splat(std::f32::consts::FRAC_1_SQRT_2));
+            // max returns its second operand for NaN lanes: z is finite.
+            let z = min(max(zr, splat(-ERF_R_CLAMP)), splat(ERF_R_CLAMP));
+            let t = mul(z, z);
+            let mut p = splat(ERF_R_P[5]);
+            for &c in ERF_R_P[..5].iter().rev() {
+                p = fmadd(p, t, splat(c));
+            }
+            let mut q = splat(ERF_R_Q[4]);
+            for &c in ERF_R_Q[..4].iter().rev() {
+                q = fmadd(q, t, splat(c));
+            }
+            let q = fmadd(q, t, splat(1.0));
+            let erf = div(mul(z, p), q);
+            let phi = fmadd(splat(0.5), erf, splat(0.5));
+            let phi = select(ge(zr, splat(ERF_R_CLAMP)), splat(1.0), phi);
+            let phi = select(ge(splat(-ERF_R_CLAMP), zr), zero(), phi);
             mul(x, phi)
         }
 

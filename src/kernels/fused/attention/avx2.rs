@@ -9,14 +9,15 @@ use super::Q_BLOCK;
 /// (6 rows × 16 query lanes = 12 accumulators).
 pub(super) const ROWS: usize = 6;
 
-/// Transposed scores of `R` (1..=6) key rows against 16 query lanes; `mx` (16 lanes)
-/// becomes the maximum of itself and the new scores (`max_ps` order: a NaN score may be
-/// dropped, see `softmax_lanes`).
+/// Transposed scores of `R` (1..=6) key rows against 16 query lanes, plus `kadd[r]` for key r
+/// when `kadd` is not null (a score of −∞ stays −∞); `mx` (16 lanes) becomes the maximum of
+/// itself and the new scores (`max_ps` order: a NaN score may be dropped, see
+/// `softmax_lanes`).
 ///
 /// # Safety
 /// AVX2+FMA; `qt` points at lane h of a `d × Q_BLOCK` packed block with h + 16 ≤ Q_BLOCK;
 /// `k` holds `R` rows of `d` values `ks` apart; `st` points at lane h of `R` rows `Q_BLOCK`
-/// apart; `mx` at 16 values.
+/// apart; `kadd` is null or holds `R` values; `mx` points at 16 values.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -27,6 +28,7 @@ pub(super) unsafe fn qk_r<const R: usize>(
     ks: usize,
     st: *mut f32,
     scale: f32,
+    kadd: *const f32,
     mx: *mut f32,
 ) {
     let mut a = [[_mm256_setzero_ps(); 2]; R];
@@ -46,8 +48,16 @@ pub(super) unsafe fn qk_r<const R: usize>(
     let sc = _mm256_set1_ps(scale);
     // SAFETY: mx holds 16 values (the contract).
     let mut m = unsafe { [_mm256_loadu_ps(mx), _mm256_loadu_ps(mx.add(8))] };
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
     for (r, ar) in a.iter().enumerate() {
-        let s = [_mm256_mul_ps(ar[0], sc), _mm256_mul_ps(ar[1], sc)];
+        let mut s = [_mm256_mul_ps(ar[0], sc), _mm256_mul_ps(ar[1], sc)];
+        if !kadd.is_null() {
+            // SAFETY: kadd holds R values (the contract).
+            let ka = unsafe { _mm256_broadcast_ss(&*kadd.add(r)) };
+            for x in &mut s {
+                *x = _mm256_blendv_ps(_mm256_add_ps(*x, ka), *x, _mm256_cmp_ps::<_CMP_EQ_OQ>(*x, ninf));
+            }
+        }
         m = [_mm256_max_ps(m[0], s[0]), _mm256_max_ps(m[1], s[1])];
         // SAFETY: row r < R of st has 16 writable lanes from st.
         unsafe {

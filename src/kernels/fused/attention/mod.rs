@@ -4,9 +4,10 @@
 //! block transposed (`qᵀ`, `head_dim × Q_BLOCK`) and walks the keys in tiles of up to
 //! [`K_BLOCK`] (sequences up to `K_BLOCK` keys are one tile: an exact softmax, no rescaling).
 //! Scores are kept transposed, one row of `Q_BLOCK` query lanes per key, so that the softmax is
-//! vertical (8 query rows per vector) and neither K nor V is ever repacked: the `Q·Kᵀ`
-//! micro-kernel broadcasts key values straight from K, the `P·V` one broadcasts value entries
-//! straight from V, both against vectors of 16 query lanes.
+//! vertical (8 query rows per vector) and neither K nor V is packed into panels: the `Q·Kᵀ`
+//! micro-kernel broadcasts key values straight from the key rows, the `P·V` one value entries
+//! straight from the value rows, both against vectors of 16 query lanes (strided rows are first
+//! copied contiguously, see `Scratch::kv`).
 //!
 //! Per tile: `sᵀ = scale·k·qᵀ + bias + additive mask` (excluded keys = −∞), then the
 //! online-softmax update per query lane (running max `m`, running sum `l`, unnormalised output
@@ -14,8 +15,12 @@
 //! `l' = α·l + Σ e^(s_j − m')`, `acc' = α·acc + Σ e^(s_j − m')·v_j`. The output row is `acc/l`,
 //! or 0 when every key was excluded or scored −∞ (fully masked rows), and padded query rows
 //! (≥ query_seq_len) stay 0. Extra memory per thread: `Q_BLOCK·(head_dim + v_dim + K_BLOCK + 3)`
-//! floats; the `[S, S]` score matrix is never built. Causal attention stops each query block at
-//! its last visible key.
+//! floats, plus `kv_len·(head_dim + v_dim)` when the key and value rows are strided (BSHD: they
+//! are copied contiguously once per batch and kv head); the `[S, S]` score matrix is never
+//! built. Causal attention stops each query block at its last visible key. Key-only masks
+//! (`[B, 1, 1, Skv]`, `[B, H, 1, Skv]`) skip the per-score mask pass: a Bool one with few runs
+//! of kept keys by walking those runs, an additive one on AVX2 by being added in the `Q·Kᵀ`
+//! micro-kernel.
 //!
 //! Conventions follow the reference kernel (`kernels/reference/fused_attention.rs`): causal is
 //! top-left aligned (query i sees keys j ≤ i, also when the lengths differ), a Bool mask excludes
@@ -188,13 +193,22 @@ struct Scratch {
     /// The tile's score maximum per query lane, kept by the AVX2 `Q·Kᵀ` micro-kernel (used when
     /// no mask or bias changes the scores afterwards).
     tmax: [f32; Q_BLOCK],
+    /// The additive key-only mask values of the tile, when the AVX2 `Q·Kᵀ` micro-kernel adds
+    /// them (see `key_add`).
+    kadd: [f32; K_BLOCK],
     /// The query block transposed, `head_dim × Q_BLOCK` (lanes past the block zero).
     qt: crate::kernels::gemm::Scratch,
     /// Scores, then probabilities, of the tile transposed: `K_BLOCK × Q_BLOCK`.
     st: crate::kernels::gemm::Scratch,
     /// Unnormalised output transposed, `v_dim × Q_BLOCK`.
     acc: crate::kernels::gemm::Scratch,
-    /// `(batch, kv head, whether its first kv_len value rows are all finite)` of the last check.
+    /// The key and value rows of one (batch, kv head) copied contiguously (row strides
+    /// `head_dim` and `v_dim`: `kv_len·head_dim` key values, then `kv_len·v_dim` value values)
+    /// when their positions are further apart (BSHD): strides that are multiples of 512 bytes
+    /// put the rows of a tile in a few L1 sets, which then reloads them from L2 on every pass.
+    kv: crate::kernels::gemm::Scratch,
+    /// `(batch, kv head, whether its first kv_len value rows are all finite)` of the last check
+    /// (and of the rows in `kv` when copied).
     v_finite: Option<(usize, usize, bool)>,
 }
 
@@ -254,9 +268,11 @@ pub fn attention_f32(
             l: [0.0; Q_BLOCK],
             alpha: [0.0; Q_BLOCK],
             tmax: [f32::NEG_INFINITY; Q_BLOCK],
+            kadd: [0.0; K_BLOCK],
             qt: buf(d * Q_BLOCK),
             st: buf(K_BLOCK * Q_BLOCK),
             acc: buf(vd * Q_BLOCK),
+            kv: crate::kernels::gemm::Scratch::new(),
             v_finite: None,
         }
     };
@@ -327,10 +343,28 @@ fn item(
     pack_qt(isa, p, q, b, h, i0, rows, lanes, qt);
     s.m[..lanes].fill(f32::NEG_INFINITY);
     s.l[..lanes].fill(0.0);
-    let ks = p.pos_stride_in(1, nkv, d);
-    let vs = p.pos_stride_in(2, nkv, vd);
-    let kbase = p.off_in(1, nkv, skv, d, b, hk, 0);
-    let vbase = p.off_in(2, nkv, skv, vd, b, hk, 0);
+    let (ks0, vs0) = (p.pos_stride_in(1, nkv, d), p.pos_stride_in(2, nkv, vd));
+    let kbase0 = p.off_in(1, nkv, skv, d, b, hk, 0);
+    let vbase0 = p.off_in(2, nkv, skv, vd, b, hk, 0);
+    // Strided rows are copied once per (batch, kv head), for every query block and query head
+    // using them (the items of one worker come in that order).
+    let copy = ks0 != d || vs0 != vd;
+    let kvl = if copy { kv_len * (d + vd) } else { 0 };
+    let kv = s.kv.get(kvl);
+    let cached = matches!(s.v_finite, Some((cb, ch, _)) if cb == b && ch == hk);
+    if copy && !cached {
+        let (kc, vc) = kv.split_at_mut(kv_len * d);
+        for j in 0..kv_len {
+            kc[j * d..(j + 1) * d].copy_from_slice(&k[kbase0 + j * ks0..kbase0 + j * ks0 + d]);
+            vc[j * vd..(j + 1) * vd].copy_from_slice(&v[vbase0 + j * vs0..vbase0 + j * vs0 + vd]);
+        }
+    }
+    let (k, ks, kbase, v, vs, vbase) = if copy {
+        let (kc, vc) = kv.split_at(kv_len * d);
+        (kc, d, 0, vc, vd, 0)
+    } else {
+        (k, ks0, kbase0, v, vs0, vbase0)
+    };
     let v_finite = match s.v_finite {
         Some((cb, ch, f)) if cb == b && ch == hk => f,
         _ => {
@@ -339,24 +373,102 @@ fn item(
             f
         }
     };
-    let mut j0 = 0;
-    while j0 < kend {
-        let j1 = (j0 + K_BLOCK).min(kend);
-        let nk = j1 - j0;
-        let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
-        scores(isa, qt, d, kt, ks, nk, lanes, p.scale, st, &mut s.tmax);
-        let tmax = if p.masked() {
-            mask_tile(p, b, h, i0, rows, j0, nk, st);
-            None
-        } else {
-            Some(&s.tmax)
-        };
-        softmax_tile(isa, st, nk, lanes, tmax, &mut s.m, &mut s.l, &mut s.alpha);
-        let vt = &v[vbase + j0 * vs..vbase + (j1 - 1) * vs + vd];
-        pv(isa, st, nk, vt, vs, vd, lanes, &s.alpha, j0 == 0, v_finite, acc);
-        j0 = j1;
+    // A key-only Bool mask (the padding mask) with few runs of kept keys is applied by walking
+    // only those runs: no per-score masking, and the tile maxima of the micro-kernels stay valid.
+    let mut spans = [(0, kend); MAX_RUNS];
+    let (nspans, masked) = match key_runs(p, b, h, kend, &mut spans) {
+        Some(n) => (n, p.causal),
+        None => {
+            spans[0] = (0, kend);
+            (1, p.masked())
+        }
+    };
+    if nspans == 0 {
+        zero_rows(p, b, h, i0..i1, out); // every key excluded
+        return;
+    }
+    // An additive key-only mask (the exporters' `[B, 1, 1, Skv]` padding mask) is added by the
+    // AVX2 `Q·Kᵀ` micro-kernel, before it takes the tile maxima.
+    let kadd = if masked { key_add(isa, p, b, h) } else { None };
+    let masked = masked && kadd.is_none();
+    let mut first = true;
+    for &(r0, r1) in &spans[..nspans] {
+        let mut j0 = r0;
+        while j0 < r1 {
+            let j1 = (j0 + K_BLOCK).min(r1);
+            let nk = j1 - j0;
+            let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
+            let ka = kadd.map(|(m, base, s3)| {
+                for (j, a) in s.kadd[..nk].iter_mut().enumerate() {
+                    *a = m[base + (j0 + j) * s3];
+                }
+                &s.kadd[..nk]
+            });
+            scores(isa, qt, d, kt, ks, nk, lanes, p.scale, ka, st, &mut s.tmax);
+            let tmax = if masked {
+                mask_tile(p, b, h, i0, rows, j0, nk, st);
+                None
+            } else {
+                Some(&s.tmax)
+            };
+            softmax_tile(isa, st, nk, lanes, tmax, &mut s.m, &mut s.l, &mut s.alpha);
+            let vt = &v[vbase + j0 * vs..vbase + (j1 - 1) * vs + vd];
+            pv(isa, st, nk, vt, vs, vd, lanes, &s.alpha, first, v_finite, acc);
+            first = false;
+            j0 = j1;
+        }
     }
     store_out(isa, p, b, h, i0, rows, &s.m, &s.l, acc, out);
+}
+
+/// On the AVX2 path, for an additive mask that does not vary along the query axis, without
+/// causal masking or bias: the mask, the offset of head (b, h)'s values and the key stride.
+fn key_add<'a>(isa: FusedIsa, p: &AttentionParams<'a>, b: usize, h: usize) -> Option<(&'a [f32], usize, usize)> {
+    match p.mask {
+        AttentionMask::Additive(m, sm) if isa == FusedIsa::Avx2 && sm[2] == 0 && !p.causal && p.bias.is_none() => {
+            Some((m, b * sm[0] + h * sm[1], sm[3]))
+        }
+        _ => None,
+    }
+}
+
+/// Most runs of kept keys a key-only Bool mask may have to be applied by skipping the
+/// excluded keys (more fragmented masks are applied per score).
+const MAX_RUNS: usize = 8;
+
+/// For a Bool mask that does not vary along the query axis and no bias: the runs of kept keys
+/// of head (b, h) below `kend`, written to `spans`, and their count (0: every key excluded);
+/// `None` for any other mask or bias, or more than [`MAX_RUNS`] runs.
+fn key_runs(
+    p: &AttentionParams<'_>,
+    b: usize,
+    h: usize,
+    kend: usize,
+    spans: &mut [(usize, usize); MAX_RUNS],
+) -> Option<usize> {
+    let AttentionMask::Bool(m, sm) = p.mask else { return None };
+    if sm[2] != 0 || p.bias.is_some() {
+        return None;
+    }
+    let base = b * sm[0] + h * sm[1];
+    let kept = |j: usize| m[base + j * sm[3]];
+    let (mut n, mut j) = (0, 0);
+    while j < kend {
+        if !kept(j) {
+            j += 1;
+            continue;
+        }
+        let start = j;
+        while j < kend && kept(j) {
+            j += 1;
+        }
+        if n == MAX_RUNS {
+            return None;
+        }
+        spans[n] = (start, j);
+        n += 1;
+    }
+    Some(n)
 }
 
 /// Packs query rows `i0..i0 + rows` of head (b, h) transposed into `qt` (`head_dim × Q_BLOCK`),

@@ -4,8 +4,10 @@
 use super::*;
 
 /// Transposed scores of a tile: `st[j][r] = scale · Σ_c k_j[c]·qt[c][r]` for the `nk` key rows
-/// of `k` (`ks` apart) and query lanes `r < lanes` (a multiple of [`QH`]). The AVX2 path also
-/// sets `tmax[r]` to the lane's maximum score (the generic path leaves `tmax` alone).
+/// of `k` (`ks` apart) and query lanes `r < lanes` (a multiple of [`QH`]), plus `kadd[j]` (an
+/// additive key-only mask; scores of −∞ stay −∞, as `mask_tile` does) when given, which only
+/// the AVX2 path takes. The x86-64 paths also set `tmax[r]` to the lane's maximum score (the
+/// generic path leaves `tmax` alone).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn scores(
     isa: FusedIsa,
@@ -16,11 +18,13 @@ pub(super) fn scores(
     nk: usize,
     lanes: usize,
     scale: f32,
+    kadd: Option<&[f32]>,
     st: &mut [f32],
     tmax: &mut [f32; Q_BLOCK],
 ) {
     assert!(
-        (1..=K_BLOCK).contains(&nk)
+        kadd.is_none_or(|a| a.len() >= nk && isa == FusedIsa::Avx2)
+            && (1..=K_BLOCK).contains(&nk)
             && lanes <= Q_BLOCK
             && lanes.is_multiple_of(QH)
             && qt.len() >= d * Q_BLOCK
@@ -33,9 +37,7 @@ pub(super) fn scores(
         tmax[..lanes].fill(f32::NEG_INFINITY);
         let (qp, kp, mxp) = (qt.as_ptr(), k.as_ptr(), tmax.as_mut_ptr());
         let two = lanes == 2 * avx512::LANES;
-        let mut j = 0;
-        while j < nk {
-            let nr = (nk - j).min(avx512::ROWS);
+        for (j, nr) in row_groups(nk, avx512::ROWS) {
             // SAFETY: AVX-512F confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
             // ks apart); lanes 0..lanes (16 or 32, the vectors the call covers) of qt's d rows,
             // of st's rows j..j+nr and of tmax (asserted above).
@@ -47,7 +49,6 @@ pub(super) fn scores(
                     with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk1, (qp, d, kj, ks, sj, scale, mxp))
                 }
             }
-            j += nr;
         }
         return;
     }
@@ -56,19 +57,20 @@ pub(super) fn scores(
         let stp = st.as_mut_ptr();
         tmax[..lanes].fill(f32::NEG_INFINITY);
         let mxp = tmax.as_mut_ptr();
-        micro_tiles(lanes, nk, |h, j, nr| {
-            // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
-            // ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows, of st's rows j..j+nr and of
-            // tmax (asserted above).
-            unsafe {
-                with_rows!(
-                    [1 2 3 4 5 6],
-                    nr,
-                    avx2::qk_r,
-                    (qt.as_ptr().add(h), d, k.as_ptr().add(j * ks), ks, stp.add(j * Q_BLOCK + h), scale, mxp.add(h))
-                )
+        // Key groups outside, query halves inside: a group's key rows are read from L1 by the
+        // second half.
+        for (j, nr) in row_groups(nk, avx2::ROWS) {
+            for h in (0..lanes).step_by(QH) {
+                // SAFETY: AVX2+FMA confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d
+                // values, ks apart), lanes h..h+16 ≤ Q_BLOCK of qt's d rows, of st's rows
+                // j..j+nr and of tmax, kadd (when given) values j..j+nr ≤ nk (asserted above).
+                unsafe {
+                    let ka = kadd.map_or(std::ptr::null(), |a| a.as_ptr().add(j));
+                    let (qp, kp, sp) = (qt.as_ptr().add(h), k.as_ptr().add(j * ks), stp.add(j * Q_BLOCK + h));
+                    with_rows!([1 2 3 4 5 6], nr, avx2::qk_r, (qp, d, kp, ks, sp, scale, ka, mxp.add(h)))
+                }
             }
-        });
+        }
         return;
     }
     // Only the x86-64 paths report the lanes' maxima.
@@ -86,19 +88,28 @@ pub(super) fn scores(
     }
 }
 
-/// The AVX2 micro-kernel calls covering query lanes `0..lanes` (halves of [`QH`]) and
-/// `0..rows` broadcast rows (keys of `Q·Kᵀ`, value columns of `P·V`) in groups of up to
-/// `avx2::ROWS`: `f(h, r, n)` for lanes `h..h + QH` and rows `r..r + n`.
+/// The AVX2 `P·V` micro-kernel calls covering query lanes `0..lanes` (halves of [`QH`]) and
+/// `0..rows` value columns in groups of up to `avx2::ROWS` ([`row_groups`]): `f(h, r, n)` for
+/// lanes `h..h + QH` and rows `r..r + n`.
 #[cfg(target_arch = "x86_64")]
 pub(super) fn micro_tiles(lanes: usize, rows: usize, mut f: impl FnMut(usize, usize, usize)) {
-    for h in (0..lanes).step_by(QH) {
-        let mut r = 0;
-        while r < rows {
-            let n = (rows - r).min(avx2::ROWS);
+    // Column groups outside, query halves inside: the second half reads the group's value
+    // entries from L1.
+    for (r, n) in row_groups(rows, avx2::ROWS) {
+        for h in (0..lanes).step_by(QH) {
             f(h, r, n);
-            r += n;
         }
     }
+}
+
+/// `rows` split into the fewest groups of at most `max` rows, of sizes differing by at most one
+/// (larger first): `(first row, rows)` of each. Even groups keep every micro-kernel call near
+/// its widest form (128 keys in groups of 6 are 18 × 6 + 4 × 5, not 21 × 6 + 2).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn row_groups(rows: usize, max: usize) -> impl Iterator<Item = (usize, usize)> {
+    let g = rows.div_ceil(max.max(1));
+    let (base, extra) = (rows.checked_div(g).unwrap_or(0), rows.checked_rem(g).unwrap_or(0));
+    (0..g).map(move |i| (i * base + i.min(extra), base + usize::from(i < extra)))
 }
 
 /// Applies `f(score, value)` to the scores of query rows `i0..i0 + rows` and keys `j0..j0 + nk`
@@ -283,9 +294,7 @@ pub(super) fn pv(
     if isa == FusedIsa::Avx512 && finite {
         let (sp, vp, accp, ap) = (st.as_ptr(), v.as_ptr(), acc.as_mut_ptr(), alpha.as_ptr());
         let two = lanes == 2 * avx512::LANES;
-        let mut c = 0;
-        while c < vd {
-            let nc = (vd - c).min(avx512::ROWS);
+        for (c, nc) in row_groups(vd, avx512::ROWS) {
             // SAFETY: AVX-512F confirmed by `checked()`; rows 0..nk of st, lanes 0..lanes (16 or
             // 32, the vectors the call covers); value columns c..c+nc ≤ vd of the nk rows of v;
             // acc rows c..c+nc ≤ vd; alpha lanes 0..lanes (asserted above).
@@ -297,7 +306,6 @@ pub(super) fn pv(
                     with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nc, avx512::pv1, (sp, nk, vc, vs, ac, ap, first))
                 }
             }
-            c += nc;
         }
         return;
     }
