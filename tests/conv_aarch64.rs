@@ -1,4 +1,4 @@
-//! The forward convolution kernels (`kernels::conv`: implicit GEMM, 1×1 GEMM, Winograd F(4×4,3×3),
+//! The forward convolution kernels (`kernels::conv`: implicit GEMM, 1×1 GEMM and direct, Winograd F(4×4,3×3),
 //! depthwise, the direct stem kernel) on small cases against a direct f64 loop, with bias + ReLU epilogues, 1 and 2
 //! threads. Small enough to run under qemu: `../shared/tools/aarch64-test --test conv_aarch64`
 //! (`.ci/run` does), where the GEMM underneath is the NEON microkernel and the depthwise kernel
@@ -88,7 +88,8 @@ fn conv_kernels_match_the_direct_loop() {
         Case(1, 16, 24, 8, 3, 1, 1, 1, true),  // Winograd (NHWC)
         Case(2, 5, 7, 7, 3, 2, 1, 1, false),   // implicit GEMM, stride 2
         Case(1, 6, 4, 6, 3, 1, 0, 2, true),    // grouped
-        Case(2, 12, 9, 5, 1, 1, 0, 1, false),  // 1×1 as one GEMM
+        Case(2, 12, 9, 5, 1, 1, 0, 1, true),   // 1×1 as one GEMM (NHWC)
+        Case(2, 12, 9, 5, 1, 1, 0, 1, false),  // 1×1 direct, few input channels (NCHW)
         Case(1, 8, 8, 10, 3, 2, 1, 8, false),  // depthwise stride 2 (NCHW)
         Case(2, 9, 9, 6, 3, 1, 1, 9, true),    // depthwise (NHWC)
         Case(1, 3, 8, 11, 7, 2, 3, 1, false),  // stem-like 7×7/2
@@ -99,6 +100,7 @@ fn conv_kernels_match_the_direct_loop() {
         "implicit gemm",
         "implicit gemm",
         "pointwise gemm",
+        "pointwise direct",
         "depthwise direct",
         "depthwise direct",
         "stem direct",

@@ -19,6 +19,7 @@
 
 pub mod backward;
 mod depthwise;
+mod smallk;
 mod stem;
 mod winograd;
 
@@ -203,6 +204,8 @@ pub struct ConvFilter {
     kind: FilterKind,
     /// Whether the geometry it was made for takes the 1×1 path ([`Pointwise`]; for dumps).
     pointwise: bool,
+    /// Whether it takes the direct small-K 1×1 kernel ([`smallk`]) instead of the GEMM.
+    small_k: bool,
 }
 
 #[derive(Debug)]
@@ -241,7 +244,7 @@ impl ConvFilter {
         let key = geom.filter_key();
         if winograd && winograd::qualifies(geom) {
             let f = winograd::WinogradFilter::new(cin_g, cout_g, at)?;
-            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Winograd(f), pointwise: false });
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Winograd(f), pointwise: false, small_k: false });
         }
         if geom.is_depthwise() {
             let mut d = vec![0.0f32; kh * kw * geom.out_channels];
@@ -252,11 +255,11 @@ impl ConvFilter {
                     }
                 }
             }
-            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d), pointwise: false });
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d), pointwise: false, small_k: false });
         }
         if stem::qualifies(geom) {
             let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at);
-            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Stem(f), pointwise: false });
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Stem(f), pointwise: false, small_k: false });
         }
         let k = geom.depth();
         let mut packed = Vec::with_capacity(geom.groups);
@@ -277,11 +280,9 @@ impl ConvFilter {
                 plain.extend((0..cin_g).map(|i| at(o, i, 0, 0)));
             }
         }
-        Ok(ConvFilter {
-            geom_key: key,
-            kind: FilterKind::Gemm(packed, plain),
-            pointwise: Pointwise::of(geom).is_some(),
-        })
+        let pw = Pointwise::of(geom);
+        let small_k = !plain.is_empty() && pw.as_ref().is_some_and(|p| smallk::qualifies(geom, p.x_pixel, p.y_pixel));
+        Ok(ConvFilter { geom_key: key, kind: FilterKind::Gemm(packed, plain), pointwise: pw.is_some(), small_k })
     }
 
     /// Bytes held by the rearranged filter.
@@ -297,6 +298,7 @@ impl ConvFilter {
     /// A short description for plan dumps.
     pub fn describe(&self) -> &'static str {
         match &self.kind {
+            FilterKind::Gemm(..) if self.small_k => "pointwise direct",
             FilterKind::Gemm(..) if self.pointwise => "pointwise gemm",
             FilterKind::Gemm(..) => "implicit gemm",
             FilterKind::Depthwise(_) => "depthwise direct",
@@ -553,6 +555,11 @@ fn pointwise(
     let channels_last = geom.channels_last();
     // Channels-first with dense planes and a residual or clamp: the GEMM runs over pixel chunks
     // and each chunk's tail follows at once, instead of a second pass over the whole output.
+    if !plain.is_empty() && smallk::qualifies(geom, pw.x_pixel, pw.y_pixel) {
+        // Few input channels over channels-first planes: the direct kernel, epilogue in registers.
+        smallk::conv(geom, x, plain, epi, OutPtr(y.as_mut_ptr()), threads != 1);
+        return Ok(());
+    }
     let dense_planes = !channels_last && !plain.is_empty() && pw.x_pixel == 1 && pw.y_pixel == 1 && epi.has_tail();
     for img in (0..geom.batch).step_by(pw.images) {
         for g in 0..geom.groups {
@@ -938,7 +945,11 @@ mod tests {
         let bias: Vec<f32> = (0..cout).map(|_| rng.next()).collect();
         let filter = ConvFilter::new(&geom, &w, ws).unwrap();
         if k == [1, 1] && stride == [1, 1] && pad == [0, 0] && !geom.is_depthwise() {
-            assert_eq!(filter.describe(), "pointwise gemm", "{geom:?}");
+            // Pixels dense on both sides and few input channels: the direct kernel.
+            let small_k =
+                cin_g <= smallk::MAX_K && if nhwc { cin == 1 && cout == 1 } else { cin_g == 1 || in_hw != [1, 1] };
+            let want = if small_k { "pointwise direct" } else { "pointwise gemm" };
+            assert_eq!(filter.describe(), want, "{geom:?}");
         }
         let len = batch * cout * out_hw[0] * out_hw[1];
         let mut y = vec![f32::NAN; len];

@@ -1,0 +1,462 @@
+//! Direct 1×1 convolution over channels-first (NCHW) planes with few input channels (the
+//! expansion and projection layers of MobileNet-style blocks): `Y[o, p] = Σ_i W[o, i]·X[i, p]`
+//! read straight from the input planes and the plain `[cout][cin]` weights, with no packing of
+//! either side.
+//!
+//! The pixels of each (image, group) are cut into chunks whose `K × chunk` input block stays in
+//! L2; one parallel task per (image, group, chunk). Inside a task, blocks of up to [`MR`] output
+//! channels sweep the chunk 16 pixels (two 8-lane vectors) at a time: `MR × 2` accumulator chains
+//! start from the bias, each input channel is two loads and one broadcast weight per row, and the
+//! residual, ReLU and clamp are applied in registers before the one store (other activations go
+//! through a copy of the tile). The pixels left over at the end of a chunk (fewer than 16) are
+//! first copied into a zero-padded `[K][16]` scratch, so every load of the kernel is a full
+//! vector. At small K this avoids what the GEMM path pays per call: packing both operands, the
+//! per-tile driver overhead and a second pass over the output for the clamp.
+//!
+//! The body is compiled for AVX2+FMA (also taken on AVX-512 CPUs: 16 pixels per block suit the
+//! narrow planes of these layers) and portably, selected at run time ([`FusedIsa`]).
+
+use rayon::prelude::*;
+
+use super::depthwise::{Lanes, Portable};
+use super::{ConvEpilogue, ConvGeom, OutPtr};
+use crate::kernels::fused::FusedIsa;
+use crate::kernels::gemm::Activation;
+
+/// Output channels per register block.
+const MR: usize = 6;
+
+/// Pixels per register block: two vectors of 8 lanes.
+const NB: usize = 16;
+
+/// Largest input-channel count (K) this kernel takes; deeper 1×1 convolutions amortise the GEMM's
+/// packing and keep it (MobileNetV2's K = 144..960 layers were no faster direct, Zen 3).
+pub(super) const MAX_K: usize = 128;
+
+/// Target size in f32 elements of one task's `K × chunk` input block (64 KiB: a share of L2).
+const CHUNK_ELEMS: usize = 16 * 1024;
+
+/// Whether `geom` (a 1×1, stride-1, unpadded convolution whose pixels are dense in input and
+/// output, see `Pointwise`, with the plain weights of a channels-first filter) takes this
+/// kernel: pixels contiguous in input and output, and at most [`MAX_K`] input channels per group.
+pub(super) fn qualifies(geom: &ConvGeom, x_pixel: usize, y_pixel: usize) -> bool {
+    x_pixel == 1 && y_pixel == 1 && geom.cin_g() >= 1 && geom.cin_g() <= MAX_K
+}
+
+/// The 1×1 convolution of `geom` (it [`qualifies`]) with the plain weights `w` (`[out_channels]
+/// [cin_g]`), on the default ISA; `parallel`: split the tasks over the current rayon pool.
+pub(super) fn conv(geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogue<'_>, out: OutPtr, parallel: bool) {
+    conv_on(FusedIsa::selected(), geom, x, w, epi, out, parallel);
+}
+
+/// [`conv`] on `isa` (lowered to what the CPU runs). The caller has validated the geometry against
+/// `x` and the output, the bias and residual lengths, and `w.len() == out_channels · cin_g`.
+fn conv_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogue<'_>, out: OutPtr, parallel: bool) {
+    let k = geom.cin_g();
+    let pixels = geom.in_hw[0] * geom.in_hw[1];
+    assert!(w.len() >= geom.out_channels * k, "1x1 weights too short");
+    let chunk = (CHUNK_ELEMS / k.max(1)).clamp(NB * 4, 4096) / NB * NB;
+    let chunks = pixels.div_ceil(chunk);
+    let units = geom.batch * geom.groups * chunks;
+    let job = Job { geom, x, w, epi, out, chunk, chunks };
+    let isa = isa.checked();
+    let run = |scratch: &mut Vec<f32>, u: usize| dispatch(isa, &job, u, scratch);
+    if parallel {
+        (0..units).into_par_iter().for_each_init(Vec::new, run);
+    } else {
+        let mut scratch = Vec::new();
+        (0..units).for_each(|u| run(&mut scratch, u));
+    }
+}
+
+/// Everything a task needs.
+struct Job<'a> {
+    geom: &'a ConvGeom,
+    x: &'a [f32],
+    w: &'a [f32],
+    epi: &'a ConvEpilogue<'a>,
+    out: OutPtr,
+    /// Pixels per task (a multiple of [`NB`]) and tasks per (image, group).
+    chunk: usize,
+    chunks: usize,
+}
+
+/// Runs task `u` on the body compiled for `isa` (already [`FusedIsa::checked`]).
+fn dispatch(isa: FusedIsa, job: &Job<'_>, u: usize, scratch: &mut Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
+        unsafe { unit_avx2(job, u, scratch) };
+        return;
+    }
+    let _ = isa;
+    // SAFETY: `Portable` needs no CPU feature.
+    unsafe { job.unit::<Portable>(u, scratch) };
+}
+
+/// The task body compiled with AVX2+FMA enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn unit_avx2(job: &Job<'_>, u: usize, scratch: &mut Vec<f32>) {
+    // SAFETY: this function is only called on CPUs with AVX2 and FMA (see `dispatch`).
+    unsafe { job.unit::<std::arch::x86_64::__m256>(u, scratch) };
+}
+
+/// How a tile is finished before its store.
+#[derive(Clone, Copy)]
+enum Finish<S> {
+    /// In registers: the residual (if any) added, ReLU or nothing, then the clamp (bounds as
+    /// vectors, and whether each bound is ±0).
+    Registers { relu: bool, clamp: Option<(S, S, bool, bool)> },
+    /// Through a copy of the tile and the epilogue's slice functions (another activation, or a
+    /// NaN clamp bound).
+    Spill,
+}
+
+impl Job<'_> {
+    /// Task `u`: image, group and pixel chunk.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features, and `S::L == 8` (two vectors make the [`NB`] pixels).
+    #[inline(always)]
+    unsafe fn unit<S: Lanes>(&self, u: usize, scratch: &mut Vec<f32>) {
+        const { assert!(S::L * 2 == NB) };
+        let g = self.geom;
+        let (k, cout_g) = (g.cin_g(), g.cout_g());
+        let pixels = g.in_hw[0] * g.in_hw[1];
+        let (img, rest) = (u / (g.groups * self.chunks), u % (g.groups * self.chunks));
+        let (grp, c) = (rest / self.chunks, rest % self.chunks);
+        let p0 = c * self.chunk;
+        let p1 = (p0 + self.chunk).min(pixels);
+        let full_end = p0 + (p1 - p0) / NB * NB;
+        let xc = g.x_strides[1];
+        let xbase = img * g.x_strides[0] + grp * k * xc;
+        // The leftover pixels, zero-padded to a block, `[k][NB]`.
+        let tail = p1 - full_end;
+        if tail > 0 {
+            scratch.clear();
+            scratch.resize(k * NB, 0.0);
+            for (i, row) in scratch.chunks_exact_mut(NB).enumerate() {
+                row[..tail].copy_from_slice(&self.x[xbase + i * xc + full_end..][..tail]);
+            }
+        }
+        let fin = match (self.epi.activation, self.epi.clamp) {
+            (Activation::None | Activation::Relu, None) => {
+                Finish::Registers { relu: self.epi.activation == Activation::Relu, clamp: None }
+            }
+            (Activation::None | Activation::Relu, Some((lo, hi))) if !lo.is_nan() && !hi.is_nan() => {
+                Finish::Registers {
+                    relu: self.epi.activation == Activation::Relu,
+                    // SAFETY: the caller's contract (features).
+                    clamp: Some(unsafe { (S::splat(lo), S::splat(hi), lo == 0.0, hi == 0.0) }),
+                }
+            }
+            _ => Finish::Spill,
+        };
+        let mut o0 = 0;
+        while o0 < cout_g {
+            let mr = MR.min(cout_g - o0);
+            let blk = Rows { grp, o0, img, p0, full_end, p1, xbase, fin };
+            // SAFETY: the caller's contract; `blk` describes rows and pixels of this task.
+            unsafe {
+                match mr {
+                    6 => self.rows::<S, 6>(&blk, scratch),
+                    5 => self.rows::<S, 5>(&blk, scratch),
+                    4 => self.rows::<S, 4>(&blk, scratch),
+                    3 => self.rows::<S, 3>(&blk, scratch),
+                    2 => self.rows::<S, 2>(&blk, scratch),
+                    _ => self.rows::<S, 1>(&blk, scratch),
+                }
+            }
+            o0 += mr;
+        }
+    }
+
+    /// Output channels `o0..o0 + R` of the group over the task's pixels.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features and `S::L · 2 == NB`; `o0 + R ≤ cout_g`; the pixels
+    /// `p0..p1` are this task's, `full_end` ends its whole blocks, and when `full_end < p1`
+    /// `tail` holds the `[k][NB]` zero-padded leftover pixels.
+    #[inline(always)]
+    unsafe fn rows<S: Lanes, const R: usize>(&self, b: &Rows<S>, tail: &[f32]) {
+        let g = self.geom;
+        let (k, cout_g) = (g.cin_g(), g.cout_g());
+        let o = b.grp * cout_g + b.o0;
+        let wrow = &self.w[o * k..][..R * k];
+        let mut bias = [0.0f32; R];
+        if let Some(bs) = self.epi.bias {
+            bias.copy_from_slice(&bs[o..o + R]);
+        }
+        let [yn, yc, _, _] = g.y_strides;
+        let ybase = b.img * yn + o * yc;
+        let xc = g.x_strides[1];
+        let mut p = b.p0;
+        while p < b.full_end {
+            // SAFETY: pixels p..p + NB of rows xbase + i·xc (i < k) lie inside the input
+            // (`validate` checked the planes' extent, p + NB ≤ pixels); the CPU has S's features.
+            let acc = unsafe { tile::<S, R>(self.x.as_ptr().add(b.xbase + p), xc, wrow, k, &bias) };
+            // SAFETY: output rows o..o + R, pixels p..p + NB: inside the output (validated) and
+            // this task's.
+            unsafe { self.finish::<S, R>(&b.fin, acc, ybase + p, yc, NB) };
+            p += NB;
+        }
+        if b.full_end < b.p1 {
+            // SAFETY: `tail` holds k rows of NB values (the caller's contract).
+            let acc = unsafe { tile::<S, R>(tail.as_ptr(), NB, wrow, k, &bias) };
+            // SAFETY: as above, for the p1 − full_end leftover pixels.
+            unsafe { self.finish::<S, R>(&b.fin, acc, ybase + b.full_end, yc, b.p1 - b.full_end) };
+        }
+    }
+
+    /// Applies the residual, the activation and the clamp to `acc` (rows `yc` apart, the first at
+    /// output element `at`) and stores the first `n` pixels of each row.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; elements `at + r·yc + j` (r < R, j < n ≤ NB) lie inside the
+    /// output (and the residual, which is laid out like it) and belong to this task.
+    #[inline(always)]
+    unsafe fn finish<S: Lanes, const R: usize>(
+        &self,
+        fin: &Finish<S>,
+        acc: [[S; 2]; R],
+        at: usize,
+        yc: usize,
+        n: usize,
+    ) {
+        let Finish::Registers { relu, clamp } = fin else {
+            for (r, row) in acc.iter().enumerate() {
+                let mut tmp = [0.0f32; NB];
+                // SAFETY: `tmp` holds 2·S::L values; the features are the caller's.
+                unsafe {
+                    row[0].store(tmp.as_mut_ptr());
+                    row[1].store(tmp.as_mut_ptr().add(S::L));
+                }
+                let vals = &mut tmp[..n];
+                let i = at + r * yc;
+                if let Some(res) = self.epi.residual {
+                    vals.iter_mut().zip(&res[i..i + n]).for_each(|(v, &r)| *v += r);
+                }
+                self.epi.activate_slice(vals);
+                // SAFETY: the caller's contract: these n elements are inside the output and ours.
+                let dst = unsafe { std::slice::from_raw_parts_mut(self.out.0.add(i), n) };
+                dst.copy_from_slice(vals);
+            }
+            return;
+        };
+        for (r, row) in acc.iter().enumerate() {
+            let i = at + r * yc;
+            for (v, &a) in row.iter().enumerate() {
+                let lanes = n.saturating_sub(v * S::L).min(S::L);
+                if lanes == 0 {
+                    continue;
+                }
+                let j = i + v * S::L;
+                // SAFETY: the caller's contract: elements j..j + lanes are inside the output (and
+                // the residual) and this task's; the features are the caller's.
+                unsafe {
+                    let mut a = a;
+                    if let Some(res) = self.epi.residual {
+                        let rv = if lanes == S::L {
+                            S::load(res[j..j + S::L].as_ptr())
+                        } else {
+                            let mut t = [0.0f32; NB];
+                            t[..lanes].copy_from_slice(&res[j..j + lanes]);
+                            S::load(t.as_ptr())
+                        };
+                        a = a.add(rv);
+                    }
+                    if *relu {
+                        a = a.relu();
+                    }
+                    if let Some((lo, hi, zlo, zhi)) = *clamp {
+                        a = a.clamp(lo, hi, zlo, zhi);
+                    }
+                    a.store_first(self.out.0.add(j), lanes);
+                }
+            }
+        }
+    }
+}
+
+/// One register block's rows and the task's pixels (see [`Job::rows`]).
+struct Rows<S> {
+    grp: usize,
+    o0: usize,
+    img: usize,
+    p0: usize,
+    full_end: usize,
+    p1: usize,
+    xbase: usize,
+    fin: Finish<S>,
+}
+
+/// `bias[r] + Σ_i w[r·k + i]·x[i·xc ..][..NB]` for the `R` rows, in registers.
+///
+/// # Safety
+/// The CPU has `S`'s features, `S::L · 2 == NB`, and `x` is valid for reads at `i·xc + j` for
+/// `i < k`, `j < NB`; `w` holds `R·k` values.
+#[inline(always)]
+unsafe fn tile<S: Lanes, const R: usize>(
+    x: *const f32,
+    xc: usize,
+    w: &[f32],
+    k: usize,
+    bias: &[f32; R],
+) -> [[S; 2]; R] {
+    // SAFETY: the caller's contract (features, and every load inside `x` and `w`).
+    unsafe {
+        let mut acc: [[S; 2]; R] = std::array::from_fn(|r| [S::splat(bias[r]); 2]);
+        let wp = w.as_ptr();
+        for i in 0..k {
+            let row = x.add(i * xc);
+            let (b0, b1) = (S::load(row), S::load(row.add(S::L)));
+            for (r, a) in acc.iter_mut().enumerate() {
+                let wv = S::splat(*wp.add(r * k + i));
+                a[0] = b0.fmadd(wv, a[0]);
+                a[1] = b1.fmadd(wv, a[1]);
+            }
+        }
+        acc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{Lcg, naive, strides};
+    use super::super::{ConvFilter, conv2d_f32};
+    use super::*;
+    use crate::kernels::gemm::epilogue::act_f64;
+
+    /// An NCHW 1×1 geometry (stride 1, no padding).
+    fn geom(batch: usize, cin: usize, cout: usize, hw: [usize; 2], groups: usize) -> ConvGeom {
+        ConvGeom {
+            batch,
+            in_channels: cin,
+            in_hw: hw,
+            out_channels: cout,
+            out_hw: hw,
+            kernel_hw: [1, 1],
+            stride: [1, 1],
+            pad: [0, 0],
+            dilation: [1, 1],
+            groups,
+            x_strides: strides([batch, cin, hw[0], hw[1]], [0, 1, 2, 3]),
+            y_strides: strides([batch, cout, hw[0], hw[1]], [0, 1, 2, 3]),
+        }
+    }
+
+    /// Runs `g` through `conv2d_f32` and through every ISA path on 1 and 2 threads, each against
+    /// the f64 loop with the epilogue `clamp(act(conv + bias + residual))`.
+    fn check(
+        rng: &mut Lcg,
+        g: &ConvGeom,
+        parts: (bool, bool, Activation, Option<(f32, f32)>),
+        pool: &rayon::ThreadPool,
+    ) {
+        let (has_bias, has_res, act, clamp) = parts;
+        let k = g.cin_g();
+        let x: Vec<f32> = (0..g.batch * g.in_channels * g.in_hw[0] * g.in_hw[1]).map(|_| rng.next()).collect();
+        let w: Vec<f32> = (0..g.out_channels * k).map(|_| rng.next()).collect();
+        let bias: Vec<f32> = (0..g.out_channels).map(|_| rng.next()).collect();
+        let len = g.batch * g.out_channels * g.out_hw[0] * g.out_hw[1];
+        let res: Vec<f32> = (0..len).map(|_| rng.next()).collect();
+        let epi = ConvEpilogue {
+            bias: has_bias.then_some(&bias[..]),
+            residual: has_res.then_some(&res[..]),
+            activation: act,
+            clamp,
+        };
+        let ws = [k, 1, 1, 1];
+        let want: Vec<(usize, f64)> = naive(g, &x, &w, ws, has_bias.then_some(&bias[..]))
+            .into_iter()
+            .map(|(i, mut s)| {
+                if has_res {
+                    s += res[i] as f64;
+                }
+                s = act_f64(act, s);
+                if let Some((lo, hi)) = clamp {
+                    s = s.max(lo as f64).min(hi as f64);
+                }
+                (i, s)
+            })
+            .collect();
+        assert_eq!(want.len(), len);
+        let compare = |y: &[f32], what: &str| {
+            for &(i, v) in &want {
+                let tol = 1e-5 + 2e-6 * k as f64 + 1e-6 * v.abs();
+                assert!((y[i] as f64 - v).abs() <= tol, "{what} {g:?} {parts:?} at {i}: {} vs {v}", y[i]);
+            }
+        };
+        let filter = ConvFilter::new(g, &w, ws).unwrap();
+        let mut y = vec![f32::NAN; len];
+        conv2d_f32(g, &x, &filter, &epi, &mut y, Some(pool)).unwrap();
+        compare(&y, "conv2d_f32");
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
+            for (threads, parallel) in [(1, false), (2, true)] {
+                let mut y = vec![f32::NAN; len];
+                let out = OutPtr(y.as_mut_ptr());
+                let p = if threads == 1 { &one } else { pool };
+                p.install(|| conv_on(isa, g, &x, &w, &epi, out, parallel));
+                compare(&y, &format!("{} {threads} thread(s)", isa.name()));
+            }
+        }
+    }
+
+    #[test]
+    fn matches_f64_loop_on_mobilenet_shapes_and_edges() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let mut rng = Lcg(5);
+        let relu6 = (true, false, Activation::Relu, Some((0.0, 6.0)));
+        let res = (true, true, Activation::None, None);
+        // MobileNetV2's 1x1 layers, shrunk in space: 16→96, 24→144, 32→16, 96→24 (+ residual),
+        // planes of 7x7 and 14x14 (pixels not a multiple of 16), and several chunks per plane.
+        for (b, ci, co, hw, parts) in [
+            (2, 16, 96, [12, 12], relu6),
+            (1, 24, 144, [7, 7], relu6),
+            (2, 32, 16, [14, 14], res),
+            (1, 96, 24, [14, 14], res),
+            (1, 128, 7, [33, 40], relu6),
+            (1, 1, 1, [1, 1], relu6),
+            (3, 3, 5, [1, 3], res),
+            (0, 4, 4, [4, 4], relu6),
+            (1, 5, 13, [5, 3], (false, true, Activation::Relu, Some((-0.0, 0.0)))),
+        ] {
+            check(&mut rng, &geom(b, ci, co, hw, 1), parts, &pool);
+        }
+        // Groups.
+        check(&mut rng, &geom(2, 12, 18, [9, 4], 3), relu6, &pool);
+    }
+
+    #[test]
+    fn matches_f64_loop_on_random_shapes_and_epilogues() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let mut rng = Lcg(17);
+        let acts = [Activation::None, Activation::Relu, Activation::Sigmoid, Activation::HardSwish];
+        for _ in 0..60 {
+            let groups = 1 + rng.below(3);
+            let ci = groups * (1 + rng.below(40));
+            let co = groups * (1 + rng.below(20));
+            let hw = [1 + rng.below(20), 1 + rng.below(30)];
+            let clamp = match rng.below(3) {
+                0 => None,
+                1 => Some((0.0, 6.0)),
+                _ => Some((-0.3, 0.4)),
+            };
+            let parts = (rng.below(2) == 0, rng.below(2) == 0, acts[rng.below(4)], clamp);
+            let g = geom(1 + rng.below(3), ci, co, hw, groups);
+            check(&mut rng, &g, parts, &pool);
+        }
+    }
+
+    #[test]
+    fn qualifies_only_dense_pixels_and_small_k() {
+        let g = geom(1, 16, 32, [4, 4], 1);
+        assert!(qualifies(&g, 1, 1));
+        assert!(!qualifies(&geom(1, MAX_K + 1, 4, [4, 4], 1), 1, 1));
+        assert!(!qualifies(&g, 16, 1));
+        assert!(!qualifies(&g, 1, 32));
+        assert!(!qualifies(&geom(1, 0, 4, [4, 4], 1), 1, 1));
+    }
+}
