@@ -21,6 +21,7 @@
 //! the advice is ignored.
 
 pub(crate) mod arena;
+pub use arena::live_bytes as arena_bytes;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};

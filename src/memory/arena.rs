@@ -16,7 +16,17 @@
 //! installed or the request is small.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Bytes of arena buffers alive in the process (64-byte rounded).
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of arena buffers (packed weights of compiled executables) alive in the process: memory
+/// mapped outside the global allocator, so an allocation counter does not see it.
+pub fn live_bytes() -> usize {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
 
 /// Bytes of one chunk (more when a single request is larger).
 pub(crate) const CHUNK_BYTES: usize = 32 << 20;
@@ -110,7 +120,8 @@ impl Arena {
         let offset = st.used;
         st.used += want;
         st.total += want;
-        Some(ArenaBuf { chunk, offset })
+        LIVE_BYTES.fetch_add(want, Ordering::Relaxed);
+        Some(ArenaBuf { chunk, offset, bytes: want })
     }
 
     /// Bytes handed out so far (64-byte rounded).
@@ -125,6 +136,14 @@ impl Arena {
 pub(crate) struct ArenaBuf {
     chunk: Arc<Chunk>,
     offset: usize,
+    /// The bytes it took from the chunk (counted in [`live_bytes`]).
+    bytes: usize,
+}
+
+impl Drop for ArenaBuf {
+    fn drop(&mut self) {
+        LIVE_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 impl ArenaBuf {
