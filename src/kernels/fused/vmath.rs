@@ -46,6 +46,8 @@ const ERFC: [f32; 10] = [
 /// rounding the coefficients to f32, 3.5e-7 absolute evaluated in f32 with FMA; `erf(3.9)` is 1
 /// within 3.5e-8). Used by `gelu_erf_fast`, the cheaper GELU of the GEMM epilogue.
 #[allow(clippy::excessive_precision)]
+// Only the x86 vector paths take the fast GELU.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const ERF_R_P: [f32; 6] = [
     1.128_378_987_312_317,
     0.191_937_595_605_850_22,
@@ -56,6 +58,8 @@ const ERF_R_P: [f32; 6] = [
 ];
 /// The denominator of the rational `erf` (its constant term is 1).
 #[allow(clippy::excessive_precision)]
+// Only the x86 vector paths take the fast GELU.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const ERF_R_Q: [f32; 5] = [
     0.503_432_035_446_167,
     0.114_756_807_684_898_38,
@@ -64,6 +68,8 @@ const ERF_R_Q: [f32; 5] = [
     3.823_108_272_626_996e-5,
 ];
 /// Beyond |z| = 3.9 the rational `erf` is replaced by ±1.
+// Only the x86 vector paths take the fast GELU.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const ERF_R_CLAMP: f32 = 3.9;
 /// √(2/π) for the tanh form of GELU.
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
