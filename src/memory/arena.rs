@@ -68,15 +68,10 @@ impl Chunk {
         let len = bytes.checked_next_multiple_of(HUGE)?;
         if let Ok(mut map) = memmap2::MmapOptions::new().len(len.checked_add(HUGE)?).map_anon() {
             let p = map.as_mut_ptr();
-            let head = p.align_offset(HUGE);
-            #[cfg(target_os = "linux")]
-            {
-                // Only a hint: where transparent huge pages are off the map still works.
-                let _ = map.advise_range(memmap2::Advice::HugePage, head, len);
-            }
-            // SAFETY: the map holds `len + HUGE` bytes and `head < HUGE`, so `p + head` and the
-            // `len` bytes after it lie inside it.
-            let base = unsafe { p.add(head) };
+            // SAFETY: the map holds `len + HUGE` bytes and `align_offset(HUGE) < HUGE`, so
+            // `base` and the `len` bytes after it lie inside it.
+            let base = unsafe { p.add(p.align_offset(HUGE)) };
+            super::advise_huge_pages(base, len);
             return Some(Chunk { _storage: Storage::Map(map), base, len });
         }
         let lines = len / super::ALIGN;

@@ -107,7 +107,8 @@ impl<T> Drop for AlignedBuf<T> {
 
 /// The storage of packed weights: from the compile's huge-page arena
 /// ([`crate::memory::arena`]) when one is installed and the panels are large, else an
-/// [`AlignedBuf`]. Zeroed when made.
+/// [`AlignedBuf`]. Zeroed when freshly allocated (as [`AlignedBuf::zeroed`]: recycled pool
+/// storage keeps stale values; packing writes every element the tiles read).
 pub(crate) enum PanelBuf<T> {
     Own(AlignedBuf<T>),
     Arena(crate::memory::arena::ArenaBuf, usize, std::marker::PhantomData<T>),
@@ -119,14 +120,7 @@ impl<T: Copy> PanelBuf<T> {
         assert!(std::mem::align_of::<T>() <= 64, "PanelBuf: element alignment above 64");
         match len.checked_mul(std::mem::size_of::<T>()).and_then(crate::memory::arena::take) {
             Some(b) => PanelBuf::Arena(b, len, std::marker::PhantomData),
-            None => {
-                let mut b = AlignedBuf::zeroed(len);
-                // Recycled pool storage keeps stale values; panels are zero where not written.
-                // SAFETY: the buffer holds `len` initialised elements (see `AlignedBuf`), and
-                // every bit pattern, zero included, is a valid element of the packed types.
-                unsafe { std::ptr::write_bytes(b.as_mut_ptr(), 0, len) };
-                PanelBuf::Own(b)
-            }
+            None => PanelBuf::Own(AlignedBuf::zeroed(len)),
         }
     }
     pub fn len(&self) -> usize {
