@@ -69,7 +69,12 @@ fn depthwise_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &Conv
         && geom.x_strides[3] == 1
         && geom.kernel_hw[0] <= S1_MAX_KH
         && ow <= S1_MAX_OW;
-    let job = Job { geom, x, w, epi, out, lay: Phases::of(geom), s1 };
+    let s2 = !channels_inner
+        && geom.stride == [2, 2]
+        && geom.dilation == [1, 1]
+        && geom.kernel_hw == [3, 3]
+        && geom.x_strides[3] == 1;
+    let job = Job { geom, x, w, epi, out, lay: Phases::of(geom), s1, s2 };
     // Planes at most 8 wide fill AVX2 vectors better than AVX-512 ones.
     let isa = match isa.checked() {
         FusedIsa::Avx512 if !channels_inner && ow <= 8 => FusedIsa::Avx2,
@@ -78,7 +83,7 @@ fn depthwise_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &Conv
     // Phases far larger than the input and output planes (dilations reaching far into the
     // padding): the plane is computed by a plain loop instead.
     let planes = geom.in_hw[0] * geom.in_hw[1] + oh * ow;
-    if !channels_inner && !s1 && job.lay.len().is_none_or(|l| l > 4 * planes + 4096) {
+    if !channels_inner && !s1 && !s2 && job.lay.len().is_none_or(|l| l > 4 * planes + 4096) {
         (0..geom.batch * c).into_par_iter().for_each(|u| job.plane_direct(u / c, u % c));
         return;
     }
@@ -103,6 +108,19 @@ struct Scratch {
     zeros: Vec<f32>,
 }
 
+/// One vector column of a stride-2 plane ([`Job::plane_s2`]).
+struct Col {
+    /// The input plane and a row of zeros (at least as wide as the input).
+    plane: *const f32,
+    zero: *const f32,
+    /// Input column of lane 0 for kernel column 0 (negative in the padding).
+    c0: isize,
+    bias: f32,
+    /// Output index of the vector's first column in output row 0, and its columns.
+    at: usize,
+    n: usize,
+}
+
 /// Everything a unit needs.
 struct Job<'a> {
     geom: &'a ConvGeom,
@@ -115,6 +133,9 @@ struct Job<'a> {
     /// dilation 1, dense input rows, at most [`S1_MAX_KH`] kernel rows and [`S1_MAX_OW`] output
     /// columns.
     s1: bool,
+    /// Whether planes read the input directly through the stride-2 path ([`Job::plane_s2`]):
+    /// channels-first, 3×3 kernel, stride 2, dilation 1, dense input rows.
+    s2: bool,
 }
 
 /// Most kernel rows the direct stride-1 plane path takes (its row pointers live in an array).
@@ -261,6 +282,11 @@ impl Job<'_> {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{__m256, __m512};
+            if self.s2 && ISA != GENERIC {
+                // SAFETY: the AVX2 and AVX512 bodies run only on CPUs with AVX2 and FMA (see
+                // `dispatch`; AVX-512 CPUs take the AVX2 vectors here); `s2` holds.
+                return unsafe { self.plane_s2::<__m256>(img, ch, scratch) };
+            }
             if ISA == AVX512 {
                 // SAFETY: the AVX512 body runs only on CPUs with AVX-512F (see `dispatch`).
                 return unsafe { self.plane_on::<ISA, __m512>(img, ch, scratch) };
@@ -269,6 +295,10 @@ impl Job<'_> {
                 // SAFETY: the AVX2 body runs only on CPUs with AVX2 and FMA (see `dispatch`).
                 return unsafe { self.plane_on::<ISA, __m256>(img, ch, scratch) };
             }
+        }
+        if self.s2 {
+            // SAFETY: `Portable` needs no CPU feature; `s2` holds.
+            return unsafe { self.plane_s2::<Portable>(img, ch, scratch) };
         }
         // SAFETY: `Portable` needs no CPU feature.
         unsafe { self.plane_on::<ISA, Portable>(img, ch, scratch) }
@@ -423,6 +453,116 @@ impl Job<'_> {
         }
     }
 
+    /// [`Job::plane_on`] for a 3×3 kernel with stride 2 and dilation 1 over dense input rows,
+    /// without the padded copy: one vector of output columns at a time, down the plane. Each
+    /// input row under the vector is read by four loads, at the input columns of kernel columns
+    /// 0 and 2 and a vector past each; [`Pairs`] splits them into the even and odd columns, so
+    /// that each kernel column's inputs are one vector (in the lane order of the type, restored
+    /// before the store). The three vectors of an input row serve the two output rows that read
+    /// it (kernel rows 2 and 0). Rows in the vertical padding read a row of zeros; the vectors
+    /// that reach into the horizontal padding or past the row load only their lanes inside it.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; `self.s2` holds.
+    #[inline(always)]
+    unsafe fn plane_s2<S: Pairs>(&self, img: usize, ch: usize, scratch: &mut Scratch) {
+        let g = self.geom;
+        let (ow, iw, c) = (g.out_hw[1], g.in_hw[1], g.out_channels);
+        let [sn, sc, ..] = g.x_strides;
+        // Zero row: only its columns 0..iw are read.
+        if scratch.zeros.len() < iw {
+            scratch.zeros.resize(iw, 0.0);
+        }
+        let zero = scratch.zeros.as_ptr();
+        let plane = self.x[img * sn + ch * sc..].as_ptr();
+        // SAFETY: the CPU has S's features (the caller's contract).
+        let k: [S; 9] = std::array::from_fn(|t| unsafe { S::splat(self.w[t * c + ch]) });
+        // SAFETY: as above.
+        let fin = unsafe { Finish::<S>::of(self.epi) };
+        let bias = self.epi.bias.map_or(0.0, |b| b[ch]);
+        let [yn, yc, _, yw] = g.y_strides;
+        let base = img * yn + ch * yc;
+        for ox0 in (0..ow).step_by(S::L) {
+            let n = S::L.min(ow - ox0);
+            // Input column of lane 0 of each load: kernel column 0 and 2, and a vector on.
+            let c0 = (2 * ox0) as isize - g.pad[1] as isize;
+            let starts = [c0, c0 + S::L as isize, c0 + 2, c0 + 2 + S::L as isize];
+            // The lanes lo..hi of each load whose columns lie inside the row.
+            let lanes = starts.map(|s| {
+                let lo = s.min(0).unsigned_abs().min(S::L);
+                (lo, (iw as isize - s).clamp(lo as isize, S::L as isize) as usize)
+            });
+            let col = Col { plane, zero, c0, bias, at: base + ox0 * yw, n };
+            // SAFETY: the caller's contract (features, `s2`); the loads are unmasked only when
+            // every lane's column lies inside the row, else masked to those that do.
+            unsafe {
+                if lanes.iter().all(|&(lo, hi)| lo == 0 && hi == S::L) {
+                    self.s2_column::<S, false>(&col, &[S::mask(0, S::L); 4], &k, &fin);
+                } else {
+                    self.s2_column::<S, true>(&col, &lanes.map(|(lo, hi)| S::mask(lo, hi)), &k, &fin);
+                }
+            }
+        }
+    }
+
+    /// One vector column of [`Job::plane_s2`] down the whole plane; `MASKED`: loads through
+    /// `masks` (one per load of a row, see there) instead of whole vectors.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; `self.s2` holds; `col` and `masks` are as `plane_s2` makes
+    /// them: every lane a mask holds (all when not `MASKED`) is a column inside the row.
+    #[inline(always)]
+    unsafe fn s2_column<S: Pairs, const MASKED: bool>(
+        &self,
+        col: &Col,
+        masks: &[S::Mask; 4],
+        k: &[S; 9],
+        fin: &Finish<S>,
+    ) {
+        let g = self.geom;
+        let ([oh, _], ih, py) = (g.out_hw, g.in_hw[0], g.pad[0]);
+        let (sh, yh) = (g.x_strides[2], g.y_strides[2]);
+        // Input row i − py of the plane, or the zero row in the padding.
+        let row = |i: usize| match i.checked_sub(py).filter(|&iy| iy < ih) {
+            // SAFETY: `validate` checked the plane's extent: row iy < ih starts inside `x`.
+            Some(iy) => unsafe { col.plane.add(iy * sh) },
+            None => col.zero,
+        };
+        // The inputs of kernel columns 0, 1 and 2 under the vector in padded row i.
+        let taps = |i: usize| {
+            let p = row(i).wrapping_offset(col.c0);
+            let ld = |j: usize, off: usize| {
+                // SAFETY: the caller's contract: the lanes loaded (the mask's, or all) are
+                // columns inside row i − py of the plane or inside the zero row.
+                unsafe {
+                    let q = p.wrapping_add(off);
+                    if MASKED { S::load_masked(q, masks[j]) } else { S::load(q) }
+                }
+            };
+            // SAFETY: the caller's contract (features).
+            unsafe {
+                let (e0, o1) = S::split(ld(0, 0), ld(1, S::L));
+                (e0, o1, S::split_even(ld(2, 2), ld(3, 2 + S::L)))
+            }
+        };
+        // SAFETY: the caller's contract (features).
+        let (bias, zero) = unsafe { (S::splat(col.bias), S::splat(0.0)) };
+        let mut top = taps(0);
+        for oy in 0..oh {
+            let (mid, bot) = (taps(2 * oy + 1), taps(2 * oy + 2));
+            // SAFETY: the caller's contract (features); output row oy < oh, columns from the
+            // vector's first on, `n` of them: in this unit's plane (checked by `validate`).
+            unsafe {
+                // One chain per kernel row, summed at the end.
+                let a = top.2.fmadd(k[2], top.1.fmadd(k[1], top.0.fmadd(k[0], bias)));
+                let b = mid.2.fmadd(k[5], mid.1.fmadd(k[4], mid.0.fmadd(k[3], zero)));
+                let c = bot.2.fmadd(k[8], bot.1.fmadd(k[7], bot.0.fmadd(k[6], zero)));
+                self.store_vec(fin, a.add(b).add(c).restore(), col.at + oy * yh, col.n);
+            }
+            top = bot;
+        }
+    }
+
     /// Stores a block's vectors: `ns[v]` lanes of `acc[v]` at output `at[v]` (columns `yw`
     /// apart), with the epilogue in registers when [`Finish`] allows it.
     ///
@@ -448,28 +588,67 @@ impl Job<'_> {
             return;
         };
         for v in 0..N {
-            let n = ns[v];
-            if n == 0 {
-                continue;
+            if ns[v] > 0 {
+                // SAFETY: the caller's contract.
+                unsafe { self.store_registers(acc[v], *relu, *clamp, at[v], ns[v]) };
             }
-            // SAFETY: the caller guarantees the features; the output run `at[v]`, n values `yw`
-            // apart, was checked by `validate` to lie in the output and belongs to this unit.
-            unsafe {
-                let mut a = acc[v];
-                if *relu {
-                    a = a.relu();
+        }
+    }
+
+    /// Stores the first `n` (1 ..= `S::L`) lanes of `a` at output `at` (columns `yw` apart) with
+    /// the epilogue applied.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; the run lies in the plane this unit owns.
+    #[inline(always)]
+    unsafe fn store_vec<S: Lanes>(&self, fin: &Finish<S>, a: S, at: usize, n: usize) {
+        match fin {
+            // SAFETY: the caller's contract.
+            Finish::Registers { relu, clamp } => unsafe { self.store_registers(a, *relu, *clamp, at, n) },
+            Finish::Spill => {
+                let mut tmp = [0.0; SLACK];
+                // SAFETY: `tmp` holds SLACK ≥ S::L values; the caller guarantees the features.
+                unsafe { a.store(tmp.as_mut_ptr()) };
+                let vals = &mut tmp[..n];
+                if self.epi.residual.is_none() {
+                    self.epi.activate_slice(vals);
                 }
-                if let Some((lo, hi, zlo, zhi)) = *clamp {
-                    a = a.clamp(lo, hi, zlo, zhi);
-                }
-                if yw == 1 {
-                    a.store_first(self.out.0.add(at[v]), n);
-                } else {
-                    let mut tmp = [0.0; SLACK];
-                    a.store(tmp.as_mut_ptr());
-                    for (j, &t) in tmp[..n].iter().enumerate() {
-                        self.out.write(at[v] + j * yw, t);
-                    }
+                self.store(vals, at, self.geom.y_strides[3]);
+            }
+        }
+    }
+
+    /// [`Job::store_vec`] with the epilogue of [`Finish::Registers`].
+    ///
+    /// # Safety
+    /// As for [`Job::store_vec`].
+    #[inline(always)]
+    unsafe fn store_registers<S: Lanes>(
+        &self,
+        a: S,
+        relu: bool,
+        clamp: Option<(S, S, bool, bool)>,
+        at: usize,
+        n: usize,
+    ) {
+        let yw = self.geom.y_strides[3];
+        // SAFETY: the caller guarantees the features; the output run `at`, n values `yw` apart,
+        // was checked by `validate` to lie in the output and belongs to this unit.
+        unsafe {
+            let mut a = a;
+            if relu {
+                a = a.relu();
+            }
+            if let Some((lo, hi, zlo, zhi)) = clamp {
+                a = a.clamp(lo, hi, zlo, zhi);
+            }
+            if yw == 1 {
+                a.store_first(self.out.0.add(at), n);
+            } else {
+                let mut tmp = [0.0; SLACK];
+                a.store(tmp.as_mut_ptr());
+                for (j, &t) in tmp[..n].iter().enumerate() {
+                    self.out.write(at + j * yw, t);
                 }
             }
         }
@@ -870,6 +1049,61 @@ impl Lanes for std::arch::x86_64::__m512 {
     }
 }
 
+/// Vectors whose lanes split into the even and odd columns of two loads (the stride-2 plane
+/// path): `__m256` (AVX2) and [`Portable`].
+///
+/// Safety of every method: the CPU has the type's features.
+trait Pairs: Lanes {
+    /// The even and the odd values of the 2·L values `a` then `b`, each in the type's lane order
+    /// (the same for every call; [`Pairs::restore`] puts it back in column order).
+    unsafe fn split(a: Self, b: Self) -> (Self, Self);
+    /// The even values of [`Pairs::split`].
+    unsafe fn split_even(a: Self, b: Self) -> Self;
+    /// A [`Pairs::split`] result (or a lane-wise combination of some) in column order.
+    unsafe fn restore(self) -> Self;
+}
+
+impl Pairs for Portable {
+    #[inline(always)]
+    unsafe fn split(a: Self, b: Self) -> (Self, Self) {
+        let pick = |j: usize| if j < 4 { a.0[2 * j] } else { b.0[2 * j - 8] };
+        let odd = |j: usize| if j < 4 { a.0[2 * j + 1] } else { b.0[2 * j - 7] };
+        (Portable(std::array::from_fn(pick)), Portable(std::array::from_fn(odd)))
+    }
+    #[inline(always)]
+    unsafe fn split_even(a: Self, b: Self) -> Self {
+        // SAFETY: no CPU feature needed.
+        unsafe { Self::split(a, b).0 }
+    }
+    #[inline(always)]
+    unsafe fn restore(self) -> Self {
+        self
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Pairs for std::arch::x86_64::__m256 {
+    // Lane order: columns 0 1 4 5 | 2 3 6 7 (one in-lane shuffle of the two loads; the lane
+    // permute that would sort them is left to `restore`, once per output vector).
+    #[inline(always)]
+    unsafe fn split(a: Self, b: Self) -> (Self, Self) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's contract (AVX).
+        unsafe { (_mm256_shuffle_ps::<0x88>(a, b), _mm256_shuffle_ps::<0xDD>(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn split_even(a: Self, b: Self) -> Self {
+        // SAFETY: the caller's contract (AVX).
+        unsafe { std::arch::x86_64::_mm256_shuffle_ps::<0x88>(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn restore(self) -> Self {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's contract (AVX2). 64-bit lanes 0, 2, 1, 3.
+        unsafe { _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(self))) }
+    }
+}
+
 /// `even[j] = src[2j]`, `odd[j] = src[2j + 1]` for every `j` the outputs hold; with `ODD`
 /// false only the even values (`odd` unused). `src` must reach the last value read.
 #[inline(always)]
@@ -1205,6 +1439,49 @@ mod tests {
                 check(&mut rng, g, all, &pool);
                 check(&mut rng, g, relu6, &pool);
             }
+        }
+    }
+
+    #[test]
+    fn stride_2_planes_match_naive_loop() {
+        // The direct stride-2 path (3×3, dilation 1, channels-first input): MobileNetV2's
+        // shapes shrunk, odd and tiny planes, padding up to past the window, vectors masked at
+        // one or both ends, channels not a multiple of 8, outputs in either layout.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let mut rng = Lcg(29);
+        let all = Parts(true, true, Activation::Relu, true);
+        let relu6 = Parts(true, false, Activation::Relu, true);
+        let plain = Parts(false, false, Activation::None, false);
+        let s2 = |batch, c, in_hw, pad: [usize; 2], pad_hi: [usize; 2], yl| {
+            geom(batch, c, in_hw, [3, 3], [[2, 2], pad, pad_hi, [1, 1]], (false, yl))
+        };
+        let gs = [
+            s2(2, 9, [28, 28], [1, 1], [1, 1], false),
+            s2(1, 3, [14, 14], [1, 1], [1, 1], true),
+            s2(1, 5, [112, 36], [1, 1], [1, 1], false),
+            s2(1, 4, [1, 1], [1, 1], [1, 1], false),
+            s2(1, 3, [2, 3], [0, 0], [1, 0], false),
+            s2(2, 7, [13, 35], [0, 0], [0, 0], false),
+            s2(1, 6, [9, 17], [3, 4], [2, 5], true),
+            s2(1, 2, [5, 40], [2, 0], [0, 3], false),
+            s2(0, 4, [6, 6], [1, 1], [1, 1], false),
+            s2(3, 2, [3, 3], [1, 1], [1, 1], false),
+        ];
+        for g in &gs {
+            for p in [all, relu6, plain] {
+                check(&mut rng, g, p, &pool);
+            }
+        }
+        let acts = [Activation::None, Activation::Relu, Activation::Sigmoid, Activation::HardSwish];
+        for _ in 0..60 {
+            let c = 2 + rng.below(19);
+            let in_hw = [1 + rng.below(24), 1 + rng.below(70)];
+            let pad = [rng.below(4), rng.below(4)];
+            let pad_hi = [rng.below(4), rng.below(4)];
+            let batch = [0, 1, 1, 2][rng.below(4)];
+            let g = s2(batch, c, in_hw, pad, pad_hi, rng.below(2) == 1);
+            let p = Parts(rng.below(2) == 1, rng.below(2) == 1, acts[rng.below(4)], rng.below(2) == 1);
+            check(&mut rng, &g, p, &pool);
         }
     }
 
