@@ -16,7 +16,10 @@
 //! de-interleave of each input row. Any stride, dilation and padding take the same path, except
 //! narrow stride-1 planes (MobileNet's 7-, 14-, 28-wide ones), which skip the copy: a register
 //! block is N output rows × one vector, each tap reads its input row in place (a row of zeros in
-//! the vertical padding) with masked loads for the lanes in the horizontal padding.
+//! the vertical padding) with masked loads for the lanes in the horizontal padding. 3×3 stride-2
+//! planes (dilation 1, dense rows) skip the copy too ([`Job::plane_s2`]): one vector of output
+//! columns down the plane, each input row loaded in place and split into its even and odd
+//! columns in registers.
 //!
 //! Channels innermost (NHWC): one task per (image, output row), accumulated in an `[ow][c]` row
 //! vectorised along the channels, each tap over the output columns whose input column is inside.

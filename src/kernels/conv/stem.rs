@@ -17,7 +17,10 @@
 //!
 //! The tile kernels are compiled for AVX-512F (2 × 16 columns × 12 channels), AVX2+FMA
 //! (2 × 8 columns × 6 channels) and portably (the AVX2 shape in plain arrays), selected at run
-//! time ([`FusedIsa`]).
+//! time ([`FusedIsa`]). On AVX2, outputs with contiguous rows and an epilogue of bias, ReLU and
+//! clamp only (MobileNet's ReLU6 stem) take a fused kernel instead: tiles of up to 3 × 8 columns
+//! × 4 channels whose accumulators start at the bias and get the ReLU and clamp in registers
+//! before they are stored straight into the output row.
 
 use rayon::prelude::*;
 
@@ -143,7 +146,9 @@ fn conv_on(
     if f.cout != geom.out_channels || f.w.len() != f.cout.div_ceil(CB) * f.taps * CB {
         return Err(Error::invalid(OP, format!("the packed filter is not one for {} channels", geom.out_channels)));
     }
-    let job = Job { geom, x, f, epi, out, rows, isa: isa.checked() };
+    let isa = isa.checked();
+    let fused = fused_epilogue(isa, geom, epi);
+    let job = Job { geom, x, f, epi, out, rows, isa, fused };
     let [oh, ow] = geom.out_hw;
     let units = geom.batch * oh;
     let min_len = (TASK_WORK / (ow * geom.out_channels * f.taps).max(1)).max(1);
@@ -163,6 +168,23 @@ struct Job<'a> {
     out: OutPtr,
     rows: Rows,
     isa: FusedIsa,
+    /// The ReLU and clamp of the fused AVX2 kernel ([`Job::unit_fused_avx2`]), when it runs.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fused: Option<(bool, Option<(f32, f32)>)>,
+}
+
+/// Whether the fused AVX2 kernel takes `geom` with `epi` on `isa` (already checked): the AVX2
+/// body, contiguous output rows, no residual, no activation other than ReLU, clamp bounds that
+/// are not NaN. Returns the ReLU and the clamp.
+fn fused_epilogue(isa: FusedIsa, geom: &ConvGeom, epi: &ConvEpilogue<'_>) -> Option<(bool, Option<(f32, f32)>)> {
+    let relu = match epi.activation {
+        crate::kernels::gemm::Activation::None => false,
+        crate::kernels::gemm::Activation::Relu => true,
+        _ => return None,
+    };
+    let plain_clamp = epi.clamp.is_none_or(|(lo, hi)| !lo.is_nan() && !hi.is_nan());
+    let ok = isa == FusedIsa::Avx2 && geom.y_strides[3] == 1 && epi.residual.is_none() && plain_clamp;
+    ok.then_some((relu, epi.clamp))
 }
 
 /// The tile shape of each ISA: (f32 lanes per vector, most vectors, most channels).
@@ -177,6 +199,12 @@ impl Job<'_> {
     /// Output row `oy` of image `n`, every channel.
     fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut Vec<f32>) {
         self.fill(n, oy, buf);
+        #[cfg(target_arch = "x86_64")]
+        if let Some((relu, clamp)) = self.fused {
+            // SAFETY: `fused` is set only for the AVX2 ISA after `FusedIsa::checked` confirmed
+            // AVX2 and FMA on this CPU (`fused_epilogue`).
+            return unsafe { self.unit_fused_avx2(n, oy, buf, relu, clamp) };
+        }
         let (g, taps) = (self.geom, self.f.taps);
         let ow = g.out_hw[1];
         let (lanes, vecs, chans) = shape(self.isa);
@@ -197,6 +225,58 @@ impl Job<'_> {
                 for (j, vals) in tile.chunks_exact_mut(width).take(c).enumerate() {
                     self.store(&mut vals[..m], n, c0 + j, oy, ox0);
                 }
+            }
+        }
+    }
+
+    /// The AVX2 kernel with the epilogue in registers: output row `oy` of image `n` from the
+    /// filled scratch `buf`, in tiles of up to [`FUSED_VECS`] vectors × [`FUSED_CH`] channels
+    /// whose accumulators start at the bias and get the ReLU and the clamp before they are stored
+    /// straight into the output row (no tile buffer, no pass over the stored values).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `fused_epilogue` accepted the geometry and epilogue.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn unit_fused_avx2(&self, n: usize, oy: usize, buf: &[f32], relu: bool, clamp: Option<(f32, f32)>) {
+        use std::arch::x86_64::*;
+        let (g, taps) = (self.geom, self.f.taps);
+        let (ow, cout) = (g.out_hw[1], g.out_channels);
+        // Every pixel load stays inside `buf`: the last tile's vectors end at ow rounded up to 8
+        // columns, read from each tap's offset (at most `last`); every weight of a block lies
+        // in its CB-wide strip (blocks start at multiples of FUSED_CH, which divides CB).
+        assert!(
+            self.rows.last + ow.next_multiple_of(8) <= buf.len()
+                && taps == self.rows.offs.len()
+                && self.f.w.len() == cout.div_ceil(CB) * taps * CB,
+            "stem scratch or filter too short"
+        );
+        let [yn, yc, yh, _] = g.y_strides;
+        let bounds = clamp.map(|(lo, hi)| (_mm256_set1_ps(lo), _mm256_set1_ps(hi), lo == 0.0, hi == 0.0));
+        for c0 in (0..cout).step_by(FUSED_CH) {
+            let w = &self.f.w[c0 / CB * taps * CB + c0 % CB..];
+            let bias: [f32; FUSED_CH] =
+                std::array::from_fn(|c| self.epi.bias.and_then(|b| b.get(c0 + c).copied()).unwrap_or(0.0));
+            let chans = FUSED_CH.min(cout - c0);
+            let mut ox0 = 0;
+            while ox0 < ow {
+                let vecs = (ow - ox0).div_ceil(8).min(FUSED_VECS);
+                let last = (ow - ox0).min(8 * vecs) - 8 * (vecs - 1);
+                let at = n * yn + c0 * yc + oy * yh + ox0;
+                let tile = FusedTile { xs: &buf[ox0..], offs: &self.rows.offs, w, bias, chans, last, relu, bounds };
+                // SAFETY: the caller's contract (features); the loads are inside `buf` and `w`
+                // (asserted above); the stores are output row `oy` of image `n`, channels
+                // c0..c0 + chans, columns ox0..ox0 + 8·(vecs − 1) + last ≤ ow, which `validate`
+                // checked to lie in the output and only this task writes.
+                unsafe {
+                    let out = self.out.0.add(at);
+                    match vecs {
+                        3 => tile.run::<3>(out, yc),
+                        2 => tile.run::<2>(out, yc),
+                        _ => tile.run::<1>(out, yc),
+                    }
+                }
+                ox0 += 8 * vecs;
             }
         }
     }
@@ -247,6 +327,73 @@ impl Job<'_> {
             for (j, &v) in vals.iter().enumerate() {
                 // SAFETY: as above, element by element.
                 unsafe { self.out.write(at + j * yw, v) };
+            }
+        }
+    }
+}
+
+/// Most vectors of 8 columns per tile of the fused AVX2 kernel.
+const FUSED_VECS: usize = 3;
+
+/// Output channels per tile of the fused AVX2 kernel (divides [`CB`]; MobileNet's 32 channels
+/// are 8 whole blocks).
+const FUSED_CH: usize = 4;
+
+/// One tile of [`Job::unit_fused_avx2`].
+#[cfg(target_arch = "x86_64")]
+struct FusedTile<'a> {
+    /// The scratch from the tile's first column.
+    xs: &'a [f32],
+    offs: &'a [usize],
+    /// The block's weights: tap t's channels at `w[t·CB..]`.
+    w: &'a [f32],
+    bias: [f32; FUSED_CH],
+    /// Channels stored (the others are past the last channel), lanes of the last vector stored.
+    chans: usize,
+    last: usize,
+    relu: bool,
+    /// Clamp bounds as vectors, and whether each is ±0.
+    bounds: Option<(std::arch::x86_64::__m256, std::arch::x86_64::__m256, bool, bool)>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl FusedTile<'_> {
+    /// `P` vectors × [`FUSED_CH`] channels: sums in registers, then the epilogue, then the stores
+    /// at `out` (channel rows `yc` apart).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; every tap offset plus 8·P lies inside `xs`, `w` holds
+    /// `(taps − 1)·CB + FUSED_CH` values; `out` is valid for `chans` rows of 8·(P − 1) + `last`
+    /// values, `yc` apart.
+    #[inline(always)]
+    unsafe fn run<const P: usize>(&self, out: *mut f32, yc: usize) {
+        use super::depthwise::Lanes;
+        use std::arch::x86_64::*;
+        let (xs, w) = (self.xs.as_ptr(), self.w.as_ptr());
+        // SAFETY: the caller's contract (features and bounds) throughout.
+        unsafe {
+            let mut acc: [[__m256; P]; FUSED_CH] = self.bias.map(|b| [_mm256_set1_ps(b); P]);
+            for (k, &off) in self.offs.iter().enumerate() {
+                let xv: [__m256; P] = std::array::from_fn(|p| _mm256_loadu_ps(xs.add(off + 8 * p)));
+                for (c, acc) in acc.iter_mut().enumerate() {
+                    let wv = _mm256_broadcast_ss(&*w.add(k * CB + c));
+                    for (a, &x) in acc.iter_mut().zip(&xv) {
+                        *a = _mm256_fmadd_ps(x, wv, *a);
+                    }
+                }
+            }
+            for (c, acc) in acc.iter().enumerate().take(self.chans) {
+                for (p, &a) in acc.iter().enumerate() {
+                    let mut a = a;
+                    if self.relu {
+                        a = a.relu();
+                    }
+                    if let Some((lo, hi, zlo, zhi)) = self.bounds {
+                        a = a.clamp(lo, hi, zlo, zhi);
+                    }
+                    let dst = out.add(c * yc + 8 * p);
+                    if p + 1 < P { a.store(dst) } else { a.store_first(dst, self.last) }
+                }
             }
         }
     }
@@ -531,6 +678,8 @@ mod tests {
         ];
         for case in cases {
             check(&mut rng, case, ALL_PARTS, &two);
+            // Without the residual (MobileNet's ReLU6): the fused AVX2 kernel for NCHW outputs.
+            check(&mut rng, case, (true, false, Activation::Relu, true), &two);
         }
     }
 
