@@ -18,9 +18,10 @@
 //! The tile kernels are compiled for AVX-512F (2 × 16 columns × 12 channels), AVX2+FMA
 //! (2 × 8 columns × 6 channels) and portably (the AVX2 shape in plain arrays), selected at run
 //! time ([`FusedIsa`]). On AVX2, outputs with contiguous rows and an epilogue of bias, ReLU and
-//! clamp only (MobileNet's ReLU6 stem) take a fused kernel instead: tiles of up to 3 × 8 columns
-//! × 4 channels whose accumulators start at the bias and get the ReLU and clamp in registers
-//! before they are stored straight into the output row.
+//! clamp only (MobileNet's ReLU6 stem) take a fused kernel instead: tiles of up to 2 × 8 columns
+//! × 4 channels (8 accumulators; a 3 × 8 × 4 tile spilled one to the stack and was slower) whose
+//! accumulators start at the bias and get the ReLU and clamp in registers before they are stored
+//! straight into the output row.
 
 use rayon::prelude::*;
 
@@ -270,11 +271,7 @@ impl Job<'_> {
                 // checked to lie in the output and only this task writes.
                 unsafe {
                     let out = self.out.0.add(at);
-                    match vecs {
-                        3 => tile.run::<3>(out, yc),
-                        2 => tile.run::<2>(out, yc),
-                        _ => tile.run::<1>(out, yc),
-                    }
+                    if vecs == 2 { tile.run::<2>(out, yc) } else { tile.run::<1>(out, yc) }
                 }
                 ox0 += 8 * vecs;
             }
@@ -333,7 +330,7 @@ impl Job<'_> {
 }
 
 /// Most vectors of 8 columns per tile of the fused AVX2 kernel.
-const FUSED_VECS: usize = 3;
+const FUSED_VECS: usize = 2;
 
 /// Output channels per tile of the fused AVX2 kernel (divides [`CB`]; MobileNet's 32 channels
 /// are 8 whole blocks).
