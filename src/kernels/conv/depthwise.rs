@@ -76,7 +76,8 @@ fn depthwise_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &Conv
         && geom.stride == [2, 2]
         && geom.dilation == [1, 1]
         && geom.kernel_hw == [3, 3]
-        && geom.x_strides[3] == 1;
+        && geom.x_strides[3] == 1
+        && !geom.in_hw.contains(&0);
     let job = Job { geom, x, w, epi, out, lay: Phases::of(geom), s1, s2 };
     // Planes at most 8 wide fill AVX2 vectors better than AVX-512 ones.
     let isa = match isa.checked() {
@@ -137,7 +138,7 @@ struct Job<'a> {
     /// columns.
     s1: bool,
     /// Whether planes read the input directly through the stride-2 path ([`Job::plane_s2`]):
-    /// channels-first, 3×3 kernel, stride 2, dilation 1, dense input rows.
+    /// channels-first, 3×3 kernel, stride 2, dilation 1, dense input rows, a non-empty input.
     s2: bool,
 }
 
@@ -478,6 +479,17 @@ impl Job<'_> {
         }
         let zero = scratch.zeros.as_ptr();
         let plane = self.x[img * sn + ch * sc..].as_ptr();
+        // The vector columns walk down the plane one after another: ask for the whole plane
+        // first, row by row, so that the first column does not wait on each row in turn.
+        let sh = g.x_strides[2];
+        for iy in 0..g.in_hw[0] {
+            for ix in (0..iw).step_by(16).chain([iw.saturating_sub(1)]) {
+                // SAFETY: row iy < ih, column ix < iw of the plane (`validate` checked its
+                // extent; `s2` excludes empty inputs); a prefetch has no effect on the values
+                // read.
+                unsafe { S::prefetch(plane.add(iy * sh + ix)) };
+            }
+        }
         // SAFETY: the CPU has S's features (the caller's contract).
         let k: [S; 9] = std::array::from_fn(|t| unsafe { S::splat(self.w[t * c + ch]) });
         // SAFETY: as above.
@@ -1064,6 +1076,8 @@ trait Pairs: Lanes {
     unsafe fn split_even(a: Self, b: Self) -> Self;
     /// A [`Pairs::split`] result (or a lane-wise combination of some) in column order.
     unsafe fn restore(self) -> Self;
+    /// Asks for the cache line of `p` (a hint; `p` points into a buffer).
+    unsafe fn prefetch(p: *const f32);
 }
 
 impl Pairs for Portable {
@@ -1082,6 +1096,8 @@ impl Pairs for Portable {
     unsafe fn restore(self) -> Self {
         self
     }
+    #[inline(always)]
+    unsafe fn prefetch(_: *const f32) {}
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -1104,6 +1120,12 @@ impl Pairs for std::arch::x86_64::__m256 {
         use std::arch::x86_64::*;
         // SAFETY: the caller's contract (AVX2). 64-bit lanes 0, 2, 1, 3.
         unsafe { _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(self))) }
+    }
+    #[inline(always)]
+    unsafe fn prefetch(p: *const f32) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's contract (SSE, a pointer into a buffer); a prefetch never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
 }
 
