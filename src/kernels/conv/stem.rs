@@ -330,10 +330,12 @@ impl Job<'_> {
 }
 
 /// Most vectors of 8 columns per tile of the fused AVX2 kernel.
+#[cfg(target_arch = "x86_64")]
 const FUSED_VECS: usize = 2;
 
 /// Output channels per tile of the fused AVX2 kernel (divides [`CB`]; MobileNet's 32 channels
 /// are 8 whole blocks).
+#[cfg(target_arch = "x86_64")]
 const FUSED_CH: usize = 4;
 
 /// One tile of [`Job::unit_fused_avx2`].
