@@ -1,8 +1,8 @@
 //! What one steady-state execution allocates (issue 24, low-overhead execution), measured with a
 //! counting global allocator (`common/counting.rs`, global only in this binary) on the "jit"
 //! backend, one thread, for a 1-op graph, an MLP, a MiniLM-shaped encoder layer from standard
-//! ops and a small convnet block (and the ONNX MiniLM and ResNet-18 where the files are on this
-//! machine). After warm-up, `execute_into` of every one of them must allocate nothing, and
+//! ops and a small convnet block (and the ONNX MiniLM, ResNet-18 and MobileNetV2 where the files
+//! are on this machine). After warm-up, `execute_into` of every one of them must allocate nothing, and
 //! `execute` only its results: per result its storage (the bytes and their `Arc`), its shape's
 //! dims and the `Buffer`, plus the result `Vec`.
 //! The counter is process-wide, so this file holds a single test running its cases in turn.
@@ -315,15 +315,21 @@ fn steady_state_allocations_per_execution() {
     }
 
     // 5. The ONNX models, where they are on this machine (tools/onnx-models.py writes the
-    // torchscript exports): MiniLM (fused residual LayerNorm, embedding row gathers, attention)
-    // allocates nothing either. ResNet-18 is for the record: its global-average-pool tail (a
-    // reduction loop, a reshape, a division in place) still allocates one 2 KiB buffer per
-    // execution.
+    // torchscript exports): MiniLM (fused residual LayerNorm, embedding row gathers, attention),
+    // ResNet-18 (the direct stem, Winograd and implicit-GEMM convolutions, the global-average-pool
+    // tail: a reduction loop, a reshape, a division in place over the reshape) and MobileNetV2
+    // (direct 1×1 and depthwise kernels) allocate nothing either.
     if let Some(exe) = onnx(&b, "/work/models/minilm-torchscript/model.onnx", &[("batch", 1), ("sequence", 128)]) {
         let (c, r) = measure("onnx minilm 1x128", &*exe);
         assert_writes_into_slots("onnx minilm 1x128", c, &r);
     }
-    if let Some(exe) = onnx(&b, "/work/models/resnet18-torchscript/model.onnx", &[("batch", 1)]) {
-        let _ = measure("onnx resnet-18 b1", &*exe);
+    for (name, path) in [
+        ("onnx resnet-18 b1", "/work/models/resnet18-torchscript/model.onnx"),
+        ("onnx mobilenetv2 b1", "/work/models/mobilenet_v2-torchscript/model.onnx"),
+    ] {
+        if let Some(exe) = onnx(&b, path, &[("batch", 1)]) {
+            let (c, r) = measure(name, &*exe);
+            assert_writes_into_slots(name, c, &r);
+        }
     }
 }

@@ -181,13 +181,19 @@ impl Arena {
     pub(crate) fn release(&mut self, v: ValueId, mut t: Tensor, retain: Retain) {
         match retain {
             Retain::Constant => {}
-            Retain::Slot(s) => {
-                let d = std::mem::replace(&mut t.data, self.empty.clone());
-                if let Some(slot) = self.slots.get_mut(s as usize) {
+            // The last member of an alias group to go hands the storage back to the slot: while
+            // an alias (a reshape's result, …) still holds it, the slot would only get a second
+            // handle, and the in-place loop or the kernel that takes the slot next would find the
+            // storage shared and allocate anew.
+            Retain::Slot(s) | Retain::AliasOf(s) => {
+                let mut d = std::mem::replace(&mut t.data, self.empty.clone());
+                if Arc::get_mut(&mut d).is_some()
+                    && let Some(slot) = self.slots.get_mut(s as usize)
+                {
                     *slot = Some(d);
                 }
             }
-            Retain::Shell | Retain::AliasOf(_) => t.data = self.empty.clone(),
+            Retain::Shell => t.data = self.empty.clone(),
         }
         if let Some(k) = self.keep.get_mut(v.index()) {
             *k = Some(t);

@@ -29,9 +29,10 @@
 //! vectors there (planes at most 8 wide take the AVX2 vectors on AVX-512 CPUs). Geometries whose
 //! phases would dwarf the planes (huge dilations into the padding) take a plain per-output loop.
 
-use rayon::prelude::*;
+use std::cell::RefCell;
+use std::thread::LocalKey;
 
-use super::{ConvEpilogue, ConvGeom, OutPtr, clamp_nan, copy_strided};
+use super::{ConvEpilogue, ConvGeom, Keep, Kept, OutPtr, clamp_nan, copy_strided, for_units};
 use crate::error::Result;
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Activation;
@@ -54,14 +55,29 @@ const AVX512: u8 = 2;
 const TASK_WORK: usize = 1 << 15;
 
 /// Depthwise convolution with the weights `w` as `[taps][channels]`, on the default ISA.
-pub(super) fn depthwise(geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogue<'_>, out: OutPtr) -> Result<()> {
-    depthwise_on(FusedIsa::selected(), geom, x, w, epi, out);
+pub(super) fn depthwise(
+    geom: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) -> Result<()> {
+    depthwise_on(FusedIsa::selected(), geom, x, w, epi, out, parallel);
     Ok(())
 }
 
 /// [`depthwise`] on `isa` (lowered to what the CPU runs). The caller has validated the geometry
 /// against `x` and the output, and the bias and residual lengths.
-fn depthwise_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilogue<'_>, out: OutPtr) {
+fn depthwise_on(
+    isa: FusedIsa,
+    geom: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) {
     let [oh, ow] = geom.out_hw;
     let c = geom.out_channels;
     // Planes (channels-first) or output rows (channels innermost) as units.
@@ -88,13 +104,13 @@ fn depthwise_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &Conv
     // padding): the plane is computed by a plain loop instead.
     let planes = geom.in_hw[0] * geom.in_hw[1] + oh * ow;
     if !channels_inner && !s1 && !s2 && job.lay.len().is_none_or(|l| l > 4 * planes + 4096) {
-        (0..geom.batch * c).into_par_iter().for_each(|u| job.plane_direct(u / c, u % c));
+        for_units(parallel, geom.batch * c, 1, || (), |_, u| job.plane_direct(u / c, u % c));
         return;
     }
     let (units, work) =
         if channels_inner { (geom.batch * oh, ow * c * geom.taps()) } else { (geom.batch * c, oh * ow * geom.taps()) };
     let min_len = (TASK_WORK / work.max(1)).max(1);
-    (0..units).into_par_iter().with_min_len(min_len).for_each_init(Scratch::default, |scratch, u| {
+    for_units(parallel, units, min_len, Kept::<Scratch>::take, |scratch, u| {
         dispatch(isa, &job, channels_inner, u, scratch);
     });
 }
@@ -110,6 +126,19 @@ struct Scratch {
     row: Vec<f32>,
     /// Zeros only (never written): the input row that padding rows read (stride-1 planes).
     zeros: Vec<f32>,
+}
+
+thread_local! {
+    static KEPT: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Keep for Scratch {
+    fn pool() -> &'static LocalKey<RefCell<Vec<Self>>> {
+        &KEPT
+    }
+    fn bytes(&self) -> usize {
+        (self.buf.capacity() + self.row.capacity() + self.zeros.capacity()) * 4 + self.taps.capacity() * 16
+    }
 }
 
 /// One vector column of a stride-2 plane ([`Job::plane_s2`]).
@@ -1346,12 +1375,12 @@ mod tests {
             return;
         }
         for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
-            for threads in [1, 2] {
+            for (threads, parallel) in [(1, false), (1, true), (2, true)] {
                 let mut y = vec![f32::NAN; len];
                 let out = OutPtr(y.as_mut_ptr());
                 let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
                 let p = if threads == 1 { &one } else { pool };
-                p.install(|| depthwise_on(isa, g, &x, wt, &epi, out));
+                p.install(|| depthwise_on(isa, g, &x, wt, &epi, out, parallel));
                 compare(&y, isa.name());
             }
         }

@@ -23,11 +23,120 @@ mod smallk;
 mod stem;
 mod winograd;
 
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::kernels::gemm::epilogue::{act_f32, act_f32_slice};
 use crate::kernels::gemm::{Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scratch, gemm_f32};
+
+/// Scratch a kernel's parallel tasks keep per thread ([`Kept`]): each type has its own
+/// thread-local pool, so a task split off by the thread pool takes the buffers an earlier task on
+/// the same thread grew instead of allocating them again.
+pub(super) trait Keep: Default + 'static {
+    /// This type's per-thread pool.
+    fn pool() -> &'static LocalKey<RefCell<Vec<Self>>>;
+    /// Bytes held (a scratch grown beyond [`KEEP_MAX_BYTES`] is freed, not kept).
+    fn bytes(&self) -> usize;
+}
+
+/// Most scratch objects of one type a thread keeps, and the largest one it keeps.
+const KEEP_MAX: usize = 4;
+const KEEP_MAX_BYTES: usize = 8 << 20;
+
+/// A scratch taken from its type's per-thread pool (or new), given back when dropped.
+pub(super) struct Kept<T: Keep>(T);
+
+impl<T: Keep> Kept<T> {
+    /// A kept scratch of this thread, or a new one.
+    pub(super) fn take() -> Self {
+        Kept(T::pool().try_with(|p| p.borrow_mut().pop()).ok().flatten().unwrap_or_default())
+    }
+}
+
+impl<T: Keep> std::ops::Deref for Kept<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Keep> std::ops::DerefMut for Kept<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+impl<T: Keep> Drop for Kept<T> {
+    fn drop(&mut self) {
+        if self.0.bytes() <= KEEP_MAX_BYTES {
+            let s = std::mem::take(&mut self.0);
+            // During thread teardown the pool may be gone: the scratch is then simply freed.
+            let _ = T::pool().try_with(|p| {
+                if let Ok(mut p) = p.try_borrow_mut()
+                    && p.len() < KEEP_MAX
+                {
+                    p.push(s);
+                }
+            });
+        }
+    }
+}
+
+/// Runs `f(scratch, u)` for every unit `u` of `0..units`: split over the current thread pool
+/// when `parallel` (tasks of at least `min_len` units, each with a scratch from `init`), else in
+/// order on the calling thread with one scratch (a backend configured for one thread passes no
+/// pool, and the kernels must then not use rayon's global pool behind its back).
+pub(super) fn for_units<S>(
+    parallel: bool,
+    units: usize,
+    min_len: usize,
+    init: impl Fn() -> S + Sync + Send,
+    f: impl Fn(&mut S, usize) + Sync + Send,
+) {
+    if parallel {
+        (0..units).into_par_iter().with_min_len(min_len.max(1)).for_each_init(init, f);
+    } else {
+        let mut s = init();
+        (0..units).for_each(|u| f(&mut s, u));
+    }
+}
+
+/// [`for_units`] for fallible units: the first error is returned.
+pub(super) fn try_for_units<S>(
+    parallel: bool,
+    units: usize,
+    init: impl Fn() -> S + Sync + Send,
+    f: impl Fn(&mut S, usize) -> Result<()> + Sync + Send,
+) -> Result<()> {
+    if parallel {
+        (0..units).into_par_iter().try_for_each_init(init, f)
+    } else {
+        let mut s = init();
+        (0..units).try_for_each(|u| f(&mut s, u))
+    }
+}
+
+/// A plain f32 scratch vector ([`Keep`] for the direct 1×1 kernel).
+#[derive(Default)]
+pub(super) struct F32Scratch {
+    pub(super) vec: Vec<f32>,
+}
+
+thread_local! {
+    static F32_SCRATCH: RefCell<Vec<F32Scratch>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Keep for F32Scratch {
+    fn pool() -> &'static LocalKey<RefCell<Vec<Self>>> {
+        &F32_SCRATCH
+    }
+    fn bytes(&self) -> usize {
+        self.vec.capacity() * 4
+    }
+}
 
 const OP: &str = "conv_general";
 
@@ -482,13 +591,15 @@ pub fn conv2d_f32(
         return Ok(());
     }
     let threads = if pool.is_some() { 0 } else { 1 };
+    // No pool: one thread, the caller's (not rayon's global pool).
+    let parallel = pool.is_some();
     let mut run = move || match &filter.kind {
-        FilterKind::Depthwise(w) => depthwise::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr())),
-        FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr())),
-        FilterKind::Stem(f) => stem::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr())),
+        FilterKind::Depthwise(w) => depthwise::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr()), parallel),
+        FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
+        FilterKind::Stem(f) => stem::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Gemm(packed, plain) => match Pointwise::of(geom) {
             Some(pw) => pointwise(geom, &pw, x, packed, plain, epi, y, threads),
-            None => implicit_gemm(geom, x, packed, epi, OutPtr(y.as_mut_ptr())),
+            None => implicit_gemm(geom, x, packed, epi, OutPtr(y.as_mut_ptr()), parallel),
         },
     };
     match pool {
@@ -631,7 +742,14 @@ fn tail(geom: &ConvGeom, epi: &ConvEpilogue<'_>, out: OutPtr) {
 }
 
 /// The general path: im2col blocks × packed filter per (image, group, block).
-fn implicit_gemm(geom: &ConvGeom, x: &[f32], packed: &[PackedB], epi: &ConvEpilogue<'_>, out: OutPtr) -> Result<()> {
+fn implicit_gemm(
+    geom: &ConvGeom,
+    x: &[f32],
+    packed: &[PackedB],
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) -> Result<()> {
     let (k, cout_g) = (geom.depth(), geom.cout_g());
     let pixels = geom.out_hw[0] * geom.out_hw[1];
     let threads = rayon::current_num_threads().max(1);
@@ -653,7 +771,9 @@ fn implicit_gemm(geom: &ConvGeom, x: &[f32], packed: &[PackedB], epi: &ConvEpilo
         && (geom.out_hw[0] == 1 || yh == geom.out_hw[1] * yw)
         && (geom.batch == 1 || yn >= pixels * yw))
         .then_some(yw);
-    (0..tasks).into_par_iter().try_for_each_init(
+    try_for_units(
+        parallel,
+        tasks,
         // Per-thread pooled scratch (no allocation once warm); im2col writes every element of
         // its block and the GEMM every element of its tile, so stale contents never show.
         || (Scratch::new(), Scratch::new()),

@@ -19,7 +19,7 @@
 use rayon::prelude::*;
 
 use super::depthwise::{Lanes, Portable};
-use super::{ConvEpilogue, ConvGeom, OutPtr};
+use super::{ConvEpilogue, ConvGeom, F32Scratch, Kept, OutPtr};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Activation;
 
@@ -62,10 +62,10 @@ fn conv_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilo
     let isa = isa.checked();
     let run = |scratch: &mut Vec<f32>, u: usize| dispatch(isa, &job, u, scratch);
     if parallel {
-        (0..units).into_par_iter().for_each_init(Vec::new, run);
+        (0..units).into_par_iter().for_each_init(Kept::<F32Scratch>::take, |s, u| run(&mut s.vec, u));
     } else {
-        let mut scratch = Vec::new();
-        (0..units).for_each(|u| run(&mut scratch, u));
+        let mut scratch = Kept::<F32Scratch>::take();
+        (0..units).for_each(|u| run(&mut scratch.vec, u));
     }
 }
 

@@ -23,11 +23,10 @@
 //! accumulators start at the bias and get the ReLU and clamp in registers before they are stored
 //! straight into the output row.
 
-use rayon::prelude::*;
-
-use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided};
+use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided, for_units};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
+use crate::kernels::gemm::Scratch;
 
 const OP: &str = "conv_stem";
 
@@ -67,6 +66,9 @@ pub(super) struct StemFilter {
     cout: usize,
     taps: usize,
     w: Vec<f32>,
+    /// The scratch layout of the first geometry run with this filter, kept so that later calls
+    /// at that geometry (every execution of a compiled model) do not build it again.
+    rows: std::sync::OnceLock<Rows>,
 }
 
 impl StemFilter {
@@ -88,7 +90,7 @@ impl StemFilter {
                 }
             }
         }
-        StemFilter { cout, taps, w }
+        StemFilter { cout, taps, w, rows: std::sync::OnceLock::new() }
     }
 
     /// Bytes held.
@@ -99,7 +101,11 @@ impl StemFilter {
 
 /// The scratch layout of one output row: `cin·kh·sx` phase rows of `pw` values, and each tap's
 /// offset into it.
+#[derive(Debug, Clone)]
 struct Rows {
+    /// What the layout depends on: input channels, kernel height and width, column stride and
+    /// dilation, output width.
+    key: [usize; 6],
     pw: usize,
     len: usize,
     offs: Vec<usize>,
@@ -121,14 +127,22 @@ impl Rows {
             }
         }
         let last = offs.iter().copied().max().unwrap_or(0);
-        Some(Rows { pw, len, offs, last })
+        let key = [geom.in_channels, kh, kw, sx, dx, geom.out_hw[1]];
+        Some(Rows { key, pw, len, offs, last })
     }
 }
 
 /// `y = clamp(act(conv(x, filter) + bias + residual))` with the default ISA. The caller has
 /// validated the geometry against `x` and the output, and the bias and residual lengths.
-pub(super) fn conv(geom: &ConvGeom, x: &[f32], f: &StemFilter, epi: &ConvEpilogue<'_>, out: OutPtr) -> Result<()> {
-    conv_on(FusedIsa::selected(), geom, x, f, epi, out)
+pub(super) fn conv(
+    geom: &ConvGeom,
+    x: &[f32],
+    f: &StemFilter,
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) -> Result<()> {
+    conv_on(FusedIsa::selected(), geom, x, f, epi, out, parallel)
 }
 
 /// [`conv`] on `isa` (lowered to what the CPU runs).
@@ -139,8 +153,23 @@ fn conv_on(
     f: &StemFilter,
     epi: &ConvEpilogue<'_>,
     out: OutPtr,
+    parallel: bool,
 ) -> Result<()> {
-    let rows = Rows::of(geom).filter(|r| r.len <= HARD_SCRATCH);
+    let key =
+        [geom.in_channels, geom.kernel_hw[0], geom.kernel_hw[1], geom.stride[1], geom.dilation[1], geom.out_hw[1]];
+    let fresh;
+    let rows = match f.rows.get() {
+        Some(r) if r.key == key => Some(r),
+        kept => {
+            fresh = Rows::of(geom);
+            if let (None, Some(r)) = (kept, &fresh) {
+                // The first geometry this filter runs at is kept for the next calls.
+                let _ = f.rows.set(r.clone());
+            }
+            fresh.as_ref()
+        }
+    };
+    let rows = rows.filter(|r| r.len <= HARD_SCRATCH);
     let Some(rows) = rows.filter(|r| geom.groups == 1 && f.taps == r.offs.len() && f.taps > 0) else {
         return Err(Error::invalid(OP, format!("the direct stem kernel does not take {geom:?}")));
     };
@@ -153,9 +182,18 @@ fn conv_on(
     let [oh, ow] = geom.out_hw;
     let units = geom.batch * oh;
     let min_len = (TASK_WORK / (ow * geom.out_channels * f.taps).max(1)).max(1);
-    (0..units).into_par_iter().with_min_len(min_len).for_each_init(
-        || (vec![0.0f32; job.rows.len], Vec::new()),
-        |(buf, tile), u| job.unit(u / oh, u % oh, buf, tile),
+    let tile_len = {
+        let (lanes, vecs, chans) = shape(isa);
+        vecs * lanes * chans
+    };
+    // Both scratch buffers come from the per-thread pool (no allocation once warm); `fill`
+    // writes every value of the row scratch and the tile kernels every sum they hand on.
+    for_units(
+        parallel,
+        units,
+        min_len,
+        || (Scratch::new(), Scratch::new()),
+        |(buf, tile), u| job.unit(u / oh, u % oh, buf.get(job.rows.len), tile.get(tile_len)),
     );
     Ok(())
 }
@@ -167,7 +205,7 @@ struct Job<'a> {
     f: &'a StemFilter,
     epi: &'a ConvEpilogue<'a>,
     out: OutPtr,
-    rows: Rows,
+    rows: &'a Rows,
     isa: FusedIsa,
     /// The ReLU and clamp of the fused AVX2 kernel ([`Job::unit_fused_avx2`]), when it runs.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -198,7 +236,7 @@ fn shape(isa: FusedIsa) -> (usize, usize, usize) {
 
 impl Job<'_> {
     /// Output row `oy` of image `n`, every channel.
-    fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut Vec<f32>) {
+    fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut [f32]) {
         self.fill(n, oy, buf);
         #[cfg(target_arch = "x86_64")]
         if let Some((relu, clamp)) = self.fused {
@@ -211,7 +249,6 @@ impl Job<'_> {
         let (lanes, vecs, chans) = shape(self.isa);
         // Channel steps of 4 on AVX-512 and 2 elsewhere, so the last block wastes little.
         let quantum = chans / 3;
-        tile.resize(vecs * lanes * chans, 0.0);
         for c0 in (0..g.out_channels).step_by(chans) {
             let c = chans.min(g.out_channels - c0);
             let cv = c.next_multiple_of(quantum);
@@ -220,7 +257,7 @@ impl Job<'_> {
             for ox0 in (0..ow).step_by(vecs * lanes) {
                 let m = (vecs * lanes).min(ow - ox0);
                 let p = m.div_ceil(lanes);
-                let t = Tile { xs: &buf[ox0..], rows: &self.rows, w };
+                let t = Tile { xs: &buf[ox0..], rows: self.rows, w };
                 let width = p * lanes;
                 t.run(self.isa, p, cv, &mut tile[..cv * width]);
                 for (j, vals) in tile.chunks_exact_mut(width).take(c).enumerate() {
@@ -621,10 +658,10 @@ mod tests {
         let f = StemFilter::new(cin, cout, kh, kw, |o, i, y, x| w[o * ws[0] + i * ws[1] + y * ws[2] + x * ws[3]]);
         let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
         for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
-            for pool in [&one, two] {
+            for (pool, parallel) in [(&one, false), (&one, true), (two, true)] {
                 let mut y = vec![f32::NAN; len];
                 let out = OutPtr(y.as_mut_ptr());
-                pool.install(|| conv_on(isa, &g, &x, &f, &epi, out)).unwrap();
+                pool.install(|| conv_on(isa, &g, &x, &f, &epi, out, parallel)).unwrap();
                 compare(&y, isa.name());
             }
         }
@@ -740,12 +777,12 @@ mod tests {
         let epi = ConvEpilogue::default();
         // A filter for another kernel size, for fewer channels, for groups.
         let small = StemFilter::new(3, 8, 3, 2, |_, _, _, _| 1.0);
-        assert!(conv_on(FusedIsa::Generic, &g, &x, &small, &epi, out).is_err());
+        assert!(conv_on(FusedIsa::Generic, &g, &x, &small, &epi, out, true).is_err());
         let narrow = StemFilter::new(3, 4, 3, 3, |_, _, _, _| 1.0);
-        assert!(conv_on(FusedIsa::Generic, &g, &x, &narrow, &epi, out).is_err());
+        assert!(conv_on(FusedIsa::Generic, &g, &x, &narrow, &epi, out, true).is_err());
         let grouped = ConvGeom { groups: 3, in_channels: 3, out_channels: 3, ..g.clone() };
         let f = StemFilter::new(1, 3, 3, 3, |_, _, _, _| 1.0);
-        assert!(conv_on(FusedIsa::Generic, &grouped, &x, &f, &epi, out).is_err());
+        assert!(conv_on(FusedIsa::Generic, &grouped, &x, &f, &epi, out, true).is_err());
         // Through the public entry: a stem filter for another geometry, a short output.
         let w = vec![0.5; 8 * 3 * 9];
         let filter = ConvFilter::new(&g, &w, [27, 9, 3, 1]).unwrap();

@@ -16,9 +16,7 @@
 //! (`tests::error_on_resnet_shapes`, docs/configuration.md): at most about 1e-5 of the output's
 //! largest magnitude and 2.3e-6 of Σ|x·w| per output, 15–30× the implicit GEMM's.
 
-use rayon::prelude::*;
-
-use super::{ConvEpilogue, ConvGeom, OP, OutPtr};
+use super::{ConvEpilogue, ConvGeom, OP, OutPtr, try_for_units};
 use crate::error::{Error, Result};
 use crate::kernels::gemm::{GemmArgs, MatMut, MatRef, PackedB, Rhs, Scratch, gemm_f32};
 
@@ -178,7 +176,14 @@ impl Tiling {
 
 /// `y = clamp(act(conv(x, filter) + bias + residual))` for a geometry that [`applies`] (the
 /// caller, `conv2d_f32`, validated the rest), on the current rayon pool.
-pub(super) fn conv(geom: &ConvGeom, x: &[f32], f: &WinogradFilter, epi: &ConvEpilogue<'_>, out: OutPtr) -> Result<()> {
+pub(super) fn conv(
+    geom: &ConvGeom,
+    x: &[f32],
+    f: &WinogradFilter,
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) -> Result<()> {
     if !applies(geom) || f.u.len() != 36 {
         return Err(Error::invalid(OP, "a Winograd filter needs a 3x3, stride 1, dilation 1, one-group convolution"));
     }
@@ -195,7 +200,7 @@ pub(super) fn conv(geom: &ConvGeom, x: &[f32], f: &WinogradFilter, epi: &ConvEpi
     let blocks = tiles.div_ceil(tiling.per_block);
     // V, M and the output tile come from the GEMM's per-thread pool (no allocation once warm);
     // every element is written before it is read.
-    (0..blocks).into_par_iter().try_for_each_init(Scratch::new, |buf, b| {
+    try_for_units(parallel, blocks, Scratch::new, |buf, b| {
         let t0 = b * tiling.per_block;
         block(geom, x, f, epi, out, &tiling, t0, tiling.per_block.min(tiles - t0), buf)
     })
