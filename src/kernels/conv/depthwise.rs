@@ -30,9 +30,8 @@
 //! phases would dwarf the planes (huge dilations into the padding) take a plain per-output loop.
 
 use std::cell::RefCell;
-use std::thread::LocalKey;
 
-use super::{ConvEpilogue, ConvGeom, Keep, Kept, OutPtr, clamp_nan, copy_strided, for_units};
+use super::{ConvEpilogue, ConvGeom, OutPtr, clamp_nan, copy_strided, for_units};
 use crate::error::Result;
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Activation;
@@ -110,7 +109,7 @@ fn depthwise_on(
     let (units, work) =
         if channels_inner { (geom.batch * oh, ow * c * geom.taps()) } else { (geom.batch * c, oh * ow * geom.taps()) };
     let min_len = (TASK_WORK / work.max(1)).max(1);
-    for_units(parallel, units, min_len, Kept::<Scratch>::take, |scratch, u| {
+    for_units(parallel, units, min_len, Kept::take, |scratch, u| {
         dispatch(isa, &job, channels_inner, u, scratch);
     });
 }
@@ -128,16 +127,53 @@ struct Scratch {
     zeros: Vec<f32>,
 }
 
+/// Most task scratches one thread keeps, and the largest one it keeps.
+const KEEP_MAX: usize = 4;
+const KEEP_MAX_BYTES: usize = 8 << 20;
+
 thread_local! {
     static KEPT: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
 }
 
-impl Keep for Scratch {
-    fn pool() -> &'static LocalKey<RefCell<Vec<Self>>> {
-        &KEPT
+/// A task's [`Scratch`] from this thread's kept ones (or new), given back when dropped: a task
+/// the thread pool splits off takes the buffers an earlier task on the same thread grew instead
+/// of allocating them again.
+struct Kept(Scratch);
+
+impl Kept {
+    fn take() -> Kept {
+        Kept(KEPT.try_with(|p| p.borrow_mut().pop()).ok().flatten().unwrap_or_default())
     }
-    fn bytes(&self) -> usize {
-        (self.buf.capacity() + self.row.capacity() + self.zeros.capacity()) * 4 + self.taps.capacity() * 16
+}
+
+impl std::ops::Deref for Kept {
+    type Target = Scratch;
+    fn deref(&self) -> &Scratch {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Kept {
+    fn deref_mut(&mut self) -> &mut Scratch {
+        &mut self.0
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let s = &self.0;
+        let bytes = (s.buf.capacity() + s.row.capacity() + s.zeros.capacity()) * 4 + s.taps.capacity() * 16;
+        if bytes <= KEEP_MAX_BYTES {
+            let s = std::mem::take(&mut self.0);
+            // During thread teardown the pool may be gone: the scratch is then simply freed.
+            let _ = KEPT.try_with(|p| {
+                if let Ok(mut p) = p.try_borrow_mut()
+                    && p.len() < KEEP_MAX
+                {
+                    p.push(s);
+                }
+            });
+        }
     }
 }
 

@@ -23,67 +23,11 @@ mod smallk;
 mod stem;
 mod winograd;
 
-use std::cell::RefCell;
-use std::thread::LocalKey;
-
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::kernels::gemm::epilogue::{act_f32, act_f32_slice};
 use crate::kernels::gemm::{Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scratch, gemm_f32};
-
-/// Scratch a kernel's parallel tasks keep per thread ([`Kept`]): each type has its own
-/// thread-local pool, so a task split off by the thread pool takes the buffers an earlier task on
-/// the same thread grew instead of allocating them again.
-pub(super) trait Keep: Default + 'static {
-    /// This type's per-thread pool.
-    fn pool() -> &'static LocalKey<RefCell<Vec<Self>>>;
-    /// Bytes held (a scratch grown beyond [`KEEP_MAX_BYTES`] is freed, not kept).
-    fn bytes(&self) -> usize;
-}
-
-/// Most scratch objects of one type a thread keeps, and the largest one it keeps.
-const KEEP_MAX: usize = 4;
-const KEEP_MAX_BYTES: usize = 8 << 20;
-
-/// A scratch taken from its type's per-thread pool (or new), given back when dropped.
-pub(super) struct Kept<T: Keep>(T);
-
-impl<T: Keep> Kept<T> {
-    /// A kept scratch of this thread, or a new one.
-    pub(super) fn take() -> Self {
-        Kept(T::pool().try_with(|p| p.borrow_mut().pop()).ok().flatten().unwrap_or_default())
-    }
-}
-
-impl<T: Keep> std::ops::Deref for Kept<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T: Keep> std::ops::DerefMut for Kept<T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.0
-    }
-}
-
-impl<T: Keep> Drop for Kept<T> {
-    fn drop(&mut self) {
-        if self.0.bytes() <= KEEP_MAX_BYTES {
-            let s = std::mem::take(&mut self.0);
-            // During thread teardown the pool may be gone: the scratch is then simply freed.
-            let _ = T::pool().try_with(|p| {
-                if let Ok(mut p) = p.try_borrow_mut()
-                    && p.len() < KEEP_MAX
-                {
-                    p.push(s);
-                }
-            });
-        }
-    }
-}
 
 /// Runs `f(scratch, u)` for every unit `u` of `0..units`: split over the current thread pool
 /// when `parallel` (tasks of at least `min_len` units, each with a scratch from `init`), else in
@@ -116,25 +60,6 @@ pub(super) fn try_for_units<S>(
     } else {
         let mut s = init();
         (0..units).try_for_each(|u| f(&mut s, u))
-    }
-}
-
-/// A plain f32 scratch vector ([`Keep`] for the direct 1×1 kernel).
-#[derive(Default)]
-pub(super) struct F32Scratch {
-    pub(super) vec: Vec<f32>,
-}
-
-thread_local! {
-    static F32_SCRATCH: RefCell<Vec<F32Scratch>> = const { RefCell::new(Vec::new()) };
-}
-
-impl Keep for F32Scratch {
-    fn pool() -> &'static LocalKey<RefCell<Vec<Self>>> {
-        &F32_SCRATCH
-    }
-    fn bytes(&self) -> usize {
-        self.vec.capacity() * 4
     }
 }
 
@@ -367,7 +292,7 @@ impl ConvFilter {
             return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d), pointwise: false, small_k: false });
         }
         if stem::qualifies(geom) {
-            let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at);
+            let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at).laid_out_for(geom);
             return Ok(ConvFilter { geom_key: key, kind: FilterKind::Stem(f), pointwise: false, small_k: false });
         }
         let k = geom.depth();
@@ -590,9 +515,9 @@ pub fn conv2d_f32(
     if geom.batch == 0 || geom.out_channels == 0 || pixels == 0 {
         return Ok(());
     }
-    let threads = if pool.is_some() { 0 } else { 1 };
     // No pool: one thread, the caller's (not rayon's global pool).
     let parallel = pool.is_some();
+    let threads = if parallel { 0 } else { 1 };
     let mut run = move || match &filter.kind {
         FilterKind::Depthwise(w) => depthwise::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),

@@ -16,12 +16,10 @@
 //! The body is compiled for AVX2+FMA (also taken on AVX-512 CPUs: 16 pixels per block suit the
 //! narrow planes of these layers) and portably, selected at run time ([`FusedIsa`]).
 
-use rayon::prelude::*;
-
 use super::depthwise::{Lanes, Portable};
-use super::{ConvEpilogue, ConvGeom, F32Scratch, Kept, OutPtr};
+use super::{ConvEpilogue, ConvGeom, OutPtr, for_units};
 use crate::kernels::fused::FusedIsa;
-use crate::kernels::gemm::Activation;
+use crate::kernels::gemm::{Activation, Scratch};
 
 /// Output channels per register block.
 const MR: usize = 6;
@@ -60,13 +58,8 @@ fn conv_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilo
     let units = geom.batch * geom.groups * chunks;
     let job = Job { geom, x, w, epi, out, chunk, chunks };
     let isa = isa.checked();
-    let run = |scratch: &mut Vec<f32>, u: usize| dispatch(isa, &job, u, scratch);
-    if parallel {
-        (0..units).into_par_iter().for_each_init(Kept::<F32Scratch>::take, |s, u| run(&mut s.vec, u));
-    } else {
-        let mut scratch = Kept::<F32Scratch>::take();
-        (0..units).for_each(|u| run(&mut scratch.vec, u));
-    }
+    // The tail scratch comes from the per-thread pool (no allocation once warm).
+    for_units(parallel, units, 1, Scratch::new, |scratch, u| dispatch(isa, &job, u, scratch));
 }
 
 /// Everything a task needs.
@@ -82,7 +75,7 @@ struct Job<'a> {
 }
 
 /// Runs task `u` on the body compiled for `isa` (already [`FusedIsa::checked`]).
-fn dispatch(isa: FusedIsa, job: &Job<'_>, u: usize, scratch: &mut Vec<f32>) {
+fn dispatch(isa: FusedIsa, job: &Job<'_>, u: usize, scratch: &mut Scratch) {
     #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
         // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
@@ -97,7 +90,7 @@ fn dispatch(isa: FusedIsa, job: &Job<'_>, u: usize, scratch: &mut Vec<f32>) {
 /// The task body compiled with AVX2+FMA enabled.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn unit_avx2(job: &Job<'_>, u: usize, scratch: &mut Vec<f32>) {
+fn unit_avx2(job: &Job<'_>, u: usize, scratch: &mut Scratch) {
     // SAFETY: this function is only called on CPUs with AVX2 and FMA (see `dispatch`).
     unsafe { job.unit::<std::arch::x86_64::__m256>(u, scratch) };
 }
@@ -119,7 +112,7 @@ impl Job<'_> {
     /// # Safety
     /// The CPU has `S`'s features, and `S::L == 8` (two vectors make the [`NB`] pixels).
     #[inline(always)]
-    unsafe fn unit<S: Lanes>(&self, u: usize, scratch: &mut Vec<f32>) {
+    unsafe fn unit<S: Lanes>(&self, u: usize, scratch: &mut Scratch) {
         const { assert!(S::L * 2 == NB) };
         let g = self.geom;
         let (k, cout_g) = (g.cin_g(), g.cout_g());
@@ -133,13 +126,16 @@ impl Job<'_> {
         let xbase = img * g.x_strides[0] + grp * k * xc;
         // The leftover pixels, zero-padded to a block, `[k][NB]`.
         let tail = p1 - full_end;
-        if tail > 0 {
-            scratch.clear();
-            scratch.resize(k * NB, 0.0);
-            for (i, row) in scratch.chunks_exact_mut(NB).enumerate() {
+        let scratch: &[f32] = if tail > 0 {
+            let buf = scratch.get(k * NB);
+            for (i, row) in buf.chunks_exact_mut(NB).enumerate() {
                 row[..tail].copy_from_slice(&self.x[xbase + i * xc + full_end..][..tail]);
+                row[tail..].fill(0.0);
             }
-        }
+            buf
+        } else {
+            &[]
+        };
         let fin = match (self.epi.activation, self.epi.clamp) {
             (Activation::None | Activation::Relu, None) => {
                 Finish::Registers { relu: self.epi.activation == Activation::Relu, clamp: None }

@@ -66,9 +66,9 @@ pub(super) struct StemFilter {
     cout: usize,
     taps: usize,
     w: Vec<f32>,
-    /// The scratch layout of the first geometry run with this filter, kept so that later calls
-    /// at that geometry (every execution of a compiled model) do not build it again.
-    rows: std::sync::OnceLock<Rows>,
+    /// The scratch layout for the geometry the filter was packed for ([`StemFilter::laid_out_for`]),
+    /// so that the executions of a compiled model do not build it again.
+    rows: Option<Rows>,
 }
 
 impl StemFilter {
@@ -90,7 +90,12 @@ impl StemFilter {
                 }
             }
         }
-        StemFilter { cout, taps, w, rows: std::sync::OnceLock::new() }
+        StemFilter { cout, taps, w, rows: None }
+    }
+
+    /// The filter with the scratch layout of `geom` kept (another geometry builds its own).
+    pub(super) fn laid_out_for(self, geom: &ConvGeom) -> Self {
+        StemFilter { rows: Rows::of(geom), ..self }
     }
 
     /// Bytes held.
@@ -101,7 +106,7 @@ impl StemFilter {
 
 /// The scratch layout of one output row: `cin·kh·sx` phase rows of `pw` values, and each tap's
 /// offset into it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Rows {
     /// What the layout depends on: input channels, kernel height and width, column stride and
     /// dilation, output width.
@@ -114,6 +119,11 @@ struct Rows {
 }
 
 impl Rows {
+    /// What the layout of `geom` depends on.
+    fn key(geom: &ConvGeom) -> [usize; 6] {
+        [geom.in_channels, geom.kernel_hw[0], geom.kernel_hw[1], geom.stride[1], geom.dilation[1], geom.out_hw[1]]
+    }
+
     /// The layout for `geom` (None when its size overflows).
     fn of(geom: &ConvGeom) -> Option<Rows> {
         let ([kh, kw], sx, dx) = (geom.kernel_hw, geom.stride[1], geom.dilation[1]);
@@ -127,8 +137,7 @@ impl Rows {
             }
         }
         let last = offs.iter().copied().max().unwrap_or(0);
-        let key = [geom.in_channels, kh, kw, sx, dx, geom.out_hw[1]];
-        Some(Rows { key, pw, len, offs, last })
+        Some(Rows { key: Rows::key(geom), pw, len, offs, last })
     }
 }
 
@@ -155,17 +164,11 @@ fn conv_on(
     out: OutPtr,
     parallel: bool,
 ) -> Result<()> {
-    let key =
-        [geom.in_channels, geom.kernel_hw[0], geom.kernel_hw[1], geom.stride[1], geom.dilation[1], geom.out_hw[1]];
     let fresh;
-    let rows = match f.rows.get() {
-        Some(r) if r.key == key => Some(r),
-        kept => {
+    let rows = match &f.rows {
+        Some(r) if r.key == Rows::key(geom) => Some(r),
+        _ => {
             fresh = Rows::of(geom);
-            if let (None, Some(r)) = (kept, &fresh) {
-                // The first geometry this filter runs at is kept for the next calls.
-                let _ = f.rows.set(r.clone());
-            }
             fresh.as_ref()
         }
     };
