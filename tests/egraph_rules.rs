@@ -127,6 +127,7 @@ filetests! {
     restore_keepdims_then_broadcast => ["restore-keepdims-reshape", "restore-keepdims-broadcast", "softmax-plain"];
     restore_broadcast_two_sizes => ["restore-broadcast", "softmax-plain"];
     dense_shared_input_merge => ["dense-matmul", "dense-bias"];
+    dense_shared_input_merge_blocks => ["dense-matmul", "dense-bias"];
 }
 
 /// Near misses must not fire the rule they nearly match.
@@ -302,6 +303,7 @@ fn differential(name: &str) {
 #[test]
 fn differential_dense_shared_input_merge() {
     differential("dense_shared_input_merge");
+    differential("dense_shared_input_merge_blocks");
 }
 
 /// `qkv::run_dynamic` merges dense layers over an input with a dynamic leading axis (the

@@ -307,6 +307,118 @@ fn f32_prepacked_gemv() {
     }
 }
 
+/// `PackedB::from_blocks` packs column blocks side by side as `PackedB::new` packs their
+/// concatenation: products against a naive f64 loop over the concatenated matrix, blocks
+/// row-major ([K, N_i]) and column-major ([N_i, K] read transposed), widths that fill whole
+/// panels and widths that do not (the copying path), several depth blocks (kc = 32), every ISA
+/// and panel geometry; bf16 and f16 blocks through their entry points.
+#[test]
+fn prepacked_b_from_column_blocks() {
+    let mut seed = 7u64;
+    let mut rnd = move || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 33) as f64 / (1u64 << 31) as f64) * 2.0 - 1.0
+    };
+    let widths: [&[usize]; 6] = [&[48, 48, 48], &[96, 32], &[5, 7, 3], &[48, 17], &[1], &[0, 48, 24]];
+    for isa in isas() {
+        for geometry in [Geometry::Large, Geometry::Wide] {
+            for ws in widths {
+                for &(m, k) in &[(1, 1), (7, 33), (20, 70)] {
+                    for col_major in [false, true] {
+                        let n: usize = ws.iter().sum();
+                        let blocks: Vec<Vec<f32>> =
+                            ws.iter().map(|&w| (0..k * w).map(|_| rnd() as f32).collect()).collect();
+                        // element (r, c) of block i.
+                        let at = |i: usize, r: usize, c: usize| {
+                            if col_major { blocks[i][c * k + r] } else { blocks[i][r * ws[i] + c] }
+                        };
+                        let views: Vec<(usize, MatRef<'_, f32>)> = blocks
+                            .iter()
+                            .zip(ws.iter())
+                            .map(|(b, &w)| (w, if col_major { MatRef::new(b, 1, k) } else { MatRef::row_major(b, w) }))
+                            .collect();
+                        let opts = GemmOptions {
+                            isa: Some(isa),
+                            geometry,
+                            blocking: Blocking { kc: 32, mc: 0, nc: 0 },
+                            ..Default::default()
+                        };
+                        let packed = PackedB::blocks_with_options(k, &views, &opts).unwrap();
+                        assert_eq!((packed.k(), packed.n()), (k, n));
+                        let a: Vec<f32> = (0..m * k).map(|_| rnd() as f32).collect();
+                        let mut c = vec![0f32; m * n];
+                        gemm_f32(
+                            GemmArgs::new(
+                                m,
+                                n,
+                                k,
+                                MatRef::row_major(&a, k),
+                                Rhs::Packed(&packed),
+                                MatMut::row_major(&mut c, n),
+                            )
+                            .options(GemmOptions { isa: Some(isa), ..Default::default() }),
+                        )
+                        .unwrap();
+                        for i in 0..m {
+                            let mut col = 0;
+                            for (bi, &w) in ws.iter().enumerate() {
+                                for j in 0..w {
+                                    let want: f64 = (0..k).map(|r| a[i * k + r] as f64 * at(bi, r, j) as f64).sum();
+                                    let got = c[i * n + col + j] as f64;
+                                    assert!(
+                                        (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                                        "{isa:?} {geometry:?} widths {ws:?} m{m} k{k} col_major {col_major}: c[{i}][{}] = {got}, want {want}",
+                                        col + j
+                                    );
+                                }
+                                col += w;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // bf16 and f16 blocks (values exact in both types), against the f32 product.
+    let (k, ws) = (40usize, [48usize, 16, 5]);
+    let n: usize = ws.iter().sum();
+    let vals: Vec<Vec<f32>> =
+        ws.iter().map(|&w| (0..k * w).map(|i| ((i * 7 + w) % 13) as f32 - 6.0).collect()).collect();
+    let a: Vec<f32> = (0..3 * k).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+    let mut want = vec![0f64; 3 * n];
+    for i in 0..3 {
+        let mut col = 0;
+        for (bi, &w) in ws.iter().enumerate() {
+            for j in 0..w {
+                want[i * n + col + j] = (0..k).map(|r| a[i * k + r] as f64 * vals[bi][r * w + j] as f64).sum();
+            }
+            col += w;
+        }
+    }
+    let bf: Vec<Vec<bf16>> = vals.iter().map(|v| v.iter().map(|&x| bf16::from_f32(x)).collect()).collect();
+    let hf: Vec<Vec<f16>> = vals.iter().map(|v| v.iter().map(|&x| f16::from_f32(x)).collect()).collect();
+    let bviews: Vec<(usize, MatRef<'_, bf16>)> = bf.iter().zip(ws).map(|(b, w)| (w, MatRef::row_major(b, w))).collect();
+    let hviews: Vec<(usize, MatRef<'_, f16>)> = hf.iter().zip(ws).map(|(b, w)| (w, MatRef::row_major(b, w))).collect();
+    let abf: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
+    let ahf: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+    let pb = PackedB::from_blocks_bf16(k, &bviews).unwrap();
+    let ph = PackedB::from_blocks_f16(k, &hviews).unwrap();
+    let mut cb = vec![0f32; 3 * n];
+    let mut ch = vec![0f32; 3 * n];
+    gemm_bf16(GemmArgs::new(3, n, k, MatRef::row_major(&abf, k), Rhs::Packed(&pb), MatMut::row_major(&mut cb, n)))
+        .unwrap();
+    gemm_f16(GemmArgs::new(3, n, k, MatRef::row_major(&ahf, k), Rhs::Packed(&ph), MatMut::row_major(&mut ch, n)))
+        .unwrap();
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(cb[i] as f64, *w, "bf16 blocks: element {i}");
+        assert_eq!(ch[i] as f64, *w, "f16 blocks: element {i}");
+    }
+    // A block shorter than its declared extent is an error, not a read past its end.
+    let short = vec![0f32; 10];
+    let e = PackedB::from_blocks(4, &[(8, MatRef::row_major(&short, 8))]).unwrap_err().to_string();
+    assert!(e.contains("4x8"), "{e}");
+}
+
 #[test]
 fn prepacked_b_shape_mismatch_is_an_error() {
     let b = vec![1.0f32; 12];

@@ -6,10 +6,15 @@
 //! patterns (Dense + bias, scaled softmax, …) and the kernels consume it in its compact form.
 //! Consumers of such a broadcast still fold — the broadcast is evaluated on the fly as their
 //! operand — when their own result is no larger than their operands' real data.
+//!
+//! Nor does it copy constant weights into one: a `Concatenate` of constants read only as the
+//! weights of FusedDense layers (the merged Q/K/V projections, `egraph::qkv`) stays, since the
+//! jit packs each constant straight into the product's panels.
 
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::ir::dtype::DType;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{ConstData, Op};
 use crate::ir::shape::Shape;
@@ -58,12 +63,15 @@ pub fn run(m: &mut Module) -> Result<bool> {
     // Replacements are applied in one sweep at the end and each body is rebuilt in one pass, so
     // folding a long chain of constant ops stays linear.
     let mut edits = Edits::new();
+    let weights_only = dense_weights_only(m);
     for f in 0..m.functions.len() {
         let func = FuncId(f as u32);
         let old_body = std::mem::take(&mut m.functions[f].body);
         for &n in &old_body {
             edits.resolve_inputs(m, n);
-            match fold_node(m, n) {
+            let kept = matches!(m.node(n).op, Op::Concatenate { .. })
+                && m.node(n).outputs.first().is_some_and(|v| weights_only[v.index()]);
+            match if kept { None } else { fold_node(m, n) } {
                 Some(results) => {
                     let node = m.node(n).clone();
                     // The constants take the folded node's place.
@@ -85,6 +93,30 @@ pub fn run(m: &mut Module) -> Result<bool> {
     }
     edits.apply(m);
     Ok(changed)
+}
+
+/// For every value: whether it is read, and only as the weights (operand 1) of FusedDense
+/// nodes of float dtypes the jit packs (f32, bf16, f16).
+fn dense_weights_only(m: &Module) -> Vec<bool> {
+    let mut weight = vec![false; m.values.len()];
+    let mut other = vec![false; m.values.len()];
+    for f in &m.functions {
+        for &v in f.outputs.iter().flatten() {
+            other[v.index()] = true;
+        }
+        for &n in &f.body {
+            let node = m.node(n);
+            for (i, &v) in node.inputs.iter().enumerate() {
+                let packable = matches!(m.shape(v).dtype, DType::Float32 | DType::BFloat16 | DType::Float16);
+                if i == 1 && packable && matches!(node.op, Op::FusedDense { .. }) {
+                    weight[v.index()] = true;
+                } else {
+                    other[v.index()] = true;
+                }
+            }
+        }
+    }
+    weight.iter().zip(&other).map(|(&w, &o)| w && !o).collect()
 }
 
 fn out_shapes(m: &Module, outputs: &[ValueId]) -> Vec<Shape> {
@@ -194,5 +226,31 @@ mod tests {
             body.iter().filter_map(|op| if let Op::Constant(c) = op { Some(c.0.len()) } else { None }).collect();
         assert_eq!(sizes.len(), 2, "{sizes:?}");
         assert!(sizes.contains(&(40 * 4)), "{sizes:?}");
+    }
+
+    /// A concatenation of constant f32 weights read only by a FusedDense stays (the jit packs
+    /// each part); the same concatenation read by anything else folds, to the bytes in order.
+    #[test]
+    fn weight_concatenations_stay_for_the_packer() {
+        let text = |ret: &str| {
+            format!(
+                "module @m\n\nfunc @main(%0 \"x\": f32[3,2]) {{\n  \
+                 %1 = constant [1.0, 2.0, 3.0, 4.0] : f32[2,2]\n  \
+                 %2 = constant [5.0, 6.0, 7.0, 8.0] : f32[2,2]\n  \
+                 %3 = concatenate %1, %2, axis=1 : f32[2,4]\n  \
+                 %4 = fused_dense %0, %3, activation=none, layout=input_outputs, has_bias=false : f32[3,4]\n  \
+                 return {ret}\n}}\n"
+            )
+        };
+        let mut m = parse_module(&text("%4")).unwrap();
+        assert!(!run(&mut m).unwrap(), "nothing to fold");
+        assert!(m.functions[0].body.iter().any(|&n| matches!(m.node(n).op, Op::Concatenate { .. })));
+        // Also returned: folded.
+        let mut m = parse_module(&text("%4, %3")).unwrap();
+        assert!(run(&mut m).unwrap());
+        crate::passes::dce::run(&mut m).unwrap();
+        assert!(!m.functions[0].body.iter().any(|&n| matches!(m.node(n).op, Op::Concatenate { .. })));
+        let want: Vec<u8> = [1.0f32, 2.0, 5.0, 6.0, 3.0, 4.0, 7.0, 8.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert!(m.functions[0].body.iter().any(|&n| matches!(&m.node(n).op, Op::Constant(c) if *c.0 == want)));
     }
 }

@@ -17,7 +17,10 @@
 //!
 //! A constant f32, bf16 or f16 right-hand side (DotGeneral without batch axes, or FusedDense's w) is
 //! packed once at compile time ([`PackedB`]) and listed in [`FastKernel::prepacked_operands`], so the plan does
-//! not keep its bytes.
+//! not keep its bytes. So is a rank-2 right-hand side that is a `Concatenate` of such constants
+//! along its columns (the merged weights of dense layers sharing an input,
+//! [`crate::passes::egraph::qkv`]): each constant is packed straight into its panels
+//! ([`PackedB::from_blocks`]), and the concatenation is never materialised ([`weight_blocks`]).
 //!
 //! Dtypes: F32 and F64 (accumulating in their own type), BF16 and F16 (f32 accumulation, one rounding
 //! to the output dtype: BF16, F16 or F32), Int8 with an Int8/Int16/Int32 output (i32 accumulation,
@@ -33,7 +36,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::ir::dtype::{DType, Element};
-use crate::ir::module::{Module, NodeId};
+use crate::ir::module::{Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{Activation as OpActivation, DenseLayout, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::gemm::{
@@ -76,7 +79,129 @@ pub(crate) fn pack_job(m: &Module, n: NodeId) -> Result<Option<PackJob>> {
             };
             Ok(Some(PackJob { node: n, run: Box::new(run) }))
         }
-        _ => Ok(None),
+        Some(_) => Ok(None),
+        None => Ok(blocks_job(m, n, spec, geom)),
+    }
+}
+
+/// The constants whose concatenation along its columns is the rank-2 right-hand side `v` of a
+/// product contracting its axis `k_axis` (`Concatenate` of constants along the other axis, each
+/// of the dtype's size): `(columns, bytes)` per operand, in order.
+pub(crate) fn weight_blocks(m: &Module, v: ValueId, k_axis: usize) -> Option<Vec<(usize, Arc<Vec<u8>>)>> {
+    let ValueDef::Node { node, output: 0 } = m.value(v).def else { return None };
+    let node = m.node(node);
+    let Op::Concatenate { axis: dimension } = node.op else { return None };
+    let vs = m.shape(v);
+    if vs.rank() != 2 || k_axis > 1 || dimension != 1 - k_axis || vs.is_dynamic() || node.inputs.is_empty() {
+        return None;
+    }
+    let es = vs.dtype.size();
+    node.inputs
+        .iter()
+        .map(|&u| {
+            let us = m.shape(u);
+            let bytes = m.constant_data(u)?;
+            let cols = *us.dims.get(dimension)?;
+            let ok = us.dtype == vs.dtype && us.rank() == 2 && us.dims[k_axis] == vs.dims[k_axis] && cols >= 0;
+            (ok && bytes.len() == us.dims[0] as usize * us.dims[1] as usize * es)
+                .then(|| (cols as usize, bytes.clone()))
+        })
+        .collect()
+}
+
+/// The packing job of GEMM node `n` (analysed as `spec`, `geom`) whose right-hand side is a
+/// concatenation of constants ([`weight_blocks`]).
+fn blocks_job(m: &Module, n: NodeId, spec: Spec, geom: Geom) -> Option<PackJob> {
+    let rhs = m.node(n).inputs[1];
+    let rs = m.shape(rhs);
+    if !matches!(spec.in_dtype, DType::Float32 | DType::BFloat16 | DType::Float16)
+        || geom.nb != 1
+        || geom.k == 0
+        || geom.n == 0
+        || spec.rc.len() != 1
+        || !spec.rb.is_empty()
+    {
+        return None;
+    }
+    let k_axis = spec.rc[0];
+    let blocks = weight_blocks(m, rhs, k_axis)?;
+    let widths: Vec<usize> = blocks.iter().map(|b| b.0).collect();
+    // How the parts are put together is part of the packed form's name (see `shared_blocks`).
+    let tag = format!(
+        "gemm-b blocks {} {:?} rc={:?} k={} n={} widths={widths:?}",
+        spec.in_dtype, rs.dims, spec.rc, geom.k, geom.n
+    );
+    let sources: Vec<Arc<Vec<u8>>> = blocks.into_iter().map(|b| b.1).collect();
+    let (k, dtype, op) = (geom.k, spec.in_dtype, spec.op);
+    let run = move |acct: &mut Accounting| -> Result<Prepared> {
+        let make = || pack_blocks(op, dtype, k, k_axis, &widths, &sources);
+        Ok(super::shared::shared_blocks(&sources, tag, PackedB::size_bytes, make, acct)?)
+    };
+    Some(PackJob { node: n, run: Box::new(run) })
+}
+
+/// Packs the column blocks `sources` (little-endian `dtype` bytes, `[k, w_i]` when the
+/// contracted axis is 0, else `[w_i, k]`) side by side.
+fn pack_blocks(
+    op: &'static str,
+    dtype: DType,
+    k: usize,
+    k_axis: usize,
+    widths: &[usize],
+    sources: &[Arc<Vec<u8>>],
+) -> Result<PackedB> {
+    fn typed<'a, T: Copy, const N: usize>(
+        bytes: &'a [u8],
+        view: impl Fn(&'a [u8]) -> Option<&'a [T]>,
+        f: impl Fn([u8; N]) -> T,
+    ) -> std::borrow::Cow<'a, [T]>
+    where
+        [T]: ToOwned<Owned = Vec<T>>,
+    {
+        match view(bytes) {
+            Some(v) => std::borrow::Cow::Borrowed(v),
+            None => std::borrow::Cow::Owned(bytes.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).collect()),
+        }
+    }
+    fn views<'a, T>(
+        k: usize,
+        k_axis: usize,
+        widths: &[usize],
+        data: &'a [std::borrow::Cow<'a, [T]>],
+    ) -> Vec<(usize, MatRef<'a, T>)>
+    where
+        [T]: ToOwned<Owned = Vec<T>>,
+    {
+        widths
+            .iter()
+            .zip(data)
+            .map(|(&w, d)| (w, if k_axis == 0 { MatRef::row_major(d, w) } else { MatRef::new(d, 1, k) }))
+            .collect()
+    }
+    use crate::memory::view_as;
+    use half::slice::HalfBitsSliceExt;
+    match dtype {
+        DType::Float32 => {
+            let data: Vec<_> = sources.iter().map(|b| typed(b, view_as::<f32>, f32::from_le_bytes)).collect();
+            PackedB::from_blocks(k, &views(k, k_axis, widths, &data))
+        }
+        DType::BFloat16 => {
+            fn bits(b: &[u8]) -> Option<&[bf16]> {
+                view_as::<u16>(b).map(|u| u.reinterpret_cast::<bf16>())
+            }
+            let data: Vec<_> =
+                sources.iter().map(|b| typed(b, bits, |c: [u8; 2]| bf16::from_bits(u16::from_le_bytes(c)))).collect();
+            PackedB::from_blocks_bf16(k, &views(k, k_axis, widths, &data))
+        }
+        DType::Float16 => {
+            fn bits(b: &[u8]) -> Option<&[f16]> {
+                view_as::<u16>(b).map(|u| u.reinterpret_cast::<f16>())
+            }
+            let data: Vec<_> =
+                sources.iter().map(|b| typed(b, bits, |c: [u8; 2]| f16::from_bits(u16::from_le_bytes(c)))).collect();
+            PackedB::from_blocks_f16(k, &views(k, k_axis, widths, &data))
+        }
+        d => Err(Error::invalid(op, format!("constant operand 1 of dtype {d} cannot be pre-packed"))),
     }
 }
 

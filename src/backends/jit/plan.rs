@@ -603,9 +603,40 @@ pub(crate) fn pack_constants(
             }
         })
         .collect();
-    for c in released {
-        if let Op::Constant(data) = &mut module.nodes[c.index()].op {
-            data.0 = Arc::new(Vec::new());
+    // A concatenation of constants packed block by block (`dot::weight_blocks`) is never
+    // computed: it becomes a released constant too, and so do its operands that nothing else reads.
+    let mut unread: Vec<ValueId> = vec![];
+    for &c in &released {
+        let node = &mut module.nodes[c.index()];
+        match &mut node.op {
+            Op::Constant(data) => data.0 = Arc::new(Vec::new()),
+            Op::Concatenate { .. } => {
+                node.op = Op::Constant(crate::ir::op::ConstData(Arc::new(Vec::new())));
+                unread.append(&mut node.inputs);
+            }
+            _ => {}
+        }
+    }
+    if !unread.is_empty() {
+        let m = &*module;
+        let mut read = vec![false; m.values.len()];
+        for f in &m.functions {
+            for &v in f.outputs.iter().flatten().chain(f.body.iter().flat_map(|&n| m.node(n).inputs.iter())) {
+                read[v.index()] = true;
+            }
+        }
+        let gone: Vec<NodeId> = unread
+            .iter()
+            .filter(|v| !read[v.index()])
+            .filter_map(|&v| match m.value(v).def {
+                ValueDef::Node { node, .. } if matches!(m.node(node).op, Op::Constant(_)) => Some(node),
+                _ => None,
+            })
+            .collect();
+        for c in gone {
+            if let Op::Constant(data) = &mut module.nodes[c.index()].op {
+                data.0 = Arc::new(Vec::new());
+            }
         }
     }
     // The packed panels of this compile share huge-page chunks (`memory::arena`): fresh 4 KiB

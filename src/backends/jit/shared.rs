@@ -16,6 +16,11 @@
 //!   [`HASH_PATIENCE`] at most): on a machine with one free core, hashing the weights beside
 //!   the compile that packed them took as long again out of that compile.
 //!
+//! A compiled constant may also be made from several source buffers read as one (the weights of
+//! dense layers merged into one product, packed side by side, [`shared_blocks`]): its length and
+//! fingerprint cover them all, identity means the same buffers in the same order, and its
+//! content hash is of their bytes one after the other (the tag names how they are put together).
+//!
 //! Entries are held weakly: an entry lives as long as some executable uses it, and the cache
 //! never keeps memory alive by itself. Constants smaller than [`MIN_SHARED_BYTES`] are copied
 //! (sharing them costs more than it saves).
@@ -36,6 +41,19 @@ type Key = (usize, String, u64);
 
 /// A hash of 64 evenly spaced 64-byte samples of `b` and its last 64 bytes (not of every byte:
 /// a pre-filter, equal bytes have equal fingerprints; matches are confirmed by BLAKE3).
+fn fingerprint_all(parts: &[Arc<Vec<u8>>]) -> u64 {
+    match parts {
+        [one] => fingerprint(one),
+        _ => {
+            let mut h = xxhash_rust::xxh64::Xxh64::new(parts.len() as u64);
+            for p in parts {
+                h.update(&fingerprint(p).to_le_bytes());
+            }
+            h.digest()
+        }
+    }
+}
+
 fn fingerprint(b: &[u8]) -> u64 {
     const CHUNK: usize = 64;
     const SAMPLES: usize = 64;
@@ -87,10 +105,13 @@ impl Digest {
     }
 }
 
+/// The sources of an entry, held weakly.
+type Sources = Vec<Weak<Vec<u8>>>;
+
 struct Entry {
     value: Weak<dyn Any + Send + Sync>,
-    /// The source the entry was made from: a lookup with the same live source is a hit.
-    source: Weak<Vec<u8>>,
+    /// The sources the entry was made from: a lookup with the same live sources is a hit.
+    sources: Sources,
     digest: Arc<Digest>,
 }
 
@@ -168,7 +189,23 @@ pub(crate) fn shared<T, E>(
 where
     T: Any + Send + Sync,
 {
-    let (v, hit) = shared_inner(source, tag, &size, make, acct)?;
+    shared_blocks(std::slice::from_ref(source), tag, size, make, acct)
+}
+
+/// [`shared`] for a compiled form made from several sources read as one (`tag` must say how
+/// they are put together: the sizes of the parts, the axis): found again from the same
+/// buffers in the same order, or from equal bytes split the same way.
+pub(crate) fn shared_blocks<T, E>(
+    sources: &[Arc<Vec<u8>>],
+    tag: String,
+    size: impl Fn(&T) -> usize,
+    make: impl FnOnce() -> Result<T, E>,
+    acct: &mut Accounting,
+) -> Result<Arc<T>, E>
+where
+    T: Any + Send + Sync,
+{
+    let (v, hit) = shared_inner(sources, tag, &size, make, acct)?;
     acct.buffers += 1;
     if hit {
         acct.shared_bytes += size(&v);
@@ -189,10 +226,13 @@ fn hit<T: Any + Send + Sync>(c: &mut Cache, found: Arc<T>, size: &impl Fn(&T) ->
     (found, true)
 }
 
-/// The live entry of `key` made from this very `source`, if any.
-fn by_identity<T: Any + Send + Sync>(c: &Cache, key: &Key, source: &Arc<Vec<u8>>) -> Option<Arc<T>> {
+/// The live entry of `key` made from these very `sources`, if any (an entry's `Weak`s keep the
+/// addresses of its sources' `Arc`s from being reused, so equal pointers are the same buffers).
+fn by_identity<T: Any + Send + Sync>(c: &Cache, key: &Key, sources: &[Arc<Vec<u8>>]) -> Option<Arc<T>> {
     c.entries.get(key)?.iter().find_map(|e| {
-        if !std::ptr::eq(e.source.as_ptr(), Arc::as_ptr(source)) {
+        let same = e.sources.len() == sources.len()
+            && e.sources.iter().zip(sources).all(|(w, s)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(s)));
+        if !same {
             return None;
         }
         e.value.upgrade()?.downcast::<T>().ok()
@@ -201,7 +241,7 @@ fn by_identity<T: Any + Send + Sync>(c: &Cache, key: &Key, source: &Arc<Vec<u8>>
 
 /// [`shared`]'s lookup: the entry, and whether it came from the cache.
 fn shared_inner<T, E>(
-    source: &Arc<Vec<u8>>,
+    sources: &[Arc<Vec<u8>>],
     tag: String,
     size: &impl Fn(&T) -> usize,
     make: impl FnOnce() -> Result<T, E>,
@@ -210,28 +250,30 @@ fn shared_inner<T, E>(
 where
     T: Any + Send + Sync,
 {
-    if source.len() < MIN_SHARED_BYTES {
+    let len: usize = sources.iter().map(|s| s.len()).sum();
+    if len < MIN_SHARED_BYTES {
         return make().map(|v| (Arc::new(v), false));
     }
-    let key: Key = (source.len(), tag, fingerprint(source));
+    let key: Key = (len, tag, fingerprint_all(sources));
     // Candidates by content: the digests (and sources) of live entries of the same key.
-    let candidates: Vec<(Arc<Digest>, Weak<Vec<u8>>)> = {
+    let candidates: Vec<(Arc<Digest>, Sources)> = {
         let mut c = lock();
-        if let Some(found) = by_identity::<T>(&c, &key, source) {
+        if let Some(found) = by_identity::<T>(&c, &key, sources) {
             return Ok(hit(&mut c, found, size));
         }
         let live = c.entries.get(&key).into_iter().flatten().filter(|e| e.value.strong_count() > 0);
-        live.map(|e| (e.digest.clone(), e.source.clone())).collect()
+        live.map(|e| (e.digest.clone(), e.sources.clone())).collect()
     };
     let mut digest = None;
     if !candidates.is_empty() {
-        let d = timed_hash(source, acct);
+        let d = timed_hash(sources, acct);
         digest = Some(d);
-        for (cand, cand_source) in &candidates {
-            // A candidate's hash: known, or computed here while its source is alive (its own
+        for (cand, cand_sources) in &candidates {
+            // A candidate's hash: known, or computed here while its sources are alive (its own
             // compile may still be running), else the background hasher's (which holds the
-            // source until it is done).
-            let theirs = match (cand.peek(), cand_source.upgrade()) {
+            // sources until it is done).
+            let alive: Option<Vec<Arc<Vec<u8>>>> = cand_sources.iter().map(Weak::upgrade).collect();
+            let theirs = match (cand.peek(), alive) {
                 (Some(h), _) => h,
                 (None, Some(src)) => {
                     let h = timed_hash(&src, acct);
@@ -261,13 +303,13 @@ where
         Some(d) => Digest::known(d),
         None => {
             let d = Arc::new(Digest::default());
-            hash_in_background(source.clone(), d.clone());
+            hash_in_background(sources.to_vec(), d.clone());
             d
         }
     };
     c.entries.entry(key).or_default().push(Entry {
         value: Arc::downgrade(&as_any),
-        source: Arc::downgrade(source),
+        sources: sources.iter().map(Arc::downgrade).collect(),
         digest: d,
     });
     // Forget entries nobody uses any more, every 64 new entries.
@@ -282,11 +324,20 @@ where
     Ok((made, false))
 }
 
-fn timed_hash(b: &[u8], acct: &mut Accounting) -> [u8; 32] {
+fn timed_hash(parts: &[Arc<Vec<u8>>], acct: &mut Accounting) -> [u8; 32] {
     let t = Instant::now();
-    let d = *blake3::hash(b).as_bytes();
+    let d = hash_all(parts);
     acct.hashing += t.elapsed();
     d
+}
+
+/// The BLAKE3 hash of the bytes of `parts` one after the other.
+fn hash_all(parts: &[Arc<Vec<u8>>]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for p in parts {
+        h.update(p);
+    }
+    *h.finalize().as_bytes()
 }
 
 /// The longest the background hasher waits for compiles in progress before hashing anyway
@@ -336,7 +387,7 @@ fn wait_for_compiles() {
 
 /// A source waiting for its hash; dropped unhashed (the hasher stopped), it marks the hash
 /// unknown so that no lookup waits for it forever.
-struct HashJob(Arc<Vec<u8>>, Arc<Digest>);
+struct HashJob(Vec<Arc<Vec<u8>>>, Arc<Digest>);
 
 impl Drop for HashJob {
     fn drop(&mut self) {
@@ -344,24 +395,24 @@ impl Drop for HashJob {
     }
 }
 
-/// Hashes `source` into `digest` on the process's background hashing thread (started at the
-/// first call, idle while there is nothing to hash), which holds the source until then; inline
+/// Hashes `sources` into `digest` on the process's background hashing thread (started at the
+/// first call, idle while there is nothing to hash), which holds the sources until then; inline
 /// when no thread can be started.
-fn hash_in_background(source: Arc<Vec<u8>>, digest: Arc<Digest>) {
+fn hash_in_background(sources: Vec<Arc<Vec<u8>>>, digest: Arc<Digest>) {
     static HASHER: OnceLock<Option<Mutex<std::sync::mpsc::Sender<HashJob>>>> = OnceLock::new();
     let sender = HASHER.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel::<HashJob>();
         let spawned = std::thread::Builder::new().name("tensorjit-hash".into()).spawn(move || {
             for job in rx {
                 wait_for_compiles();
-                job.1.set(Some(*blake3::hash(&job.0).as_bytes()));
+                job.1.set(Some(hash_all(&job.0)));
                 drop(job);
                 queued(-1);
             }
         });
         spawned.ok().map(|_| Mutex::new(tx))
     });
-    let job = HashJob(source, digest);
+    let job = HashJob(sources, digest);
     let job = match sender {
         Some(tx) => {
             queued(1);
@@ -375,7 +426,7 @@ fn hash_in_background(source: Arc<Vec<u8>>, digest: Arc<Digest>) {
         }
         None => job,
     };
-    job.1.set(Some(*blake3::hash(&job.0).as_bytes()));
+    job.1.set(Some(hash_all(&job.0)));
 }
 
 /// The number of sources waiting for the background hasher, and its changes.
@@ -417,7 +468,7 @@ pub(crate) fn constant(bytes: &Arc<Vec<u8>>, acct: &mut Accounting) -> Arc<Align
 mod tests {
     use std::sync::Arc;
 
-    use super::{Accounting, MIN_SHARED_BYTES, constant, shared};
+    use super::{Accounting, MIN_SHARED_BYTES, constant, shared, shared_blocks};
 
     #[test]
     fn equal_bytes_share_one_copy_while_someone_holds_it() {
@@ -453,6 +504,44 @@ mod tests {
         assert!(weak.upgrade().is_none());
         let w = constant(&a, &mut acct);
         assert_eq!(w.as_bytes(), &a[..]);
+    }
+
+    #[test]
+    fn forms_made_of_several_sources() {
+        // Bytes no other test uses (the cache is process-wide).
+        let part = |seed: usize| -> Arc<Vec<u8>> {
+            Arc::new((0..MIN_SHARED_BYTES / 2 + 11).map(|i| ((i * 7 + seed * 13) % 253) as u8).collect())
+        };
+        let (a, b) = (part(1), part(2));
+        let joined = |p: &[Arc<Vec<u8>>]| Ok::<_, ()>(p.iter().flat_map(|x| x.iter().copied()).collect::<Vec<u8>>());
+        let mut acct = Accounting::default();
+        let both = [a.clone(), b.clone()];
+        let x: Arc<Vec<u8>> = shared_blocks(&both, "joined".into(), Vec::len, || joined(&both), &mut acct).unwrap();
+        assert_eq!(x.len(), a.len() + b.len());
+        assert_eq!(acct.owned_bytes, x.len());
+        // The same buffers: found by identity, without hashing.
+        let again = shared_blocks(&both, "joined".into(), Vec::len, || joined(&both), &mut acct).unwrap();
+        assert!(Arc::ptr_eq(&x, &again));
+        assert_eq!(acct.hashing, std::time::Duration::ZERO);
+        // Equal bytes in other buffers, split the same way: found by content.
+        let copies = [Arc::new(a.to_vec()), Arc::new(b.to_vec())];
+        let y = shared_blocks(&copies, "joined".into(), Vec::len, || joined(&copies), &mut acct).unwrap();
+        assert!(Arc::ptr_eq(&x, &y));
+        // The same buffers in the other order, or one part changed: other entries.
+        let swapped = [b.clone(), a.clone()];
+        let z = shared_blocks(&swapped, "joined".into(), Vec::len, || joined(&swapped), &mut acct).unwrap();
+        assert!(!Arc::ptr_eq(&x, &z));
+        assert_eq!(&z[..b.len()], &b[..]);
+        let mut changed = b.to_vec();
+        changed[5] ^= 1;
+        let other = [a.clone(), Arc::new(changed)];
+        let w = shared_blocks(&other, "joined".into(), Vec::len, || joined(&other), &mut acct).unwrap();
+        assert!(!Arc::ptr_eq(&x, &w));
+        assert_eq!(w[a.len() + 5], b[5] ^ 1);
+        // The first part alone is another source.
+        let first: Arc<Vec<u8>> =
+            shared(&a, "joined".into(), Vec::len, || joined(std::slice::from_ref(&a)), &mut acct).unwrap();
+        assert_eq!(first.len(), a.len());
     }
 
     #[test]

@@ -136,7 +136,28 @@ impl<PB: Copy> PackedPanels<PB> {
     where
         PB: PackFrom<TI>,
     {
+        // SAFETY: forwarded contract (one block of all n columns).
+        unsafe { Self::pack_blocks(fam, &[(b, n)], k, kc) }
+    }
+
+    /// Packs the k x (n_1 + … + n_j) matrix whose columns are the blocks `blocks` (`(view,
+    /// n_i)`) side by side, as [`Self::pack`] packs their concatenation, without materialising
+    /// it: each block is packed into its own panels.
+    ///
+    /// # Safety
+    /// Each view is readable over k x n_i, and every block but the last has a multiple of
+    /// `fam.nr` columns (so that each block starts a panel).
+    pub unsafe fn pack_blocks<TI: Copy, PA>(
+        fam: &Family<PA, PB, impl Sized>,
+        blocks: &[(RawMat<TI>, usize)],
+        k: usize,
+        kc: usize,
+    ) -> Self
+    where
+        PB: PackFrom<TI>,
+    {
         let nr = fam.nr;
+        let n: usize = blocks.iter().map(|b| b.1).sum();
         // Depth blocks are whole A groups (the B groups divide them).
         let g = fam.g;
         let kc = balanced(k, kc, fam.ga());
@@ -146,22 +167,31 @@ impl<PB: Copy> PackedPanels<PB> {
         let mut colsum = if fam.needs_colsum { vec![0i32; nblocks * n_pad] } else { Vec::new() };
         for (bi, pc) in (0..k).step_by(kc).enumerate() {
             let kcb = kc.min(k - pc);
-            // SAFETY: block bi starts at pc * n_pad (earlier blocks are full) and holds
-            // ceil(kcb/g)*g*n_pad <= kc*n_pad elements; the source block lies inside b.
-            unsafe {
-                let dst = buf.as_mut_ptr().add(pc * n_pad);
-                let src = b.offset(pc, 0);
-                pack_panels::<TI, PB>(src.ptr, src.cs, src.rs, n, kcb, nr, g, dst, fam.isa);
-                if fam.needs_colsum {
-                    colsum_correction(
-                        dst.cast::<i8>(),
-                        n,
-                        kcb.div_ceil(g),
-                        nr,
-                        g,
-                        &mut colsum[bi * n_pad..(bi + 1) * n_pad],
-                    );
+            // A panel of this depth block holds ceil(kcb/g)*g*nr elements.
+            let panel = kcb.div_ceil(g) * g * nr;
+            let mut col = 0;
+            for &(b, nb) in blocks {
+                debug_assert!(col % nr == 0, "a block starts inside a panel");
+                // SAFETY: block bi starts at pc * n_pad (earlier blocks are full) and holds
+                // ceil(kcb/g)*g*n_pad <= kc*n_pad elements, its panels in column order, so the
+                // panels of columns col.. start at panel (col / nr) (col is a multiple of nr);
+                // the source block lies inside b.
+                unsafe {
+                    let dst = buf.as_mut_ptr().add(pc * n_pad + col / nr * panel);
+                    let src = b.offset(pc, 0);
+                    pack_panels::<TI, PB>(src.ptr, src.cs, src.rs, nb, kcb, nr, g, dst, fam.isa);
+                    if fam.needs_colsum {
+                        colsum_correction(
+                            dst.cast::<i8>(),
+                            nb,
+                            kcb.div_ceil(g),
+                            nr,
+                            g,
+                            &mut colsum[bi * n_pad + col..bi * n_pad + col + nb.next_multiple_of(nr)],
+                        );
+                    }
                 }
+                col += nb;
             }
         }
         PackedPanels { buf, kc, n_pad, colsum }

@@ -762,13 +762,80 @@ fn pack_f32_panels<TI: Copy>(
 where
     f32: PackFrom<TI>,
 {
-    check_extent("B", k, n, b.rs, b.cs, b.data.len())?;
+    pack_f32_blocks(k, &[(n, b)], options, from)
+}
+
+/// The column blocks `blocks` (`(n_i, k x n_i view)`) as raw views after checking their extents,
+/// or, when a block other than the last does not fill whole panels of width `nr`, one row-major
+/// copy of their concatenation (returned beside its view, which points into it).
+#[allow(clippy::type_complexity)]
+fn block_views<TI: Copy>(
+    k: usize,
+    blocks: &[(usize, MatRef<'_, TI>)],
+    nr: usize,
+) -> Result<(Vec<(RawMat<TI>, usize)>, Option<Vec<TI>>)> {
+    for &(nb, b) in blocks {
+        check_extent("B", k, nb, b.rs, b.cs, b.data.len())?;
+    }
+    let aligned = blocks.iter().rev().skip(1).all(|&(nb, _)| nb % nr == 0);
+    if aligned {
+        let views = blocks.iter().map(|&(nb, b)| (RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs }, nb)).collect();
+        return Ok((views, None));
+    }
+    let n: usize = blocks.iter().map(|b| b.0).sum();
+    let mut all = Vec::with_capacity(k * n);
+    for r in 0..k {
+        for &(nb, b) in blocks {
+            all.extend((0..nb).map(|c| b.data[r * b.rs + c * b.cs]));
+        }
+    }
+    let view = RawMat { ptr: all.as_ptr(), rs: n, cs: 1 };
+    Ok((vec![(view, n)], Some(all)))
+}
+
+/// Packs the column blocks `blocks` side by side into f32 panels of the f32 family for `options`.
+fn pack_f32_blocks<TI: Copy>(
+    k: usize,
+    blocks: &[(usize, MatRef<'_, TI>)],
+    options: &GemmOptions,
+    from: PackedFrom,
+) -> Result<PackedB>
+where
+    f32: PackFrom<TI>,
+{
     let family = packing_family(f32_families(pack_isa(options)?), options.geometry);
     let kc = blocking::packed_kc(family.nr, family.g, 4, options.blocking);
-    let view = RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs };
-    // SAFETY: the extent of b was checked above.
-    let panels = unsafe { PackedPanels::pack::<TI, f32>(family, view, k, n, kc) };
+    let (views, _copy) = block_views(k, blocks, family.nr)?;
+    let n = blocks.iter().map(|b| b.0).sum();
+    // SAFETY: `block_views` checked each view's extent (or made the one copy it points into,
+    // alive until the end of this function), and every view but the last fills whole panels.
+    let panels = unsafe {
+        match views[..] {
+            [(b, nb)] => PackedPanels::pack::<TI, f32>(family, b, k, nb, kc),
+            _ => PackedPanels::pack_blocks::<TI, f32>(family, &views, k, kc),
+        }
+    };
     Ok(PackedB { panels: Panels::F32(panels, family), from, k, n })
+}
+
+/// Packs bf16 column blocks side by side: bf16 pairs where [`gemm_bf16`] uses the AVX512-BF16
+/// tiles, else f32 panels.
+fn pack_bf16_blocks(k: usize, blocks: &[(usize, MatRef<'_, bf16>)], options: &GemmOptions) -> Result<PackedB> {
+    let isa = pack_isa(options)?;
+    if let Some(family) = bf16_pair_family(isa) {
+        let kc = blocking::packed_kc(family.nr, family.g, 2, options.blocking);
+        let (views, _copy) = block_views(k, blocks, family.nr)?;
+        let n = blocks.iter().map(|b| b.0).sum();
+        // SAFETY: as in `pack_f32_blocks`.
+        let panels = unsafe {
+            match views[..] {
+                [(b, nb)] => PackedPanels::pack::<bf16, bf16>(family, b, k, nb, kc),
+                _ => PackedPanels::pack_blocks::<bf16, bf16>(family, &views, k, kc),
+            }
+        };
+        return Ok(PackedB { panels: Panels::Bf16Pairs(panels, family), from: PackedFrom::Bf16, k, n });
+    }
+    pack_f32_blocks(k, blocks, options, PackedFrom::Bf16)
 }
 
 impl PackedB {
@@ -790,16 +857,35 @@ impl PackedB {
     /// Packs bf16 weights for `options` (as [`PackedB::with_options`]): bf16 pairs for the
     /// AVX512-BF16 tiles where [`gemm_bf16`] would use them, else f32 panels.
     pub fn bf16_with_options(k: usize, n: usize, b: MatRef<'_, bf16>, options: &GemmOptions) -> Result<PackedB> {
-        let isa = pack_isa(options)?;
-        if let Some(family) = bf16_pair_family(isa) {
-            check_extent("B", k, n, b.rs, b.cs, b.data.len())?;
-            let kc = blocking::packed_kc(family.nr, family.g, 2, options.blocking);
-            let view = RawMat { ptr: b.data.as_ptr(), rs: b.rs, cs: b.cs };
-            // SAFETY: the extent of b was checked above.
-            let panels = unsafe { PackedPanels::pack::<bf16, bf16>(family, view, k, n, kc) };
-            return Ok(PackedB { panels: Panels::Bf16Pairs(panels, family), from: PackedFrom::Bf16, k, n });
-        }
-        pack_f32_panels(k, n, b, options, PackedFrom::Bf16)
+        pack_bf16_blocks(k, &[(n, b)], options)
+    }
+
+    /// Packs the k x (n_1 + … + n_j) f32 matrix made of the column blocks `blocks` (`(n_i, k x
+    /// n_i view)`) side by side, as [`PackedB::new`] packs their concatenation, without
+    /// materialising it (each block goes straight into its panels; a block that would start
+    /// inside a panel costs one copy of the whole matrix instead): for layers that share an
+    /// input and are run as one product.
+    pub fn from_blocks(k: usize, blocks: &[(usize, MatRef<'_, f32>)]) -> Result<PackedB> {
+        Self::blocks_with_options(k, blocks, &GemmOptions::default())
+    }
+
+    /// [`PackedB::from_blocks`] for `options` (as [`PackedB::with_options`]).
+    pub fn blocks_with_options(
+        k: usize,
+        blocks: &[(usize, MatRef<'_, f32>)],
+        options: &GemmOptions,
+    ) -> Result<PackedB> {
+        pack_f32_blocks(k, blocks, options, PackedFrom::F32)
+    }
+
+    /// [`PackedB::from_blocks`] for bf16 weights (packed as [`PackedB::new_bf16`] packs).
+    pub fn from_blocks_bf16(k: usize, blocks: &[(usize, MatRef<'_, bf16>)]) -> Result<PackedB> {
+        pack_bf16_blocks(k, blocks, &GemmOptions::default())
+    }
+
+    /// [`PackedB::from_blocks`] for f16 weights (packed as [`PackedB::new_f16`] packs).
+    pub fn from_blocks_f16(k: usize, blocks: &[(usize, MatRef<'_, f16>)]) -> Result<PackedB> {
+        pack_f32_blocks(k, blocks, &GemmOptions::default(), PackedFrom::F16)
     }
 
     /// Packs f16 weights for [`gemm_f16`] on the selected ISA (f32 panels).

@@ -111,6 +111,8 @@ pub struct EggReport {
     pub extract_time: Duration,
     /// Time spent rebuilding function bodies.
     pub rebuild_time: Duration,
+    /// Time spent merging dense layers that share their input ([`qkv`]).
+    pub merge_time: Duration,
     /// Wall time of the whole pass.
     pub total_time: Duration,
 }
@@ -133,11 +135,12 @@ impl fmt::Display for EggReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "egg fusion: {:.3} ms (convert {:.3} ms, extract {:.3} ms, rebuild {:.3} ms), rewritten: [{}]",
+            "egg fusion: {:.3} ms (convert {:.3} ms, extract {:.3} ms, rebuild {:.3} ms, merge {:.3} ms), rewritten: [{}]",
             ms(self.total_time),
             ms(self.convert_time),
             ms(self.extract_time),
             ms(self.rebuild_time),
+            ms(self.merge_time),
             self.rewritten.join(", ")
         )?;
         for s in &self.stages {
@@ -232,7 +235,9 @@ pub fn run(m: &mut Module, cfg: &EggConfig) -> Result<EggReport> {
     for fi in 0..m.functions.len() {
         rewrite_function(m, FuncId(fi as u32), cfg, &external, &mut report);
     }
+    let t_merge = Instant::now();
     report.merged_denses = qkv::run(m);
+    report.merge_time = t_merge.elapsed();
     report.total_time = start.elapsed();
     Ok(report)
 }

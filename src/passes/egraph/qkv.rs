@@ -7,10 +7,13 @@
 //! OutputsInput) and constant biases `[N_i]` on all or none (a constant, or a `Reshape` of one)
 //! equal `Slice(FusedDense(x, concat(w_i), concat(b_i)), last axis N_1+…+N_{i−1} ..
 //! N_1+…+N_i)`: every output column is its own dot product plus its own bias, and the
-//! activation is elementwise. The weights are concatenated once here (along the output axis),
-//! so the jit packs them once and runs one GEMM with N = ΣN_i; the jit plan then lets an
-//! attention read q, k and v as column blocks of that product without the slices' copies
-//! (`backends/jit/merge.rs`). Nodes made by this pass are catalogue ops only.
+//! activation is elementwise. The merged weights are a `Concatenate` (along the output axis) of
+//! the members' constants when they are f32, bf16 or f16 with one layout: the jit packs each
+//! member's bytes straight into the panels of one GEMM with N = ΣN_i and never computes the
+//! concatenation (`backends/jit/dot.rs`, `weight_blocks`), so the merge copies no weights;
+//! other dtypes and mixed layouts get one constant of the concatenated bytes. The jit plan then
+//! lets an attention read q, k and v as column blocks of that product without the slices'
+//! copies (`backends/jit/merge.rs`). Nodes made by this pass are catalogue ops only.
 //!
 //! [`run`] merges layers over inputs of static shape; [`run_dynamic`] also those whose input
 //! has dynamic leading axes (K and every N_i static): the slices then keep those axes whole
@@ -20,6 +23,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::ir::dtype::DType;
 use crate::ir::infer::infer_shapes;
 use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{ConstData, DenseLayout, Op};
@@ -112,6 +116,34 @@ fn merged_shapes(m: &Module, proto: &Op, ins: &[Shape], slices: &[(Op, ValueId)]
     Some((y, outs))
 }
 
+/// The members' weights concatenated along the output axis: rows appended (`[N, K]`) or each
+/// input row made of every member's row (`[K, N]`; a member's `[N, K]` weights read down a
+/// column).
+fn concatenated(m: &Module, found: &[Member], members: &[usize], io_layout: bool, k: i64) -> Vec<u8> {
+    let es = m.shape(m.node(found[members[0]].node).inputs[1]).dtype.size();
+    let mut w = Vec::with_capacity(members.iter().map(|&i| found[i].w.len()).sum());
+    if io_layout {
+        let ku = k as usize;
+        for r in 0..ku {
+            for &i in members {
+                let (wi, ni) = (&found[i].w, found[i].n as usize);
+                if found[i].io {
+                    w.extend_from_slice(&wi[r * ni * es..(r + 1) * ni * es]);
+                } else {
+                    for c in 0..ni {
+                        w.extend_from_slice(&wi[(c * ku + r) * es..(c * ku + r + 1) * es]);
+                    }
+                }
+            }
+        }
+    } else {
+        for &i in members {
+            w.extend_from_slice(&found[i].w);
+        }
+    }
+    w
+}
+
 /// Merges the groups of function `f`; returns how many groups were merged.
 fn merge_function(m: &mut Module, f: FuncId, dynamic: bool) -> usize {
     // Groups in body order, each with the body position of its first member.
@@ -144,7 +176,6 @@ fn merge_function(m: &mut Module, f: FuncId, dynamic: bool) -> usize {
         };
         let w_shape = m.shape(m.node(first).inputs[1]).clone();
         let dt = w_shape.dtype;
-        let es = dt.size();
         let total: i64 = members.iter().map(|&i| found[i].n).sum();
         let w_dims = if io_layout { vec![k, total] } else { vec![total, k] };
         let mut in_shapes = vec![m.shape(x).clone(), Shape::new(dt, &w_dims)];
@@ -165,32 +196,33 @@ fn merge_function(m: &mut Module, f: FuncId, dynamic: bool) -> usize {
             at += n_i;
         }
         let Some((y_shape, slice_shapes)) = merged_shapes(m, &proto, &in_shapes, &slices) else { continue };
-        // Weights concatenated along the output axis: rows appended ([N, K]) or each input row
-        // made of every member's row ([K, N]; a member's `[N, K]` weights read down a column).
-        let mut w = Vec::with_capacity(members.iter().map(|&i| found[i].w.len()).sum());
-        if io_layout {
-            let ku = k as usize;
-            for r in 0..ku {
-                for &i in &members {
-                    let (wi, ni) = (&found[i].w, found[i].n as usize);
-                    if found[i].io {
-                        w.extend_from_slice(&wi[r * ni * es..(r + 1) * ni * es]);
-                    } else {
-                        for c in 0..ni {
-                            w.extend_from_slice(&wi[(c * ku + r) * es..(c * ku + r + 1) * es]);
-                        }
-                    }
-                }
-            }
-        } else {
-            for &i in &members {
-                w.extend_from_slice(&found[i].w);
-            }
-        }
         let mut nodes = vec![];
-        let wc = m.add_node(f, Op::Constant(ConstData(Arc::new(w))), vec![], vec![in_shapes[1].clone()]);
-        nodes.push(wc);
-        let mut inputs = vec![x, m.node(wc).outputs[0]];
+        let same_layout = members.iter().all(|&i| found[i].io == io_layout);
+        let blockwise = same_layout && matches!(dt, DType::Float32 | DType::BFloat16 | DType::Float16);
+        let wv = if blockwise {
+            // Each member's bytes as a constant of its own (shared, not copied), concatenated.
+            let mut parts = Vec::with_capacity(members.len());
+            for &i in &members {
+                let dims = if io_layout { [k, found[i].n] } else { [found[i].n, k] };
+                let c = m.add_node(f, Op::Constant(ConstData(found[i].w.clone())), vec![], vec![Shape::new(dt, &dims)]);
+                nodes.push(c);
+                parts.push(m.node(c).outputs[0]);
+            }
+            let axis = if io_layout { 1 } else { 0 };
+            let cat = m.add_node(f, Op::Concatenate { axis }, parts, vec![in_shapes[1].clone()]);
+            nodes.push(cat);
+            m.node(cat).outputs[0]
+        } else {
+            let wc = m.add_node(
+                f,
+                Op::Constant(ConstData(Arc::new(concatenated(m, &found, &members, io_layout, k)))),
+                vec![],
+                vec![in_shapes[1].clone()],
+            );
+            nodes.push(wc);
+            m.node(wc).outputs[0]
+        };
+        let mut inputs = vec![x, wv];
         if has_bias {
             let b: Vec<u8> = members.iter().flat_map(|&i| found[i].b.iter().flat_map(|b| b.iter().copied())).collect();
             let bc = m.add_node(f, Op::Constant(ConstData(Arc::new(b))), vec![], vec![in_shapes[2].clone()]);
