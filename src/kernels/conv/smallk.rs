@@ -8,7 +8,9 @@
 //! channels sweep the chunk 16 pixels (two 8-lane vectors) at a time: `MR × 2` accumulator chains
 //! start from the bias, each input channel is two loads and one broadcast weight per row, and the
 //! residual, ReLU and clamp are applied in registers before the one store (other activations go
-//! through a copy of the tile). The pixels left over at the end of a chunk (fewer than 16) are
+//! through a copy of the tile). The commonest epilogues (bias only, a clamp such as ReLU6, the
+//! residual alone) have a whole-block finish of their own, chosen once per task, so the tile's
+//! finish is straight-line code on the accumulators with no test per vector. The pixels left over at the end of a chunk (fewer than 16) are
 //! first copied into a zero-padded `[K][16]` scratch, so every load of the kernel is a full
 //! vector. At small K this avoids what the GEMM path pays per call: packing both operands, the
 //! per-tile driver overhead and a second pass over the output for the clamp.
@@ -53,11 +55,11 @@ fn conv_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilo
     let k = geom.cin_g();
     let pixels = geom.in_hw[0] * geom.in_hw[1];
     assert!(w.len() >= geom.out_channels * k, "1x1 weights too short");
+    let isa = isa.checked();
     let chunk = (CHUNK_ELEMS / k.max(1)).clamp(NB * 4, 4096) / NB * NB;
     let chunks = pixels.div_ceil(chunk);
     let units = geom.batch * geom.groups * chunks;
     let job = Job { geom, x, w, epi, out, chunk, chunks };
-    let isa = isa.checked();
     // The tail scratch comes from the per-thread pool (no allocation once warm).
     for_units(parallel, units, 1, Scratch::new, |scratch, u| dispatch(isa, &job, u, scratch));
 }
@@ -115,7 +117,7 @@ impl Job<'_> {
     unsafe fn unit<S: Lanes>(&self, u: usize, scratch: &mut Scratch) {
         const { assert!(S::L * 2 == NB) };
         let g = self.geom;
-        let (k, cout_g) = (g.cin_g(), g.cout_g());
+        let k = g.cin_g();
         let pixels = g.in_hw[0] * g.in_hw[1];
         let (img, rest) = (u / (g.groups * self.chunks), u % (g.groups * self.chunks));
         let (grp, c) = (rest / self.chunks, rest % self.chunks);
@@ -149,22 +151,60 @@ impl Job<'_> {
             }
             _ => Finish::Spill,
         };
-        let mut o0 = 0;
-        while o0 < cout_g {
-            let mr = MR.min(cout_g - o0);
-            let blk = Rows { grp, o0, img, p0, full_end, p1, xbase, fin };
-            // SAFETY: the caller's contract; `blk` describes rows and pixels of this task.
+        // SAFETY: the caller's contract (features).
+        let zero = unsafe { S::splat(0.0) };
+        let mut blk = Rows { grp, o0: 0, img, p0, full_end, p1, xbase, fin, lo: zero, hi: zero, fix: zero };
+        let e = self.epi;
+        let mode = match (e.activation, e.clamp, e.residual) {
+            (Activation::None, None, None) => PLAIN,
+            (Activation::None, None, Some(_)) => RESIDUAL,
+            (Activation::None, Some((lo, hi)), None) if !lo.is_nan() && !hi.is_nan() && hi != 0.0 => {
+                // SAFETY: the caller's contract (features).
+                unsafe {
+                    blk.lo = S::splat(lo);
+                    blk.hi = S::splat(hi);
+                    // max(+0, −0) must be +0 (`Lanes::clamp`); adding +0 makes it so and changes
+                    // no other value; −0 (for any other lower bound) changes none.
+                    blk.fix = S::splat(if lo.to_bits() == 0 { 0.0 } else { -0.0 });
+                }
+                CLAMP
+            }
+            _ => GENERAL,
+        };
+        // SAFETY: the caller's contract; `blk` describes this task's pixels.
+        unsafe {
+            match mode {
+                PLAIN => self.channels::<S, PLAIN>(&mut blk, scratch),
+                CLAMP => self.channels::<S, CLAMP>(&mut blk, scratch),
+                RESIDUAL => self.channels::<S, RESIDUAL>(&mut blk, scratch),
+                _ => self.channels::<S, GENERAL>(&mut blk, scratch),
+            }
+        }
+    }
+
+    /// The task's output channels, [`MR`] at a time, whole blocks finished as `MODE` says.
+    ///
+    /// # Safety
+    /// As [`Job::rows`] for every block of rows; `MODE` only as [`Job::unit`] chooses it (with
+    /// `b`'s clamp vectors).
+    #[inline(always)]
+    unsafe fn channels<S: Lanes, const MODE: u8>(&self, b: &mut Rows<S>, scratch: &[f32]) {
+        let cout_g = self.geom.cout_g();
+        b.o0 = 0;
+        while b.o0 < cout_g {
+            let mr = MR.min(cout_g - b.o0);
+            // SAFETY: the caller's contract; `b` describes rows and pixels of this task.
             unsafe {
                 match mr {
-                    6 => self.rows::<S, 6>(&blk, scratch),
-                    5 => self.rows::<S, 5>(&blk, scratch),
-                    4 => self.rows::<S, 4>(&blk, scratch),
-                    3 => self.rows::<S, 3>(&blk, scratch),
-                    2 => self.rows::<S, 2>(&blk, scratch),
-                    _ => self.rows::<S, 1>(&blk, scratch),
+                    6 => self.rows::<S, 6, MODE>(b, scratch),
+                    5 => self.rows::<S, 5, MODE>(b, scratch),
+                    4 => self.rows::<S, 4, MODE>(b, scratch),
+                    3 => self.rows::<S, 3, MODE>(b, scratch),
+                    2 => self.rows::<S, 2, MODE>(b, scratch),
+                    _ => self.rows::<S, 1, MODE>(b, scratch),
                 }
             }
-            o0 += mr;
+            b.o0 += mr;
         }
     }
 
@@ -175,7 +215,7 @@ impl Job<'_> {
     /// `p0..p1` are this task's, `full_end` ends its whole blocks, and when `full_end < p1`
     /// `tail` holds the `[k][NB]` zero-padded leftover pixels.
     #[inline(always)]
-    unsafe fn rows<S: Lanes, const R: usize>(&self, b: &Rows<S>, tail: &[f32]) {
+    unsafe fn rows<S: Lanes, const R: usize, const MODE: u8>(&self, b: &Rows<S>, tail: &[f32]) {
         let g = self.geom;
         let (k, cout_g) = (g.cin_g(), g.cout_g());
         let o = b.grp * cout_g + b.o0;
@@ -194,7 +234,13 @@ impl Job<'_> {
             let acc = unsafe { tile::<S, R>(self.x.as_ptr().add(b.xbase + p), xc, wrow, k, &bias) };
             // SAFETY: output rows o..o + R, pixels p..p + NB: inside the output (validated) and
             // this task's.
-            unsafe { self.finish::<S, R>(&b.fin, acc, ybase + p, yc, NB) };
+            unsafe {
+                if MODE == GENERAL {
+                    self.finish::<S, R>(&b.fin, acc, ybase + p, yc, NB);
+                } else {
+                    self.finish_block::<S, R, MODE>(b, acc, ybase + p, yc);
+                }
+            }
             p += NB;
         }
         if b.full_end < b.p1 {
@@ -202,6 +248,45 @@ impl Job<'_> {
             let acc = unsafe { tile::<S, R>(tail.as_ptr(), NB, wrow, k, &bias) };
             // SAFETY: as above, for the p1 − full_end leftover pixels.
             unsafe { self.finish::<S, R>(&b.fin, acc, ybase + b.full_end, yc, b.p1 - b.full_end) };
+        }
+    }
+
+    /// [`Job::finish`] of a whole block ([`NB`] pixels per row) in one of the fixed modes
+    /// ([`PLAIN`], [`CLAMP`], [`RESIDUAL`]): straight-line code on the accumulators in
+    /// registers, with no test of the epilogue per vector.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; elements `at + r·yc + j` (r < R, j < NB) lie inside the output
+    /// (and the residual, laid out like it) and belong to this task.
+    // Indexing (not iterators over `acc`, which copied it to the stack) keeps the accumulators in
+    // registers.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    unsafe fn finish_block<S: Lanes, const R: usize, const MODE: u8>(
+        &self,
+        b: &Rows<S>,
+        acc: [[S; 2]; R],
+        at: usize,
+        yc: usize,
+    ) {
+        for r in 0..R {
+            for v in 0..2 {
+                let mut a = acc[r][v];
+                let j = at + r * yc + v * S::L;
+                // SAFETY: the caller's contract: elements j..j + S::L are inside the output (and
+                // the residual) and this task's; the features are the caller's.
+                unsafe {
+                    if MODE == RESIDUAL
+                        && let Some(res) = self.epi.residual
+                    {
+                        a = a.add(S::load(res[j..j + S::L].as_ptr()));
+                    }
+                    if MODE == CLAMP {
+                        a = a.clamp(b.lo, b.hi, false, false).add(b.fix);
+                    }
+                    a.store(self.out.0.add(j));
+                }
+            }
         }
     }
 
@@ -285,7 +370,21 @@ struct Rows<S> {
     p1: usize,
     xbase: usize,
     fin: Finish<S>,
+    /// The bounds of a [`CLAMP`] finish, and the value added to fix the sign of a zero.
+    lo: S,
+    hi: S,
+    fix: S,
 }
+
+/// Whole blocks finished by [`Job::finish`] (any epilogue).
+const GENERAL: u8 = 0;
+/// Whole blocks finished with the bias only.
+const PLAIN: u8 = 1;
+/// Whole blocks finished with a clamp whose bounds are not NaN and whose upper bound is not ±0
+/// (no activation or residual).
+const CLAMP: u8 = 2;
+/// Whole blocks finished with the residual only.
+const RESIDUAL: u8 = 3;
 
 /// `bias[r] + Σ_i w[r·k + i]·x[i·xc ..][..NB]` for the `R` rows, in registers.
 ///
@@ -443,6 +542,45 @@ mod tests {
             let parts = (rng.below(2) == 0, rng.below(2) == 0, acts[rng.below(4)], clamp);
             let g = geom(1 + rng.below(3), ci, co, hw, groups);
             check(&mut rng, &g, parts, &pool);
+        }
+    }
+
+    /// The sign of zero results under the whole-block finishes: every product is a zero of the
+    /// sign of its input (weights +0) and the bias is −0, so each output is −0 when all inputs are
+    /// negative and +0 when all are positive; clamp ties of zeros follow `Lanes::clamp` (max: the
+    /// AND of the bits, so +0 unless both are −0). Planes of 21 pixels: a whole block and a tail.
+    #[test]
+    fn zero_signs_follow_the_clamp_rules() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let g = geom(2, 5, 13, [3, 7], 1);
+        let len = 2 * 13 * 21;
+        let w = vec![0.0f32; 13 * 5];
+        let bias = vec![-0.0f32; 13];
+        for (sign, clamp, want_negative) in [
+            (-1.0f32, Some((0.0, 6.0)), false),
+            (-1.0, Some((-0.0, 6.0)), true),
+            (-1.0, Some((-1.0, 6.0)), true),
+            (-1.0, None, true),
+            (1.0, Some((-0.0, 6.0)), false),
+            (1.0, None, false),
+        ] {
+            let x = vec![sign * 0.5; 2 * 5 * 21];
+            let epi = ConvEpilogue { bias: Some(&bias), residual: None, activation: Activation::None, clamp };
+            for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
+                for (p, parallel) in [(&one, false), (&pool, true)] {
+                    let mut y = vec![f32::NAN; len];
+                    let out = OutPtr(y.as_mut_ptr());
+                    p.install(|| conv_on(isa, &g, &x, &w, &epi, out, parallel));
+                    for (i, v) in y.iter().enumerate() {
+                        assert!(
+                            *v == 0.0 && v.is_sign_negative() == want_negative,
+                            "{} x {sign} clamp {clamp:?} at {i}: {v:?}",
+                            isa.name()
+                        );
+                    }
+                }
+            }
         }
     }
 
