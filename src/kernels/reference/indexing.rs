@@ -159,21 +159,35 @@ fn gather(name: &str, operand: &Tensor, indices: &Tensor, g: &GatherDims, out: &
     let src = operand.bytes();
     let mut t = Tensor::try_zeros(out.clone())?;
     let bytes = t.bytes_mut();
+    // When the last output axis is the offset axis of the operand's last axis, each output row
+    // is one contiguous run of the operand: copied whole (an embedding-row gather is a memcpy
+    // per row instead of one index computation per element).
+    let rows = out_rank > 0
+        && g.offset_output_axes.last() == Some(&(out_rank - 1))
+        && offset_operand_axes.last() == Some(&(r - 1));
+    let run = if rows { out_dims[out_rank - 1] } else { 1 };
+    let mut walk = out_dims.clone();
+    if rows {
+        walk[out_rank - 1] = 1;
+    }
     let mut start = vec![0i64; r];
     let mut batch = vec![0usize; batch_out_axes.len()];
+    let mut coord = vec![0usize; r];
     let mut o = 0;
-    for_each_index(&out_dims, |oidx| {
+    for_each_index(&walk, |oidx| {
         for (b, &oa) in batch.iter_mut().zip(&batch_out_axes) {
             *b = oidx[oa];
         }
         idx.start(&batch, g.start_index_map, &mut start);
-        let mut coord: Vec<usize> = (0..r).map(|a| start[a].clamp(0, (odims[a] - sizes[a]) as i64) as usize).collect();
+        for (a, c) in coord.iter_mut().enumerate() {
+            *c = start[a].clamp(0, (odims[a] - sizes[a]) as i64) as usize;
+        }
         for (j, &oa) in g.offset_output_axes.iter().enumerate() {
             coord[offset_operand_axes[j]] += oidx[oa];
         }
         let i: usize = coord.iter().zip(&ostrides).map(|(c, s)| c * s).sum();
-        bytes[o * esize..(o + 1) * esize].copy_from_slice(&src[i * esize..(i + 1) * esize]);
-        o += 1;
+        bytes[o * esize..(o + run) * esize].copy_from_slice(&src[i * esize..(i + run) * esize]);
+        o += run;
     });
     Ok(t)
 }
