@@ -87,7 +87,7 @@ pub(crate) fn pack_job(m: &Module, n: NodeId) -> Result<Option<PackJob>> {
 /// The constants whose concatenation along its columns is the rank-2 right-hand side `v` of a
 /// product contracting its axis `k_axis` (`Concatenate` of constants along the other axis, each
 /// of the dtype's size): `(columns, bytes)` per operand, in order.
-pub(crate) fn weight_blocks(m: &Module, v: ValueId, k_axis: usize) -> Option<Vec<(usize, Arc<Vec<u8>>)>> {
+fn weight_blocks(m: &Module, v: ValueId, k_axis: usize) -> Option<Vec<(usize, Arc<Vec<u8>>)>> {
     let ValueDef::Node { node, output: 0 } = m.value(v).def else { return None };
     let node = m.node(node);
     let Op::Concatenate { axis: dimension } = node.op else { return None };

@@ -579,64 +579,53 @@ pub(crate) fn pack_constants(
         return Ok(Packed::default());
     }
     let packers: HashSet<NodeId> = jobs.iter().map(|j| j.node).collect();
-    // Whether each value is read other than as a packed operand (or returned).
-    let mut other_use = vec![false; m.values.len()];
+    // How often each value is read other than as a packed operand (returning it counts).
+    let mut readers = vec![0u32; m.values.len()];
     for f in &m.functions {
         for &v in f.outputs.iter().flatten() {
-            other_use[v.index()] = true;
+            readers[v.index()] += 1;
         }
         for &n in &f.body {
             for (i, &v) in m.node(n).inputs.iter().enumerate() {
                 if i != 1 || !packers.contains(&n) {
-                    other_use[v.index()] = true;
+                    readers[v.index()] += 1;
                 }
             }
         }
     }
-    let released: Vec<NodeId> = jobs
+    let mut released: Vec<NodeId> = jobs
         .iter()
         .filter_map(|j| {
             let v = m.node(j.node).inputs[1];
             match m.value(v).def {
-                ValueDef::Node { node, .. } if !other_use[v.index()] => Some(node),
+                ValueDef::Node { node, .. } if readers[v.index()] == 0 => Some(node),
                 _ => None,
             }
         })
         .collect();
     // A concatenation of constants packed block by block (`dot::weight_blocks`) is never
-    // computed: it becomes a released constant too, and so do its operands that nothing else reads.
-    let mut unread: Vec<ValueId> = vec![];
-    for &c in &released {
+    // computed: it becomes a released constant too, and so do the constants only it read.
+    let mut i = 0;
+    while let Some(&c) = released.get(i) {
+        i += 1;
         let node = &mut module.nodes[c.index()];
         match &mut node.op {
             Op::Constant(data) => data.0 = Arc::new(Vec::new()),
             Op::Concatenate { .. } => {
                 node.op = Op::Constant(crate::ir::op::ConstData(Arc::new(Vec::new())));
-                unread.append(&mut node.inputs);
+                for v in std::mem::take(&mut node.inputs) {
+                    readers[v.index()] -= 1;
+                    match module.value(v).def {
+                        ValueDef::Node { node, .. }
+                            if readers[v.index()] == 0 && matches!(module.node(node).op, Op::Constant(_)) =>
+                        {
+                            released.push(node)
+                        }
+                        _ => {}
+                    }
+                }
             }
             _ => {}
-        }
-    }
-    if !unread.is_empty() {
-        let m = &*module;
-        let mut read = vec![false; m.values.len()];
-        for f in &m.functions {
-            for &v in f.outputs.iter().flatten().chain(f.body.iter().flat_map(|&n| m.node(n).inputs.iter())) {
-                read[v.index()] = true;
-            }
-        }
-        let gone: Vec<NodeId> = unread
-            .iter()
-            .filter(|v| !read[v.index()])
-            .filter_map(|&v| match m.value(v).def {
-                ValueDef::Node { node, .. } if matches!(m.node(node).op, Op::Constant(_)) => Some(node),
-                _ => None,
-            })
-            .collect();
-        for c in gone {
-            if let Op::Constant(data) = &mut module.nodes[c.index()].op {
-                data.0 = Arc::new(Vec::new());
-            }
         }
     }
     // The packed panels of this compile share huge-page chunks (`memory::arena`): fresh 4 KiB

@@ -677,7 +677,7 @@ fn implicit_gemm(
 ) -> Result<()> {
     let (k, cout_g) = (geom.depth(), geom.cout_g());
     let pixels = geom.out_hw[0] * geom.out_hw[1];
-    let threads = rayon::current_num_threads().max(1);
+    let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
     // Block rows: about BLOCK_ELEMS of im2col, a multiple of 16, and enough blocks for the threads.
     let mut rows = (BLOCK_ELEMS / k.max(1)).clamp(16, 4096) / 16 * 16;
     let per_image_tasks = geom.batch * geom.groups;

@@ -122,10 +122,12 @@ pub(crate) struct PackedPanels<PB> {
 }
 
 impl<PB: Copy> PackedPanels<PB> {
-    /// Packs all of `b` (k x n) for `fam` with depth blocks of `kc`.
+    /// Packs all of `b` (k x n) for `fam` with depth blocks of `kc` (one block of
+    /// [`Self::pack_blocks`]; the tests' shorthand).
     ///
     /// # Safety
     /// `b` is readable over k x n.
+    #[cfg(test)]
     pub unsafe fn pack<TI: Copy, PA>(
         fam: &Family<PA, PB, impl Sized>,
         b: RawMat<TI>,

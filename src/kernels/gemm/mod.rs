@@ -809,12 +809,7 @@ where
     let n = blocks.iter().map(|b| b.0).sum();
     // SAFETY: `block_views` checked each view's extent (or made the one copy it points into,
     // alive until the end of this function), and every view but the last fills whole panels.
-    let panels = unsafe {
-        match views[..] {
-            [(b, nb)] => PackedPanels::pack::<TI, f32>(family, b, k, nb, kc),
-            _ => PackedPanels::pack_blocks::<TI, f32>(family, &views, k, kc),
-        }
-    };
+    let panels = unsafe { PackedPanels::pack_blocks::<TI, f32>(family, &views, k, kc) };
     Ok(PackedB { panels: Panels::F32(panels, family), from, k, n })
 }
 
@@ -827,12 +822,7 @@ fn pack_bf16_blocks(k: usize, blocks: &[(usize, MatRef<'_, bf16>)], options: &Ge
         let (views, _copy) = block_views(k, blocks, family.nr)?;
         let n = blocks.iter().map(|b| b.0).sum();
         // SAFETY: as in `pack_f32_blocks`.
-        let panels = unsafe {
-            match views[..] {
-                [(b, nb)] => PackedPanels::pack::<bf16, bf16>(family, b, k, nb, kc),
-                _ => PackedPanels::pack_blocks::<bf16, bf16>(family, &views, k, kc),
-            }
-        };
+        let panels = unsafe { PackedPanels::pack_blocks::<bf16, bf16>(family, &views, k, kc) };
         return Ok(PackedB { panels: Panels::Bf16Pairs(panels, family), from: PackedFrom::Bf16, k, n });
     }
     pack_f32_blocks(k, blocks, options, PackedFrom::Bf16)

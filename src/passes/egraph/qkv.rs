@@ -119,8 +119,7 @@ fn merged_shapes(m: &Module, proto: &Op, ins: &[Shape], slices: &[(Op, ValueId)]
 /// The members' weights concatenated along the output axis: rows appended (`[N, K]`) or each
 /// input row made of every member's row (`[K, N]`; a member's `[N, K]` weights read down a
 /// column).
-fn concatenated(m: &Module, found: &[Member], members: &[usize], io_layout: bool, k: i64) -> Vec<u8> {
-    let es = m.shape(m.node(found[members[0]].node).inputs[1]).dtype.size();
+fn concatenated(found: &[Member], members: &[usize], io_layout: bool, k: i64, es: usize) -> Vec<u8> {
     let mut w = Vec::with_capacity(members.iter().map(|&i| found[i].w.len()).sum());
     if io_layout {
         let ku = k as usize;
@@ -215,7 +214,7 @@ fn merge_function(m: &mut Module, f: FuncId, dynamic: bool) -> usize {
         } else {
             let wc = m.add_node(
                 f,
-                Op::Constant(ConstData(Arc::new(concatenated(m, &found, &members, io_layout, k)))),
+                Op::Constant(ConstData(Arc::new(concatenated(&found, &members, io_layout, k, dt.size())))),
                 vec![],
                 vec![in_shapes[1].clone()],
             );
