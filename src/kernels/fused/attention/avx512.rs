@@ -10,13 +10,14 @@ pub(super) const LANES: usize = 16;
 /// Broadcast rows per micro-kernel call (12 rows × 2 vectors = 24 accumulators).
 pub(super) const ROWS: usize = 12;
 
-/// Transposed scores of `R` key rows against `NV` vectors of query lanes; `mx` (`NV`
-/// vectors) becomes the maximum of itself and the new scores (see `avx2::qk_r`).
+/// Transposed scores of `R` key rows against `NV` vectors of query lanes, plus `kadd[r]` for
+/// key r when `kadd` is not null (a score of −∞ stays −∞); `mx` (`NV` vectors) becomes the
+/// maximum of itself and the new scores (see `avx2::qk_r`).
 ///
 /// # Safety
 /// AVX-512F; `qt` points at a `d × Q_BLOCK` packed block (`NV · 16 ≤ Q_BLOCK` lanes read);
 /// `k` holds `R` rows of `d` values `ks` apart; `st` points at `R` rows `Q_BLOCK` apart of
-/// `NV · 16` writable lanes; `mx` at `NV · 16` values.
+/// `NV · 16` writable lanes; `kadd` is null or holds `R` values; `mx` at `NV · 16` values.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -27,6 +28,7 @@ unsafe fn qk<const NV: usize, const R: usize>(
     ks: usize,
     st: *mut f32,
     scale: f32,
+    kadd: *const f32,
     mx: *mut f32,
 ) {
     let mut a = [[_mm512_setzero_ps(); NV]; R];
@@ -44,12 +46,20 @@ unsafe fn qk<const NV: usize, const R: usize>(
         }
     }
     let sc = _mm512_set1_ps(scale);
-    // SAFETY: mx holds NV·16 values; row r < R of st has NV·16 writable lanes (the contract).
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    // SAFETY: mx holds NV·16 values; row r < R of st has NV·16 writable lanes; kadd, when not
+    // null, holds R values (the contract).
     unsafe {
         let mut m: [__m512; NV] = std::array::from_fn(|v| _mm512_loadu_ps(mx.add(v * LANES)));
         for (r, ar) in a.iter().enumerate() {
+            let ka = if kadd.is_null() { None } else { Some(_mm512_set1_ps(*kadd.add(r))) };
             for (v, (&acc, mv)) in ar.iter().zip(m.iter_mut()).enumerate() {
-                let s = _mm512_mul_ps(acc, sc);
+                let mut s = _mm512_mul_ps(acc, sc);
+                if let Some(ka) = ka {
+                    // The key's additive mask on every lane whose score is not −∞.
+                    let finite = !_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(s, ninf);
+                    s = _mm512_mask_add_ps(s, finite, s, ka);
+                }
                 *mv = _mm512_max_ps(*mv, s);
                 _mm512_storeu_ps(st.add(r * Q_BLOCK + v * LANES), s);
             }
@@ -73,10 +83,11 @@ pub(super) unsafe fn qk1<const R: usize>(
     ks: usize,
     st: *mut f32,
     scale: f32,
+    kadd: *const f32,
     mx: *mut f32,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { qk::<1, R>(qt, d, k, ks, st, scale, mx) }
+    unsafe { qk::<1, R>(qt, d, k, ks, st, scale, kadd, mx) }
 }
 
 /// [`qk`] over 32 query lanes.
@@ -92,10 +103,11 @@ pub(super) unsafe fn qk2<const R: usize>(
     ks: usize,
     st: *mut f32,
     scale: f32,
+    kadd: *const f32,
     mx: *mut f32,
 ) {
     // SAFETY: forwarded contract.
-    unsafe { qk::<2, R>(qt, d, k, ks, st, scale, mx) }
+    unsafe { qk::<2, R>(qt, d, k, ks, st, scale, kadd, mx) }
 }
 
 /// `accᵀ[c][·] = α·accᵀ[c][·] + Σ_{j<nk} pᵀ[j][·]·v_j[c]` for `R` value columns and `NV`

@@ -388,7 +388,7 @@ fn item(
         return;
     }
     // An additive key-only mask (the exporters' `[B, 1, 1, Skv]` padding mask) is added by the
-    // AVX2 `Q·Kᵀ` micro-kernel, before it takes the tile maxima.
+    // AVX2 or AVX-512 `Q·Kᵀ` micro-kernel, before it takes the tile maxima.
     let kadd = if masked { key_add(isa, p, b, h) } else { None };
     let masked = masked && kadd.is_none();
     let mut first = true;
@@ -421,11 +421,14 @@ fn item(
     store_out(isa, p, b, h, i0, rows, &s.m, &s.l, acc, out);
 }
 
-/// On the AVX2 path, for an additive mask that does not vary along the query axis, without
-/// causal masking or bias: the mask, the offset of head (b, h)'s values and the key stride.
+/// On the AVX2 and AVX-512 paths, for an additive mask that does not vary along the query axis,
+/// without causal masking or bias: the mask, the offset of head (b, h)'s values and the key
+/// stride.
 fn key_add<'a>(isa: FusedIsa, p: &AttentionParams<'a>, b: usize, h: usize) -> Option<(&'a [f32], usize, usize)> {
     match p.mask {
-        AttentionMask::Additive(m, sm) if isa == FusedIsa::Avx2 && sm[2] == 0 && !p.causal && p.bias.is_none() => {
+        AttentionMask::Additive(m, sm)
+            if matches!(isa, FusedIsa::Avx2 | FusedIsa::Avx512) && sm[2] == 0 && !p.causal && p.bias.is_none() =>
+        {
             Some((m, b * sm[0] + h * sm[1], sm[3]))
         }
         _ => None,

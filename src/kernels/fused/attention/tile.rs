@@ -6,7 +6,7 @@ use super::*;
 /// Transposed scores of a tile: `st[j][r] = scale · Σ_c k_j[c]·qt[c][r]` for the `nk` key rows
 /// of `k` (`ks` apart) and query lanes `r < lanes` (a multiple of [`QH`]), plus `kadd[j]` (an
 /// additive key-only mask; scores of −∞ stay −∞, as `mask_tile` does) when given, which only
-/// the AVX2 path takes. The x86-64 paths also set `tmax[r]` to the lane's maximum score (the
+/// the AVX2 and AVX-512 paths take. The x86-64 paths also set `tmax[r]` to the lane's maximum score (the
 /// generic path leaves `tmax` alone).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn scores(
@@ -23,7 +23,7 @@ pub(super) fn scores(
     tmax: &mut [f32; Q_BLOCK],
 ) {
     assert!(
-        kadd.is_none_or(|a| a.len() >= nk && isa == FusedIsa::Avx2)
+        kadd.is_none_or(|a| a.len() >= nk && matches!(isa, FusedIsa::Avx2 | FusedIsa::Avx512))
             && (1..=K_BLOCK).contains(&nk)
             && lanes <= Q_BLOCK
             && lanes.is_multiple_of(QH)
@@ -40,13 +40,15 @@ pub(super) fn scores(
         for (j, nr) in row_groups(nk, avx512::ROWS) {
             // SAFETY: AVX-512F confirmed by `checked()`; key rows j..j+nr ≤ nk of k (d values,
             // ks apart); lanes 0..lanes (16 or 32, the vectors the call covers) of qt's d rows,
-            // of st's rows j..j+nr and of tmax (asserted above).
+            // of st's rows j..j+nr and of tmax, kadd (when given) values j..j+nr ≤ nk (asserted
+            // above).
             unsafe {
                 let (kj, sj) = (kp.add(j * ks), stp.add(j * Q_BLOCK));
+                let ka = kadd.map_or(std::ptr::null(), |a| a.as_ptr().add(j));
                 if two {
-                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk2, (qp, d, kj, ks, sj, scale, mxp))
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk2, (qp, d, kj, ks, sj, scale, ka, mxp))
                 } else {
-                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk1, (qp, d, kj, ks, sj, scale, mxp))
+                    with_rows!([1 2 3 4 5 6 7 8 9 10 11 12], nr, avx512::qk1, (qp, d, kj, ks, sj, scale, ka, mxp))
                 }
             }
         }
