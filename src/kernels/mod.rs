@@ -12,6 +12,8 @@ pub mod fused;
 #[cfg(any(feature = "jit", feature = "internals"))]
 pub mod gemm;
 #[cfg(any(feature = "jit", feature = "internals"))]
+pub mod half;
+#[cfg(any(feature = "jit", feature = "internals"))]
 pub mod movement;
 #[cfg(any(feature = "jit", feature = "internals"))]
 pub mod pool;

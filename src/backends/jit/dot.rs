@@ -722,12 +722,12 @@ impl GemmKernel {
             DType::BFloat16 => {
                 let (a, b) = self.operands::<bf16>(inputs);
                 let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<bf16>().iter().map(|x| x.to_f32()).collect());
-                self.half_out(out, |c| self.run_typed(g, a, b, c, bias.as_deref(), threads))
+                self.half_out(out, threads, |c| self.run_typed(g, a, b, c, bias.as_deref(), threads))
             }
             DType::Float16 => {
                 let (a, b) = self.operands::<f16>(inputs);
                 let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<f16>().iter().map(|x| x.to_f32()).collect());
-                self.half_out(out, |c| self.run_typed(g, a, b, c, bias.as_deref(), threads))
+                self.half_out(out, threads, |c| self.run_typed(g, a, b, c, bias.as_deref(), threads))
             }
             DType::Int8 => {
                 let (a, b) = self.operands::<i8>(inputs);
@@ -749,17 +749,20 @@ impl GemmKernel {
         }
     }
 
-    /// Runs `f` on an f32 output, directly into `out` when it is F32, else into a scratch buffer
-    /// rounded once to `out`'s half dtype.
-    fn half_out(&self, out: &mut Tensor, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
+    /// Runs `f` on an f32 output, directly into `out` when it is F32, else into f32 scratch
+    /// (pooled per thread: no allocation or zeroing once warm; the product overwrites every
+    /// element) rounded once to `out`'s half dtype, BF16 by the vectorised conversion split over
+    /// the pool the product ran on.
+    fn half_out(&self, out: &mut Tensor, threads: usize, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
         match out.shape.dtype {
             DType::Float32 => f(out.typed_mut::<f32>()),
             d => {
-                let mut c = vec![0f32; out.len()];
-                f(&mut c)?;
+                let mut scratch = crate::kernels::gemm::Scratch::new();
+                let c = scratch.get(out.len());
+                f(c)?;
                 match d {
-                    DType::BFloat16 => out.typed_mut::<bf16>().convert_from_f32_slice(&c),
-                    DType::Float16 => out.typed_mut::<f16>().convert_from_f32_slice(&c),
+                    DType::BFloat16 => crate::kernels::half::f32_to_bf16(c, out.typed_mut::<bf16>(), threads > 1),
+                    DType::Float16 => out.typed_mut::<f16>().convert_from_f32_slice(c),
                     _ => return Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
                 }
                 Ok(())

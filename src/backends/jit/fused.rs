@@ -111,8 +111,8 @@ struct QkvSlices {
     dims: [[usize; 4]; 3],
 }
 
-/// The attention kernel of node `att` reading q, k and v (BSHD, F32) as the column blocks at
-/// `offsets` of the rows of `y` (the plan's merge of the slices of one projection,
+/// The attention kernel of node `att` reading q, k and v (BSHD; F32, or a half type widened
+/// once for the three) as the column blocks at `offsets` of the rows of `y` (the plan's merge of the slices of one projection,
 /// `super::merge`); `None` unless the blocks fit y's rows and the fast kernel takes the node.
 pub(crate) fn prepare_attention_slices(
     m: &Module,
@@ -135,7 +135,8 @@ pub(crate) fn prepare_attention_slices(
     };
     let ys = m.shape(y);
     let out = m.shape(*node.outputs.first()?);
-    if ys.dtype != DType::Float32 || ys.is_dynamic() || ys.rank() < 2 || out.is_dynamic() || node.outputs.len() != 1 {
+    let float = matches!(ys.dtype, DType::Float32 | DType::BFloat16 | DType::Float16);
+    if !float || ys.is_dynamic() || ys.rank() < 2 || out.is_dynamic() || node.outputs.len() != 1 {
         return None;
     }
     let row = *ys.udims().last()?;
@@ -145,7 +146,7 @@ pub(crate) fn prepare_attention_slices(
     for t in 0..3 {
         let s = shapes.get(t)?;
         let d: [usize; 4] = s.udims().try_into().ok()?;
-        if s.dtype != DType::Float32 || s.is_dynamic() || d[0] * d[1] != rows || offsets[t] + d[2] * d[3] > row {
+        if s.dtype != ys.dtype || s.is_dynamic() || d[0] * d[1] != rows || offsets[t] + d[2] * d[3] > row {
             return None;
         }
         dims[t] = d;
@@ -163,7 +164,7 @@ pub(crate) fn prepare_attention_slices(
     if !a.supported(&shapes, out) {
         return None;
     }
-    Some(Box::new(FusedKernel { kind: Kind::Attention(a), isa: FusedIsa::selected(), dtype: DType::Float32 }))
+    Some(Box::new(FusedKernel { kind: Kind::Attention(a), isa: FusedIsa::selected(), dtype: ys.dtype }))
 }
 
 /// `[B, H, S, D]` of a q/k/v shape.
@@ -334,13 +335,22 @@ struct FusedKernel {
     dtype: DType,
 }
 
-/// The values of a float tensor as f32 (borrowed for F32, converted for the half types).
-fn as_f32<'a>(name: &str, t: &'a Tensor) -> Result<Cow<'a, [f32]>> {
+/// Runs `f(parallel)` on `pool` when it has several threads (`parallel` true), else here.
+fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce(bool) -> R + Send) -> R {
+    match pool.filter(|p| p.current_num_threads() > 1) {
+        Some(p) => p.install(|| f(true)),
+        None => f(false),
+    }
+}
+
+/// The values of a float tensor as f32 (borrowed for F32, converted for the half types, BF16
+/// split over `pool`).
+fn as_f32<'a>(name: &str, t: &'a Tensor, pool: Option<&rayon::ThreadPool>) -> Result<Cow<'a, [f32]>> {
     match t.shape.dtype {
         DType::Float32 => Ok(Cow::Borrowed(t.typed::<f32>())),
         DType::BFloat16 => {
             let mut v = vec![0f32; t.len()];
-            t.typed::<bf16>().convert_to_f32_slice(&mut v);
+            on_pool(pool, |par| crate::kernels::half::bf16_to_f32(t.typed::<bf16>(), &mut v, par));
             Ok(Cow::Owned(v))
         }
         DType::Float16 => {
@@ -354,8 +364,13 @@ fn as_f32<'a>(name: &str, t: &'a Tensor) -> Result<Cow<'a, [f32]>> {
 
 /// Runs `f` on the f32 values of the result `out` (of unspecified content that `f` must
 /// overwrite; the half types go through f32 scratch and are rounded once) and writes them into
-/// `out`'s storage, which the caller holds uniquely.
-fn write_output(name: &str, out: &mut Tensor, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
+/// `out`'s storage, which the caller holds uniquely (BF16 rounded over `pool`).
+fn write_output(
+    name: &str,
+    out: &mut Tensor,
+    pool: Option<&rayon::ThreadPool>,
+    f: impl FnOnce(&mut [f32]) -> Result<()>,
+) -> Result<()> {
     let Tensor { shape, data } = out;
     if Some(data.len()) != shape.byte_size() {
         return Err(Error::invalid(name, format!("result buffer of {} bytes for {shape}", data.len())));
@@ -366,7 +381,8 @@ fn write_output(name: &str, out: &mut Tensor, f: impl FnOnce(&mut [f32]) -> Resu
         DType::BFloat16 => {
             let mut v = vec![0f32; shape.num_elements()];
             f(&mut v)?;
-            data.typed_mut::<bf16>().convert_from_f32_slice(&v);
+            let d = data.typed_mut::<bf16>();
+            on_pool(pool, |par| crate::kernels::half::f32_to_bf16(&v, d, par));
             Ok(())
         }
         DType::Float16 => {
@@ -392,10 +408,10 @@ trait HalfElem: Copy + Send + Sync + crate::ir::dtype::Element {
 
 impl HalfElem for bf16 {
     fn widen(src: &[bf16], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
+        crate::kernels::half::bf16_to_f32(src, dst, false);
     }
     fn round(src: &[f32], dst: &mut [bf16]) {
-        dst.convert_from_f32_slice(src);
+        crate::kernels::half::f32_to_bf16(src, dst, false);
     }
 }
 
@@ -503,7 +519,6 @@ impl FusedKernel {
                 let y = &inputs[0].shape;
                 let fits = |t: &Tensor| {
                     t.shape == *y
-                        && t.shape.dtype == DType::Float32
                         && t.shape.num_elements() == sl.rows * sl.row
                         && t.shape.dims.last() == Some(&(sl.row as i64))
                 };
@@ -527,7 +542,15 @@ impl FusedKernel {
         }
         let [qd, kd, vd] = dims;
         let full = [qd[0], qd[1], qd[2], kd[2]];
-        let (qc, kc, vc) = (as_f32(name, &inputs[0])?, as_f32(name, &inputs[1])?, as_f32(name, &inputs[2])?);
+        // The slices of one projection (the plan passes the one value three times) are widened
+        // once.
+        let qc = as_f32(name, &inputs[0], pool)?;
+        let one = a.slices.is_some() && inputs[1..3].iter().all(|t| Arc::ptr_eq(&t.data, &inputs[0].data));
+        let (kc, vc) = if one {
+            (Cow::Borrowed(&qc[..]), Cow::Borrowed(&qc[..]))
+        } else {
+            (as_f32(name, &inputs[1], pool)?, as_f32(name, &inputs[2], pool)?)
+        };
         let (q, k, v, row_strides) = match &a.slices {
             Some(sl) => {
                 let [oq, ok, ov] = sl.offsets;
@@ -546,7 +569,7 @@ impl FusedKernel {
             if m.shape.dtype == DType::Bool {
                 bool_mask = Some(m.typed::<bool>());
             } else {
-                add_mask = Some(as_f32(name, m)?);
+                add_mask = Some(as_f32(name, m, pool)?);
             }
         }
         let mut bias = None;
@@ -555,7 +578,7 @@ impl FusedKernel {
             let b = &inputs[next];
             next += 1;
             bias_strides = place(&b.shape, false).and_then(|d| broadcast_strides(d, full)).unwrap_or_default();
-            bias = Some(as_f32(name, b)?);
+            bias = Some(as_f32(name, b, pool)?);
         }
         let lens = if a.has_seq_lens {
             let ql = seq_lens(name, &inputs[next], qd[0])?;
@@ -586,7 +609,9 @@ impl FusedKernel {
             seq_lens: lens.as_deref(),
             qkv_row_strides: row_strides,
         };
-        write_output(name, y, |y| if attention_f32(self.isa, &p, q, k, v, y, pool) { Ok(()) } else { Err(mismatch()) })
+        write_output(name, y, pool, |y| {
+            if attention_f32(self.isa, &p, q, k, v, y, pool) { Ok(()) } else { Err(mismatch()) }
+        })
     }
 }
 
@@ -641,7 +666,7 @@ impl FusedKernel {
             if t.len() != n || t.shape.dtype != dt {
                 return Err(Error::invalid(name, format!("{what} {} must hold {n} {dt} values", t.shape)));
             }
-            as_f32(name, t)
+            as_f32(name, t, None)
         };
         let g = if has_gamma { Some(param(res.terms, "gamma")?) } else { None };
         let b = if has_beta { Some(param(res.terms + has_gamma as usize, "beta")?) } else { None };
@@ -813,8 +838,8 @@ impl FastKernel for FusedKernel {
                     };
                     return half_output(name, x, y, slab, pool, &f);
                 }
-                let xv = as_f32(name, x)?;
-                write_output(name, y, |y| {
+                let xv = as_f32(name, x, pool)?;
+                write_output(name, y, pool, |y| {
                     softmax_f32(self.isa, &xv, y, outer, n, inner, pool);
                     Ok(())
                 })
@@ -827,8 +852,8 @@ impl FastKernel for FusedKernel {
                     let f = |a: &[f32], b: &mut [f32]| gelu_f32(self.isa, a, b, exact, None);
                     return half_output(name, x, y, 1, pool, &f);
                 }
-                let xv = as_f32(name, x)?;
-                write_output(name, y, |y| {
+                let xv = as_f32(name, x, pool)?;
+                write_output(name, y, pool, |y| {
                     gelu_f32(self.isa, &xv, y, exact, pool);
                     Ok(())
                 })
@@ -849,7 +874,7 @@ impl FastKernel for FusedKernel {
                     if t.len() != n {
                         return Err(Error::invalid(name, format!("{what} {} must hold {n} values", t.shape)));
                     }
-                    as_f32(name, t)
+                    as_f32(name, t, None)
                 };
                 let g = if has_gamma { Some(param(1, "gamma")?) } else { None };
                 let b = if has_beta { Some(param(1 + has_gamma as usize, "beta")?) } else { None };
@@ -866,8 +891,8 @@ impl FastKernel for FusedKernel {
                     };
                     return half_output(name, x, y, slab, pool, &f);
                 }
-                let xv = as_f32(name, x)?;
-                write_output(name, y, |y| {
+                let xv = as_f32(name, x, pool)?;
+                write_output(name, y, pool, |y| {
                     if inner == 1 {
                         layer_norm_f32(self.isa, &xv, y, rows, n, epsilon, g.as_deref(), b.as_deref(), pool);
                     } else {
