@@ -102,6 +102,8 @@ filetests! {
     dense_bias_implicit => ["dense-matmul", "dense-bias"];
     dense_near_miss_implicit_bias => ["dense-matmul"];
     layernorm_onnx_keepdims => ["mean-sum-div-count", "inv-sqrt-reciprocal", "layernorm-core", "layernorm-gamma", "layernorm-beta"];
+    layernorm_half_stash => ["layernorm-core", "layernorm-half", "layernorm-gamma", "layernorm-beta"];
+    layernorm_half_near_miss_dtype => ["layernorm-core"];
     layernorm_near_miss_keepdims_axis => [];
     layernorm_dynamic_keepdims => ["mean-sum-div-count", "inv-sqrt-reciprocal", "layernorm-core", "layernorm-gamma", "layernorm-beta"];
     softmax_dynamic_keepdims => ["softmax-max-subtracted", "restore-keepdims-reshape"];

@@ -20,6 +20,7 @@ use crate::passes::egraph::lang::{Internal, TNode};
 pub fn rules() -> Vec<Rule> {
     vec![
         Rule { name: "layernorm-core", matcher: layernorm_core },
+        Rule { name: "layernorm-half", matcher: layernorm_half },
         Rule { name: "layernorm-gamma", matcher: layernorm_gamma },
         Rule { name: "layernorm-beta", matcher: layernorm_beta },
     ]
@@ -155,6 +156,43 @@ fn layer_norms(eg: &EG, id: Id) -> Vec<Norm> {
             _ => None,
         })
         .collect()
+}
+
+/// `Convert{h}(FusedLayerNorm{A}(Convert{f32}(x)))` with `x` of the half type `h` (BF16 or
+/// F16) `= FusedLayerNorm{A}(x)` in `h`, whose contract is exactly that (f32 compute, one
+/// rounding; widening a half value to f32 is exact): the form of an ONNX `LayerNormalization` of
+/// a half tensor with `stash_type` f32, which normalises in f32 and casts back before its scale
+/// and bias. Those then fold in by the gamma and beta rules, in the half type (one rounding for
+/// the fused op, as every fused op of a half chain: §9). Guards: the norm has neither gamma nor
+/// beta; the outer conversion returns to `x`'s own dtype.
+fn layernorm_half(eg: &EG, id: Id) -> Vec<TNode> {
+    let mut out = vec![];
+    let Some(h) = shape(eg, id).map(|s| s.dtype).filter(|d| d.is_half()) else { return out };
+    for (op, c) in ops(eg, id) {
+        if *op != (Op::ConvertDType { dtype: h }) {
+            continue;
+        }
+        for ln in layer_norms(eg, c[0]) {
+            let xs = ln.operands[0];
+            if ln.has_gamma || ln.has_beta || shape(eg, xs).is_none_or(|s| s.dtype != DType::Float32) {
+                continue;
+            }
+            for (op2, c2) in ops(eg, xs) {
+                if *op2 == (Op::ConvertDType { dtype: DType::Float32 })
+                    && shape(eg, c2[0]).is_some_and(|s| s.dtype == h)
+                {
+                    let op = Op::FusedLayerNorm {
+                        axes: ln.axes.clone(),
+                        epsilon: ln.eps,
+                        has_gamma: false,
+                        has_beta: false,
+                    };
+                    emit_aux(eg, id, op, &[Arg::Class(c2[0])], &mut out);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `p` when class `g` is `p` broadcast over x's other axes: `BroadcastInDim(p, shape of x,
