@@ -282,6 +282,13 @@ fn f32_prepacked_b() {
                     }
                 }
             }
+            // Few rows (≤ 256) and enough columns: the threads split the columns of pre-packed B,
+            // evenly or not (3 threads), with a partial last panel.
+            for threads in [2, 3] {
+                let cs = Case { m: 200, n: 601, k: 90, la: 0, lb: 1, lc: 0 };
+                let ep = Ep { alpha: 1.0, beta: 0.0, bias: 2, act: Activation::Relu };
+                run_prepacked(cs, ep, isa, geometry, threads);
+            }
         }
     }
 }
