@@ -729,6 +729,14 @@ fn attention_long_sequence_online_softmax() {
             let (got, want) = attention_pair(&c, isa, &mut rng, 6.0);
             assert_close(&format!("long {causal} {}", isa.name()), &got, &want, 1e-4, 1e-4);
         }
+        // Causal over 300 positions: query blocks past the first key tile see whole tiles
+        // before the diagonal (no per-score masking) and the diagonal tile (masked); alone, and
+        // with a per-score Bool mask (which keeps every tile masked).
+        for mask in [0, 1] {
+            let c = AttCase { b: 2, h: 2, hkv: 1, sq: 300, skv: 300, d: 32, dv: 32, causal: true, mask, ..base_case() };
+            let (got, want) = attention_pair(&c, isa, &mut rng, 4.0);
+            assert_close(&format!("causal 300 mask {mask} {}", isa.name()), &got, &want, 1e-4, 1e-4);
+        }
     }
 }
 

@@ -376,11 +376,12 @@ fn item(
     // A key-only Bool mask (the padding mask) with few runs of kept keys is applied by walking
     // only those runs: no per-score masking, and the tile maxima of the micro-kernels stay valid.
     let mut spans = [(0, kend); MAX_RUNS];
-    let (nspans, masked) = match key_runs(p, b, h, kend, &mut spans) {
-        Some(n) => (n, p.causal),
+    // `causal_only`: the per-score masking left is the causal one alone.
+    let (nspans, masked, causal_only) = match key_runs(p, b, h, kend, &mut spans) {
+        Some(n) => (n, p.causal, true),
         None => {
             spans[0] = (0, kend);
-            (1, p.masked())
+            (1, p.masked(), matches!(p.mask, AttentionMask::None) && p.bias.is_none())
         }
     };
     if nspans == 0 {
@@ -405,7 +406,10 @@ fn item(
                 &s.kadd[..nk]
             });
             scores(isa, qt, d, kt, ks, nk, lanes, p.scale, ka, st, &mut s.tmax);
-            let tmax = if masked {
+            // With causal masking alone, a tile whose keys all come at or before the block's
+            // first query is wholly visible: no per-score pass, and the tile maxima stay valid.
+            let tile_masked = masked && !(causal_only && j1 <= i0 + 1);
+            let tmax = if tile_masked {
                 mask_tile(p, b, h, i0, rows, j0, nk, st);
                 None
             } else {
