@@ -1,11 +1,15 @@
-//! Vectorised conversions between f32 and bf16 slices, the widening and the one rounding of
-//! every kernel that computes a bf16 op in f32: bit-identical to `half`'s scalar conversions
-//! (widening exact, rounding to nearest even, a NaN kept NaN with its sign and the quiet bit set
-//! both ways), in branch-free lane arithmetic that the compiler vectorises, built for AVX2 as
-//! well and chosen at run time. Large slices are split over the calling rayon pool.
+//! Slice conversions between f32 and the half types, the widening and the one rounding of every
+//! kernel that computes a BF16 or F16 op in f32 ([`HalfFloat`]): bit-identical to `half`'s
+//! scalar conversions (widening exact, rounding to nearest even, a NaN kept NaN with its sign and
+//! the quiet bit set both ways). BF16 in branch-free lane arithmetic that the compiler
+//! vectorises, built for AVX2 as well and chosen by `FusedIsa`; F16 by `half` (F16C). Large
+//! slices are split over the calling rayon pool.
 
-use half::bf16;
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
 use rayon::prelude::*;
+
+use super::fused::FusedIsa;
 
 /// Elements below which a conversion stays on the calling thread.
 const PAR_MIN: usize = 1 << 16;
@@ -50,84 +54,69 @@ fn widen_avx2(src: &[bf16], dst: &mut [f32]) {
     widen_portable(src, dst)
 }
 
-/// The AVX2 builds (the portable ones elsewhere, never chosen there: `use_avx2` is false).
-#[cfg(target_arch = "x86_64")]
-const ROUND_FAST: unsafe fn(&[f32], &mut [bf16]) = round_avx2;
-#[cfg(target_arch = "x86_64")]
-const WIDEN_FAST: unsafe fn(&[bf16], &mut [f32]) = widen_avx2;
-#[cfg(not(target_arch = "x86_64"))]
-const ROUND_FAST: unsafe fn(&[f32], &mut [bf16]) = round_portable;
-#[cfg(not(target_arch = "x86_64"))]
-const WIDEN_FAST: unsafe fn(&[bf16], &mut [f32]) = widen_portable;
-
-/// Whether the AVX2 builds may run (AVX2 present and not disabled for testing the fallback).
-fn use_avx2(allow: bool) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        allow && std::arch::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = allow;
-        false
-    }
-}
-
-/// Converts `src` into `dst` (the same length) here: with `fast` (the AVX2 build) when `simd`
-/// allows it and AVX2 is present, else with `portable`.
-fn serial<S, D>(src: &[S], dst: &mut [D], simd: bool, fast: unsafe fn(&[S], &mut [D]), portable: fn(&[S], &mut [D])) {
-    if use_avx2(simd) {
-        // SAFETY: `fast` needs only AVX2, detected at run time by `use_avx2`.
-        unsafe { fast(src, dst) };
-    } else {
-        portable(src, dst)
-    }
-}
-
-/// Converts over the common length, split over the current pool when [`splits`] says so.
-fn convert<S: Sync, D: Send>(
-    src: &[S],
-    dst: &mut [D],
-    parallel: bool,
-    simd: bool,
-    fast: unsafe fn(&[S], &mut [D]),
-    portable: fn(&[S], &mut [D]),
-) {
+/// Runs `piece` over `src` and `dst` (cut to their common length), in pieces split over the
+/// current pool when `parallel` is asked, the call is on a thread of a pool of several (never
+/// onto rayon's global pool from outside one) and the slices are large.
+fn split<S: Sync, D: Send>(src: &[S], dst: &mut [D], parallel: bool, piece: impl Fn(&[S], &mut [D]) + Sync) {
     let n = src.len().min(dst.len());
     let (src, dst) = (&src[..n], &mut dst[..n]);
-    if splits(parallel, n) {
-        src.par_chunks(PIECE).zip(dst.par_chunks_mut(PIECE)).for_each(|(s, d)| serial(s, d, simd, fast, portable));
+    if parallel && n >= PAR_MIN && rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1 {
+        src.par_chunks(PIECE).zip(dst.par_chunks_mut(PIECE)).for_each(|(s, d)| piece(s, d));
     } else {
-        serial(src, dst, simd, fast, portable)
+        piece(src, dst)
     }
 }
 
-/// Whether a conversion of `n` elements asked to run in parallel splits: only on a thread of a
-/// pool of several (never onto rayon's global pool from outside one).
-fn splits(parallel: bool, n: usize) -> bool {
-    parallel && n >= PAR_MIN && rayon::current_thread_index().is_some() && rayon::current_num_threads() > 1
+/// A half type with its slice conversions to and from f32, bit-identical to `half`'s scalar
+/// ones, split over the current pool when `parallel` (see [`split`]).
+pub trait HalfFloat: Copy + Send + Sync + 'static {
+    /// `dst[i] = f32(src[i])` over the common length (exact; a signalling NaN comes out quiet).
+    fn widen(src: &[Self], dst: &mut [f32], parallel: bool);
+    /// `dst[i] = round(src[i])` over the common length, to nearest even.
+    fn round(src: &[f32], dst: &mut [Self], parallel: bool);
 }
 
-/// `dst[i] = bf16(src[i])` over the common length, rounded to nearest even; split over the
-/// current rayon pool when `parallel`, called on one of its threads, and the slices are large.
-pub fn f32_to_bf16(src: &[f32], dst: &mut [bf16], parallel: bool) {
-    f32_to_bf16_with(src, dst, parallel, true)
+/// BF16: the branch-free lane arithmetic above, its AVX2 build on the path `FusedIsa` selects.
+impl HalfFloat for bf16 {
+    fn widen(src: &[bf16], dst: &mut [f32], parallel: bool) {
+        bf16_to_f32_with(src, dst, parallel, FusedIsa::selected())
+    }
+    fn round(src: &[f32], dst: &mut [bf16], parallel: bool) {
+        f32_to_bf16_with(src, dst, parallel, FusedIsa::selected())
+    }
 }
 
-/// `dst[i] = f32(src[i])` (exact; a signalling NaN comes out quiet, as with `half`) over the
-/// common length; split as [`f32_to_bf16`].
-pub fn bf16_to_f32(src: &[bf16], dst: &mut [f32], parallel: bool) {
-    bf16_to_f32_with(src, dst, parallel, true)
+/// F16: `half`'s slice conversions (F16C where the CPU has it).
+impl HalfFloat for f16 {
+    fn widen(src: &[f16], dst: &mut [f32], parallel: bool) {
+        split(src, dst, parallel, |s, d| s.convert_to_f32_slice(d))
+    }
+    fn round(src: &[f32], dst: &mut [f16], parallel: bool) {
+        split(src, dst, parallel, |s, d| d.convert_from_f32_slice(s))
+    }
 }
 
-/// [`f32_to_bf16`], with `simd` false forcing the portable build (tests of the fallback).
-pub fn f32_to_bf16_with(src: &[f32], dst: &mut [bf16], parallel: bool, simd: bool) {
-    convert(src, dst, parallel, simd, ROUND_FAST, round_portable)
+/// [`HalfFloat::round`] for BF16 on `isa` (lowered to what the CPU runs; the AVX2 build for
+/// AVX2 and AVX-512, the portable one otherwise).
+pub fn f32_to_bf16_with(src: &[f32], dst: &mut [bf16], parallel: bool, isa: FusedIsa) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.checked().avx2() {
+        // SAFETY: `checked` confirmed AVX2 at run time.
+        return split(src, dst, parallel, |s, d| unsafe { round_avx2(s, d) });
+    }
+    let _ = isa;
+    split(src, dst, parallel, round_portable)
 }
 
-/// [`bf16_to_f32`], with `simd` false forcing the portable build (tests of the fallback).
-pub fn bf16_to_f32_with(src: &[bf16], dst: &mut [f32], parallel: bool, simd: bool) {
-    convert(src, dst, parallel, simd, WIDEN_FAST, widen_portable)
+/// [`HalfFloat::widen`] for BF16 on `isa` (as [`f32_to_bf16_with`]).
+pub fn bf16_to_f32_with(src: &[bf16], dst: &mut [f32], parallel: bool, isa: FusedIsa) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.checked().avx2() {
+        // SAFETY: `checked` confirmed AVX2 at run time.
+        return split(src, dst, parallel, |s, d| unsafe { widen_avx2(s, d) });
+    }
+    let _ = isa;
+    split(src, dst, parallel, widen_portable)
 }
 
 #[cfg(test)]
@@ -175,12 +164,12 @@ mod tests {
         let x: Vec<f32> = patterns().into_iter().map(f32::from_bits).collect();
         let want: Vec<u16> = x.iter().map(|&f| bf16::from_f32(f).to_bits()).collect();
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        for simd in [false, true] {
+        for isa in [FusedIsa::Generic, FusedIsa::Avx2] {
             for parallel in [false, true] {
                 let mut got = vec![bf16::from_bits(0x1234); x.len()];
-                pool.install(|| f32_to_bf16_with(&x, &mut got, parallel, simd));
+                pool.install(|| f32_to_bf16_with(&x, &mut got, parallel, isa));
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert_eq!(g.to_bits(), *w, "simd {simd} parallel {parallel}: {:#010x}", x[i].to_bits());
+                    assert_eq!(g.to_bits(), *w, "{isa:?} parallel {parallel}: {:#010x}", x[i].to_bits());
                 }
             }
         }
@@ -189,11 +178,11 @@ mod tests {
     #[test]
     fn widening_is_exact_on_every_path() {
         let h: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
-        for simd in [false, true] {
+        for isa in [FusedIsa::Generic, FusedIsa::Avx2] {
             let mut got = vec![0f32; h.len()];
-            bf16_to_f32_with(&h, &mut got, true, simd);
+            bf16_to_f32_with(&h, &mut got, true, isa);
             for (g, s) in got.iter().zip(&h) {
-                assert_eq!(g.to_bits(), s.to_f32().to_bits(), "simd {simd}: {:#06x}", s.to_bits());
+                assert_eq!(g.to_bits(), s.to_f32().to_bits(), "{isa:?}: {:#06x}", s.to_bits());
             }
         }
     }
@@ -201,10 +190,10 @@ mod tests {
     #[test]
     fn only_the_common_length_is_written() {
         let mut dst = vec![bf16::from_bits(7); 4];
-        f32_to_bf16(&[1.0, 2.0], &mut dst, false);
+        bf16::round(&[1.0, 2.0], &mut dst, false);
         assert_eq!(dst.iter().map(|b| b.to_bits()).collect::<Vec<_>>(), vec![0x3F80, 0x4000, 7, 7]);
         let mut w = vec![9f32; 3];
-        bf16_to_f32(&[bf16::from_bits(0xC000)], &mut w, false);
+        bf16::widen(&[bf16::from_bits(0xC000)], &mut w, false);
         assert_eq!(w, vec![-2.0, 9.0, 9.0]);
     }
 }

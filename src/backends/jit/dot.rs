@@ -28,7 +28,6 @@
 //! combinations (f32 inputs asking for f64 accumulation, other integer dtypes, mixed dtypes) keep
 //! the reference kernel.
 
-use half::slice::HalfFloatSliceExt;
 use std::sync::Arc;
 
 use half::{bf16, f16};
@@ -43,6 +42,7 @@ use crate::kernels::gemm::{
     Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scalar, gemm_bf16, gemm_f16, gemm_f32,
     gemm_f64, gemm_i8,
 };
+use crate::kernels::half::HalfFloat;
 use crate::kernels::tensor::Tensor;
 
 use super::fast::{FastKernel, PackJob, Packed, Prepared};
@@ -751,8 +751,7 @@ impl GemmKernel {
 
     /// Runs `f` on an f32 output, directly into `out` when it is F32, else into f32 scratch
     /// (pooled per thread: no allocation or zeroing once warm; the product overwrites every
-    /// element) rounded once to `out`'s half dtype, BF16 by the vectorised conversion split over
-    /// the pool the product ran on.
+    /// element) rounded once to `out`'s half dtype, split over the pool the product ran on.
     fn half_out(&self, out: &mut Tensor, threads: usize, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
         match out.shape.dtype {
             DType::Float32 => f(out.typed_mut::<f32>()),
@@ -761,8 +760,8 @@ impl GemmKernel {
                 let c = scratch.get(out.len());
                 f(c)?;
                 match d {
-                    DType::BFloat16 => crate::kernels::half::f32_to_bf16(c, out.typed_mut::<bf16>(), threads > 1),
-                    DType::Float16 => out.typed_mut::<f16>().convert_from_f32_slice(c),
+                    DType::BFloat16 => bf16::round(c, out.typed_mut::<bf16>(), threads > 1),
+                    DType::Float16 => f16::round(c, out.typed_mut::<f16>(), threads > 1),
                     _ => return Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
                 }
                 Ok(())

@@ -9,7 +9,6 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::error::{Error, Result};
@@ -21,6 +20,7 @@ use crate::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast
 use crate::kernels::fused::{
     FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_residual_f32, layer_norm_strided_f32, softmax_f32,
 };
+use crate::kernels::half::HalfFloat;
 use crate::kernels::tensor::Tensor;
 
 use super::fast::FastKernel;
@@ -343,21 +343,18 @@ fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce(bool) -> R 
     }
 }
 
-/// The values of a float tensor as f32 (borrowed for F32, converted for the half types, BF16
-/// split over `pool`).
+/// The values of a float tensor as f32 (borrowed for F32, widened for the half types, split over
+/// `pool`).
 fn as_f32<'a>(name: &str, t: &'a Tensor, pool: Option<&rayon::ThreadPool>) -> Result<Cow<'a, [f32]>> {
+    fn widened<H: HalfFloat>(x: &[H], pool: Option<&rayon::ThreadPool>) -> Vec<f32> {
+        let mut v = vec![0f32; x.len()];
+        on_pool(pool, |par| H::widen(x, &mut v, par));
+        v
+    }
     match t.shape.dtype {
         DType::Float32 => Ok(Cow::Borrowed(t.typed::<f32>())),
-        DType::BFloat16 => {
-            let mut v = vec![0f32; t.len()];
-            on_pool(pool, |par| crate::kernels::half::bf16_to_f32(t.typed::<bf16>(), &mut v, par));
-            Ok(Cow::Owned(v))
-        }
-        DType::Float16 => {
-            let mut v = vec![0f32; t.len()];
-            t.typed::<f16>().convert_to_f32_slice(&mut v);
-            Ok(Cow::Owned(v))
-        }
+        DType::BFloat16 => Ok(Cow::Owned(widened(t.typed::<bf16>(), pool))),
+        DType::Float16 => Ok(Cow::Owned(widened(t.typed::<f16>(), pool))),
         d => Err(Error::invalid(name, format!("operand {} has dtype {d}, expected F32, BF16 or F16", t.shape))),
     }
 }
@@ -376,21 +373,20 @@ fn write_output(
         return Err(Error::invalid(name, format!("result buffer of {} bytes for {shape}", data.len())));
     }
     let data = Arc::make_mut(data);
+    fn rounded<H: HalfFloat>(
+        y: &mut [H],
+        pool: Option<&rayon::ThreadPool>,
+        f: impl FnOnce(&mut [f32]) -> Result<()>,
+    ) -> Result<()> {
+        let mut v = vec![0f32; y.len()];
+        f(&mut v)?;
+        on_pool(pool, |par| H::round(&v, y, par));
+        Ok(())
+    }
     match shape.dtype {
         DType::Float32 => f(data.typed_mut::<f32>()),
-        DType::BFloat16 => {
-            let mut v = vec![0f32; shape.num_elements()];
-            f(&mut v)?;
-            let d = data.typed_mut::<bf16>();
-            on_pool(pool, |par| crate::kernels::half::f32_to_bf16(&v, d, par));
-            Ok(())
-        }
-        DType::Float16 => {
-            let mut v = vec![0f32; shape.num_elements()];
-            f(&mut v)?;
-            data.typed_mut::<f16>().convert_from_f32_slice(&v);
-            Ok(())
-        }
+        DType::BFloat16 => rounded(data.typed_mut::<bf16>(), pool, f),
+        DType::Float16 => rounded(data.typed_mut::<f16>(), pool, f),
         d => Err(Error::invalid(name, format!("output {shape} has dtype {d}, expected F32, BF16 or F16"))),
     }
 }
@@ -400,29 +396,11 @@ fn write_output(
 /// output, so no full-size f32 copy of the operand or the result is made.
 const HALF_BLOCK: usize = 16 * 1024;
 
-/// The half types with their vector slice conversions (F16C / AVX-512 where `half` finds them).
-trait HalfElem: Copy + Send + Sync + crate::ir::dtype::Element {
-    fn widen(src: &[Self], dst: &mut [f32]);
-    fn round(src: &[f32], dst: &mut [Self]);
-}
+/// The half types of the block-wise paths: their conversions ([`HalfFloat`], on the calling
+/// thread: the blocks are already split over the pool) and their storage.
+trait HalfElem: HalfFloat + crate::ir::dtype::Element {}
 
-impl HalfElem for bf16 {
-    fn widen(src: &[bf16], dst: &mut [f32]) {
-        crate::kernels::half::bf16_to_f32(src, dst, false);
-    }
-    fn round(src: &[f32], dst: &mut [bf16]) {
-        crate::kernels::half::f32_to_bf16(src, dst, false);
-    }
-}
-
-impl HalfElem for f16 {
-    fn widen(src: &[f16], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
-    }
-    fn round(src: &[f32], dst: &mut [f16]) {
-        dst.convert_from_f32_slice(src);
-    }
-}
+impl<H: HalfFloat + crate::ir::dtype::Element> HalfElem for H {}
 
 /// The f32 kernel of a block: `(x, y)` of whole units.
 type BlockFn<'a> = dyn Fn(&[f32], &mut [f32]) + Sync + 'a;
@@ -438,9 +416,9 @@ fn half_blocks<H: HalfElem>(pool: Option<&rayon::ThreadPool>, x: &[H], y: &mut [
     let scratch = || (vec![0f32; per.min(n)], vec![0f32; per.min(n)]);
     let run = |(a, b): &mut (Vec<f32>, Vec<f32>), (xs, ys): (&[H], &mut [H])| {
         let (a, b) = (&mut a[..xs.len()], &mut b[..xs.len()]);
-        H::widen(xs, a);
+        H::widen(xs, a, false);
         f(a, b);
-        H::round(b, ys);
+        H::round(b, ys, false);
     };
     match pool {
         Some(p) if p.current_num_threads() > 1 && n > per => {
@@ -730,22 +708,22 @@ impl RowNorm<'_> {
             let (s, o) = (&mut s[..ys.len()], &mut o[..ys.len()]);
             for (r, acc) in s.chunks_exact_mut(n).enumerate() {
                 let i = first + r;
-                H::widen(&terms[0][row(terms[0], i)], acc);
+                H::widen(&terms[0][row(terms[0], i)], acc, false);
                 for term in &terms[1..] {
-                    H::widen(&term[row(term, i)], t);
+                    H::widen(&term[row(term, i)], t, false);
                     for (a, &v) in acc.iter_mut().zip(t.iter()) {
                         *a += v;
                     }
-                    H::round(acc, h);
-                    H::widen(h, acc);
+                    H::round(acc, h, false);
+                    H::widen(h, acc, false);
                 }
             }
             if let Some(ss) = ss {
-                H::round(s, ss);
+                H::round(s, ss, false);
             }
             let rows = ys.len() / n;
             layer_norm_f32(self.isa, s, o, rows, n, self.epsilon, self.g, self.b, None);
-            H::round(o, ys);
+            H::round(o, ys, false);
         };
         let ys = &mut y.typed_mut::<H>()[..total];
         let parallel = pool.filter(|p| p.current_num_threads() > 1 && total > per);
