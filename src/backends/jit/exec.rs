@@ -315,8 +315,10 @@ impl JitExecutable {
         // them) instead of crossing from the caller's thread into the pool and back once per step
         // (MiniLM 1 x 128 on 2 threads: a layer norm of 128 x 384 took 33 µs that way against 17
         // µs on one thread; 12 µs from inside). See [`WholeInPool`] for when.
-        let flat = !main.steps.iter().any(|s| matches!(s, Step::Call(_)));
-        match pool.filter(|_| flat && opts.communicator.is_none()).and_then(|p| WholeInPool::claim().map(|g| (p, g))) {
+        match pool
+            .filter(|_| !main.calls && opts.communicator.is_none())
+            .and_then(|p| WholeInPool::claim().map(|g| (p, g)))
+        {
             Some((p, _claim)) => p.install(|| ex.run_steps(main))?,
             None => ex.run_steps(main)?,
         }

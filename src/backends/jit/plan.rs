@@ -121,6 +121,9 @@ pub(crate) struct FuncPlan {
     pub outputs: Vec<ValueId>,
     /// The clusters and schedule the steps come from.
     pub clustering: Clustering,
+    /// Whether some step is a call (control flow or a nested function: it recurses on the
+    /// executing thread's stack).
+    pub calls: bool,
 }
 
 /// A module lowered for the executor: one [`FuncPlan`] per function (main, named functions,
@@ -548,7 +551,8 @@ fn build_function(
         }
     }
     let params = fd.params.iter().map(|&p| (p, last.contains_key(&p) || keep.contains(&p))).collect();
-    Ok(FuncPlan { func: f, steps, drops, params, outputs, clustering })
+    let calls = steps.iter().any(|s| matches!(s, Step::Call(_)));
+    Ok(FuncPlan { func: f, steps, drops, params, outputs, clustering, calls })
 }
 
 /// Prepares every constant operand the fast kernels take packed ([`PackJob`]: GEMM right-hand
