@@ -491,7 +491,10 @@ struct AttCase {
     scale: f64,
     causal: bool,
     /// 0: none, 1: bool [Sq, Skv], 2: bool [B, H, Sq, Skv], 3: additive [B, Sq, Skv], 4: additive
-    /// [Sq, Skv] with −∞ holes.
+    /// [Sq, Skv] with −∞ holes, 5: additive [B, 1, Sq, Skv] `Where(j ≤ i ∧ key kept, 0, f32::MIN)`
+    /// (GPT-2's exported mask), 6: the same as a Bool mask; the kept keys per batch (b mod 3):
+    /// the first two thirds (right padding), all but the first 5 (left padding: rows 0..5 see no
+    /// kept key), all.
     mask: u8,
     /// 0: none, 1: [H, Sq, Skv], 2: [Sq, Skv]
     bias: u8,
@@ -529,6 +532,25 @@ fn attention_pair(c: &AttCase, isa: FusedIsa, rng: &mut Rng, amp: f32) -> (Vec<f
             add_m = rng.vec(c.b * c.sq * c.skv, -3.0, 3.0);
             inputs.push(tensor(&[c.b, c.sq, c.skv], &add_m));
         }
+        5 | 6 => {
+            mdims4 = [c.b, 1, c.sq, c.skv];
+            let kept = |b: usize, i: usize, j: usize| {
+                let key = match b % 3 {
+                    0 => j < c.skv * 2 / 3,
+                    1 => j >= 5,
+                    _ => true,
+                };
+                j <= i && key
+            };
+            let all = (0..c.b).flat_map(|b| (0..c.sq).flat_map(move |i| (0..c.skv).map(move |j| (b, i, j))));
+            if c.mask == 5 {
+                add_m = all.map(|(b, i, j)| if kept(b, i, j) { 0.0 } else { f32::MIN }).collect();
+                inputs.push(tensor(&[c.b, 1, c.sq, c.skv], &add_m));
+            } else {
+                bool_m = all.map(|(b, i, j)| kept(b, i, j)).collect();
+                inputs.push(tensor(&[c.b, 1, c.sq, c.skv], &bool_m));
+            }
+        }
         _ => {
             mdims4 = [1, 1, c.sq, c.skv];
             add_m = (0..c.sq * c.skv).map(|_| if rng.below(3) == 0 { f32::NEG_INFINITY } else { 0.0 }).collect();
@@ -564,7 +586,7 @@ fn attention_pair(c: &AttCase, isa: FusedIsa, rng: &mut Rng, amp: f32) -> (Vec<f
     let ms = broadcast_strides(mdims4, full).expect("mask strides");
     let mask = match c.mask {
         0 => AttentionMask::None,
-        1 | 2 => AttentionMask::Bool(&bool_m, ms),
+        1 | 2 | 6 => AttentionMask::Bool(&bool_m, ms),
         _ => AttentionMask::Additive(&add_m, ms),
     };
     let p = AttentionParams {
@@ -736,6 +758,26 @@ fn attention_long_sequence_online_softmax() {
             let c = AttCase { b: 2, h: 2, hkv: 1, sq: 300, skv: 300, d: 32, dv: 32, causal: true, mask, ..base_case() };
             let (got, want) = attention_pair(&c, isa, &mut rng, 4.0);
             assert_close(&format!("causal 300 mask {mask} {}", isa.name()), &got, &want, 1e-4, 1e-4);
+        }
+        // A causal and a padding mask combined into one `[B, 1, S, S]` tensor, additive with
+        // f32::MIN fills (GPT-2's export) and Bool, with and without the op's own causal flag:
+        // per query block, keys hidden from every row are skipped (rows 0..5 of the left-padded
+        // batch see no kept key: the additive form weighs every key alike there, the Bool form
+        // gives 0), and tiles neutral for every row skip the per-score pass.
+        for mask in [5, 6] {
+            for causal in [false, true] {
+                for s in [40, 300] {
+                    let c = AttCase { b: 3, h: 2, hkv: 1, sq: s, skv: s, d: 16, dv: 16, causal, mask, ..base_case() };
+                    let (got, want) = attention_pair(&c, isa, &mut rng, 4.0);
+                    assert_close(
+                        &format!("combined mask {mask} causal {causal} s {s} {}", isa.name()),
+                        &got,
+                        &want,
+                        1e-4,
+                        1e-4,
+                    );
+                }
+            }
         }
     }
 }

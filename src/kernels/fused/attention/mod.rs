@@ -20,7 +20,12 @@
 //! built. Causal attention stops each query block at its last visible key. Key-only masks
 //! (`[B, 1, 1, Skv]`, `[B, H, 1, Skv]`) skip the per-score mask pass: a Bool one with few runs
 //! of kept keys by walking those runs, an additive one on AVX2 by being added in the `Q·Kᵀ`
-//! micro-kernel.
+//! micro-kernel. A mask that varies along the query axis (GPT-2's export combines its causal
+//! and padding masks into one `[B, 1, S, S]` tensor) is scanned per query block: keys hidden
+//! from every row of the block are skipped, keys neutral to every row need no per-score pass,
+//! and each row's hidden keys become −∞; a row of an additive mask that then sees no key
+//! (every one hidden from it) has its block recomputed with the mask added to every score, so
+//! the result is the unfused graph's.
 //!
 //! Conventions follow the reference kernel (`kernels/reference/fused_attention.rs`): causal is
 //! top-left aligned (query i sees keys j ≤ i, also when the lengths differ), a Bool mask excludes
@@ -37,7 +42,7 @@ pub use crate::ir::op::AttentionLayout;
 
 use super::FusedIsa;
 use super::vmath::exp_scalar;
-use tile::{mask_tile, pv, scores, softmax_tile};
+use tile::{mask_rows, mask_tile, pv, scores, softmax_tile};
 
 /// Query rows per work item (two halves of `QH` lanes).
 pub const Q_BLOCK: usize = 32;
@@ -196,6 +201,11 @@ struct Scratch {
     /// The additive key-only mask values of the tile, when the AVX2 `Q·Kᵀ` micro-kernel adds
     /// them (see `key_add`).
     kadd: [f32; K_BLOCK],
+    /// Per query row of the block: keys before `lo` neutral, from `hi` on hidden (see
+    /// `mask_extent`).
+    lo: [usize; Q_BLOCK],
+    /// See `lo`.
+    hi: [usize; Q_BLOCK],
     /// The query block transposed, `head_dim × Q_BLOCK` (lanes past the block zero).
     qt: crate::kernels::gemm::Scratch,
     /// Scores, then probabilities, of the tile transposed: `K_BLOCK × Q_BLOCK`.
@@ -269,6 +279,8 @@ pub fn attention_f32(
             alpha: [0.0; Q_BLOCK],
             tmax: [f32::NEG_INFINITY; Q_BLOCK],
             kadd: [0.0; K_BLOCK],
+            lo: [0; Q_BLOCK],
+            hi: [0; Q_BLOCK],
             qt: buf(d * Q_BLOCK),
             st: buf(K_BLOCK * Q_BLOCK),
             acc: buf(vd * Q_BLOCK),
@@ -392,35 +404,73 @@ fn item(
     // AVX2 or AVX-512 `Q·Kᵀ` micro-kernel, before it takes the tile maxima.
     let kadd = if masked { key_add(isa, p, b, h) } else { None };
     let masked = masked && kadd.is_none();
+    // A mask varying along the query axis is applied from each row's extents: keys before a
+    // row's `lo` are neutral to it, from its `hi` on hidden (−∞), and keys hidden from every row
+    // of the block (from `hid`) are skipped. Keys below `vis` need no per-score pass.
+    let ext = if masked { mask_extent(p, b, h, i0, rows, kend, &mut s.lo, &mut s.hi) } else { None };
+    let (vis, hid) = match ext {
+        _ if !masked => (usize::MAX, kend),
+        Some(e) => e,
+        None if causal_only => (i0 + 1, kend),
+        None => (0, kend),
+    };
+    if hid < kend {
+        spans[0] = (0, hid);
+    }
+    let all_keys = [(0, kend)];
+    // Pass 1 is exact for every row that sees a score above `SEEN` (a hidden additive key then
+    // weighs e^(s + a − m) = 0); if a row of an additive mask sees none (every key hidden from
+    // it), pass 2 recomputes the block adding the mask itself to every score, as the unfused
+    // graph weighs those keys.
     let mut first = true;
-    for &(r0, r1) in &spans[..nspans] {
-        let mut j0 = r0;
-        while j0 < r1 {
-            let j1 = (j0 + K_BLOCK).min(r1);
-            let nk = j1 - j0;
-            let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
-            let ka = kadd.map(|(m, base, s3)| {
-                for (j, a) in s.kadd[..nk].iter_mut().enumerate() {
-                    *a = m[base + (j0 + j) * s3];
-                }
-                &s.kadd[..nk]
-            });
-            scores(isa, qt, d, kt, ks, nk, lanes, p.scale, ka, st, &mut s.tmax);
-            // With causal masking alone, a tile whose keys all come at or before the block's
-            // first query is wholly visible: no per-score pass, and the tile maxima stay valid.
-            let tile_masked = masked && !(causal_only && j1 <= i0 + 1);
-            let tmax = if tile_masked {
-                mask_tile(p, b, h, i0, rows, j0, nk, st);
-                None
-            } else {
-                Some(&s.tmax)
-            };
-            softmax_tile(isa, st, nk, lanes, tmax, &mut s.m, &mut s.l, &mut s.alpha);
-            let vt = &v[vbase + j0 * vs..vbase + (j1 - 1) * vs + vd];
-            pv(isa, st, nk, vt, vs, vd, lanes, &s.alpha, first, v_finite, acc);
-            first = false;
-            j0 = j1;
+    for exact in [false, true] {
+        if exact {
+            let additive = matches!(p.mask, AttentionMask::Additive(..));
+            if ext.is_none() || !additive || !s.m[..rows].iter().any(|&m| m <= SEEN) {
+                break;
+            }
+            s.m[..lanes].fill(f32::NEG_INFINITY);
+            s.l[..lanes].fill(0.0);
+            first = true;
         }
+        let list = if exact { &all_keys[..] } else { &spans[..nspans] };
+        for &(r0, r1) in list {
+            let mut j0 = r0;
+            while j0 < r1 {
+                let j1 = (j0 + K_BLOCK).min(r1);
+                let nk = j1 - j0;
+                let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
+                let ka = kadd.map(|(m, base, s3)| {
+                    for (j, a) in s.kadd[..nk].iter_mut().enumerate() {
+                        *a = m[base + (j0 + j) * s3];
+                    }
+                    &s.kadd[..nk]
+                });
+                scores(isa, qt, d, kt, ks, nk, lanes, p.scale, ka, st, &mut s.tmax);
+                // A tile whose keys are all neutral (e.g. with causal masking alone, keys at or
+                // before the block's first query) needs no per-score pass, and the tile maxima
+                // stay valid.
+                let tmax = if masked && j1 > vis {
+                    if ext.is_some() && !exact {
+                        mask_rows(p, b, h, i0, rows, j0, nk, &s.lo, &s.hi, st);
+                    } else {
+                        mask_tile(p, b, h, i0, rows, j0, vis.saturating_sub(j0), nk, st);
+                    }
+                    None
+                } else {
+                    Some(&s.tmax)
+                };
+                softmax_tile(isa, st, nk, lanes, tmax, &mut s.m, &mut s.l, &mut s.alpha);
+                let vt = &v[vbase + j0 * vs..vbase + (j1 - 1) * vs + vd];
+                pv(isa, st, nk, vt, vs, vd, lanes, &s.alpha, first, v_finite, acc);
+                first = false;
+                j0 = j1;
+            }
+        }
+    }
+    if first {
+        zero_rows(p, b, h, i0..i1, out); // every key hidden from every row (Bool mask)
+        return;
     }
     store_out(isa, p, b, h, i0, rows, &s.m, &s.l, acc, out);
 }
@@ -436,6 +486,89 @@ fn key_add<'a>(isa: FusedIsa, p: &AttentionParams<'a>, b: usize, h: usize) -> Op
             Some((m, b * sm[0] + h * sm[1], sm[3]))
         }
         _ => None,
+    }
+}
+
+/// Additive mask values at or below this hide a key (`−∞` in the first pass, see `item`:
+/// `e^(s + a − m)` is 0 in f32 for any score `|s| < 9·10²⁹` once the row's maximum `m` is
+/// above [`SEEN`]).
+const HIDDEN: f32 = -1e30;
+/// See [`HIDDEN`].
+const SEEN: f32 = -1e29;
+
+/// For a mask that varies along the query axis (e.g. a causal and a padding mask combined into
+/// one `[B, 1, Sq, Skv]` tensor) and no bias: the extents of query rows `i0..i0 + rows` of head
+/// (b, h) over keys `0..kend`, `lo[r]` (keys before it neutral to row r: Bool true or additive
+/// 0) and `hi[r]` (keys from it on hidden from row r: Bool false, additive ≤ [`HIDDEN`], or
+/// causally hidden), and `(vis, hid)`: the least `lo` and the greatest `hi`. `None` for other
+/// masks or with a bias. Reads at most `rows · kend` mask values, 16 at a time on contiguous
+/// rows.
+#[allow(clippy::too_many_arguments)]
+fn mask_extent(
+    p: &AttentionParams<'_>,
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    kend: usize,
+    lo: &mut [usize; Q_BLOCK],
+    hi: &mut [usize; Q_BLOCK],
+) -> Option<(usize, usize)> {
+    if p.bias.is_some() {
+        return None;
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn scan<T: Copy>(
+        m: &[T],
+        sm: [usize; 4],
+        p: &AttentionParams<'_>,
+        (b, h, i0, rows, kend): (usize, usize, usize, usize, usize),
+        lo: &mut [usize; Q_BLOCK],
+        hi: &mut [usize; Q_BLOCK],
+        neutral: impl Fn(T) -> bool,
+        hidden: impl Fn(T) -> bool,
+    ) -> Option<(usize, usize)> {
+        if sm[2] == 0 {
+            return None;
+        }
+        let (mut vis, mut hid) = (kend, 0);
+        for r in 0..rows {
+            let base = b * sm[0] + h * sm[1] + (i0 + r) * sm[2];
+            let lim = if p.causal { kend.min(i0 + r + 1) } else { kend };
+            let (mut h1, mut l0) = (lim, 0);
+            let at = |j: usize| m[base + j * sm[3]];
+            if sm[3] == 1 {
+                // Contiguous rows: 16 keys at a time by a branch-free fold (vectorised).
+                let row = &m[base..base + lim];
+                let all = |xs: &[T], f: &dyn Fn(T) -> bool| xs.iter().fold(true, |a, &x| a & f(x));
+                while h1 >= 16 && all(&row[h1 - 16..h1], &hidden) {
+                    h1 -= 16;
+                }
+                while h1 > 0 && hidden(at(h1 - 1)) {
+                    h1 -= 1;
+                }
+                while l0 + 16 <= h1 && all(&row[l0..l0 + 16], &neutral) {
+                    l0 += 16;
+                }
+            } else {
+                while h1 > 0 && hidden(at(h1 - 1)) {
+                    h1 -= 1;
+                }
+            }
+            while l0 < h1 && neutral(at(l0)) {
+                l0 += 1;
+            }
+            (lo[r], hi[r]) = (l0, h1);
+            hid = hid.max(h1);
+            vis = vis.min(l0);
+        }
+        Some((vis.min(hid), hid))
+    }
+    let args = (b, h, i0, rows, kend);
+    match p.mask {
+        AttentionMask::Bool(m, sm) => scan(m, sm, p, args, lo, hi, |x| x, |x| !x),
+        AttentionMask::Additive(m, sm) => scan(m, sm, p, args, lo, hi, |x| x == 0.0, |x| x <= HIDDEN),
+        AttentionMask::None => None,
     }
 }
 

@@ -114,8 +114,8 @@ pub(super) fn row_groups(rows: usize, max: usize) -> impl Iterator<Item = (usize
     (0..g).map(move |i| (i * base + i.min(extra), base + usize::from(i < extra)))
 }
 
-/// Applies `f(score, value)` to the scores of query rows `i0..i0 + rows` and keys `j0..j0 + nk`
-/// with the value of a `[B, H, Sq, Skv]`-broadcast operand (element strides `sm`) at (b, h, i,
+/// Applies `f(score, value)` to the scores of query rows `i0..i0 + rows` and keys
+/// `j0 + c0..j0 + nk` with the value of a `[B, H, Sq, Skv]`-broadcast operand (element strides `sm`) at (b, h, i,
 /// j). An operand that does not vary along the query axis (the `[B, 1, 1, Skv]` padding mask)
 /// is read once per key and applied to the key's row of query lanes (a vectorisable loop).
 #[allow(clippy::too_many_arguments)]
@@ -128,13 +128,14 @@ fn apply_broadcast<T: Copy>(
     i0: usize,
     rows: usize,
     j0: usize,
+    c0: usize,
     nk: usize,
     st: &mut [f32],
     f: impl Fn(f32, T) -> f32,
 ) {
     let base = b * sm[0] + h * sm[1] + i0 * sm[2] + j0 * sm[3];
     if sm[2] == 0 {
-        for j in 0..nk {
+        for j in c0..nk {
             let mv = m[base + j * sm[3]];
             for x in &mut st[j * Q_BLOCK..j * Q_BLOCK + rows] {
                 *x = f(*x, mv);
@@ -142,17 +143,25 @@ fn apply_broadcast<T: Copy>(
         }
     } else {
         for r in 0..rows {
-            let rb = base + r * sm[2];
-            for j in 0..nk {
-                let x = &mut st[j * Q_BLOCK + r];
-                *x = f(*x, m[rb + j * sm[3]]);
-            }
+            apply_row(m, sm, b, h, i0 + r, j0, c0..nk, r, st, &f);
         }
     }
 }
 
+/// A Bool mask's effect on a score: kept, or excluded (−∞).
+fn keep_or_hide(x: f32, keep: bool) -> f32 {
+    if keep { x } else { f32::NEG_INFINITY }
+}
+
+/// An additive mask's (or bias's) effect on a score; excluded keys stay −∞.
+fn add_unless_hidden(x: f32, a: f32) -> f32 {
+    if x == f32::NEG_INFINITY { x } else { x + a }
+}
+
 /// Excludes (−∞) causally hidden keys and keys masked by the Bool mask, adds the additive mask
 /// and the bias (to keys not already −∞), for query rows `i0..i0 + rows` and keys `j0..j0 + nk`.
+/// The mask and the bias are applied from key `j0 + c0` on: the caller has found the keys
+/// before it neutral for every row of the block (see `mask_extent`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn mask_tile(
     p: &AttentionParams<'_>,
@@ -161,6 +170,7 @@ pub(super) fn mask_tile(
     i0: usize,
     rows: usize,
     j0: usize,
+    c0: usize,
     nk: usize,
     st: &mut [f32],
 ) {
@@ -173,17 +183,67 @@ pub(super) fn mask_tile(
             }
         }
     }
-    // Excluded keys stay −∞ (the mask and the bias are not added to them).
-    let add = |x: f32, a: f32| if x == f32::NEG_INFINITY { x } else { x + a };
     match p.mask {
         AttentionMask::None => {}
-        AttentionMask::Bool(m, sm) => {
-            apply_broadcast(m, sm, b, h, i0, rows, j0, nk, st, |x, keep| if keep { x } else { f32::NEG_INFINITY })
-        }
-        AttentionMask::Additive(m, sm) => apply_broadcast(m, sm, b, h, i0, rows, j0, nk, st, add),
+        AttentionMask::Bool(m, sm) => apply_broadcast(m, sm, b, h, i0, rows, j0, c0, nk, st, keep_or_hide),
+        AttentionMask::Additive(m, sm) => apply_broadcast(m, sm, b, h, i0, rows, j0, c0, nk, st, add_unless_hidden),
     }
     if let Some((bias, sb)) = p.bias {
-        apply_broadcast(bias, sb, b, h, i0, rows, j0, nk, st, add);
+        apply_broadcast(bias, sb, b, h, i0, rows, j0, c0, nk, st, add_unless_hidden);
+    }
+}
+
+/// The first pass of a query-varying mask (see `mask_extent`): for query row `i0 + r` and keys
+/// `j0..j0 + nk`, keys before `lo[r]` are left as they are, keys from `hi[r]` on become −∞
+/// (hidden; an additive mask's hidden keys weigh 0 next to any score above `SEEN`), and the
+/// mask is applied to the keys between.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn mask_rows(
+    p: &AttentionParams<'_>,
+    b: usize,
+    h: usize,
+    i0: usize,
+    rows: usize,
+    j0: usize,
+    nk: usize,
+    lo: &[usize; Q_BLOCK],
+    hi: &[usize; Q_BLOCK],
+    st: &mut [f32],
+) {
+    for r in 0..rows {
+        let (a, z) = (lo[r].saturating_sub(j0).min(nk), hi[r].saturating_sub(j0).min(nk));
+        for j in z..nk {
+            st[j * Q_BLOCK + r] = f32::NEG_INFINITY;
+        }
+        if a < z {
+            match p.mask {
+                AttentionMask::Bool(m, sm) => apply_row(m, sm, b, h, i0 + r, j0, a..z, r, st, &keep_or_hide),
+                AttentionMask::Additive(m, sm) => apply_row(m, sm, b, h, i0 + r, j0, a..z, r, st, &add_unless_hidden),
+                AttentionMask::None => {}
+            }
+        }
+    }
+}
+
+/// `f(score, value)` on query lane `r` (row `i`) for tile columns `cols` (keys `j0 + c`).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn apply_row<T: Copy>(
+    m: &[T],
+    sm: [usize; 4],
+    b: usize,
+    h: usize,
+    i: usize,
+    j0: usize,
+    cols: std::ops::Range<usize>,
+    r: usize,
+    st: &mut [f32],
+    f: &impl Fn(f32, T) -> f32,
+) {
+    let base = b * sm[0] + h * sm[1] + i * sm[2] + j0 * sm[3];
+    for j in cols {
+        let x = &mut st[j * Q_BLOCK + r];
+        *x = f(*x, m[base + j * sm[3]]);
     }
 }
 
