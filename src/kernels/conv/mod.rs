@@ -316,6 +316,10 @@ impl ConvFilter {
         }
         let pw = Pointwise::of(geom);
         let small_k = !plain.is_empty() && pw.as_ref().is_some_and(|p| smallk::qualifies(geom, p.x_pixel, p.y_pixel));
+        if small_k {
+            // The direct kernel reads the plain weights only (`pointwise`): no packed copy kept.
+            packed.clear();
+        }
         Ok(ConvFilter { geom_key: key, kind: FilterKind::Gemm(packed, plain), pointwise: pw.is_some(), small_k })
     }
 
@@ -991,8 +995,8 @@ mod tests {
         let filter = ConvFilter::new(&geom, &w, ws).unwrap();
         if k == [1, 1] && stride == [1, 1] && pad == [0, 0] && !geom.is_depthwise() {
             // Pixels dense on both sides and few input channels: the direct kernel.
-            let small_k =
-                cin_g <= smallk::MAX_K && if nhwc { cin == 1 && cout == 1 } else { cin_g == 1 || in_hw != [1, 1] };
+            let small_k = (cin_g <= smallk::MAX_K || in_hw[0] * in_hw[1] <= smallk::SMALL_PLANE)
+                && if nhwc { cin == 1 && cout == 1 } else { cin_g == 1 || in_hw != [1, 1] };
             let want = if small_k { "pointwise direct" } else { "pointwise gemm" };
             assert_eq!(filter.describe(), want, "{geom:?}");
         }

@@ -5,18 +5,20 @@
 //!
 //! The pixels of each (image, group) are cut into chunks whose `K × chunk` input block stays in
 //! L2; one parallel task per (image, group, chunk). Inside a task, blocks of up to [`MR`] output
-//! channels sweep the chunk 16 pixels (two 8-lane vectors) at a time: `MR × 2` accumulator chains
+//! channels sweep the chunk two vectors of pixels at a time: `MR × 2` accumulator chains
 //! start from the bias, each input channel is two loads and one broadcast weight per row, and the
 //! residual, ReLU and clamp are applied in registers before the one store (other activations go
 //! through a copy of the tile). The commonest epilogues (bias only, a clamp such as ReLU6, the
 //! residual alone) have a whole-block finish of their own, chosen once per task, so the tile's
-//! finish is straight-line code on the accumulators with no test per vector. The pixels left over at the end of a chunk (fewer than 16) are
-//! first copied into a zero-padded `[K][16]` scratch, so every load of the kernel is a full
-//! vector. At small K this avoids what the GEMM path pays per call: packing both operands, the
+//! finish is straight-line code on the accumulators with no test per vector. The pixels left
+//! over at the end of a chunk (fewer than a block) are first copied into a zero-padded
+//! `[K][block]` scratch, so every load of the kernel is a full vector. At small K this avoids what the GEMM path pays per call: packing both operands, the
 //! per-tile driver overhead and a second pass over the output for the clamp.
 //!
-//! The body is compiled for AVX2+FMA (also taken on AVX-512 CPUs: 16 pixels per block suit the
-//! narrow planes of these layers) and portably, selected at run time ([`FusedIsa`]).
+//! The body is compiled for AVX-512F (blocks of 32 pixels: two 16-lane vectors), AVX2+FMA and
+//! portably (16 pixels: two 8-lane vectors), selected at run time ([`FusedIsa`]). On CPUs with
+//! full-width AVX-512 the 8-lane body reaches only half the FMA peak (Zen 5: MobileNetV2's
+//! 1×1 layers ran at 97% of the 256-bit peak).
 
 use super::depthwise::{Lanes, Portable};
 use super::{ConvEpilogue, ConvGeom, OutPtr, for_units};
@@ -26,21 +28,31 @@ use crate::kernels::gemm::{Activation, Scratch};
 /// Output channels per register block.
 const MR: usize = 6;
 
-/// Pixels per register block: two vectors of 8 lanes.
-const NB: usize = 16;
+/// Most pixels per register block (two vectors of 16 lanes); a body's block is `2·S::L`.
+const NB: usize = 32;
 
-/// Largest input-channel count (K) this kernel takes; deeper 1×1 convolutions amortise the GEMM's
-/// packing and keep it (MobileNetV2's K = 144..960 layers were no faster direct, Zen 3).
+/// Largest input-channel count (K) this kernel takes on planes of more than [`SMALL_PLANE`]
+/// pixels; deeper 1×1 convolutions over large planes amortise the GEMM's packing and keep it
+/// (MobileNetV2's K = 144 at 56×56 was faster there, Zen 3 and Zen 5).
 pub(super) const MAX_K: usize = 128;
 
-/// Target size in f32 elements of one task's `K × chunk` input block (64 KiB: a share of L2).
+/// Planes of at most this many pixels take this kernel at any K: the GEMM packs the few pixels
+/// of each image again per call and fills its column tiles poorly (MobileNetV2's 7×7 layers,
+/// K = 160..960, batch 8, one Zen 5 core: 0.38–1.67 ms direct against 0.44–2.56 ms as GEMM;
+/// 14×14, K = 384, 576: equal or better).
+pub(super) const SMALL_PLANE: usize = 256;
+
+/// Target size in f32 elements of one task's `K × chunk` input block (64 KiB: a share of L2; at
+/// large K the chunk's floor of four blocks makes it larger).
 const CHUNK_ELEMS: usize = 16 * 1024;
 
 /// Whether `geom` (a 1×1, stride-1, unpadded convolution whose pixels are dense in input and
 /// output, see `Pointwise`, with the plain weights of a channels-first filter) takes this
-/// kernel: pixels contiguous in input and output, and at most [`MAX_K`] input channels per group.
+/// kernel: pixels contiguous in input and output, and at most [`MAX_K`] input channels per group
+/// or at most [`SMALL_PLANE`] pixels per plane.
 pub(super) fn qualifies(geom: &ConvGeom, x_pixel: usize, y_pixel: usize) -> bool {
-    x_pixel == 1 && y_pixel == 1 && geom.cin_g() >= 1 && geom.cin_g() <= MAX_K
+    let k = geom.cin_g();
+    x_pixel == 1 && y_pixel == 1 && k >= 1 && (k <= MAX_K || geom.in_hw[0] * geom.in_hw[1] <= SMALL_PLANE)
 }
 
 /// The 1×1 convolution of `geom` (it [`qualifies`]) with the plain weights `w` (`[out_channels]
@@ -79,6 +91,12 @@ struct Job<'a> {
 /// Runs task `u` on the body compiled for `isa` (already [`FusedIsa::checked`]).
 fn dispatch(isa: FusedIsa, job: &Job<'_>, u: usize, scratch: &mut Scratch) {
     #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        // SAFETY: `Avx512` holds only after `checked()` confirmed AVX-512F.
+        unsafe { unit_avx512(job, u, scratch) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.avx2() {
         // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
         unsafe { unit_avx2(job, u, scratch) };
@@ -97,6 +115,14 @@ fn unit_avx2(job: &Job<'_>, u: usize, scratch: &mut Scratch) {
     unsafe { job.unit::<std::arch::x86_64::__m256>(u, scratch) };
 }
 
+/// The task body compiled with AVX-512F enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn unit_avx512(job: &Job<'_>, u: usize, scratch: &mut Scratch) {
+    // SAFETY: this function is only called on CPUs with AVX-512F (see `dispatch`).
+    unsafe { job.unit::<std::arch::x86_64::__m512>(u, scratch) };
+}
+
 /// How a tile is finished before its store.
 #[derive(Clone, Copy)]
 enum Finish<S> {
@@ -112,10 +138,11 @@ impl Job<'_> {
     /// Task `u`: image, group and pixel chunk.
     ///
     /// # Safety
-    /// The CPU has `S`'s features, and `S::L == 8` (two vectors make the [`NB`] pixels).
+    /// The CPU has `S`'s features, and `2·S::L` divides [`NB`] (two vectors make a block).
     #[inline(always)]
     unsafe fn unit<S: Lanes>(&self, u: usize, scratch: &mut Scratch) {
-        const { assert!(S::L * 2 == NB) };
+        const { assert!(NB.is_multiple_of(S::L * 2)) };
+        let nb = 2 * S::L;
         let g = self.geom;
         let k = g.cin_g();
         let pixels = g.in_hw[0] * g.in_hw[1];
@@ -123,14 +150,14 @@ impl Job<'_> {
         let (grp, c) = (rest / self.chunks, rest % self.chunks);
         let p0 = c * self.chunk;
         let p1 = (p0 + self.chunk).min(pixels);
-        let full_end = p0 + (p1 - p0) / NB * NB;
+        let full_end = p0 + (p1 - p0) / nb * nb;
         let xc = g.x_strides[1];
         let xbase = img * g.x_strides[0] + grp * k * xc;
-        // The leftover pixels, zero-padded to a block, `[k][NB]`.
+        // The leftover pixels, zero-padded to a block, `[k][nb]`.
         let tail = p1 - full_end;
         let scratch: &[f32] = if tail > 0 {
-            let buf = scratch.get(k * NB);
-            for (i, row) in buf.chunks_exact_mut(NB).enumerate() {
+            let buf = scratch.get(k * nb);
+            for (i, row) in buf.chunks_exact_mut(nb).enumerate() {
                 row[..tail].copy_from_slice(&self.x[xbase + i * xc + full_end..][..tail]);
                 row[tail..].fill(0.0);
             }
@@ -211,9 +238,9 @@ impl Job<'_> {
     /// Output channels `o0..o0 + R` of the group over the task's pixels.
     ///
     /// # Safety
-    /// The CPU has `S`'s features and `S::L · 2 == NB`; `o0 + R ≤ cout_g`; the pixels
+    /// The CPU has `S`'s features and `2·S::L` divides [`NB`]; `o0 + R ≤ cout_g`; the pixels
     /// `p0..p1` are this task's, `full_end` ends its whole blocks, and when `full_end < p1`
-    /// `tail` holds the `[k][NB]` zero-padded leftover pixels.
+    /// `tail` holds the `[k][2·S::L]` zero-padded leftover pixels.
     #[inline(always)]
     unsafe fn rows<S: Lanes, const R: usize, const MODE: u8>(&self, b: &Rows<S>, tail: &[f32]) {
         let g = self.geom;
@@ -227,36 +254,37 @@ impl Job<'_> {
         let [yn, yc, _, _] = g.y_strides;
         let ybase = b.img * yn + o * yc;
         let xc = g.x_strides[1];
+        let nb = 2 * S::L;
         let mut p = b.p0;
         while p < b.full_end {
-            // SAFETY: pixels p..p + NB of rows xbase + i·xc (i < k) lie inside the input
-            // (`validate` checked the planes' extent, p + NB ≤ pixels); the CPU has S's features.
+            // SAFETY: pixels p..p + nb of rows xbase + i·xc (i < k) lie inside the input
+            // (`validate` checked the planes' extent, p + nb ≤ pixels); the CPU has S's features.
             let acc = unsafe { tile::<S, R>(self.x.as_ptr().add(b.xbase + p), xc, wrow, k, &bias) };
-            // SAFETY: output rows o..o + R, pixels p..p + NB: inside the output (validated) and
+            // SAFETY: output rows o..o + R, pixels p..p + nb: inside the output (validated) and
             // this task's.
             unsafe {
                 if MODE == GENERAL {
-                    self.finish::<S, R>(&b.fin, acc, ybase + p, yc, NB);
+                    self.finish::<S, R>(&b.fin, acc, ybase + p, yc, nb);
                 } else {
                     self.finish_block::<S, R, MODE>(b, acc, ybase + p, yc);
                 }
             }
-            p += NB;
+            p += nb;
         }
         if b.full_end < b.p1 {
-            // SAFETY: `tail` holds k rows of NB values (the caller's contract).
-            let acc = unsafe { tile::<S, R>(tail.as_ptr(), NB, wrow, k, &bias) };
+            // SAFETY: `tail` holds k rows of nb values (the caller's contract).
+            let acc = unsafe { tile::<S, R>(tail.as_ptr(), nb, wrow, k, &bias) };
             // SAFETY: as above, for the p1 − full_end leftover pixels.
             unsafe { self.finish::<S, R>(&b.fin, acc, ybase + b.full_end, yc, b.p1 - b.full_end) };
         }
     }
 
-    /// [`Job::finish`] of a whole block ([`NB`] pixels per row) in one of the fixed modes
+    /// [`Job::finish`] of a whole block (`2·S::L` pixels per row) in one of the fixed modes
     /// ([`PLAIN`], [`CLAMP`], [`RESIDUAL`]): straight-line code on the accumulators in
     /// registers, with no test of the epilogue per vector.
     ///
     /// # Safety
-    /// The CPU has `S`'s features; elements `at + r·yc + j` (r < R, j < NB) lie inside the output
+    /// The CPU has `S`'s features; elements `at + r·yc + j` (r < R, j < 2·S::L) lie inside the output
     /// (and the residual, laid out like it) and belong to this task.
     // Indexing (not iterators over `acc`, which copied it to the stack) keeps the accumulators in
     // registers.
@@ -294,7 +322,7 @@ impl Job<'_> {
     /// output element `at`) and stores the first `n` pixels of each row.
     ///
     /// # Safety
-    /// The CPU has `S`'s features; elements `at + r·yc + j` (r < R, j < n ≤ NB) lie inside the
+    /// The CPU has `S`'s features; elements `at + r·yc + j` (r < R, j < n ≤ 2·S::L) lie inside the
     /// output (and the residual, which is laid out like it) and belong to this task.
     #[inline(always)]
     unsafe fn finish<S: Lanes, const R: usize>(
@@ -386,11 +414,11 @@ const CLAMP: u8 = 2;
 /// Whole blocks finished with the residual only.
 const RESIDUAL: u8 = 3;
 
-/// `bias[r] + Σ_i w[r·k + i]·x[i·xc ..][..NB]` for the `R` rows, in registers.
+/// `bias[r] + Σ_i w[r·k + i]·x[i·xc ..][..2·S::L]` for the `R` rows, in registers.
 ///
 /// # Safety
-/// The CPU has `S`'s features, `S::L · 2 == NB`, and `x` is valid for reads at `i·xc + j` for
-/// `i < k`, `j < NB`; `w` holds `R·k` values.
+/// The CPU has `S`'s features, and `x` is valid for reads at `i·xc + j` for `i < k`,
+/// `j < 2·S::L`; `w` holds `R·k` values.
 #[inline(always)]
 unsafe fn tile<S: Lanes, const R: usize>(
     x: *const f32,
@@ -588,7 +616,8 @@ mod tests {
     fn qualifies_only_dense_pixels_and_small_k() {
         let g = geom(1, 16, 32, [4, 4], 1);
         assert!(qualifies(&g, 1, 1));
-        assert!(!qualifies(&geom(1, MAX_K + 1, 4, [4, 4], 1), 1, 1));
+        assert!(qualifies(&geom(1, MAX_K + 1, 4, [16, 16], 1), 1, 1));
+        assert!(!qualifies(&geom(1, MAX_K + 1, 4, [16, 17], 1), 1, 1));
         assert!(!qualifies(&g, 16, 1));
         assert!(!qualifies(&g, 1, 32));
         assert!(!qualifies(&geom(1, 0, 4, [4, 4], 1), 1, 1));
