@@ -93,7 +93,13 @@ fn depthwise_on(
         && geom.kernel_hw == [3, 3]
         && geom.x_strides[3] == 1
         && !geom.in_hw.contains(&0);
-    let job = Job { geom, x, w, epi, out, lay: Phases::of(geom), s1, s2 };
+    let s1k3 = !channels_inner
+        && geom.stride == [1, 1]
+        && geom.dilation == [1, 1]
+        && geom.kernel_hw == [3, 3]
+        && geom.pad == [1, 1]
+        && geom.x_strides[3] == 1;
+    let job = Job { geom, x, w, epi, out, lay: Phases::of(geom), s1, s1k3, s2 };
     // Planes at most 8 wide fill AVX2 vectors better than AVX-512 ones.
     let isa = match isa.checked() {
         FusedIsa::Avx512 if !channels_inner && ow <= 8 => FusedIsa::Avx2,
@@ -102,7 +108,7 @@ fn depthwise_on(
     // Phases far larger than the input and output planes (dilations reaching far into the
     // padding): the plane is computed by a plain loop instead.
     let planes = geom.in_hw[0] * geom.in_hw[1] + oh * ow;
-    if !channels_inner && !s1 && !s2 && job.lay.len().is_none_or(|l| l > 4 * planes + 4096) {
+    if !channels_inner && !s1 && !s1k3 && !s2 && job.lay.len().is_none_or(|l| l > 4 * planes + 4096) {
         for_units(parallel, geom.batch * c, 1, || (), |_, u| job.plane_direct(u / c, u % c));
         return;
     }
@@ -202,6 +208,9 @@ struct Job<'a> {
     /// dilation 1, dense input rows, at most [`S1_MAX_KH`] kernel rows and [`S1_MAX_OW`] output
     /// columns.
     s1: bool,
+    /// Whether planes take the 3×3 stride-1 path ([`Job::plane_s1_3x3`]): channels-first, 3×3
+    /// kernel, stride and dilation 1, low padding 1, dense input rows, any width.
+    s1k3: bool,
     /// Whether planes read the input directly through the stride-2 path ([`Job::plane_s2`]):
     /// channels-first, 3×3 kernel, stride 2, dilation 1, dense input rows, a non-empty input.
     s2: bool,
@@ -381,6 +390,10 @@ impl Job<'_> {
     /// The CPU has `S`'s features.
     #[inline(always)]
     unsafe fn plane_on<const ISA: u8, S: Lanes>(&self, img: usize, ch: usize, scratch: &mut Scratch) {
+        if self.s1k3 {
+            // SAFETY: the caller's contract (features); `s1k3` was set for this geometry.
+            return unsafe { self.plane_s1_3x3::<S>(img, ch) };
+        }
         if self.s1 {
             // SAFETY: the caller's contract (features); `s1` was set for this geometry.
             return unsafe { self.plane_s1::<S>(img, ch, scratch) };
@@ -518,6 +531,92 @@ impl Job<'_> {
                 // SAFETY: the stored rows (ns > 0) are rows oy0 + r < oh of this unit's plane,
                 // n ≤ S::L columns from ox0 < ow; the caller's contract (features).
                 unsafe { self.store_block(&fin, acc, &at, &ns.map(|v| v * n)) };
+            }
+        }
+    }
+
+    /// [`Job::plane_on`] for a 3×3 kernel with stride and dilation 1 and low padding 1 (MobileNet's
+    /// depthwise layers) over dense input rows, without the padded copy: register blocks of [`N`]
+    /// output rows × one vector of columns. Each input row under a block is loaded once, as three
+    /// vectors (its columns under kernel columns 0, 1, 2: masked to the lanes inside the row),
+    /// and feeds the up to three rows of the block that read it: `(N + 2)·3` loads for `9·N`
+    /// multiply-adds in N independent chains. Input rows outside the plane are skipped.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; `self.s1k3` holds.
+    #[inline(always)]
+    unsafe fn plane_s1_3x3<S: Lanes>(&self, img: usize, ch: usize) {
+        let g = self.geom;
+        let ([oh, ow], [ih, iw], c) = (g.out_hw, g.in_hw, g.out_channels);
+        let [sn, sc, sh, _] = g.x_strides;
+        let plane = self.x[img * sn + ch * sc..].as_ptr();
+        // Vectors are made in this body, not in closures (which do not inherit its target
+        // features, so the intrinsics would not be inlined).
+        // SAFETY: the CPU has S's features (the caller's contract).
+        let bias = unsafe { S::splat(self.epi.bias.map_or(0.0, |b| b[ch])) };
+        let mut k = [bias; 9];
+        for (t, kv) in k.iter_mut().enumerate() {
+            // SAFETY: as above.
+            *kv = unsafe { S::splat(self.w[t * c + ch]) };
+        }
+        // SAFETY: as above.
+        let fin = unsafe { Finish::<S>::of(self.epi) };
+        let [yn, yc, yh, yw] = g.y_strides;
+        let base = img * yn + ch * yc;
+        // Blocks in row order, so that the input is read row after row (as the prefetchers like).
+        for oy0 in (0..oh).step_by(N) {
+            for ox0 in (0..ow).step_by(S::L) {
+                let n = S::L.min(ow - ox0);
+                // Kernel column tx reads input columns ox0 + tx − 1 ..: the lanes lo..hi inside
+                // the row.
+                let lanes: [(usize, usize); 3] = std::array::from_fn(|tx| {
+                    let start = (ox0 + tx) as isize - 1;
+                    let lo = start.min(0).unsigned_abs().min(S::L);
+                    (lo, (iw as isize - start).clamp(lo as isize, S::L as isize) as usize)
+                });
+                let full = lanes.iter().all(|&(lo, hi)| lo == 0 && hi == S::L);
+                let [(l0, h0), (l1, h1), (l2, h2)] = lanes;
+                // SAFETY: the CPU has S's features (the caller's contract).
+                let masks = unsafe { [S::mask(l0, h0), S::mask(l1, h1), S::mask(l2, h2)] };
+                let mut acc = [bias; N];
+                // Block row r (output row oy0 + r) reads input rows oy0 + r − 1 + ty: input row
+                // oy0 + t − 1 serves block rows t − ty.
+                for t in 0..N + 2 {
+                    let Some(iy) = (oy0 + t).checked_sub(1).filter(|&r| r < ih) else { continue };
+                    // Column ox0 − 1 of row iy (before the row when ox0 = 0: lane 0 is then masked).
+                    // SAFETY: `validate` checked the plane's extent: row iy < ih starts inside `x`;
+                    // the pointer is only read at lanes inside the row (`masks`, or all of them when
+                    // `full`).
+                    let row = unsafe { plane.add(iy * sh) }.wrapping_add(ox0).wrapping_sub(1);
+                    // SAFETY: as above; the features are the caller's.
+                    let v: [S; 3] = unsafe {
+                        if full {
+                            [S::load(row), S::load(row.wrapping_add(1)), S::load(row.wrapping_add(2))]
+                        } else {
+                            [
+                                S::load_masked(row, masks[0]),
+                                S::load_masked(row.wrapping_add(1), masks[1]),
+                                S::load_masked(row.wrapping_add(2), masks[2]),
+                            ]
+                        }
+                    };
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        if (r..r + 3).contains(&t) {
+                            let ty = t - r;
+                            // SAFETY: the features are the caller's.
+                            unsafe {
+                                *a = v[0].fmadd(k[3 * ty], *a);
+                                *a = v[1].fmadd(k[3 * ty + 1], *a);
+                                *a = v[2].fmadd(k[3 * ty + 2], *a);
+                            }
+                        }
+                    }
+                }
+                let ns: [usize; N] = std::array::from_fn(|r| if oy0 + r < oh { n } else { 0 });
+                let at = std::array::from_fn(|r| base + (oy0 + r).min(oh - 1) * yh + ox0 * yw);
+                // SAFETY: the stored rows (ns > 0) are rows oy0 + r < oh of this unit's plane, n ≤
+                // S::L columns from ox0 < ow; the caller's contract (features).
+                unsafe { self.store_block(&fin, acc, &at, &ns) };
             }
         }
     }
@@ -1512,6 +1611,12 @@ mod tests {
                 geom(1, 33, [14, 14], [3, 3], [[1, 1], [1, 1], [1, 1], [1, 1]], (xl, yl)),
                 geom(3, 5, [7, 7], [3, 3], [[1, 1], [1, 1], [1, 1], [1, 1]], (xl, yl)),
                 geom(1, 3, [40, 37], [3, 3], [[2, 2], [1, 1], [0, 0], [1, 1]], (xl, yl)),
+                // 3x3 stride 1 padding 1 at every width class (one partial vector, one and a bit,
+                // several), heights not a multiple of the block, high padding 0 and 2.
+                geom(1, 3, [11, 20], [3, 3], [[1, 1], [1, 1], [1, 1], [1, 1]], (xl, yl)),
+                geom(2, 2, [17, 57], [3, 3], [[1, 1], [1, 1], [1, 1], [1, 1]], (xl, yl)),
+                geom(1, 3, [9, 33], [3, 3], [[1, 1], [1, 1], [0, 2], [1, 1]], (xl, yl)),
+                geom(1, 2, [2, 1], [3, 3], [[1, 1], [1, 1], [2, 0], [1, 1]], (xl, yl)),
                 // Stride 3, dilation, asymmetric padding, 5x5, 1x1 kernel.
                 geom(1, 4, [11, 10], [3, 2], [[3, 3], [2, 0], [0, 2], [1, 1]], (xl, yl)),
                 geom(2, 6, [9, 9], [3, 3], [[1, 2], [2, 1], [1, 2], [2, 3]], (xl, yl)),
