@@ -1332,15 +1332,33 @@ pub(super) fn gather_even(dst: &mut [f32], src: &[f32]) {
     }
 }
 
-/// [`deinterleave`] of the first 16·⌊n/16⌋ pairs (`n` ≤ the pairs the slices hold) with
-/// two-source permutes; returns how many.
+/// [`deinterleave`] of the first `n` pairs (`n` ≤ the pairs the slices hold) with two-source
+/// permutes, the last fewer than 16 through masked loads and stores (stride-2 im2col runs are
+/// often one 14- or 28-wide output row); returns `n`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn deinterleave_avx512<const ODD: bool>(src: &[f32], even: &mut [f32], odd: &mut [f32], n: usize) -> usize {
     use std::arch::x86_64::*;
     let ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     let io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
-    let n = n / 16 * 16;
+    let full = n / 16 * 16;
+    let r = n - full;
+    if r > 0 {
+        // Pairs full..n: source values 2·full .. 2·n (inside `src`: n pairs are whole there).
+        let s = &src[2 * full..][..2 * r];
+        let mask = |lanes: usize| ((1u32 << lanes.min(16)) - 1) as u16;
+        // SAFETY: the masked loads read the 2r values of `s` only, the masked stores write r
+        // values from `even[full]` (and `odd[full]`), which hold n ≥ full + r.
+        unsafe {
+            let a = _mm512_maskz_loadu_ps(mask(2 * r), s.as_ptr());
+            let b = _mm512_maskz_loadu_ps(mask((2 * r).saturating_sub(16)), s.as_ptr().wrapping_add(16));
+            _mm512_mask_storeu_ps(even[full..n].as_mut_ptr(), mask(r), _mm512_permutex2var_ps(a, ie, b));
+            if ODD {
+                _mm512_mask_storeu_ps(odd[full..n].as_mut_ptr(), mask(r), _mm512_permutex2var_ps(a, io, b));
+            }
+        }
+    }
+    let n = full;
     for j in (0..n).step_by(16) {
         let s = &src[2 * j..][..32];
         // SAFETY: `s` holds 32 values; `even` (and `odd` when ODD) hold n ≥ j + 16.
@@ -1352,7 +1370,7 @@ fn deinterleave_avx512<const ODD: bool>(src: &[f32], even: &mut [f32], odd: &mut
             }
         }
     }
-    n
+    full + r
 }
 
 /// [`deinterleave`] of the first 8·⌊n/8⌋ pairs with in-lane shuffles and a lane permute;
