@@ -1373,13 +1373,40 @@ fn deinterleave_avx512<const ODD: bool>(src: &[f32], even: &mut [f32], odd: &mut
     full + r
 }
 
-/// [`deinterleave`] of the first 8·⌊n/8⌋ pairs with in-lane shuffles and a lane permute;
-/// returns how many.
+/// [`deinterleave`] of the first `n` pairs with in-lane shuffles and a lane permute, the last
+/// fewer than 8 through masked loads and stores; returns `n`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn deinterleave_avx2<const ODD: bool>(src: &[f32], even: &mut [f32], odd: &mut [f32], n: usize) -> usize {
     use std::arch::x86_64::*;
-    let n = n / 8 * 8;
+    let full = n / 8 * 8;
+    let r = n - full;
+    if r > 0 {
+        // As on AVX-512: the last fewer than 8 pairs through masked loads and stores.
+        let s = &src[2 * full..][..2 * r];
+        // Lane j is set when j < lanes.
+        let mask = |lanes: usize| {
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes.min(8) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+        };
+        // SAFETY: the masked loads read the 2r values of `s` only, the masked stores write r
+        // values from `even[full]` (and `odd[full]`), which hold n ≥ full + r.
+        unsafe {
+            let a = _mm256_maskload_ps(s.as_ptr(), mask(2 * r));
+            let b = _mm256_maskload_ps(s.as_ptr().wrapping_add(8), mask((2 * r).saturating_sub(8)));
+            let ev = _mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b));
+            let ev = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(ev));
+            _mm256_maskstore_ps(even[full..n].as_mut_ptr(), mask(r), ev);
+            if ODD {
+                let od = _mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b));
+                _mm256_maskstore_ps(
+                    odd[full..n].as_mut_ptr(),
+                    mask(r),
+                    _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(od)),
+                );
+            }
+        }
+    }
+    let n = full;
     for j in (0..n).step_by(8) {
         let s = &src[2 * j..][..16];
         // SAFETY: `s` holds 16 values; `even` (and `odd` when ODD) hold n ≥ j + 8.
@@ -1394,7 +1421,7 @@ fn deinterleave_avx2<const ODD: bool>(src: &[f32], even: &mut [f32], odd: &mut [
             }
         }
     }
-    n
+    full + r
 }
 
 #[cfg(test)]
