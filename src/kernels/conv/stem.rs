@@ -17,8 +17,8 @@
 //!
 //! The tile kernels are compiled for AVX-512F (2 × 16 columns × 12 channels), AVX2+FMA
 //! (2 × 8 columns × 6 channels) and portably (the AVX2 shape in plain arrays), selected at run
-//! time ([`FusedIsa`]). On AVX2 (and on AVX-512 for windows of at most 32 taps), outputs with
-//! contiguous rows and an epilogue of bias, ReLU and clamp only (MobileNet's ReLU6 stem) take a
+//! time ([`FusedIsa`]). On AVX2 (and on AVX-512 for windows of at most 32 taps with a ReLU or
+//! clamp), outputs with contiguous rows and an epilogue of bias, ReLU and clamp only (MobileNet's ReLU6 stem) take a
 //! fused kernel instead: tiles of up to 2 × 8 columns
 //! × 4 channels (8 accumulators; a 3 × 8 × 4 tile spilled one to the stack and was slower) whose
 //! accumulators start at the bias and get the ReLU and clamp in registers before they are stored
@@ -217,7 +217,8 @@ struct Job<'a> {
 }
 
 /// Whether the fused AVX2 kernel takes `geom` with `epi` on `isa` (already checked): the AVX2
-/// body (or the AVX-512 one for windows of at most 32 taps), contiguous output rows, no residual, no activation other than ReLU, clamp bounds that
+/// body (or the AVX-512 one for windows of at most 32 taps with a ReLU or clamp), contiguous
+/// output rows, no residual, no activation other than ReLU, clamp bounds that
 /// are not NaN. Returns the ReLU and the clamp.
 fn fused_epilogue(isa: FusedIsa, geom: &ConvGeom, epi: &ConvEpilogue<'_>) -> Option<(bool, Option<(f32, f32)>)> {
     let relu = match epi.activation {
@@ -226,11 +227,13 @@ fn fused_epilogue(isa: FusedIsa, geom: &ConvGeom, epi: &ConvEpilogue<'_>) -> Opt
         _ => return None,
     };
     let plain_clamp = epi.clamp.is_none_or(|(lo, hi)| !lo.is_nan() && !hi.is_nan());
-    // On AVX-512 only for short windows (MobileNet's 3×3×3: its row is bound by the output's
-    // memory traffic, not the FMA rate, and the general tile's epilogue pass over the stored
-    // values cost more than the narrower vectors: 8×3×224² → 32, ReLU6, in MobileNetV2 on one
-    // Zen 5 core, 3.87–3.94 → 3.39–3.49 ms); ResNet's 7×7×3 keeps the 16-lane tiles.
-    let isa_ok = isa == FusedIsa::Avx2 || (isa == FusedIsa::Avx512 && geom.in_channels * geom.taps() <= 32);
+    // On AVX-512 only for short windows with an activation or clamp to apply (MobileNet's 3×3×3
+    // ReLU6: its row is bound by the output's memory traffic, not the FMA rate, and the general
+    // tile's epilogue pass over the stored values cost more than the narrower vectors: 8×3×224²
+    // → 32 in MobileNetV2 on one Zen 5 core, 3.87–3.94 → 3.39–3.49 ms; without an epilogue the
+    // 16-lane tiles stay faster: 1.79 against 2.18–2.24 ms alone). ResNet's 7×7×3 keeps the tiles.
+    let short = geom.in_channels * geom.taps() <= 32 && (relu || epi.clamp.is_some());
+    let isa_ok = isa == FusedIsa::Avx2 || (isa == FusedIsa::Avx512 && short);
     let ok = isa_ok && geom.y_strides[3] == 1 && epi.residual.is_none() && plain_clamp;
     ok.then_some((relu, epi.clamp))
 }
