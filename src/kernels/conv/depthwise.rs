@@ -16,10 +16,13 @@
 //! de-interleave of each input row. Any stride, dilation and padding take the same path, except
 //! narrow stride-1 planes (MobileNet's 7-, 14-, 28-wide ones), which skip the copy: a register
 //! block is N output rows × one vector, each tap reads its input row in place (a row of zeros in
-//! the vertical padding) with masked loads for the lanes in the horizontal padding. 3×3 stride-2
-//! planes (dilation 1, dense rows) skip the copy too ([`Job::plane_s2`]): one vector of output
-//! columns down the plane, each input row loaded in place and split into its even and odd
-//! columns in registers.
+//! the vertical padding) with masked loads for the lanes in the horizontal padding. 3×3
+//! stride-1 planes with padding 1 (MobileNet's), of any width, take a path of their own
+//! ([`Job::plane_s1_3x3`]): blocks of N output rows × one vector in row order, each input row
+//! under the block loaded once as three shifted vectors that feed the block rows reading it.
+//! 3×3 stride-2 planes (dilation 1, dense rows) skip the copy too ([`Job::plane_s2`]): one
+//! vector of output columns down the plane, each input row loaded in place and split into its
+//! even and odd columns in registers.
 //!
 //! Channels innermost (NHWC): one task per (image, output row), accumulated in an `[ow][c]` row
 //! vectorised along the channels, each tap over the output columns whose input column is inside.
