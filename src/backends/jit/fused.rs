@@ -373,14 +373,17 @@ fn write_output(
         return Err(Error::invalid(name, format!("result buffer of {} bytes for {shape}", data.len())));
     }
     let data = Arc::make_mut(data);
+    // The f32 values in the GEMM's per-thread scratch pool (as the GEMM's own half output):
+    // no allocation once warm; `f` overwrites every value.
     fn rounded<H: HalfFloat>(
         y: &mut [H],
         pool: Option<&rayon::ThreadPool>,
         f: impl FnOnce(&mut [f32]) -> Result<()>,
     ) -> Result<()> {
-        let mut v = vec![0f32; y.len()];
-        f(&mut v)?;
-        on_pool(pool, |par| H::round(&v, y, par));
+        let mut scratch = crate::kernels::gemm::Scratch::new();
+        let v = scratch.get(y.len());
+        f(v)?;
+        on_pool(pool, |par| H::round(v, y, par));
         Ok(())
     }
     match shape.dtype {

@@ -295,18 +295,6 @@ impl ConvFilter {
             let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at).laid_out_for(geom);
             return Ok(ConvFilter { geom_key: key, kind: FilterKind::Stem(f), pointwise: false, small_k: false });
         }
-        let k = geom.depth();
-        let mut packed = Vec::with_capacity(geom.groups);
-        let mut mat = vec![0.0f32; k * cout_g];
-        for g in 0..geom.groups {
-            for (row, r) in mat.chunks_exact_mut(cout_g.max(1)).enumerate().take(k) {
-                let (i, y, x) = k_index(geom, row);
-                for (o, v) in r.iter_mut().enumerate() {
-                    *v = at(g * cout_g + o, i, y, x);
-                }
-            }
-            packed.push(PackedB::new(k, cout_g, MatRef::row_major(&mat, cout_g))?);
-        }
         let mut plain = Vec::new();
         if kh * kw == 1 && !geom.channels_last() {
             plain.reserve(geom.out_channels * cin_g);
@@ -316,9 +304,20 @@ impl ConvFilter {
         }
         let pw = Pointwise::of(geom);
         let small_k = !plain.is_empty() && pw.as_ref().is_some_and(|p| smallk::qualifies(geom, p.x_pixel, p.y_pixel));
-        if small_k {
-            // The direct kernel reads the plain weights only (`pointwise`): no packed copy kept.
-            packed.clear();
+        // The direct 1×1 kernel reads the plain weights only (`pointwise`): nothing is packed for
+        // the GEMM then.
+        let k = geom.depth();
+        let groups = if small_k { 0 } else { geom.groups };
+        let mut packed = Vec::with_capacity(groups);
+        let mut mat = vec![0.0f32; if small_k { 0 } else { k * cout_g }];
+        for g in 0..groups {
+            for (row, r) in mat.chunks_exact_mut(cout_g.max(1)).enumerate().take(k) {
+                let (i, y, x) = k_index(geom, row);
+                for (o, v) in r.iter_mut().enumerate() {
+                    *v = at(g * cout_g + o, i, y, x);
+                }
+            }
+            packed.push(PackedB::new(k, cout_g, MatRef::row_major(&mat, cout_g))?);
         }
         Ok(ConvFilter { geom_key: key, kind: FilterKind::Gemm(packed, plain), pointwise: pw.is_some(), small_k })
     }
