@@ -1,0 +1,372 @@
+//! The channel-blocked path of the depthwise convolution: channels-first planes whose rows are
+//! too short or too strided to fill vectors are transposed, `L` channels at a time, into a
+//! zero-padded `[row][column][L]` scratch, convolved there with the channels as the vector lanes
+//! (every lane useful whatever the plane's width, stride or dilation), and transposed back.
+//!
+//! One unit is one (image, block of `L` channels). Its scratch holds the block's weights as
+//! `[tap][L]`, the padded input and the output block as `[pixel][L]`. A register block is [`R`]
+//! output columns of one row: each tap loads one weight vector and one input vector per column.
+//! The bias starts the accumulators; ReLU and a clamp are applied in registers before the
+//! output block is stored, a residual or another activation after the transpose back (as the
+//! plane path's spill). Both transposes are `L × L` register transposes ([`Transpose`]) over runs
+//! of pixels: the whole plane when it is dense, else row by row.
+
+use super::{Finish, Job, Lanes, Portable, Scratch};
+
+/// Output columns per register block (independent accumulator chains).
+const R: usize = 8;
+
+/// Vectors that can be transposed as an `L × L` matrix in registers.
+///
+/// Safety of every method: the CPU has the type's features.
+pub(super) trait Transpose: Lanes {
+    /// Transposes the matrix whose row `i` is `v[i]` (`v.len() == L`): afterwards lane `j` of
+    /// `v[i]` is what lane `i` of `v[j]` was.
+    unsafe fn transpose(v: &mut [Self]);
+}
+
+impl Transpose for Portable {
+    #[inline(always)]
+    unsafe fn transpose(v: &mut [Self]) {
+        for i in 0..8 {
+            for j in i + 1..8 {
+                let t = v[i].0[j];
+                v[i].0[j] = v[j].0[i];
+                v[j].0[i] = t;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Transpose for std::arch::x86_64::__m256 {
+    #[inline(always)]
+    unsafe fn transpose(v: &mut [Self]) {
+        use std::arch::x86_64::*;
+        let v: &mut [__m256; 8] = v.try_into().expect("8 rows");
+        // SAFETY: the caller's contract: AVX2 is there (the shuffles are AVX).
+        unsafe {
+            // Pairs of rows interleaved: t[2i] holds (r0 r1) columns 0 1 | 4 5, t[2i + 1] 2 3 | 6 7.
+            let mut t = [_mm256_setzero_ps(); 8];
+            for i in 0..4 {
+                t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+                t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+            }
+            // Four rows per 128-bit half: u[4g + k] holds rows 4g..4g+4 of columns k | k + 4.
+            let mut u = [_mm256_setzero_ps(); 8];
+            for g in 0..2 {
+                let (a, b, c, d) = (t[4 * g], t[4 * g + 2], t[4 * g + 1], t[4 * g + 3]);
+                let (a, b) = (_mm256_castps_pd(a), _mm256_castps_pd(b));
+                let (c, d) = (_mm256_castps_pd(c), _mm256_castps_pd(d));
+                u[4 * g] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, b));
+                u[4 * g + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, b));
+                u[4 * g + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(c, d));
+                u[4 * g + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(c, d));
+            }
+            // The two halves of each column joined.
+            for k in 0..4 {
+                v[k] = _mm256_permute2f128_ps::<0x20>(u[k], u[4 + k]);
+                v[k + 4] = _mm256_permute2f128_ps::<0x31>(u[k], u[4 + k]);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Transpose for std::arch::x86_64::__m512 {
+    #[inline(always)]
+    unsafe fn transpose(v: &mut [Self]) {
+        use std::arch::x86_64::*;
+        let v: &mut [__m512; 16] = v.try_into().expect("16 rows");
+        // SAFETY: the caller's contract: AVX-512F is there.
+        unsafe {
+            // Pairs of rows interleaved per 128-bit lane.
+            let mut t = [_mm512_setzero_ps(); 16];
+            for i in 0..8 {
+                t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+            }
+            // Four rows per 128-bit lane: u[4g + k] holds rows 4g..4g+4 of columns k, k + 4,
+            // k + 8 and k + 12 in its four lanes.
+            let mut u = [_mm512_setzero_ps(); 16];
+            for g in 0..4 {
+                let (a, b, c, d) = (t[4 * g], t[4 * g + 2], t[4 * g + 1], t[4 * g + 3]);
+                u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+                u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+                u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c), _mm512_castps_pd(d)));
+                u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c), _mm512_castps_pd(d)));
+            }
+            // The 128-bit lanes of the four row groups gathered per column.
+            for k in 0..4 {
+                let lo01 = _mm512_shuffle_f32x4::<0x44>(u[k], u[4 + k]);
+                let hi01 = _mm512_shuffle_f32x4::<0xEE>(u[k], u[4 + k]);
+                let lo23 = _mm512_shuffle_f32x4::<0x44>(u[8 + k], u[12 + k]);
+                let hi23 = _mm512_shuffle_f32x4::<0xEE>(u[8 + k], u[12 + k]);
+                v[k] = _mm512_shuffle_f32x4::<0x88>(lo01, lo23);
+                v[k + 4] = _mm512_shuffle_f32x4::<0xDD>(lo01, lo23);
+                v[k + 8] = _mm512_shuffle_f32x4::<0x88>(hi01, hi23);
+                v[k + 12] = _mm512_shuffle_f32x4::<0xDD>(hi01, hi23);
+            }
+        }
+    }
+}
+
+/// Rows and columns of the padded input a unit reads: the window's reach from the first to the
+/// last output.
+pub(super) fn extent(g: &crate::kernels::conv::ConvGeom) -> Option<(usize, usize)> {
+    let reach = |a: usize| -> Option<usize> {
+        let last = g.out_hw[a].checked_sub(1)?.checked_mul(g.stride[a])?;
+        last.checked_add(g.kernel_hw[a].checked_sub(1)?.checked_mul(g.dilation[a])?)?.checked_add(1)
+    };
+    Some((reach(0)?, reach(1)?))
+}
+
+/// A run of pixels of a plane: `n` pixels from row `row`, column `col` of the plane, which
+/// continue on the next row after `wrap` columns, at element `at` of the plane.
+#[derive(Clone, Copy)]
+struct Run {
+    at: usize,
+    n: usize,
+    row: usize,
+    col: usize,
+    wrap: usize,
+}
+
+impl Job<'_> {
+    /// Units of the blocked path for `l`-lane vectors: (image, channel block) pairs.
+    pub(super) fn blocks(&self, l: usize) -> usize {
+        self.geom.out_channels.div_ceil(l)
+    }
+
+    /// Channel block `cb` of image `img` on the vectors `S` (see the module doc).
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; `self.blocked` holds (channels-first input and output with
+    /// dense rows, an [`extent`]).
+    #[inline(always)]
+    pub(super) unsafe fn plane_block<S: Transpose>(&self, img: usize, cb: usize, scratch: &mut Scratch) {
+        let g = self.geom;
+        let l = S::L;
+        let c = g.out_channels;
+        let c0 = cb * l;
+        let cn = l.min(c - c0);
+        let ([ih, iw], [oh, ow], [kh, kw]) = (g.in_hw, g.out_hw, g.kernel_hw);
+        let ([sy, sx], [dy, dx], [pt, pl]) = (g.stride, g.dilation, g.pad);
+        if oh == 0 || ow == 0 {
+            return;
+        }
+        let (ph, pw) = extent(g).expect("checked by `depthwise_on`");
+        let taps = kh * kw;
+        // Weights, padded input, output block (plus one transpose's worth of slack: the last
+        // run's final transpose loads L pixel vectors).
+        let (wlen, ilen, olen) = (taps * l, ph * pw * l, (oh * ow + l) * l);
+        // Each part starts on a cache line (64 bytes = 16 values; the parts are multiples of L
+        // values): a vector load across two lines would cost two.
+        if scratch.buf.len() < wlen + ilen + olen + 16 {
+            scratch.buf.resize(wlen + ilen + olen + 16, 0.0);
+        }
+        let skew = scratch.buf.as_ptr().align_offset(64).min(16);
+        let (wb, rest) = scratch.buf[skew..].split_at_mut(wlen);
+        let (ib, ob) = rest.split_at_mut(ilen);
+        for t in 0..taps {
+            for j in 0..l {
+                wb[t * l + j] = if j < cn { self.w[t * c + c0 + j] } else { 0.0 };
+            }
+        }
+        // The padding of the input block (its interior is overwritten below).
+        let rows_in = ih.min(ph.saturating_sub(pt));
+        let cols_in = iw.min(pw.saturating_sub(pl));
+        let top = pt.min(ph);
+        ib[..top * pw * l].fill(0.0);
+        ib[(top + rows_in) * pw * l..].fill(0.0);
+        let left = pl.min(pw);
+        for r in top..top + rows_in {
+            let row = &mut ib[r * pw * l..(r + 1) * pw * l];
+            row[..left * l].fill(0.0);
+            row[(left + cols_in) * l..].fill(0.0);
+        }
+        // The input planes into the block.
+        let [sn, sc, sh, _] = g.x_strides;
+        let xp = self.x[img * sn + c0 * sc..].as_ptr();
+        if rows_in > 0 && cols_in > 0 {
+            if sh == iw && cols_in == iw {
+                let run = Run { at: 0, n: rows_in * iw, row: 0, col: 0, wrap: iw };
+                // SAFETY: the caller's contract; `validate` checked the planes' extent (rows
+                // `rows_in ≤ ih` of dense rows of `iw`), the block holds (pt + row, pl + col)
+                // for every row < rows_in and column < cols_in.
+                unsafe { self.block_in::<S>(xp, sc, cn, run, ib, [pt, pl, pw, cols_in]) };
+            } else {
+                for iy in 0..rows_in {
+                    let run = Run { at: iy * sh, n: cols_in, row: iy, col: 0, wrap: usize::MAX };
+                    // SAFETY: as above, one row at a time.
+                    unsafe { self.block_in::<S>(xp, sc, cn, run, ib, [pt, pl, pw, cols_in]) };
+                }
+            }
+        }
+        // SAFETY: the CPU has S's features (the caller's contract).
+        let fin = unsafe { Finish::<S>::of(self.epi) };
+        // SAFETY: as above; the bias holds `c` values, lanes c0..c0 + cn of it are read.
+        let bias = unsafe {
+            match self.epi.bias {
+                Some(b) => S::load_masked(b[c0..].as_ptr(), S::mask(0, cn)),
+                None => S::splat(0.0),
+            }
+        };
+        let (ibp, wbp, obp) = (ib.as_ptr(), wb.as_ptr(), ob.as_mut_ptr());
+        for oy in 0..oh {
+            for ox0 in (0..ow).step_by(R) {
+                let nr = R.min(ow - ox0);
+                // Columns past the row's end repeat its last one (computed, not stored).
+                let cols: [usize; R] = std::array::from_fn(|r| (ox0 + r).min(ow - 1) * sx * l);
+                let mut acc = [bias; R];
+                for ty in 0..kh {
+                    let row = (oy * sy + ty * dy) * pw * l;
+                    for tx in 0..kw {
+                        // SAFETY: row oy·sy + ty·dy < ph and column ox·sx + tx·dx < pw for every
+                        // output (oy, ox) and tap (`extent`); the weights hold taps × L values.
+                        unsafe {
+                            let wv = S::load(wbp.add((ty * kw + tx) * l));
+                            let q = ibp.add(row + tx * dx * l);
+                            for r in 0..R {
+                                acc[r] = S::load(q.add(cols[r])).fmadd(wv, acc[r]);
+                            }
+                        }
+                    }
+                }
+                if let Finish::Registers { relu, clamp } = &fin {
+                    for a in &mut acc {
+                        // SAFETY: the CPU has S's features.
+                        unsafe {
+                            if *relu {
+                                *a = a.relu();
+                            }
+                            if let Some((lo, hi, zlo, zhi)) = *clamp {
+                                *a = a.clamp(lo, hi, zlo, zhi);
+                            }
+                        }
+                    }
+                }
+                for (r, a) in acc.iter().enumerate().take(nr) {
+                    // SAFETY: pixel oy·ow + ox0 + r < oh·ow of the output block.
+                    unsafe { a.store(obp.add((oy * ow + ox0 + r) * l)) };
+                }
+            }
+        }
+        // The output block back into the planes.
+        let [yn, yc, yh, _] = g.y_strides;
+        let base = img * yn + c0 * yc;
+        let spill = matches!(fin, Finish::Spill);
+        if yh == ow {
+            let run = Run { at: 0, n: oh * ow, row: 0, col: 0, wrap: ow };
+            // SAFETY: the caller's contract; `validate` checked the output's extent; this unit
+            // alone writes channels c0..c0 + cn of image `img`.
+            unsafe { self.block_out::<S>(ob, base, cn, run, spill) };
+        } else {
+            for oy in 0..oh {
+                let run = Run { at: oy * yh, n: ow, row: oy, col: 0, wrap: usize::MAX };
+                // SAFETY: as above, one row at a time.
+                unsafe { self.block_out::<S>(ob, base, cn, run, spill) };
+            }
+        }
+    }
+
+    /// Transposes `run` of the `cn` planes at `xp` (channel stride `sc`) into the padded block
+    /// `ib` (`[pt, pl, pw, cols]`: its padding, row length, and the input columns it holds).
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; `run` lies inside each of the `cn` planes; pixel (row, col)
+    /// of the run with col < cols lands inside `ib`.
+    #[inline(always)]
+    unsafe fn block_in<S: Transpose>(
+        &self,
+        xp: *const f32,
+        sc: usize,
+        cn: usize,
+        run: Run,
+        ib: &mut [f32],
+        [pt, pl, pw, cols]: [usize; 4],
+    ) {
+        let l = S::L;
+        // SAFETY: the caller's contract (features).
+        let mut v = [unsafe { S::splat(0.0) }; 16];
+        let (mut row, mut col) = (run.row, run.col);
+        let mut p = 0;
+        while p < run.n {
+            let n = l.min(run.n - p);
+            // SAFETY: the caller's contract: pixels at..at + n of planes 0..cn are inside `x`
+            // (masked to the first n lanes when the run ends).
+            unsafe {
+                let m = S::mask(0, n);
+                for (j, vj) in v.iter_mut().enumerate().take(l) {
+                    let src = xp.add(j * sc + run.at + p);
+                    *vj = if j >= cn {
+                        S::splat(0.0)
+                    } else if n == l {
+                        S::load(src)
+                    } else {
+                        S::load_masked(src, m)
+                    };
+                }
+                S::transpose(&mut v[..l]);
+            }
+            for vi in v.iter().take(n) {
+                if col < cols {
+                    let at = ((row + pt) * pw + col + pl) * l;
+                    assert!(at + l <= ib.len(), "depthwise block too short");
+                    // SAFETY: checked just above.
+                    unsafe { vi.store(ib.as_mut_ptr().add(at)) };
+                }
+                col += 1;
+                if col == run.wrap {
+                    (row, col) = (row + 1, 0);
+                }
+            }
+            p += n;
+        }
+    }
+
+    /// Transposes `run` of the output block `ob` back into the `cn` output planes from element
+    /// `base` (channel stride `yc`), through the epilogue's slice functions when `spill`.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; the run's elements of the `cn` planes lie inside the output and
+    /// belong to this unit.
+    #[inline(always)]
+    unsafe fn block_out<S: Transpose>(&self, ob: &[f32], base: usize, cn: usize, run: Run, spill: bool) {
+        let l = S::L;
+        let yc = self.geom.y_strides[1];
+        let first = run.row * self.geom.out_hw[1] + run.col;
+        // SAFETY: the caller's contract (features).
+        let mut v = [unsafe { S::splat(0.0) }; 16];
+        let mut p = 0;
+        while p < run.n {
+            let n = l.min(run.n - p);
+            // The last transpose reads up to L pixels past the block's end: its slack.
+            assert!((first + p + l) * l <= ob.len(), "depthwise output block too short");
+            // SAFETY: checked just above; the CPU has S's features.
+            unsafe {
+                for (i, vi) in v.iter_mut().enumerate().take(l) {
+                    *vi = S::load(ob.as_ptr().add((first + p + i) * l));
+                }
+                S::transpose(&mut v[..l]);
+            }
+            for (j, vj) in v.iter().enumerate().take(cn) {
+                let at = base + j * yc + run.at + p;
+                if spill {
+                    let mut t = [0.0f32; 16];
+                    // SAFETY: `t` holds 16 ≥ L values.
+                    unsafe { vj.store(t.as_mut_ptr()) };
+                    let vals = &mut t[..n];
+                    if self.epi.residual.is_none() {
+                        self.epi.activate_slice(vals);
+                    }
+                    self.store(vals, at, 1);
+                } else {
+                    // SAFETY: the caller's contract: elements at..at + n are this unit's.
+                    unsafe { vj.store_first(self.out.0.add(at), n) };
+                }
+            }
+            p += n;
+        }
+    }
+}
