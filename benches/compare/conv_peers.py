@@ -41,6 +41,10 @@ SHAPES = {
     "7x7/2 3->64 224x224 b8": (8, 3, 64, 224, 224, 7, 2, 3, 1),
     "3x3/2 3->32 224x224 b1": (1, 3, 32, 224, 224, 3, 2, 1, 1),
     "3x3/2 3->32 224x224 b8": (8, 3, 32, 224, 224, 3, 2, 1, 1),
+    # MobileNetV2's narrow layers (the channel-blocked depthwise path, folded 1x1 runs).
+    "dw 3x3/2 576ch 14x14 b8": (8, 576, 576, 14, 14, 3, 2, 1, 576),
+    "dw 3x3 960ch 7x7 b8": (8, 960, 960, 7, 7, 3, 1, 1, 960),
+    "1x1 960->160 7x7 b8": (8, 960, 160, 7, 7, 1, 1, 0, 1),
 }
 MODELS = {"ResNet-18": "resnet18-torchscript", "MobileNetV2": "mobilenet_v2-torchscript"}
 
