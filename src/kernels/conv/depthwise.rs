@@ -24,10 +24,11 @@
 //! vector of output columns down the plane, each input row loaded in place and split into its
 //! even and odd columns in registers.
 //!
-//! Channels-first planes whose output rows are too narrow for the vectors (at most 8 columns, or
-//! strided and narrower than 16) take the channel-blocked path instead ([`blocked`]): 8 or 16
+//! Channels-first geometries with dense rows in and out take the channel-blocked path instead
+//! ([`blocked`]; all but stride-1 rows of 9 to 16 columns, see [`takes_blocks`]): 8 or 16
 //! channels at a time transposed into a padded `[row][column][channel]` block, convolved with the
-//! channels as the lanes, and transposed back.
+//! channels as the lanes, and transposed back. The plane paths below serve the rest (and NHWC
+//! outputs).
 //!
 //! Channels innermost (NHWC): one task per (image, output row), accumulated in an `[ow][c]` row
 //! vectorised along the channels, each tap over the output columns whose input column is inside.
@@ -151,13 +152,17 @@ fn depthwise_on(
 }
 
 /// Whether a channels-first geometry the blocked path can take runs faster on it than on the
-/// plane paths: output rows of at most 8 columns, or strided rows narrower than a 16-lane vector.
-/// Measured on MobileNetV2's depthwise layers at batch 8 (one Zen 5 core, alternated): blocked
-/// 0.25 against 0.34 ms at 576 channels 14×14 stride 2, 0.30 against 0.37 at 192 channels 28×28
-/// stride 2, 0.21 against 0.32 at 960 channels 7×7 stride 1; the plane paths stayed faster at
-/// 14×14 stride 1 (0.24 against 0.29–0.36 ms, 384 channels) and on every wider plane.
+/// plane paths: all but stride-1 rows of 9 to 16 columns, which one 16-lane vector of the plane
+/// path holds. Measured on MobileNetV2 at batch 8 (one Zen 5 core, alternated, inside the model):
+/// blocked 2.31 against 4.26 ms at 32 channels 112² stride 1, 2.68 against 3.64 at 144 channels
+/// 56², 0.83 against 1.01 at 192 channels 28², 3.23 against 3.39 at 96 channels 112² stride 2,
+/// 0.35–0.42 against 0.36–0.43 on the 28² and 14² stride-2 layers, 0.30 against 0.33 at 960
+/// channels 7²; 0.88 against 0.78 at 576 channels 14² stride 1 (and a tie at 384), left to
+/// the plane path. (One-op benchmarks must use non-zero inputs: a zero-filled input is read from
+/// the kernel's shared zero page, always in cache, which hid how memory-bound the plane path is.)
 fn takes_blocks(geom: &ConvGeom) -> bool {
-    geom.out_hw[1] <= 8 || (geom.stride[1] > 1 && geom.out_hw[1] < 16)
+    let ow = geom.out_hw[1];
+    !(geom.stride[1] == 1 && (9..=16).contains(&ow))
 }
 
 /// What a unit is.
@@ -1322,23 +1327,19 @@ impl Lanes for std::arch::x86_64::__m512 {
     #[inline(always)]
     unsafe fn clamp(self, lo: Self, hi: Self, zlo: bool, zhi: bool) -> Self {
         use std::arch::x86_64::*;
-        let bits = |a: __m512, b: __m512, or: bool| {
-            // SAFETY: see above.
-            unsafe {
-                let (a, b) = (_mm512_castps_si512(a), _mm512_castps_si512(b));
-                _mm512_castsi512_ps(if or { _mm512_or_si512(a, b) } else { _mm512_and_si512(a, b) })
-            }
-        };
-        // SAFETY: see above.
+        // SAFETY: see above. (No closure here: a closure is not compiled with the caller's
+        // target features, so its intrinsics could become calls.)
         unsafe {
             // As for `__m256`.
             let mut m = _mm512_max_ps(lo, self);
             if zlo {
-                m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(self, lo), m, bits(self, lo, false));
+                let and = _mm512_and_si512(_mm512_castps_si512(self), _mm512_castps_si512(lo));
+                m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(self, lo), m, _mm512_castsi512_ps(and));
             }
             let mut r = _mm512_min_ps(hi, m);
             if zhi {
-                r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(m, hi), r, bits(m, hi, true));
+                let or = _mm512_or_si512(_mm512_castps_si512(m), _mm512_castps_si512(hi));
+                r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(m, hi), r, _mm512_castsi512_ps(or));
             }
             r
         }
