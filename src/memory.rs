@@ -115,6 +115,21 @@ pub(crate) fn check_outputs(op: impl std::fmt::Display, shapes: &[Shape]) -> Res
     Ok(())
 }
 
+/// Returns the allocator's free heap memory to the system where it can (glibc: `malloc_trim`,
+/// which also releases free pages inside the heap, not only at its top). Large constants freed
+/// during a compile would otherwise stay resident in the allocator's free lists.
+pub(crate) fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: malloc_trim only releases memory the allocator holds free; it takes no pointer
+        // and is safe to call from any thread at any time.
+        unsafe { malloc_trim(0) };
+    }
+}
+
 /// Advises the kernel that the 2 MiB-aligned pages inside `[p, p + len)` may be backed by
 /// transparent huge pages (a hint; failures are ignored).
 #[cfg(target_os = "linux")]

@@ -610,11 +610,12 @@ pub(crate) fn pack_constants(
     // A concatenation of constants packed block by block (`dot::weight_blocks`) is never
     // computed: it becomes a released constant too, and so do the constants only it read.
     let mut i = 0;
+    let mut freed: Vec<Arc<Vec<u8>>> = Vec::new();
     while let Some(&c) = released.get(i) {
         i += 1;
         let node = &mut module.nodes[c.index()];
         match &mut node.op {
-            Op::Constant(data) => data.0 = Arc::new(Vec::new()),
+            Op::Constant(data) => freed.push(std::mem::replace(&mut data.0, Arc::new(Vec::new()))),
             Op::Concatenate { .. } => {
                 node.op = Op::Constant(crate::ir::op::ConstData(Arc::new(Vec::new())));
                 for v in std::mem::take(&mut node.inputs) {
@@ -634,10 +635,30 @@ pub(crate) fn pack_constants(
     }
     // The packed panels of this compile share huge-page chunks (`memory::arena`): fresh 4 KiB
     // pages cost more to fault in than the packing itself.
+    // Nodes outside every body (left behind by rewrites: a constant the egg pass re-created for
+    // its fused op) may hold the same bytes; they are never executed, so they let go of them too.
+    if !freed.is_empty() {
+        let ptrs: HashSet<*const Vec<u8>> = freed.iter().map(Arc::as_ptr).collect();
+        let live: HashSet<usize> = module.functions.iter().flat_map(|f| f.body.iter().map(|n| n.index())).collect();
+        for (i, node) in module.nodes.iter_mut().enumerate() {
+            if let Op::Constant(d) = &mut node.op
+                && !live.contains(&i)
+                && ptrs.contains(&Arc::as_ptr(&d.0))
+            {
+                d.0 = Arc::new(Vec::new());
+            }
+        }
+    }
+    drop(freed);
     let arena = Arc::new(crate::memory::arena::Arena::new());
     let run = |j: PackJob| {
         let mut a = super::shared::Accounting::default();
-        crate::memory::arena::with_arena(&arena, || (j.run)(&mut a)).map(|r| ((j.node, r), a))
+        let node = j.node;
+        let r = crate::memory::arena::with_arena(&arena, || (j.run)(&mut a));
+        // The job's source bytes are gone (unless shared): hand the freed heap back to the system,
+        // so that a compile's peak is not every source beside every packed copy.
+        crate::memory::release_free_heap();
+        r.map(|r| ((node, r), a))
     };
     let done: Vec<_> = match pool {
         Some(p) if jobs.len() > 1 => p.install(|| jobs.into_par_iter().map(run).collect::<Result<Vec<_>>>())?,
@@ -860,4 +881,48 @@ fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn
         return Ok(Some(k));
     }
     super::movement::prepare(m, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::api::{Backend, Builder};
+    use crate::ir::dtype::DType;
+    use crate::ir::module::ValueDef;
+    use crate::ir::op::Op;
+    use crate::ir::shape::Shape;
+
+    #[test]
+    fn packed_constants_let_go_of_their_bytes_in_every_node() {
+        let backend: Arc<dyn Backend> = super::super::JitBackend::new("").unwrap();
+        let b = Builder::new(backend, "packed");
+        let f = b.main();
+        let x = f.parameter("x", Shape::new(DType::Float32, &[4, 64])).unwrap();
+        let data: Vec<f32> = (0..64 * 96).map(|i| (i % 7) as f32 - 3.0).collect();
+        let w = f.constant(&data, &[64, 96]).unwrap();
+        let y = f.matmul(x, w).unwrap();
+        f.return_(&[y]).unwrap();
+        let mut m = b.module();
+        drop((f, b));
+        // The weights' bytes, also held by a constant node outside every body (as a rewrite leaves
+        // one behind).
+        let ValueDef::Node { node: wn, .. } = m.value(w.id()).def else { panic!("a node defines the weights") };
+        let Op::Constant(cd) = &m.node(wn).op else { panic!("the weights are a constant") };
+        let bytes = cd.0.clone();
+        let main = m.main;
+        let dead = m.add_node(main, Op::Constant(cd.clone()), vec![], vec![m.shape(w.id()).clone()]);
+        m.functions[main.index()].body.retain(|&n| n != dead);
+        assert_eq!(Arc::strong_count(&bytes), 3);
+        let mut acct = super::super::shared::Accounting::default();
+        let packed = super::pack_constants(&mut m, None, &mut acct, false).unwrap();
+        assert_eq!(packed.0.len(), 1, "the product's weights are packed");
+        // Packed, the weights are held by nothing in the module any more: not the live constant
+        // node, not the one outside the body.
+        assert_eq!(Arc::strong_count(&bytes), 1);
+        for n in [wn, dead] {
+            let Op::Constant(d) = &m.node(n).op else { panic!("still a constant") };
+            assert!(d.0.is_empty(), "node {n:?} let go of the bytes");
+        }
+    }
 }
