@@ -121,6 +121,25 @@ impl Module {
         v
     }
 
+    /// Empties the data of every constant node outside every function body (nodes that rewrites
+    /// left behind: nothing executes or reads them), so that they keep no bytes alive.
+    pub fn release_unreachable_constants(&mut self) {
+        let mut reachable = vec![false; self.nodes.len()];
+        for f in &self.functions {
+            for &n in &f.body {
+                reachable[n.index()] = true;
+            }
+        }
+        for (node, reachable) in self.nodes.iter_mut().zip(reachable) {
+            if let Op::Constant(d) = &mut node.op
+                && !reachable
+                && !d.0.is_empty()
+            {
+                d.0 = std::sync::Arc::new(Vec::new());
+            }
+        }
+    }
+
     /// Appends a node to the end of `func`'s body, creating one output value per shape.
     pub fn add_node(&mut self, func: FuncId, op: Op, inputs: Vec<ValueId>, output_shapes: Vec<Shape>) -> NodeId {
         let node = NodeId(self.nodes.len() as u32);

@@ -555,6 +555,10 @@ fn build_function(
     Ok(FuncPlan { func: f, steps, drops, params, outputs, clustering, calls })
 }
 
+/// Packed weights at least this large hand the heap their source leaves back to the system
+/// (`memory::release_free_heap`); smaller ones are not worth the allocator's walk.
+const TRIM_MIN_BYTES: usize = 1 << 20;
+
 /// Prepares every constant operand the fast kernels take packed ([`PackJob`]: GEMM right-hand
 /// sides, convolution filters), in parallel on `pool` when there is one. Constants
 /// read only as packed operands leave the module first (the jobs hold their bytes), so that each
@@ -610,12 +614,11 @@ pub(crate) fn pack_constants(
     // A concatenation of constants packed block by block (`dot::weight_blocks`) is never
     // computed: it becomes a released constant too, and so do the constants only it read.
     let mut i = 0;
-    let mut freed: Vec<Arc<Vec<u8>>> = Vec::new();
     while let Some(&c) = released.get(i) {
         i += 1;
         let node = &mut module.nodes[c.index()];
         match &mut node.op {
-            Op::Constant(data) => freed.push(std::mem::replace(&mut data.0, Arc::new(Vec::new()))),
+            Op::Constant(data) => data.0 = Arc::new(Vec::new()),
             Op::Concatenate { .. } => {
                 node.op = Op::Constant(crate::ir::op::ConstData(Arc::new(Vec::new())));
                 for v in std::mem::take(&mut node.inputs) {
@@ -633,31 +636,30 @@ pub(crate) fn pack_constants(
             _ => {}
         }
     }
+    // Constants outside every body (left behind by rewrites: the egg pass re-creates the
+    // constants of its fused ops) are never executed: their bytes go too, so that a released
+    // weight is held by its job alone.
+    module.release_unreachable_constants();
+    // Jobs whose source leaves with them, large enough to hand the freed heap back to the
+    // system afterwards (so that a compile's peak is not every source beside every packed copy).
+    let trim: HashSet<NodeId> = jobs
+        .iter()
+        .filter(|j| {
+            let v = module.node(j.node).inputs[1];
+            readers[v.index()] == 0 && module.shape(v).byte_size().is_some_and(|b| b >= TRIM_MIN_BYTES)
+        })
+        .map(|j| j.node)
+        .collect();
     // The packed panels of this compile share huge-page chunks (`memory::arena`): fresh 4 KiB
     // pages cost more to fault in than the packing itself.
-    // Nodes outside every body (left behind by rewrites: a constant the egg pass re-created for
-    // its fused op) may hold the same bytes; they are never executed, so they let go of them too.
-    if !freed.is_empty() {
-        let ptrs: HashSet<*const Vec<u8>> = freed.iter().map(Arc::as_ptr).collect();
-        let live: HashSet<usize> = module.functions.iter().flat_map(|f| f.body.iter().map(|n| n.index())).collect();
-        for (i, node) in module.nodes.iter_mut().enumerate() {
-            if let Op::Constant(d) = &mut node.op
-                && !live.contains(&i)
-                && ptrs.contains(&Arc::as_ptr(&d.0))
-            {
-                d.0 = Arc::new(Vec::new());
-            }
-        }
-    }
-    drop(freed);
     let arena = Arc::new(crate::memory::arena::Arena::new());
     let run = |j: PackJob| {
         let mut a = super::shared::Accounting::default();
         let node = j.node;
         let r = crate::memory::arena::with_arena(&arena, || (j.run)(&mut a));
-        // The job's source bytes are gone (unless shared): hand the freed heap back to the system,
-        // so that a compile's peak is not every source beside every packed copy.
-        crate::memory::release_free_heap();
+        if trim.contains(&node) {
+            crate::memory::release_free_heap();
+        }
         r.map(|r| ((node, r), a))
     };
     let done: Vec<_> = match pool {

@@ -39,7 +39,11 @@ use crate::memory::AlignedBytes;
 /// Constants at least this large are shared.
 pub const MIN_SHARED_BYTES: usize = 64 * 1024;
 
-/// Where entries are looked up: the source's length, the tag naming the compiled form (`"raw"`,
+/// The tag of a constant's own bytes as its compiled form ([`constant`]): a view of the source,
+/// not a copy of it.
+const RAW: &str = "raw";
+
+/// Where entries are looked up: the source's length, the tag naming the compiled form ([`RAW`],
 /// or the packing geometry) and the source's [`fingerprint`].
 type Key = (usize, String, u64);
 
@@ -299,7 +303,7 @@ where
             }
         }
     }
-    let raw = key.1 == "raw";
+    let raw = key.1 == RAW;
     let made = Arc::new(make()?);
     // A compiled form other than the raw bytes is a copy: the background hasher would keep its
     // source alive beside it until the compile ends. Past PENDING_MAX of such sources waiting,
@@ -485,7 +489,7 @@ pub fn wait_for_constant_hashing() {
 /// with other executables (see [`shared`]).
 pub(crate) fn constant(bytes: &Arc<Vec<u8>>, acct: &mut Accounting) -> Arc<AlignedBytes> {
     let made: Result<Arc<AlignedBytes>, std::convert::Infallible> =
-        shared(bytes, "raw".to_string(), AlignedBytes::len, || Ok(AlignedBytes::from_shared(bytes)), acct);
+        shared(bytes, RAW.to_string(), AlignedBytes::len, || Ok(AlignedBytes::from_shared(bytes)), acct);
     match made {
         Ok(a) => a,
         Err(never) => match never {},

@@ -124,7 +124,7 @@ fn depthwise_on(
         && blocked::extent(geom).is_some_and(|(ph, pw)| ph.saturating_mul(pw) <= 4 * planes + 4096);
     if can_block && blocked.unwrap_or_else(|| takes_blocks(geom)) {
         let l = if isa == FusedIsa::Avx512 { 16 } else { 8 };
-        let nb = job.blocks(l);
+        let nb = c.div_ceil(l);
         let min_len = (TASK_WORK / (oh * ow * geom.taps() * l).max(1)).max(1);
         for_units(parallel, geom.batch * nb, min_len, Kept::take, |scratch, u| {
             dispatch(isa, &job, Path::Blocked(nb), u, scratch);
@@ -250,14 +250,6 @@ struct Col {
     /// Output index of the vector's first column in output row 0, and its columns.
     at: usize,
     n: usize,
-}
-
-/// What [`Job::flush`] reads besides its block's starts.
-struct Flush<'a, S> {
-    fin: &'a Finish<S>,
-    buf: &'a [f32],
-    taps: &'a [(usize, f32)],
-    bias: S,
 }
 
 /// Everything a unit needs.
@@ -506,10 +498,9 @@ impl Job<'_> {
         let bias = unsafe { S::splat(self.epi.bias.map_or(0.0, |b| b[ch])) };
         let [yn, yc, yh, yw] = g.y_strides;
         let base = img * yn + ch * yc;
-        // Every start is at most (oh − 1)·pw + ow − 1, checked above with the reach of the taps
-        // against `buf`; the CPU has S's features; `at`/`ns` are runs of this unit's plane: the
-        // contract of each `flush` below.
-        let flush = Flush { fin: &fin, buf, taps, bias };
+        // Every block below: each start is at most (oh − 1)·pw + ow − 1, checked above with the
+        // reach of the taps against `buf`; the CPU has S's features; `at`/`ns` are runs of this
+        // unit's plane.
         let run = N * S::L;
         // Vectors left over by the rows (start in the scratch, output index, valid lanes),
         // gathered across rows until N make a block.
@@ -522,16 +513,16 @@ impl Job<'_> {
                 let (q0, a0) = (oy * pw + ox, base + oy * yh + ox * yw);
                 let qs = std::array::from_fn(|v| q0 + v * S::L);
                 let at = std::array::from_fn(|v| a0 + v * S::L * yw);
-                // SAFETY: see `flush` above.
-                unsafe { self.flush(&flush, &qs, &at, &[S::L; N]) };
+                // SAFETY: see above.
+                unsafe { self.store_block(&fin, block::<S>(buf, &qs, taps, bias), &at, &[S::L; N]) };
                 ox += run;
             }
             while ox < ow {
                 (qs[k], at[k], ns[k]) = (oy * pw + ox, base + oy * yh + ox * yw, (ow - ox).min(S::L));
                 (k, ox) = (k + 1, ox + S::L);
                 if k == N {
-                    // SAFETY: see `flush` above.
-                    unsafe { self.flush(&flush, &qs, &at, &ns) };
+                    // SAFETY: see above.
+                    unsafe { self.store_block(&fin, block::<S>(buf, &qs, taps, bias), &at, &ns) };
                     k = 0;
                 }
             }
@@ -541,22 +532,9 @@ impl Job<'_> {
             for v in k..N {
                 (qs[v], ns[v]) = (qs[0], 0);
             }
-            // SAFETY: see `flush` above.
-            unsafe { self.flush(&flush, &qs, &at, &ns) };
+            // SAFETY: see above.
+            unsafe { self.store_block(&fin, block::<S>(buf, &qs, taps, bias), &at, &ns) };
         }
-    }
-
-    /// One register block of [`Job::plane_on`]: [`block`] from the starts `qs`, stored at `at`
-    /// (`ns` lanes each). A method, not a closure: a closure is not compiled with the body's CPU
-    /// features, and the vector intrinsics inside would become calls.
-    ///
-    /// # Safety
-    /// The CPU has `S`'s features; every start plus the taps' reach lies inside `f.buf`; `at` and
-    /// `ns` are runs of this unit's plane.
-    #[inline(always)]
-    unsafe fn flush<S: Lanes>(&self, f: &Flush<'_, S>, qs: &[usize; N], at: &[usize; N], ns: &[usize; N]) {
-        // SAFETY: the caller's contract.
-        unsafe { self.store_block(f.fin, block::<S>(f.buf, qs, f.taps, f.bias), at, ns) };
     }
 
     /// [`Job::plane_on`] for stride 1 and dilation 1 over dense input rows, without the padded

@@ -306,18 +306,19 @@ impl ConvFilter {
         let small_k = !plain.is_empty() && pw.as_ref().is_some_and(|p| smallk::qualifies(geom, p.x_pixel, p.y_pixel));
         // The direct 1×1 kernel reads the plain weights only (`pointwise`): nothing is packed for
         // the GEMM then.
-        let k = geom.depth();
-        let groups = if small_k { 0 } else { geom.groups };
-        let mut packed = Vec::with_capacity(groups);
-        let mut mat = vec![0.0f32; if small_k { 0 } else { k * cout_g }];
-        for g in 0..groups {
-            for (row, r) in mat.chunks_exact_mut(cout_g.max(1)).enumerate().take(k) {
-                let (i, y, x) = k_index(geom, row);
-                for (o, v) in r.iter_mut().enumerate() {
-                    *v = at(g * cout_g + o, i, y, x);
+        let mut packed = Vec::new();
+        if !small_k {
+            let k = geom.depth();
+            let mut mat = vec![0.0f32; k * cout_g];
+            for g in 0..geom.groups {
+                for (row, r) in mat.chunks_exact_mut(cout_g.max(1)).enumerate().take(k) {
+                    let (i, y, x) = k_index(geom, row);
+                    for (o, v) in r.iter_mut().enumerate() {
+                        *v = at(g * cout_g + o, i, y, x);
+                    }
                 }
+                packed.push(PackedB::new(k, cout_g, MatRef::row_major(&mat, cout_g))?);
             }
-            packed.push(PackedB::new(k, cout_g, MatRef::row_major(&mat, cout_g))?);
         }
         Ok(ConvFilter { geom_key: key, kind: FilterKind::Gemm(packed, plain), pointwise: pw.is_some(), small_k })
     }

@@ -10,12 +10,13 @@
 //! residual, ReLU and clamp are applied in registers before the one store (other activations go
 //! through a copy of the tile). The commonest epilogues (bias only, a clamp such as ReLU6, the
 //! residual alone) have a whole-block finish of their own, chosen once per task, so the tile's
-//! finish is straight-line code on the accumulators with no test per vector. The pixels left
-//! over at the end of a chunk (fewer than a block) are first copied into a zero-padded
-//! `[K][block]` scratch, so every load of the kernel is a full vector. Small planes that are not
-//! a whole number of blocks (7×7, 14×14) are folded: the batch's planes of a group form one run
-//! of pixels cut into chunks, the blocks inside one image are read in place and those that
-//! straddle two images (or end the run) are copied once per task and stored image by image. At
+//! finish is straight-line code on the accumulators with no test per vector. A task's pixels are
+//! positions in the run of its group's planes one after another; a block of one image is read
+//! in place, a block that ends the task short (or, folded, straddles two images) is first
+//! copied into a zero-padded `[K][block]` scratch, so every load of the kernel is a full vector,
+//! and stored image by image. Small planes that are not a whole number of blocks (7×7, 14×14)
+//! are folded: the batch's planes form one run cut into tasks, instead of each plane ending in a
+//! partial block. At
 //! small K this avoids what the GEMM path pays per call: packing both operands, the per-tile
 //! driver overhead and a second pass over the output for the clamp.
 //!
@@ -88,7 +89,7 @@ fn conv_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilo
     }
     let units = if fold { geom.groups * chunks } else { geom.batch * geom.groups * chunks };
     let job = Job { geom, x, w, epi, out, chunk, chunks, fold };
-    // The tail scratch comes from the per-thread pool (no allocation once warm).
+    // The copied blocks' scratch comes from the per-thread pool (no allocation once warm).
     for_units(parallel, units, 1, Scratch::new, |scratch, u| dispatch(isa, &job, u, scratch));
 }
 
@@ -117,8 +118,8 @@ fn fold_images(batch: usize, pixels: usize, nb: usize) -> bool {
     batch > 1 && pixels >= nb && pixels <= SMALL_PLANE && !pixels.is_multiple_of(nb)
 }
 
-/// Whether the block of a folded run at pixel `q` (the run's task ends at `end`) is `nb` pixels of
-/// one image, read in place; the others are copied first.
+/// Whether the block at run position `q` (its task ends at `end`) is `nb` pixels of one image,
+/// read in place; the others are copied first.
 fn whole_block(q: usize, end: usize, pixels: usize, nb: usize) -> bool {
     q + nb <= end && q % pixels + nb <= pixels
 }
@@ -181,53 +182,40 @@ impl Job<'_> {
         let g = self.geom;
         let k = g.cin_g();
         let pixels = g.in_hw[0] * g.in_hw[1];
-        let run = if self.fold { g.batch * pixels } else { pixels };
+        // Positions in the run of the group's planes one after another (image q / pixels, pixel
+        // q % pixels): a folded task takes its share of the whole run's blocks (shares differ by
+        // one block at most), another task a chunk of one image's plane.
         let (img, rest) = (u / (g.groups * self.chunks), u % (g.groups * self.chunks));
         let (grp, c) = (rest / self.chunks, rest % self.chunks);
         let (p0, p1) = if self.fold {
-            // Task c of `chunks` takes its share of the run's blocks (shares differ by one block
-            // at most).
+            let run = g.batch * pixels;
             let blocks = run.div_ceil(NB);
             ((c * blocks / self.chunks * NB).min(run), ((c + 1) * blocks / self.chunks * NB).min(run))
         } else {
-            (c * self.chunk, (c * self.chunk + self.chunk).min(run))
+            let at = img * pixels;
+            (at + c * self.chunk, at + (c * self.chunk + self.chunk).min(pixels))
         };
-        let full_end = p0 + (p1 - p0) / nb * nb;
-        let xc = g.x_strides[1];
-        let xbase = img * g.x_strides[0] + grp * k * xc;
-        // The leftover pixels, zero-padded to a block, `[k][nb]`; in a folded run, every block
-        // that straddles two images or ends the run, one `[k][nb]` block each.
-        let tail = if self.fold { 0 } else { p1 - full_end };
-        let scratch: &[f32] = if self.fold {
-            let [xn, ..] = g.x_strides;
-            let parted = (p0..p1).step_by(nb).filter(|&q| !whole_block(q, p1, pixels, nb)).count();
-            let buf = scratch.get(parted * k * nb);
-            let mut slots = buf.chunks_exact_mut(k * nb);
-            for q in (p0..p1).step_by(nb).filter(|&q| !whole_block(q, p1, pixels, nb)) {
-                let slot = slots.next().expect("one slot per parted block");
-                let n = nb.min(p1 - q);
-                let (img, p) = (q / pixels, q % pixels);
-                let na = n.min(pixels - p);
-                let (a, b) = (img * xn + xbase + p, (img + 1) * xn + xbase);
-                for (i, row) in slot.chunks_exact_mut(nb).enumerate() {
-                    row[..na].copy_from_slice(&self.x[a + i * xc..][..na]);
-                    if n > na {
-                        row[na..n].copy_from_slice(&self.x[b + i * xc..][..n - na]);
-                    }
-                    row[n..].fill(0.0);
+        let [xn, xc, ..] = g.x_strides;
+        let xbase = grp * k * xc;
+        // Every block that is not `nb` pixels of one image (it straddles two images, or it ends
+        // the task short), copied zero-padded, `[k][nb]` each, so that every load of the kernel
+        // is a full vector.
+        let copied = |q: &usize| !whole_block(*q, p1, pixels, nb);
+        let buf = scratch.get((p0..p1).step_by(nb).filter(copied).count() * k * nb);
+        for (slot, q) in buf.chunks_exact_mut(k * nb).zip((p0..p1).step_by(nb).filter(copied)) {
+            let n = nb.min(p1 - q);
+            let (img, p) = (q / pixels, q % pixels);
+            let na = n.min(pixels - p);
+            let (a, b) = (img * xn + xbase + p, (img + 1) * xn + xbase);
+            for (i, row) in slot.chunks_exact_mut(nb).enumerate() {
+                row[..na].copy_from_slice(&self.x[a + i * xc..][..na]);
+                if n > na {
+                    row[na..n].copy_from_slice(&self.x[b + i * xc..][..n - na]);
                 }
+                row[n..].fill(0.0);
             }
-            buf
-        } else if tail > 0 {
-            let buf = scratch.get(k * nb);
-            for (i, row) in buf.chunks_exact_mut(nb).enumerate() {
-                row[..tail].copy_from_slice(&self.x[xbase + i * xc + full_end..][..tail]);
-                row[tail..].fill(0.0);
-            }
-            buf
-        } else {
-            &[]
-        };
+        }
+        let parted: &[f32] = buf;
         let fin = match (self.epi.activation, self.epi.clamp) {
             (Activation::None | Activation::Relu, None) => {
                 Finish::Registers { relu: self.epi.activation == Activation::Relu, clamp: None }
@@ -243,7 +231,7 @@ impl Job<'_> {
         };
         // SAFETY: the caller's contract (features).
         let zero = unsafe { S::splat(0.0) };
-        let mut blk = Rows { grp, o0: 0, img, p0, full_end, p1, xbase, fin, lo: zero, hi: zero, fix: zero };
+        let mut blk = Rows { grp, o0: 0, p0, p1, xbase, fin, lo: zero, hi: zero, fix: zero };
         let e = self.epi;
         let mode = match (e.activation, e.clamp, e.residual) {
             (Activation::None, None, None) => PLAIN,
@@ -264,10 +252,10 @@ impl Job<'_> {
         // SAFETY: the caller's contract; `blk` describes this task's pixels.
         unsafe {
             match mode {
-                PLAIN => self.channels::<S, PLAIN>(&mut blk, scratch),
-                CLAMP => self.channels::<S, CLAMP>(&mut blk, scratch),
-                RESIDUAL => self.channels::<S, RESIDUAL>(&mut blk, scratch),
-                _ => self.channels::<S, GENERAL>(&mut blk, scratch),
+                PLAIN => self.channels::<S, PLAIN>(&mut blk, parted),
+                CLAMP => self.channels::<S, CLAMP>(&mut blk, parted),
+                RESIDUAL => self.channels::<S, RESIDUAL>(&mut blk, parted),
+                _ => self.channels::<S, GENERAL>(&mut blk, parted),
             }
         }
     }
@@ -278,7 +266,7 @@ impl Job<'_> {
     /// As [`Job::rows`] for every block of rows; `MODE` only as [`Job::unit`] chooses it (with
     /// `b`'s clamp vectors).
     #[inline(always)]
-    unsafe fn channels<S: Lanes, const MODE: u8>(&self, b: &mut Rows<S>, scratch: &[f32]) {
+    unsafe fn channels<S: Lanes, const MODE: u8>(&self, b: &mut Rows<S>, parted: &[f32]) {
         let cout_g = self.geom.cout_g();
         b.o0 = 0;
         while b.o0 < cout_g {
@@ -286,58 +274,15 @@ impl Job<'_> {
             // SAFETY: the caller's contract; `b` describes rows and pixels of this task.
             unsafe {
                 match mr {
-                    6 => self.rows::<S, 6, MODE>(b, scratch),
-                    5 => self.rows::<S, 5, MODE>(b, scratch),
-                    4 => self.rows::<S, 4, MODE>(b, scratch),
-                    3 => self.rows::<S, 3, MODE>(b, scratch),
-                    2 => self.rows::<S, 2, MODE>(b, scratch),
-                    _ => self.rows::<S, 1, MODE>(b, scratch),
+                    6 => self.rows::<S, 6, MODE>(b, parted),
+                    5 => self.rows::<S, 5, MODE>(b, parted),
+                    4 => self.rows::<S, 4, MODE>(b, parted),
+                    3 => self.rows::<S, 3, MODE>(b, parted),
+                    2 => self.rows::<S, 2, MODE>(b, parted),
+                    _ => self.rows::<S, 1, MODE>(b, parted),
                 }
             }
             b.o0 += mr;
-        }
-    }
-
-    /// Output channels `o0..o0 + R` of the group over the task's pixels.
-    ///
-    /// # Safety
-    /// The CPU has `S`'s features and `2·S::L` divides [`NB`]; `o0 + R ≤ cout_g`; the pixels
-    /// `p0..p1` are this task's, `full_end` ends its whole blocks, and when `full_end < p1`
-    /// `tail` holds the `[k][2·S::L]` zero-padded leftover pixels.
-    #[inline(always)]
-    unsafe fn rows<S: Lanes, const R: usize, const MODE: u8>(&self, b: &Rows<S>, tail: &[f32]) {
-        if self.fold {
-            // SAFETY: the caller's contract.
-            return unsafe { self.rows_folded::<S, R, MODE>(b, tail) };
-        }
-        let g = self.geom;
-        let k = g.cin_g();
-        let (o, wrow, bias) = self.row_block::<R>(b.grp, b.o0);
-        let [yn, yc, _, _] = g.y_strides;
-        let ybase = b.img * yn + o * yc;
-        let xc = g.x_strides[1];
-        let nb = 2 * S::L;
-        let mut p = b.p0;
-        while p < b.full_end {
-            // SAFETY: pixels p..p + nb of rows xbase + i·xc (i < k) lie inside the input
-            // (`validate` checked the planes' extent, p + nb ≤ pixels); the CPU has S's features.
-            let acc = unsafe { tile::<S, R>(self.x.as_ptr().add(b.xbase + p), xc, wrow, k, &bias) };
-            // SAFETY: output rows o..o + R, pixels p..p + nb: inside the output (validated) and
-            // this task's.
-            unsafe {
-                if MODE == GENERAL {
-                    self.finish::<S, R>(&b.fin, acc, ybase + p, yc, nb);
-                } else {
-                    self.finish_block::<S, R, MODE>(b, acc, ybase + p, yc);
-                }
-            }
-            p += nb;
-        }
-        if b.full_end < b.p1 {
-            // SAFETY: `tail` holds k rows of nb values (the caller's contract).
-            let acc = unsafe { tile::<S, R>(tail.as_ptr(), nb, wrow, k, &bias) };
-            // SAFETY: as above, for the p1 − full_end leftover pixels.
-            unsafe { self.finish::<S, R>(&b.fin, acc, ybase + b.full_end, yc, b.p1 - b.full_end) };
         }
     }
 
@@ -354,16 +299,18 @@ impl Job<'_> {
         (o, &self.w[o * k..][..R * k], bias)
     }
 
-    /// [`Job::rows`] over a folded run ([`fold_images`]): `b.p0..b.p1` are pixels of the run of
-    /// all images (image `q / pixels`, pixel `q % pixels`). A block inside one image is read and
-    /// finished as in [`Job::rows`]; a block that straddles two images or ends the run is read
-    /// from its copy in `parted` (in order) and stored image by image.
+    /// Output channels `o0..o0 + R` of the group over the task's pixels `b.p0..b.p1`, positions
+    /// of the run of the group's planes (image `q / pixels`, pixel `q % pixels`). A block of one
+    /// image is read in place and finished as `MODE` says; a block that straddles two images or
+    /// ends the task short is read from its copy in `parted` (in order) and stored image by image.
     ///
     /// # Safety
-    /// As [`Job::rows`], with `self.fold` (planes of at least `2·S::L` pixels) and `parted`
-    /// holding the `[k][2·S::L]` copy of every block of the task that is not [`whole_block`].
+    /// The CPU has `S`'s features and `2·S::L` divides [`NB`]; `o0 + R ≤ cout_g`; the pixels
+    /// `p0..p1` are this task's, and `parted` holds the `[k][2·S::L]` copy of every block of the
+    /// task that is not [`whole_block`]. A block straddles at most two images (`fold` only takes
+    /// planes of at least one block).
     #[inline(always)]
-    unsafe fn rows_folded<S: Lanes, const R: usize, const MODE: u8>(&self, b: &Rows<S>, parted: &[f32]) {
+    unsafe fn rows<S: Lanes, const R: usize, const MODE: u8>(&self, b: &Rows<S>, parted: &[f32]) {
         let g = self.geom;
         let k = g.cin_g();
         let pixels = g.in_hw[0] * g.in_hw[1];
@@ -529,10 +476,10 @@ impl Job<'_> {
 struct Rows<S> {
     grp: usize,
     o0: usize,
-    img: usize,
+    /// The task's positions in the run of the group's planes (see [`Job::rows`]).
     p0: usize,
-    full_end: usize,
     p1: usize,
+    /// The group's first input channel, as an element offset in an image.
     xbase: usize,
     fin: Finish<S>,
     /// The bounds of a [`CLAMP`] finish, and the value added to fix the sign of a zero.

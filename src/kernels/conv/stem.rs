@@ -18,9 +18,9 @@
 //! The tile kernels are compiled for AVX-512F (2 × 16 columns × 12 channels), AVX2+FMA
 //! (2 × 8 columns × 6 channels) and portably (the AVX2 shape in plain arrays), selected at run
 //! time ([`FusedIsa`]). On AVX2 (and on AVX-512 for windows of at most 32 taps with a ReLU or
-//! clamp), outputs with contiguous rows and an epilogue of bias, ReLU and clamp only (MobileNet's ReLU6 stem) take a
-//! fused kernel instead: tiles of up to 2 × 8 columns
-//! × 4 channels (8 accumulators; a 3 × 8 × 4 tile spilled one to the stack and was slower) whose
+//! clamp), outputs with contiguous rows and an epilogue of bias, ReLU and clamp only
+//! (MobileNet's ReLU6 stem) take a fused kernel instead: tiles of up to 2 × 8 columns × 4
+//! channels (8 accumulators; a 3 × 8 × 4 tile spilled one to the stack and was slower) whose
 //! accumulators start at the bias and get the ReLU and clamp in registers before they are stored
 //! straight into the output row.
 

@@ -1,15 +1,15 @@
-//! The channel-blocked path of the depthwise convolution: channels-first planes whose rows are
-//! too short or too strided to fill vectors are transposed, `L` channels at a time, into a
-//! zero-padded `[row][column][L]` scratch, convolved there with the channels as the vector lanes
-//! (every lane useful whatever the plane's width, stride or dilation), and transposed back.
+//! The channel-blocked path of the depthwise convolution: channels-first planes are transposed,
+//! `L` channels at a time, into a zero-padded `[row][column][L]` scratch, convolved there with
+//! the channels as the vector lanes (every lane useful whatever the plane's width, stride or
+//! dilation), and transposed back.
 //!
 //! One unit is one (image, block of `L` channels). Its scratch holds the block's weights as
 //! `[tap][L]`, the padded input and the output block as `[pixel][L]`. A register block is [`R`]
 //! output columns of one row: each tap loads one weight vector and one input vector per column.
-//! The bias starts the accumulators; ReLU and a clamp are applied in registers before the
-//! output block is stored, a residual or another activation after the transpose back (as the
-//! plane path's spill). Both transposes are `L × L` register transposes ([`Transpose`]) over runs
-//! of pixels: the whole plane when it is dense, else row by row.
+//! The bias starts the accumulators; the rest of the epilogue is applied to each vector of the
+//! transpose back, as the plane paths store theirs ([`Job::store_vec`]). Both transposes are
+//! `L × L` register transposes ([`Transpose`]) over runs of pixels: the whole plane when it is
+//! dense, else row by row.
 
 use super::{Finish, Job, Lanes, Portable, Scratch};
 
@@ -121,23 +121,17 @@ pub(super) fn extent(g: &crate::kernels::conv::ConvGeom) -> Option<(usize, usize
     Some((reach(0)?, reach(1)?))
 }
 
-/// A run of pixels of a plane: `n` pixels from row `row`, column `col` of the plane, which
-/// continue on the next row after `wrap` columns, at element `at` of the plane.
+/// A run of pixels of a plane: `n` pixels from the start of row `row`, which continue on the
+/// next row after `wrap` columns, at element `at` of the plane.
 #[derive(Clone, Copy)]
 struct Run {
     at: usize,
     n: usize,
     row: usize,
-    col: usize,
     wrap: usize,
 }
 
 impl Job<'_> {
-    /// Units of the blocked path for `l`-lane vectors: (image, channel block) pairs.
-    pub(super) fn blocks(&self, l: usize) -> usize {
-        self.geom.out_channels.div_ceil(l)
-    }
-
     /// Channel block `cb` of image `img` on the vectors `S` (see the module doc).
     ///
     /// # Safety
@@ -190,22 +184,21 @@ impl Job<'_> {
         let xp = self.x[img * sn + c0 * sc..].as_ptr();
         if rows_in > 0 && cols_in > 0 {
             if sh == iw && cols_in == iw {
-                let run = Run { at: 0, n: rows_in * iw, row: 0, col: 0, wrap: iw };
+                let run = Run { at: 0, n: rows_in * iw, row: 0, wrap: iw };
                 // SAFETY: the caller's contract; `validate` checked the planes' extent (rows
                 // `rows_in ≤ ih` of dense rows of `iw`), the block holds (pt + row, pl + col)
                 // for every row < rows_in and column < cols_in.
                 unsafe { self.block_in::<S>(xp, sc, cn, run, ib, [pt, pl, pw, cols_in]) };
             } else {
                 for iy in 0..rows_in {
-                    let run = Run { at: iy * sh, n: cols_in, row: iy, col: 0, wrap: usize::MAX };
+                    let run = Run { at: iy * sh, n: cols_in, row: iy, wrap: usize::MAX };
                     // SAFETY: as above, one row at a time.
                     unsafe { self.block_in::<S>(xp, sc, cn, run, ib, [pt, pl, pw, cols_in]) };
                 }
             }
         }
-        // SAFETY: the CPU has S's features (the caller's contract).
-        let fin = unsafe { Finish::<S>::of(self.epi) };
-        // SAFETY: as above; the bias holds `c` values, lanes c0..c0 + cn of it are read.
+        // SAFETY: the CPU has S's features (the caller's contract); the bias holds `c` values,
+        // lanes c0..c0 + cn of it are read.
         let bias = unsafe {
             match self.epi.bias {
                 Some(b) => S::load_masked(b[c0..].as_ptr(), S::mask(0, cn)),
@@ -233,39 +226,27 @@ impl Job<'_> {
                         }
                     }
                 }
-                if let Finish::Registers { relu, clamp } = &fin {
-                    for a in &mut acc {
-                        // SAFETY: the CPU has S's features.
-                        unsafe {
-                            if *relu {
-                                *a = a.relu();
-                            }
-                            if let Some((lo, hi, zlo, zhi)) = *clamp {
-                                *a = a.clamp(lo, hi, zlo, zhi);
-                            }
-                        }
-                    }
-                }
                 for (r, a) in acc.iter().enumerate().take(nr) {
                     // SAFETY: pixel oy·ow + ox0 + r < oh·ow of the output block.
                     unsafe { a.store(obp.add((oy * ow + ox0 + r) * l)) };
                 }
             }
         }
-        // The output block back into the planes.
+        // The output block back into the planes, the rest of the epilogue on the way.
         let [yn, yc, yh, _] = g.y_strides;
         let base = img * yn + c0 * yc;
-        let spill = matches!(fin, Finish::Spill);
+        // SAFETY: the CPU has S's features (the caller's contract).
+        let fin = unsafe { Finish::<S>::of(self.epi) };
         if yh == ow {
-            let run = Run { at: 0, n: oh * ow, row: 0, col: 0, wrap: ow };
+            let run = Run { at: 0, n: oh * ow, row: 0, wrap: ow };
             // SAFETY: the caller's contract; `validate` checked the output's extent; this unit
             // alone writes channels c0..c0 + cn of image `img`.
-            unsafe { self.block_out::<S>(ob, base, cn, run, spill) };
+            unsafe { self.block_out::<S>(ob, base, cn, run, &fin) };
         } else {
             for oy in 0..oh {
-                let run = Run { at: oy * yh, n: ow, row: oy, col: 0, wrap: usize::MAX };
+                let run = Run { at: oy * yh, n: ow, row: oy, wrap: usize::MAX };
                 // SAFETY: as above, one row at a time.
-                unsafe { self.block_out::<S>(ob, base, cn, run, spill) };
+                unsafe { self.block_out::<S>(ob, base, cn, run, &fin) };
             }
         }
     }
@@ -289,7 +270,7 @@ impl Job<'_> {
         let l = S::L;
         // SAFETY: the caller's contract (features).
         let mut v = [unsafe { S::splat(0.0) }; 16];
-        let (mut row, mut col) = (run.row, run.col);
+        let (mut row, mut col) = (run.row, 0);
         let mut p = 0;
         while p < run.n {
             let n = l.min(run.n - p);
@@ -325,17 +306,18 @@ impl Job<'_> {
         }
     }
 
-    /// Transposes `run` of the output block `ob` back into the `cn` output planes from element
-    /// `base` (channel stride `yc`), through the epilogue's slice functions when `spill`.
+    /// Transposes `run` of the output block `ob` (the sums with their bias) back into the `cn`
+    /// output planes from element `base` (channel stride `yc`), each vector finished and stored by
+    /// [`Job::store_vec`].
     ///
     /// # Safety
     /// The CPU has `S`'s features; the run's elements of the `cn` planes lie inside the output and
-    /// belong to this unit.
+    /// belong to this unit; output columns are contiguous.
     #[inline(always)]
-    unsafe fn block_out<S: Transpose>(&self, ob: &[f32], base: usize, cn: usize, run: Run, spill: bool) {
+    unsafe fn block_out<S: Transpose>(&self, ob: &[f32], base: usize, cn: usize, run: Run, fin: &Finish<S>) {
         let l = S::L;
         let yc = self.geom.y_strides[1];
-        let first = run.row * self.geom.out_hw[1] + run.col;
+        let first = run.row * self.geom.out_hw[1];
         // SAFETY: the caller's contract (features).
         let mut v = [unsafe { S::splat(0.0) }; 16];
         let mut p = 0;
@@ -350,21 +332,9 @@ impl Job<'_> {
                 }
                 S::transpose(&mut v[..l]);
             }
-            for (j, vj) in v.iter().enumerate().take(cn) {
-                let at = base + j * yc + run.at + p;
-                if spill {
-                    let mut t = [0.0f32; 16];
-                    // SAFETY: `t` holds 16 ≥ L values.
-                    unsafe { vj.store(t.as_mut_ptr()) };
-                    let vals = &mut t[..n];
-                    if self.epi.residual.is_none() {
-                        self.epi.activate_slice(vals);
-                    }
-                    self.store(vals, at, 1);
-                } else {
-                    // SAFETY: the caller's contract: elements at..at + n are this unit's.
-                    unsafe { vj.store_first(self.out.0.add(at), n) };
-                }
+            for (j, &vj) in v.iter().enumerate().take(cn) {
+                // SAFETY: the caller's contract: elements at..at + n are this unit's.
+                unsafe { self.store_vec(fin, vj, base + j * yc + run.at + p, n) };
             }
             p += n;
         }
