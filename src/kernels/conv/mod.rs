@@ -238,6 +238,8 @@ pub struct ConvFilter {
     kind: FilterKind,
     /// Whether the geometry it was made for takes the 1×1 path ([`Pointwise`]; for dumps).
     pointwise: bool,
+    /// Whether it is a strided 1×1 filter over channels-first input ([`subsampled`]).
+    subsampled: bool,
     /// Whether it takes the direct small-K 1×1 kernel ([`smallk`]) instead of the GEMM.
     small_k: bool,
 }
@@ -278,7 +280,13 @@ impl ConvFilter {
         let key = geom.filter_key();
         if winograd && winograd::qualifies(geom) {
             let f = winograd::WinogradFilter::new(cin_g, cout_g, at)?;
-            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Winograd(f), pointwise: false, small_k: false });
+            return Ok(ConvFilter {
+                geom_key: key,
+                kind: FilterKind::Winograd(f),
+                pointwise: false,
+                subsampled: false,
+                small_k: false,
+            });
         }
         if geom.is_depthwise() {
             let mut d = vec![0.0f32; kh * kw * geom.out_channels];
@@ -289,11 +297,23 @@ impl ConvFilter {
                     }
                 }
             }
-            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d), pointwise: false, small_k: false });
+            return Ok(ConvFilter {
+                geom_key: key,
+                kind: FilterKind::Depthwise(d),
+                pointwise: false,
+                subsampled: false,
+                small_k: false,
+            });
         }
         if stem::qualifies(geom) {
             let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at).laid_out_for(geom);
-            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Stem(f), pointwise: false, small_k: false });
+            return Ok(ConvFilter {
+                geom_key: key,
+                kind: FilterKind::Stem(f),
+                pointwise: false,
+                subsampled: false,
+                small_k: false,
+            });
         }
         let mut plain = Vec::new();
         if kh * kw == 1 && !geom.channels_last() {
@@ -320,7 +340,10 @@ impl ConvFilter {
                 packed.push(PackedB::new(k, cout_g, MatRef::row_major(&mat, cout_g))?);
             }
         }
-        Ok(ConvFilter { geom_key: key, kind: FilterKind::Gemm(packed, plain), pointwise: pw.is_some(), small_k })
+        // A strided 1×1 filter without padding over channels-first input runs `subsampled`.
+        let subsampled = pw.is_none() && !plain.is_empty() && geom.pad == [0, 0];
+        let kind = FilterKind::Gemm(packed, plain);
+        Ok(ConvFilter { geom_key: key, kind, pointwise: pw.is_some(), subsampled, small_k })
     }
 
     /// Bytes held by the rearranged filter.
@@ -338,6 +361,7 @@ impl ConvFilter {
         match &self.kind {
             FilterKind::Gemm(..) if self.small_k => "pointwise direct",
             FilterKind::Gemm(..) if self.pointwise => "pointwise gemm",
+            FilterKind::Gemm(..) if self.subsampled => "subsampled pointwise",
             FilterKind::Gemm(..) => "implicit gemm",
             FilterKind::Depthwise(_) => "depthwise direct",
             FilterKind::Winograd(_) => "winograd f(4,3)",
@@ -528,6 +552,7 @@ pub fn conv2d_f32(
         FilterKind::Stem(f) => stem::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Gemm(packed, plain) => match Pointwise::of(geom) {
             Some(pw) => pointwise(geom, &pw, x, packed, plain, epi, y, threads),
+            None if filter.subsampled => subsampled(geom, x, packed, plain, epi, y, parallel),
             None => implicit_gemm(geom, x, packed, epi, OutPtr(y.as_mut_ptr()), parallel),
         },
     };
@@ -650,6 +675,53 @@ fn pointwise(
         _ => {}
     }
     Ok(())
+}
+
+/// A strided (or dilated-away) 1×1 convolution without padding over channels-first input
+/// (ResNet's downsampling shortcuts): the pixels it reads are first gathered into dense planes
+/// `[batch, cin, out_h, out_w]` (a quarter of the input at stride 2), then the stride-1
+/// [`pointwise`] path runs on them, its epilogue (bias, residual, clamp) vectorised. The
+/// implicit GEMM would copy the same pixels into patches and then scatter its tile, finishing
+/// the output one element at a time.
+#[allow(clippy::too_many_arguments)]
+fn subsampled(
+    geom: &ConvGeom,
+    x: &[f32],
+    packed: &[PackedB],
+    plain: &[f32],
+    epi: &ConvEpilogue<'_>,
+    y: &mut [f32],
+    parallel: bool,
+) -> Result<()> {
+    let [oh, ow] = geom.out_hw;
+    let (plane, cin) = (oh * ow, geom.in_channels);
+    let [sn, sc, sh, sw] = geom.x_strides;
+    let [s0, s1] = geom.stride;
+    let dense = ConvGeom {
+        in_hw: geom.out_hw,
+        stride: [1, 1],
+        dilation: [1, 1],
+        x_strides: [cin * plane, plane, ow, 1],
+        ..geom.clone()
+    };
+    let Some(pw) = Pointwise::of(&dense) else {
+        return implicit_gemm(geom, x, packed, epi, OutPtr(y.as_mut_ptr()), parallel);
+    };
+    let mut buf = Scratch::new();
+    let xs = buf.get(geom.batch * cin * plane);
+    // Output pixel (oy, ox) reads input pixel (oy·s0, ox·s1): no padding, one tap.
+    let gather = |(i, dst): (usize, &mut [f32])| {
+        let (img, c) = (i / cin, i % cin);
+        for (oy, row) in dst.chunks_exact_mut(ow).enumerate() {
+            copy_strided(row, &x[img * sn + c * sc + oy * s0 * sh..], s1 * sw);
+        }
+    };
+    if parallel {
+        xs.par_chunks_mut(plane).enumerate().for_each(gather);
+    } else {
+        xs.chunks_mut(plane).enumerate().for_each(gather);
+    }
+    pointwise(&dense, &pw, xs, packed, plain, epi, y, if parallel { 0 } else { 1 })
 }
 
 /// Applies the epilogue's residual and clamp ([`ConvEpilogue::finish`]) to the whole output,
@@ -1000,6 +1072,9 @@ mod tests {
             let want = if small_k { "pointwise direct" } else { "pointwise gemm" };
             assert_eq!(filter.describe(), want, "{geom:?}");
         }
+        if k == [1, 1] && stride != [1, 1] && pad == [0, 0] && !geom.channels_last() && !geom.is_depthwise() {
+            assert_eq!(filter.describe(), "subsampled pointwise", "{geom:?}");
+        }
         let len = batch * cout * out_hw[0] * out_hw[1];
         let mut y = vec![f32::NAN; len];
         // Every other case adds a residual, applies ReLU and clamps to [-0.5, 0.7].
@@ -1045,6 +1120,12 @@ mod tests {
             check(&mut rng, 2, 3, 4, 2, [3, 5], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 2, 1, 17, 33, [1, 9], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 4, 1, 1, 6, [5, 3], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, None);
+            // Strided 1×1 without padding (downsampling shortcuts): odd sizes, strides 2 and 3,
+            // rows strided differently from columns, a plane folded by the direct kernel.
+            check(&mut rng, 2, 1, 6, 9, [7, 9], [1, 1], [2, 2], [0, 0], [1, 1], nhwc, None);
+            check(&mut rng, 3, 1, 40, 24, [14, 13], [1, 1], [2, 2], [0, 0], [1, 1], nhwc, Some(&pool));
+            check(&mut rng, 2, 2, 5, 3, [10, 11], [1, 1], [3, 2], [0, 0], [2, 1], nhwc, Some(&pool));
+            check(&mut rng, 2, 1, 300, 20, [8, 8], [1, 1], [2, 2], [0, 0], [1, 1], nhwc, None);
             // Several pixel chunks of the channels-first 1×1 path; wide stride-2 stem rows.
             check(&mut rng, 2, 1, 3, 300, [20, 21], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 2, 1, 3, 5, [9, 75], [3, 3], [2, 2], [1, 1], [1, 1], nhwc, None);
