@@ -40,7 +40,7 @@
 
 use std::cell::RefCell;
 
-mod blocked;
+pub(super) mod blocked;
 
 use super::{ConvEpilogue, ConvGeom, OutPtr, clamp_nan, copy_strided, for_units};
 use crate::error::Result;

@@ -19,7 +19,7 @@ const R: usize = 8;
 /// Vectors that can be transposed as an `L × L` matrix in registers.
 ///
 /// Safety of every method: the CPU has the type's features.
-pub(super) trait Transpose: Lanes {
+pub(in crate::kernels::conv) trait Transpose: Lanes {
     /// Transposes the matrix whose row `i` is `v[i]` (`v.len() == L`): afterwards lane `j` of
     /// `v[i]` is what lane `i` of `v[j]` was.
     unsafe fn transpose(v: &mut [Self]);
