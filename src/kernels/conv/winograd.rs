@@ -97,67 +97,68 @@ fn filter_1d([g0, g1, g2]: [f64; 3]) -> [f64; 6] {
     ]
 }
 
-/// `Bᵀ·d` lane-wise (6 values from 6).
+/// The [`L`] values of `src` as one value (element by element: no call to `memcpy`).
 #[inline(always)]
-fn input_1d(d: [&Lanes; 6]) -> [Lanes; 6] {
-    let mut r = [[0.0f32; L]; 6];
-    for l in 0..L {
-        let [d0, d1, d2, d3, d4, d5] = d.map(|v| v[l]);
-        r[0][l] = 4.0 * d0 - 5.0 * d2 + d4;
-        r[1][l] = -4.0 * (d1 + d2) + d3 + d4;
-        r[2][l] = 4.0 * (d1 - d2) - d3 + d4;
-        r[3][l] = 2.0 * (d3 - d1) - d2 + d4;
-        r[4][l] = 2.0 * (d1 - d3) - d2 + d4;
-        r[5][l] = 4.0 * d1 - 5.0 * d3 + d5;
-    }
-    r
+fn load_lanes(src: &[f32]) -> Lanes {
+    let src: &Lanes = src.try_into().expect("L values");
+    std::array::from_fn(|l| src[l])
 }
 
-/// `Aᵀ·m` lane-wise (4 values from 6).
+/// `v` into the [`L`] values of `dst` (a fixed-size copy: no call to `memcpy`).
 #[inline(always)]
-fn output_1d(m: [&Lanes; 6]) -> [Lanes; 4] {
-    let mut r = [[0.0f32; L]; 4];
+fn store_lanes(dst: &mut [f32], v: &Lanes) {
+    let dst: &mut Lanes = dst.try_into().expect("L values");
+    *dst = *v;
+}
+
+/// `Bᵀ·d` lane-wise: the 6 values at `d[at(0)] … d[at(5)]` into `r[to(0)] … r[to(5)]`
+/// (written in place, no array returned by value: that would be a call to `memcpy`).
+#[inline(always)]
+fn input_1d(d: &[Lanes], at: impl Fn(usize) -> usize, r: &mut [Lanes], to: impl Fn(usize) -> usize) {
     for l in 0..L {
-        let [m0, m1, m2, m3, m4, m5] = m.map(|v| v[l]);
+        let [d0, d1, d2, d3, d4, d5] = std::array::from_fn(|k| d[at(k)][l]);
+        r[to(0)][l] = 4.0 * d0 - 5.0 * d2 + d4;
+        r[to(1)][l] = -4.0 * (d1 + d2) + d3 + d4;
+        r[to(2)][l] = 4.0 * (d1 - d2) - d3 + d4;
+        r[to(3)][l] = 2.0 * (d3 - d1) - d2 + d4;
+        r[to(4)][l] = 2.0 * (d1 - d3) - d2 + d4;
+        r[to(5)][l] = 4.0 * d1 - 5.0 * d3 + d5;
+    }
+}
+
+/// `Aᵀ·m` lane-wise: the 6 values at `m[at(0)] … m[at(5)]` into `r[to(0)] … r[to(3)]`.
+#[inline(always)]
+fn output_1d(m: &[Lanes], at: impl Fn(usize) -> usize, r: &mut [Lanes], to: impl Fn(usize) -> usize) {
+    for l in 0..L {
+        let [m0, m1, m2, m3, m4, m5] = std::array::from_fn(|k| m[at(k)][l]);
         let (a, b) = (m1 + m2, m3 + m4);
         let (c, d) = (m1 - m2, m3 - m4);
-        r[0][l] = m0 + a + b;
-        r[1][l] = c + 2.0 * d;
-        r[2][l] = a + 4.0 * b;
-        r[3][l] = c + 8.0 * d + m5;
+        r[to(0)][l] = m0 + a + b;
+        r[to(1)][l] = c + 2.0 * d;
+        r[to(2)][l] = a + 4.0 * b;
+        r[to(3)][l] = c + 8.0 * d + m5;
     }
-    r
 }
 
-/// `Bᵀ d B` of a patch (`d[6·row + column]`), into `v` in the same order.
+/// `Bᵀ d B` of a patch (`d[6·row + column]`), into `v` in the same order; `t` is scratch.
 #[inline(always)]
-fn input_2d(d: &[Lanes; 36], v: &mut [Lanes; 36]) {
-    let mut t = [[0.0f32; L]; 36];
+fn input_2d(d: &[Lanes; 36], t: &mut [Lanes; 36], v: &mut [Lanes; 36]) {
     for r in 0..6 {
-        let row = input_1d(std::array::from_fn(|c| &d[r * 6 + c]));
-        t[r * 6..r * 6 + 6].copy_from_slice(&row);
+        input_1d(d, |c| r * 6 + c, t, |c| r * 6 + c);
     }
     for c in 0..6 {
-        let col = input_1d(std::array::from_fn(|r| &t[r * 6 + c]));
-        for (r, x) in col.into_iter().enumerate() {
-            v[r * 6 + c] = x;
-        }
+        input_1d(t, |r| r * 6 + c, v, |r| r * 6 + c);
     }
 }
 
-/// `Aᵀ m A` of a product tile (`m[6·row + column]`), into `y[4·row + column]`.
+/// `Aᵀ m A` of a product tile (`m[6·row + column]`), into `y[4·row + column]`; `t` is scratch.
 #[inline(always)]
-fn output_2d(m: &[Lanes; 36], y: &mut [Lanes; 16]) {
-    let mut t = [[0.0f32; L]; 24];
+fn output_2d(m: &[Lanes; 36], t: &mut [Lanes; 24], y: &mut [Lanes; 16]) {
     for r in 0..6 {
-        let row = output_1d(std::array::from_fn(|c| &m[r * 6 + c]));
-        t[r * 4..r * 4 + 4].copy_from_slice(&row);
+        output_1d(m, |c| r * 6 + c, t, |c| r * 4 + c);
     }
     for c in 0..4 {
-        let col = output_1d(std::array::from_fn(|r| &t[r * 4 + c]));
-        for (r, x) in col.into_iter().enumerate() {
-            y[r * 4 + c] = x;
-        }
+        output_1d(t, |r| r * 4 + c, y, |r| r * 4 + c);
     }
 }
 
@@ -219,7 +220,7 @@ pub(super) fn conv(
     };
     try_for_units(parallel, blocks, Scratch::new, |buf, b| {
         let t0 = b * tiling.per_block;
-        let args = Block { geom, x, f, epi, out, tiling: &tiling, t0, n: tiling.per_block.min(tiles - t0) };
+        let args = Block { isa, geom, x, f, epi, out, tiling: &tiling, t0, n: tiling.per_block.min(tiles - t0) };
         #[cfg(target_arch = "x86_64")]
         if isa == FusedIsa::Avx512 {
             // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
@@ -305,6 +306,7 @@ unsafe fn stage_row_avx512(x: &[f32], at: usize, sc: usize, cin: usize, w: usize
 
 /// One block's work: tiles `t0..t0 + n` of a call.
 struct Block<'a> {
+    isa: FusedIsa,
     geom: &'a ConvGeom,
     x: &'a [f32],
     f: &'a WinogradFilter,
@@ -332,7 +334,7 @@ fn block_avx2(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
 /// One block: tiles `t0..t0 + n`. The transforms are separate multiplies and adds (never fused),
 /// so every ISA's body gives the same bits.
 #[inline(always)]
-fn block(&Block { geom, x, f, epi, out, tiling, t0, n }: &Block<'_>, buf: &mut Scratch) -> Result<()> {
+fn block(&Block { isa, geom, x, f, epi, out, tiling, t0, n }: &Block<'_>, buf: &mut Scratch) -> Result<()> {
     let (cin, cout) = (geom.in_channels, geom.out_channels);
     let cout_pad = cout.next_multiple_of(L);
     let (v_len, m_len) = (36 * n * cin, 36 * n * cout);
@@ -340,18 +342,22 @@ fn block(&Block { geom, x, f, epi, out, tiling, t0, n }: &Block<'_>, buf: &mut S
     let (m, ytile) = rest.split_at_mut(m_len);
     let mut d = [[0.0f32; L]; 36];
     let mut t = [[0.0f32; L]; 36];
+    let mut tmp = [[0.0f32; L]; 36];
     for j in 0..n {
         let (img, oy, ox) = tiling.origin(t0 + j);
         for c0 in (0..cin).step_by(L) {
             let lanes = L.min(cin - c0);
             gather(geom, x, img, oy, ox, c0, lanes, &mut d);
-            input_2d(&d, &mut t);
-            for (xi, tv) in t.iter().enumerate() {
-                let dst = &mut v[(xi * n + j) * cin + c0..][..lanes];
-                if lanes == L {
-                    <&mut Lanes>::try_from(dst).expect("L values").copy_from_slice(tv);
-                } else {
-                    dst.copy_from_slice(&tv[..lanes]);
+            input_2d(&d, &mut tmp, &mut t);
+            // The test outside the loops: with it inside, LLVM merges both copies into one
+            // call to `memcpy` of a selected length.
+            if lanes == L {
+                for (xi, tv) in t.iter().enumerate() {
+                    store_lanes(&mut v[(xi * n + j) * cin + c0..][..L], tv);
+                }
+            } else {
+                for (xi, tv) in t.iter().enumerate() {
+                    v[(xi * n + j) * cin + c0..][..lanes].copy_from_slice(&tv[..lanes]);
                 }
             }
         }
@@ -363,31 +369,125 @@ fn block(&Block { geom, x, f, epi, out, tiling, t0, n }: &Block<'_>, buf: &mut S
     }
     let mut mt = [[0.0f32; L]; 36];
     let mut yt = [[0.0f32; L]; 16];
+    let mut tmp_out = [[0.0f32; L]; 24];
+    // Channels-first output with dense rows: each tile's 16 channels are transposed and written
+    // as rows of 4 pixels per channel ([`store_planes`]) instead of one value at a time.
+    let planes = geom.y_strides[1] != 1 && geom.y_strides[3] == 1;
     for j in 0..n {
+        let (img, oy, ox) = tiling.origin(t0 + j);
         for o0 in (0..cout).step_by(L) {
             let lanes = L.min(cout - o0);
-            for (xi, mv) in mt.iter_mut().enumerate() {
-                let src = &m[(xi * n + j) * cout + o0..][..lanes];
-                if lanes == L {
-                    *mv = src.try_into().expect("L values");
-                } else {
-                    mv[..lanes].copy_from_slice(src);
+            if lanes == L {
+                for (xi, mv) in mt.iter_mut().enumerate() {
+                    *mv = load_lanes(&m[(xi * n + j) * cout + o0..][..L]);
+                }
+            } else {
+                for (xi, mv) in mt.iter_mut().enumerate() {
+                    mv[..lanes].copy_from_slice(&m[(xi * n + j) * cout + o0..][..lanes]);
                 }
             }
-            output_2d(&mt, &mut yt);
+            output_2d(&mt, &mut tmp_out, &mut yt);
             for (p, yv) in yt.iter_mut().enumerate() {
                 if let Some(b) = epi.bias {
                     for (y, &bv) in yv.iter_mut().zip(&b[o0..o0 + lanes]) {
                         *y += bv;
                     }
                 }
-                ytile[p * cout_pad + o0..][..L].copy_from_slice(yv);
+                if !planes {
+                    ytile[p * cout_pad + o0..][..L].copy_from_slice(yv);
+                }
+            }
+            if planes {
+                store_planes(isa, geom, epi, out, &mut yt, [img, oy, ox], o0, lanes);
             }
         }
-        let (img, oy, ox) = tiling.origin(t0 + j);
-        store(geom, epi, out, ytile, cout_pad, img, oy, ox);
+        if !planes {
+            store(geom, epi, out, ytile, cout_pad, img, oy, ox);
+        }
     }
     Ok(())
+}
+
+/// `v` (16 rows of 16 lanes) transposed in place: lane `j` of row `i` swaps with lane `i` of row
+/// `j`, by register shuffles on AVX-512.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+fn transpose16(isa: FusedIsa, v: &mut [Lanes; 16]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        use super::depthwise::blocked::Transpose;
+        use std::arch::x86_64::*;
+        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F; each row is 16
+        // values, loaded and stored whole.
+        unsafe {
+            let mut r: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(v[i].as_ptr()));
+            __m512::transpose(&mut r);
+            for (row, x) in v.iter_mut().zip(r) {
+                _mm512_storeu_ps(row.as_mut_ptr(), x);
+            }
+        }
+        return;
+    }
+    let _ = isa;
+    for i in 0..L {
+        for j in i + 1..L {
+            let t = v[i][j];
+            v[i][j] = v[j][i];
+            v[j][i] = t;
+        }
+    }
+}
+
+/// Finishes and writes output channels `o0..o0 + lanes` of the tile at `[img, oy, ox]` to a
+/// channels-first output whose rows are dense: `yt[pixel][channel]` (the bias added) is
+/// transposed to `[channel][4·row + column]`, the residual added, the activation and clamp
+/// applied to all of it at once, and each channel written as up to 4 rows of up to 4 values.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn store_planes(
+    isa: FusedIsa,
+    geom: &ConvGeom,
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    yt: &mut [Lanes; 16],
+    [img, oy, ox]: [usize; 3],
+    o0: usize,
+    lanes: usize,
+) {
+    transpose16(isa, yt);
+    let [sn, sc, sh, _] = geom.y_strides;
+    let (ph, pw) = ((geom.out_hw[0] - oy).min(4), (geom.out_hw[1] - ox).min(4));
+    let at = |c: usize, py: usize| img * sn + (o0 + c) * sc + (oy + py) * sh + ox;
+    if let Some(r) = epi.residual {
+        for (c, ch) in yt.iter_mut().enumerate().take(lanes) {
+            for py in 0..ph {
+                let res = &r[at(c, py)..][..pw];
+                ch[py * 4..][..pw].iter_mut().zip(res).for_each(|(v, &rv)| *v += rv);
+            }
+        }
+    }
+    epi.activate_slice(yt.as_flattened_mut());
+    // SAFETY (both loops): `conv2d_f32` validated that every (image, channel, row, column) of
+    // the output lies inside `y`, and the row is dense (column stride 1), so the pw values from
+    // column ox of row oy + py of channel o0 + c are inside it; they belong to this tile only,
+    // and each tile to one block (one task). The width test stays outside the loops (inside,
+    // LLVM merges both copies into one call to `memcpy` of a selected length).
+    if pw == 4 {
+        for (c, ch) in yt.iter().enumerate().take(lanes) {
+            for py in 0..ph {
+                let row: [f32; 4] = ch[py * 4..py * 4 + 4].try_into().expect("4 values");
+                // SAFETY: see above.
+                unsafe { out.0.add(at(c, py)).cast::<[f32; 4]>().write_unaligned(row) };
+            }
+        }
+    } else {
+        for (c, ch) in yt.iter().enumerate().take(lanes) {
+            for py in 0..ph {
+                // SAFETY: see above.
+                unsafe { std::ptr::copy_nonoverlapping(ch[py * 4..].as_ptr(), out.0.add(at(c, py)), pw) };
+            }
+        }
+    }
 }
 
 /// Gathers the 6×6 input patch of the tile at output (`oy`, `ox`) of image `img`, channels
@@ -426,7 +526,7 @@ fn gather(geom: &ConvGeom, x: &[f32], img: usize, oy: usize, ox: usize, c0: usiz
             let dv = &mut d[r * 6 + c];
             if sc == 1 && lanes == L {
                 // A whole vector (a fixed-size copy, no call).
-                *dv = x[at..at + L].try_into().expect("L values");
+                *dv = load_lanes(&x[at..at + L]);
             } else if sc == 1 {
                 dv[..lanes].copy_from_slice(&x[at..at + lanes]);
             } else {
@@ -600,6 +700,19 @@ mod tests {
                     let (c, col, row, n) = (i % cp, (i / cp) % w, (i / cp / w) % h, i / cp / w / h);
                     let want = if c < cin { (n * geom.x_strides[0] + c * 120 + row * 40 + col) as f32 } else { 0.0 };
                     assert_eq!(v, want, "{isa:?} at n {n} row {row} col {col} channel {c}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiles_transpose_on_each_isa() {
+        for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
+            let mut v: [Lanes; 16] = std::array::from_fn(|i| std::array::from_fn(|j| (i * 100 + j) as f32));
+            transpose16(isa.checked(), &mut v);
+            for (i, row) in v.iter().enumerate() {
+                for (j, &x) in row.iter().enumerate() {
+                    assert_eq!(x, (j * 100 + i) as f32, "{isa:?} row {i} lane {j}");
                 }
             }
         }
