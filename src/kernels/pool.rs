@@ -25,6 +25,7 @@
 //! tasks own whole `outer` planes, so no two write the same element.
 
 use crate::error::{Error, Result};
+use crate::kernels::conv::split_pairs;
 use crate::kernels::fused::{FusedIsa, for_units};
 
 /// The reduction of a pooling kernel.
@@ -243,26 +244,26 @@ fn rows<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, ys: &m
         return;
     }
     let _ = isa;
-    rows_body::<K>(g, x, first, ys, scratch);
+    rows_body::<K>(FusedIsa::Generic, g, x, first, ys, scratch);
 }
 
 /// The portable body compiled with AVX-512F enabled (16-lane selects).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn rows_avx512<K: Combine>(g: &PoolGeom, x: &[f32], first: usize, ys: &mut [f32], scratch: &mut [f32]) {
-    rows_body::<K>(g, x, first, ys, scratch);
+    rows_body::<K>(FusedIsa::Avx512, g, x, first, ys, scratch);
 }
 
 /// The portable body compiled with AVX2+FMA enabled (8-lane selects).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn rows_avx2<K: Combine>(g: &PoolGeom, x: &[f32], first: usize, ys: &mut [f32], scratch: &mut [f32]) {
-    rows_body::<K>(g, x, first, ys, scratch);
+    rows_body::<K>(FusedIsa::Avx2, g, x, first, ys, scratch);
 }
 
 /// Output units `first..` (one unit: `mid` rows of `out_hw[1]·inner` values) into `ys`.
 #[inline(always)]
-fn rows_body<K: Combine>(g: &PoolGeom, x: &[f32], first: usize, ys: &mut [f32], scratch: &mut [f32]) {
+fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, ys: &mut [f32], scratch: &mut [f32]) {
     let (h, w, oh, ow) = (g.in_hw[0], g.in_hw[1], g.out_hw[0], g.out_hw[1]);
     let row_in = w * g.inner;
     let row_out = ow * g.inner;
@@ -275,7 +276,7 @@ fn rows_body<K: Combine>(g: &PoolGeom, x: &[f32], first: usize, ys: &mut [f32], 
                 for (i, kh) in (k0..k1).enumerate() {
                     let ih = r * g.stride[0] + kh * g.dilation[0] - g.pad[0];
                     let start = ((o * h + ih) * g.mid + m) * row_in;
-                    phases::<K>(g, &x[start..start + row_in], tmp, &mut bands[i * slot..(i + 1) * slot]);
+                    phases::<K>(isa, g, &x[start..start + row_in], tmp, &mut bands[i * slot..(i + 1) * slot]);
                 }
                 banded::<K>(g, &bands[..(k1 - k0) * slot], slot, yr);
                 continue;
@@ -302,7 +303,7 @@ const BLOCK: usize = 32;
 /// (position `p` is operand column `p − pad`), stored de-interleaved into `band`: phase `q`
 /// (the positions `q, q + s, …`) at `q·slot/s`, so a window column reads a contiguous run.
 #[inline(always)]
-fn phases<K: Combine>(g: &PoolGeom, xr: &[f32], tmp: &mut [f32], band: &mut [f32]) {
+fn phases<K: Combine>(isa: FusedIsa, g: &PoolGeom, xr: &[f32], tmp: &mut [f32], band: &mut [f32]) {
     let s = g.stride[1];
     let padded = if s == 1 { &mut band[..] } else { &mut tmp[..] };
     let lo = g.pad[1].min(padded.len());
@@ -312,21 +313,9 @@ fn phases<K: Combine>(g: &PoolGeom, xr: &[f32], tmp: &mut [f32], band: &mut [f32
     padded[lo + n..].fill(K::INIT);
     let plen = tmp.len() / s;
     if s == 2 {
+        // Two-source permutes on AVX-512 and AVX2 (the compiler left a loop of pairs scalar).
         let (even, odd) = band.split_at_mut(plen);
-        // In fixed blocks of 32 values (the unrolled form vectorises into shuffles).
-        let (mut ec, mut oc) = (even.chunks_exact_mut(16), odd.chunks_exact_mut(16));
-        let mut tc = tmp.chunks_exact(32);
-        for ((t, e), o) in (&mut tc).zip(&mut ec).zip(&mut oc) {
-            let t: &[f32; 32] = t.try_into().expect("32 values");
-            for j in 0..16 {
-                e[j] = t[2 * j];
-                o[j] = t[2 * j + 1];
-            }
-        }
-        for ((pair, e), o) in tc.remainder().chunks_exact(2).zip(ec.into_remainder()).zip(oc.into_remainder()) {
-            *e = pair[0];
-            *o = pair[1];
-        }
+        split_pairs(isa, tmp, &mut even[..plen], &mut odd[..plen]);
     } else if s > 2 {
         for (j, ch) in tmp.chunks_exact(s).enumerate() {
             for (q, &v) in ch.iter().enumerate() {

@@ -1417,6 +1417,18 @@ fn deinterleave<const ISA: u8, const ODD: bool>(src: &[f32], even: &mut [f32], o
     }
 }
 
+/// `even[j] = src[2j]`, `odd[j] = src[2j + 1]` on `isa` (already [`FusedIsa::checked`]), for
+/// every `j` both outputs hold: stride-2 pooling rows.
+pub(crate) fn split_pairs(isa: FusedIsa, src: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        FusedIsa::Avx512 => deinterleave::<AVX512, true>(src, even, odd),
+        #[cfg(target_arch = "x86_64")]
+        FusedIsa::Avx2 => deinterleave::<AVX2, true>(src, even, odd),
+        _ => deinterleave::<GENERIC, true>(src, even, odd),
+    }
+}
+
 /// `dst[j] = src[2j]` on the default ISA: stride-2 im2col rows.
 pub(super) fn gather_even(dst: &mut [f32], src: &[f32]) {
     match FusedIsa::selected().checked() {

@@ -19,6 +19,7 @@
 
 pub mod backward;
 mod depthwise;
+pub(crate) use depthwise::split_pairs;
 mod smallk;
 mod stem;
 mod winograd;
