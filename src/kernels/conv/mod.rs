@@ -49,6 +49,16 @@ pub(super) fn for_units<S>(
     }
 }
 
+/// `f((i, chunk))` on every `len`-value chunk of `xs` (the last may be shorter), over the
+/// current rayon pool when `parallel`.
+pub(super) fn for_chunks(parallel: bool, xs: &mut [f32], len: usize, f: impl Fn((usize, &mut [f32])) + Sync + Send) {
+    if parallel {
+        xs.par_chunks_mut(len.max(1)).enumerate().for_each(f);
+    } else {
+        xs.chunks_mut(len.max(1)).enumerate().for_each(f);
+    }
+}
+
 /// [`for_units`] for fallible units: the first error is returned.
 pub(super) fn try_for_units<S>(
     parallel: bool,
@@ -237,19 +247,27 @@ type FilterKey = (usize, usize, [usize; 2], usize, bool);
 pub struct ConvFilter {
     geom_key: FilterKey,
     kind: FilterKind,
-    /// Whether the geometry it was made for takes the 1×1 path ([`Pointwise`]; for dumps).
-    pointwise: bool,
-    /// Whether it is a strided 1×1 filter over channels-first input ([`subsampled`]).
-    subsampled: bool,
-    /// Whether it takes the direct small-K 1×1 kernel ([`smallk`]) instead of the GEMM.
-    small_k: bool,
+}
+
+/// Which kernel runs a [`FilterKind::Gemm`] filter, decided for its geometry when it is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GemmPath {
+    /// im2col blocks on the GEMM ([`implicit_gemm`]).
+    Implicit,
+    /// A 1×1 stride-1 convolution as one GEMM per image and group ([`pointwise`]).
+    Pointwise,
+    /// The direct small-K 1×1 kernel ([`smallk`]), reading the plain weights only.
+    PointwiseDirect,
+    /// A strided 1×1 convolution over channels-first input ([`subsampled`]).
+    Subsampled,
 }
 
 #[derive(Debug)]
 enum FilterKind {
     /// One packed K × cout_g matrix per group; for a 1×1 kernel over channels-first input, also
-    /// the plain `[group][cout_g][cin_g]` weights ([`pointwise`] multiplies them from the left).
-    Gemm(Vec<PackedB>, Vec<f32>),
+    /// the plain `[group][cout_g][cin_g]` weights ([`pointwise`] multiplies them from the left);
+    /// and the kernel that runs them.
+    Gemm(Vec<PackedB>, Vec<f32>, GemmPath),
     /// `[taps][channels]`.
     Depthwise(Vec<f32>),
     /// The 36 transformed matrices of a 3×3 stride-1 filter ([`winograd`]).
@@ -281,13 +299,7 @@ impl ConvFilter {
         let key = geom.filter_key();
         if winograd && winograd::qualifies(geom) {
             let f = winograd::WinogradFilter::new(cin_g, cout_g, at)?;
-            return Ok(ConvFilter {
-                geom_key: key,
-                kind: FilterKind::Winograd(f),
-                pointwise: false,
-                subsampled: false,
-                small_k: false,
-            });
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Winograd(f) });
         }
         if geom.is_depthwise() {
             let mut d = vec![0.0f32; kh * kw * geom.out_channels];
@@ -298,23 +310,11 @@ impl ConvFilter {
                     }
                 }
             }
-            return Ok(ConvFilter {
-                geom_key: key,
-                kind: FilterKind::Depthwise(d),
-                pointwise: false,
-                subsampled: false,
-                small_k: false,
-            });
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d) });
         }
         if stem::qualifies(geom) {
             let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at).laid_out_for(geom);
-            return Ok(ConvFilter {
-                geom_key: key,
-                kind: FilterKind::Stem(f),
-                pointwise: false,
-                subsampled: false,
-                small_k: false,
-            });
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Stem(f) });
         }
         let mut plain = Vec::new();
         if kh * kw == 1 && !geom.channels_last() {
@@ -341,16 +341,20 @@ impl ConvFilter {
                 packed.push(PackedB::new(k, cout_g, MatRef::row_major(&mat, cout_g))?);
             }
         }
-        // A strided 1×1 filter without padding over channels-first input runs `subsampled`.
-        let subsampled = pw.is_none() && !plain.is_empty() && geom.pad == [0, 0];
-        let kind = FilterKind::Gemm(packed, plain);
-        Ok(ConvFilter { geom_key: key, kind, pointwise: pw.is_some(), subsampled, small_k })
+        let path = match pw {
+            _ if small_k => GemmPath::PointwiseDirect,
+            Some(_) => GemmPath::Pointwise,
+            // A strided 1×1 filter without padding over channels-first input.
+            None if !plain.is_empty() && geom.pad == [0, 0] => GemmPath::Subsampled,
+            None => GemmPath::Implicit,
+        };
+        Ok(ConvFilter { geom_key: key, kind: FilterKind::Gemm(packed, plain, path) })
     }
 
     /// Bytes held by the rearranged filter.
     pub fn size_bytes(&self) -> usize {
         match &self.kind {
-            FilterKind::Gemm(p, plain) => p.iter().map(PackedB::size_bytes).sum::<usize>() + plain.len() * 4,
+            FilterKind::Gemm(p, plain, _) => p.iter().map(PackedB::size_bytes).sum::<usize>() + plain.len() * 4,
             FilterKind::Depthwise(d) => d.len() * 4,
             FilterKind::Winograd(f) => f.size_bytes(),
             FilterKind::Stem(f) => f.size_bytes(),
@@ -360,10 +364,10 @@ impl ConvFilter {
     /// A short description for plan dumps.
     pub fn describe(&self) -> &'static str {
         match &self.kind {
-            FilterKind::Gemm(..) if self.small_k => "pointwise direct",
-            FilterKind::Gemm(..) if self.pointwise => "pointwise gemm",
-            FilterKind::Gemm(..) if self.subsampled => "subsampled pointwise",
-            FilterKind::Gemm(..) => "implicit gemm",
+            FilterKind::Gemm(.., GemmPath::PointwiseDirect) => "pointwise direct",
+            FilterKind::Gemm(.., GemmPath::Pointwise) => "pointwise gemm",
+            FilterKind::Gemm(.., GemmPath::Subsampled) => "subsampled pointwise",
+            FilterKind::Gemm(.., GemmPath::Implicit) => "implicit gemm",
             FilterKind::Depthwise(_) => "depthwise direct",
             FilterKind::Winograd(_) => "winograd f(4,3)",
             FilterKind::Stem(_) => "stem direct",
@@ -551,9 +555,9 @@ pub fn conv2d_f32(
         FilterKind::Depthwise(w) => depthwise::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Stem(f) => stem::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
-        FilterKind::Gemm(packed, plain) => match Pointwise::of(geom) {
+        FilterKind::Gemm(packed, plain, path) => match Pointwise::of(geom) {
             Some(pw) => pointwise(geom, &pw, x, packed, plain, epi, y, threads),
-            None if filter.subsampled => subsampled(geom, x, packed, plain, epi, y, parallel),
+            None if *path == GemmPath::Subsampled => subsampled(geom, x, packed, plain, epi, y, parallel),
             None => implicit_gemm(geom, x, packed, epi, OutPtr(y.as_mut_ptr()), parallel),
         },
     };
@@ -717,11 +721,7 @@ fn subsampled(
             copy_strided(row, &x[img * sn + c * sc + oy * s0 * sh..], s1 * sw);
         }
     };
-    if parallel {
-        xs.par_chunks_mut(plane).enumerate().for_each(gather);
-    } else {
-        xs.chunks_mut(plane).enumerate().for_each(gather);
-    }
+    for_chunks(parallel, xs, plane, gather);
     pointwise(&dense, &pw, xs, packed, plain, epi, y, if parallel { 0 } else { 1 })
 }
 

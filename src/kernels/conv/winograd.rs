@@ -16,9 +16,7 @@
 //! (`tests::error_on_resnet_shapes`, docs/configuration.md): at most about 1e-5 of the output's
 //! largest magnitude and 2.3e-6 of Σ|x·w| per output, 15–30× the implicit GEMM's.
 
-use super::{ConvEpilogue, ConvGeom, OP, OutPtr, try_for_units};
-use rayon::prelude::*;
-
+use super::{ConvEpilogue, ConvGeom, OP, OutPtr, for_chunks, try_for_units};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::{GemmArgs, MatMut, MatRef, PackedB, Rhs, Scratch, gemm_f32};
@@ -260,11 +258,7 @@ fn stage(isa: FusedIsa, geom: &ConvGeom, x: &[f32], xs: &mut [f32], parallel: bo
             }
         }
     };
-    if parallel {
-        xs.par_chunks_mut(w * cp).enumerate().for_each(row);
-    } else {
-        xs.chunks_mut(w * cp).enumerate().for_each(row);
-    }
+    for_chunks(parallel, xs, w * cp, row);
 }
 
 /// One input row of [`stage`] by 16 × 16 register transposes: 16 channels of 16 columns loaded
@@ -337,8 +331,12 @@ fn block_avx2(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
 fn block(&Block { isa, geom, x, f, epi, out, tiling, t0, n }: &Block<'_>, buf: &mut Scratch) -> Result<()> {
     let (cin, cout) = (geom.in_channels, geom.out_channels);
     let cout_pad = cout.next_multiple_of(L);
+    // Channels-first output with dense rows: each tile's 16 channels are transposed and written
+    // as rows of 4 pixels per channel ([`store_planes`]); other layouts go through `ytile`.
+    let planes = geom.y_strides[1] != 1 && geom.y_strides[3] == 1;
     let (v_len, m_len) = (36 * n * cin, 36 * n * cout);
-    let (v, rest) = buf.get(v_len + m_len + 16 * cout_pad).split_at_mut(v_len);
+    let ytile_len = if planes { 0 } else { 16 * cout_pad };
+    let (v, rest) = buf.get(v_len + m_len + ytile_len).split_at_mut(v_len);
     let (m, ytile) = rest.split_at_mut(m_len);
     let mut d = [[0.0f32; L]; 36];
     let mut t = [[0.0f32; L]; 36];
@@ -370,9 +368,6 @@ fn block(&Block { isa, geom, x, f, epi, out, tiling, t0, n }: &Block<'_>, buf: &
     let mut mt = [[0.0f32; L]; 36];
     let mut yt = [[0.0f32; L]; 16];
     let mut tmp_out = [[0.0f32; L]; 24];
-    // Channels-first output with dense rows: each tile's 16 channels are transposed and written
-    // as rows of 4 pixels per channel ([`store_planes`]) instead of one value at a time.
-    let planes = geom.y_strides[1] != 1 && geom.y_strides[3] == 1;
     for j in 0..n {
         let (img, oy, ox) = tiling.origin(t0 + j);
         for o0 in (0..cout).step_by(L) {
@@ -491,7 +486,8 @@ fn store_planes(
 }
 
 /// Gathers the 6×6 input patch of the tile at output (`oy`, `ox`) of image `img`, channels
-/// `c0..c0 + lanes`, into `d` (zero outside the input and in unused lanes).
+/// `c0..c0 + lanes`, into `d` (zero outside the input and in unused lanes). Channels-first input
+/// with dense rows never gets here: [`conv`] stages it channels-last first.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn gather(geom: &ConvGeom, x: &[f32], img: usize, oy: usize, ox: usize, c0: usize, lanes: usize, d: &mut [Lanes; 36]) {
@@ -511,16 +507,6 @@ fn gather(geom: &ConvGeom, x: &[f32], img: usize, oy: usize, ox: usize, c0: usiz
     for r in ylo..yhi {
         let row = base + (fy + r as isize) as usize * sh;
         let first = row + (fx + xlo as isize) as usize * sw;
-        if sc != 1 && sw == 1 {
-            // Channels-first: one run of the patch row per channel.
-            for l in 0..lanes {
-                let src = &x[first + l * sc..][..xhi - xlo];
-                for (c, &v) in src.iter().enumerate() {
-                    d[r * 6 + xlo + c][l] = v;
-                }
-            }
-            continue;
-        }
         for c in xlo..xhi {
             let at = first + (c - xlo) * sw;
             let dv = &mut d[r * 6 + c];
