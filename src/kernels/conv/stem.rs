@@ -17,13 +17,14 @@
 //!
 //! The tile kernels are compiled for AVX-512F (2 × 16 columns × 12 channels), AVX2+FMA
 //! (2 × 8 columns × 6 channels) and portably (the AVX2 shape in plain arrays), selected at run
-//! time ([`FusedIsa`]). On AVX2 (and on AVX-512 for windows of at most 32 taps with a ReLU or
-//! clamp), outputs with contiguous rows and an epilogue of bias, ReLU and clamp only
-//! (MobileNet's ReLU6 stem) take a fused kernel instead: tiles of up to 2 × 8 columns × 4
-//! channels (8 accumulators; a 3 × 8 × 4 tile spilled one to the stack and was slower) whose
-//! accumulators start at the bias and get the ReLU and clamp in registers before they are stored
-//! straight into the output row.
+//! time ([`FusedIsa`]). Outputs with contiguous rows and an epilogue of bias, ReLU and clamp
+//! only (ResNet's and MobileNet's stems) take a fused kernel instead, whose accumulators start at
+//! the bias and get the ReLU and clamp in registers before they are stored straight into the
+//! output row: tiles of up to 2 × 16 columns × 12 channels on AVX-512, 2 × 8 columns × 4
+//! channels on AVX2 (8 accumulators; a 3 × 8 × 4 tile spilled one to the stack and was slower).
 
+#[cfg(target_arch = "x86_64")]
+use super::depthwise::Lanes;
 use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided, for_units};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
@@ -211,31 +212,41 @@ struct Job<'a> {
     out: OutPtr,
     rows: &'a Rows,
     isa: FusedIsa,
-    /// The ReLU and clamp of the fused AVX2 kernel ([`Job::unit_fused_avx2`]), when it runs.
+    /// The fused kernel ([`Job::unit_fused`]) that runs, when one does.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fused: Option<(bool, Option<(f32, f32)>)>,
+    fused: Option<Fused>,
 }
 
-/// Whether the fused AVX2 kernel takes `geom` with `epi` on `isa` (already checked): the AVX2
-/// body (or the AVX-512 one for windows of at most 32 taps with a ReLU or clamp), contiguous
-/// output rows, no residual, no activation other than ReLU, clamp bounds that
-/// are not NaN. Returns the ReLU and the clamp.
-fn fused_epilogue(isa: FusedIsa, geom: &ConvGeom, epi: &ConvEpilogue<'_>) -> Option<(bool, Option<(f32, f32)>)> {
+/// The fused kernel chosen for a convolution: its vector width, the ReLU and the clamp.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Fused {
+    /// 16-lane AVX-512 tiles, else 8-lane AVX2 ones.
+    wide: bool,
+    relu: bool,
+    clamp: Option<(f32, f32)>,
+}
+
+/// Which fused kernel takes `geom` with `epi` on `isa` (already checked), if any: contiguous
+/// output rows, no residual, no activation other than ReLU, clamp bounds that are not NaN; the
+/// 16-lane one on AVX-512, the 8-lane one on AVX2. (On one Zen 5 core, ResNet's stem 8×3×224² →
+/// 64 7×7/2 with bias and ReLU: 12.6 ms with the general tiles and a pass over the stored
+/// values, 9.6–9.9 ms fused; MobileNetV2's 3×3/2 → 32 with ReLU6: 2.3–2.8 ms with the 8-lane
+/// fused tiles, 1.4–2.0 ms with the 16-lane ones.)
+fn fused_epilogue(isa: FusedIsa, geom: &ConvGeom, epi: &ConvEpilogue<'_>) -> Option<Fused> {
     let relu = match epi.activation {
         crate::kernels::gemm::Activation::None => false,
         crate::kernels::gemm::Activation::Relu => true,
         _ => return None,
     };
     let plain_clamp = epi.clamp.is_none_or(|(lo, hi)| !lo.is_nan() && !hi.is_nan());
-    // On AVX-512 only for short windows with an activation or clamp to apply (MobileNet's 3×3×3
-    // ReLU6: its row is bound by the output's memory traffic, not the FMA rate, and the general
-    // tile's epilogue pass over the stored values cost more than the narrower vectors: 8×3×224²
-    // → 32 in MobileNetV2 on one Zen 5 core, 3.87–3.94 → 3.39–3.49 ms; without an epilogue the
-    // 16-lane tiles stay faster: 1.79 against 2.18–2.24 ms alone). ResNet's 7×7×3 keeps the tiles.
-    let short = geom.in_channels * geom.taps() <= 32 && (relu || epi.clamp.is_some());
-    let isa_ok = isa == FusedIsa::Avx2 || (isa == FusedIsa::Avx512 && short);
-    let ok = isa_ok && geom.y_strides[3] == 1 && epi.residual.is_none() && plain_clamp;
-    ok.then_some((relu, epi.clamp))
+    let wide = match isa {
+        FusedIsa::Avx512 => true,
+        FusedIsa::Avx2 => false,
+        _ => return None,
+    };
+    let ok = geom.y_strides[3] == 1 && epi.residual.is_none() && plain_clamp;
+    ok.then_some(Fused { wide, relu, clamp: epi.clamp })
 }
 
 /// The tile shape of each ISA: (f32 lanes per vector, most vectors, most channels).
@@ -251,10 +262,16 @@ impl Job<'_> {
     fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut [f32]) {
         self.fill(n, oy, buf);
         #[cfg(target_arch = "x86_64")]
-        if let Some((relu, clamp)) = self.fused {
-            // SAFETY: `fused` is set only for the AVX2 ISA after `FusedIsa::checked` confirmed
-            // AVX2 and FMA on this CPU (`fused_epilogue`).
-            return unsafe { self.unit_fused_avx2(n, oy, buf, relu, clamp) };
+        if let Some(Fused { wide, relu, clamp }) = self.fused {
+            // SAFETY: `fused` is set only for the AVX2 and AVX-512 ISAs after `FusedIsa::checked`
+            // confirmed them on this CPU, `wide` only for AVX-512 (`fused_epilogue`).
+            return unsafe {
+                if wide {
+                    self.unit_fused_avx512(n, oy, buf, relu, clamp)
+                } else {
+                    self.unit_fused_avx2(n, oy, buf, relu, clamp)
+                }
+            };
         }
         let (g, taps) = (self.geom, self.f.taps);
         let ow = g.out_hw[1];
@@ -279,52 +296,94 @@ impl Job<'_> {
         }
     }
 
-    /// The AVX2 kernel with the epilogue in registers: output row `oy` of image `n` from the
-    /// filled scratch `buf`, in tiles of up to [`FUSED_VECS`] vectors × [`FUSED_CH`] channels
-    /// whose accumulators start at the bias and get the ReLU and the clamp before they are stored
-    /// straight into the output row (no tile buffer, no pass over the stored values).
+    /// The kernel with the epilogue in registers: output row `oy` of image `n` from the filled
+    /// scratch `buf`, in tiles of up to [`FUSED_VECS`] vectors of `V` × `CH` channels (in steps
+    /// of [`FUSED_QUANTUM`]) whose accumulators start at the bias and get the ReLU and the clamp
+    /// before they are stored straight into the output row (no tile buffer, no pass over the
+    /// stored values).
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; `fused_epilogue` accepted the geometry and epilogue.
+    /// The CPU has `V`'s features; `fused_epilogue` accepted the geometry and epilogue; `CH` is a
+    /// multiple of [`FUSED_QUANTUM`] that divides [`CB`].
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn unit_fused_avx2(&self, n: usize, oy: usize, buf: &[f32], relu: bool, clamp: Option<(f32, f32)>) {
-        use std::arch::x86_64::*;
+    #[inline(always)]
+    unsafe fn unit_fused<V: Lanes, const CH: usize>(
+        &self,
+        n: usize,
+        oy: usize,
+        buf: &[f32],
+        relu: bool,
+        clamp: Option<(f32, f32)>,
+    ) {
         let (g, taps) = (self.geom, self.f.taps);
         let (ow, cout) = (g.out_hw[1], g.out_channels);
-        // Every pixel load stays inside `buf`: the last tile's vectors end at ow rounded up to 8
-        // columns, read from each tap's offset (at most `last`); every weight of a block lies
-        // in its CB-wide strip (blocks start at multiples of FUSED_CH, which divides CB).
+        // Every pixel load stays inside `buf`: the last tile's vectors end at ow rounded up to a
+        // whole vector, read from each tap's offset (at most `last`); every weight of a block
+        // lies in its CB-wide strip (blocks start at multiples of CH, which divides CB, and a
+        // tile reads at most CH channels).
         assert!(
-            self.rows.last + ow.next_multiple_of(8) <= buf.len()
+            self.rows.last + ow.next_multiple_of(V::L) <= buf.len()
                 && taps == self.rows.offs.len()
-                && self.f.w.len() == cout.div_ceil(CB) * taps * CB,
+                && self.f.w.len() == cout.div_ceil(CB) * taps * CB
+                && CB.is_multiple_of(CH),
             "stem scratch or filter too short"
         );
         let [yn, yc, yh, _] = g.y_strides;
-        let bounds = clamp.map(|(lo, hi)| (_mm256_set1_ps(lo), _mm256_set1_ps(hi), lo == 0.0, hi == 0.0));
-        for c0 in (0..cout).step_by(FUSED_CH) {
+        // SAFETY: the caller's contract (features).
+        let bounds = clamp.map(|(lo, hi)| unsafe { (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0) });
+        for c0 in (0..cout).step_by(CH) {
             let w = &self.f.w[c0 / CB * taps * CB + c0 % CB..];
-            let bias: [f32; FUSED_CH] =
+            let bias: [f32; CH] =
                 std::array::from_fn(|c| self.epi.bias.and_then(|b| b.get(c0 + c).copied()).unwrap_or(0.0));
-            let chans = FUSED_CH.min(cout - c0);
+            let chans = CH.min(cout - c0);
             let mut ox0 = 0;
             while ox0 < ow {
-                let vecs = (ow - ox0).div_ceil(8).min(FUSED_VECS);
-                let last = (ow - ox0).min(8 * vecs) - 8 * (vecs - 1);
+                let vecs = (ow - ox0).div_ceil(V::L).min(FUSED_VECS);
+                let last = (ow - ox0).min(V::L * vecs) - V::L * (vecs - 1);
                 let at = n * yn + c0 * yc + oy * yh + ox0;
-                let tile = FusedTile { xs: &buf[ox0..], offs: &self.rows.offs, w, bias, chans, last, relu, bounds };
+                let tile = FusedTile { xs: &buf[ox0..], offs: &self.rows.offs, w, chans, last, relu, bounds };
                 // SAFETY: the caller's contract (features); the loads are inside `buf` and `w`
                 // (asserted above); the stores are output row `oy` of image `n`, channels
-                // c0..c0 + chans, columns ox0..ox0 + 8·(vecs − 1) + last ≤ ow, which `validate`
+                // c0..c0 + chans, columns ox0..ox0 + L·(vecs − 1) + last ≤ ow, which `validate`
                 // checked to lie in the output and only this task writes.
                 unsafe {
                     let out = self.out.0.add(at);
-                    if vecs == 2 { tile.run::<2>(out, yc) } else { tile.run::<1>(out, yc) }
+                    macro_rules! go {
+                        ($($c:literal),*) => {
+                            match (vecs, chans.next_multiple_of(FUSED_QUANTUM)) {
+                                $((2, $c) if $c <= CH => tile.run::<2, $c>(out, yc, &bias),
+                                  (_, $c) if $c <= CH => tile.run::<1, $c>(out, yc, &bias),)*
+                                _ => unreachable!("fused stem tile of {chans} channels"),
+                            }
+                        };
+                    }
+                    go!(4, 8, 12);
                 }
-                ox0 += 8 * vecs;
+                ox0 += V::L * vecs;
             }
         }
+    }
+
+    /// [`Job::unit_fused`] on AVX2: tiles of 2 × 8 columns × 4 channels.
+    ///
+    /// # Safety
+    /// As for [`Job::unit_fused`], with AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn unit_fused_avx2(&self, n: usize, oy: usize, buf: &[f32], relu: bool, clamp: Option<(f32, f32)>) {
+        // SAFETY: the caller's contract.
+        unsafe { self.unit_fused::<std::arch::x86_64::__m256, 4>(n, oy, buf, relu, clamp) }
+    }
+
+    /// [`Job::unit_fused`] on AVX-512: tiles of 2 × 16 columns × 12 channels.
+    ///
+    /// # Safety
+    /// As for [`Job::unit_fused`], with AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn unit_fused_avx512(&self, n: usize, oy: usize, buf: &[f32], relu: bool, clamp: Option<(f32, f32)>) {
+        // SAFETY: the caller's contract.
+        unsafe { self.unit_fused::<std::arch::x86_64::__m512, 12>(n, oy, buf, relu, clamp) }
     }
 
     /// Copies the input rows under output row `oy` of image `n` into `buf` (see the module doc).
@@ -378,55 +437,52 @@ impl Job<'_> {
     }
 }
 
-/// Most vectors of 8 columns per tile of the fused AVX2 kernel.
+/// Most vectors per tile of the fused kernels.
 #[cfg(target_arch = "x86_64")]
 const FUSED_VECS: usize = 2;
 
-/// Output channels per tile of the fused AVX2 kernel (divides [`CB`]; MobileNet's 32 channels
-/// are 8 whole blocks).
+/// The channel step of the fused kernels' tiles (divides [`CB`]; MobileNet's 32 channels are 8
+/// whole steps).
 #[cfg(target_arch = "x86_64")]
-const FUSED_CH: usize = 4;
+const FUSED_QUANTUM: usize = 4;
 
-/// One tile of [`Job::unit_fused_avx2`].
+/// One tile of [`Job::unit_fused`].
 #[cfg(target_arch = "x86_64")]
-struct FusedTile<'a> {
+struct FusedTile<'a, V: Lanes> {
     /// The scratch from the tile's first column.
     xs: &'a [f32],
     offs: &'a [usize],
     /// The block's weights: tap t's channels at `w[t·CB..]`.
     w: &'a [f32],
-    bias: [f32; FUSED_CH],
     /// Channels stored (the others are past the last channel), lanes of the last vector stored.
     chans: usize,
     last: usize,
     relu: bool,
     /// Clamp bounds as vectors, and whether each is ±0.
-    bounds: Option<(std::arch::x86_64::__m256, std::arch::x86_64::__m256, bool, bool)>,
+    bounds: Option<(V, V, bool, bool)>,
 }
 
 #[cfg(target_arch = "x86_64")]
-impl FusedTile<'_> {
-    /// `P` vectors × [`FUSED_CH`] channels: sums in registers, then the epilogue, then the stores
-    /// at `out` (channel rows `yc` apart).
+impl<V: Lanes> FusedTile<'_, V> {
+    /// `P` vectors × `C` channels: sums in registers from the bias on, then the epilogue, then
+    /// the stores at `out` (channel rows `yc` apart).
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; every tap offset plus 8·P lies inside `xs`, `w` holds
-    /// `(taps − 1)·CB + FUSED_CH` values; `out` is valid for `chans` rows of 8·(P − 1) + `last`
-    /// values, `yc` apart.
+    /// The CPU has `V`'s features; every tap offset plus L·P lies inside `xs`, `w` holds
+    /// `(taps − 1)·CB + C` values, `bias` at least `C`; `out` is valid for `chans` ≤ `C` rows of
+    /// L·(P − 1) + `last` values, `yc` apart.
     #[inline(always)]
-    unsafe fn run<const P: usize>(&self, out: *mut f32, yc: usize) {
-        use super::depthwise::Lanes;
-        use std::arch::x86_64::*;
+    unsafe fn run<const P: usize, const C: usize>(&self, out: *mut f32, yc: usize, bias: &[f32]) {
         let (xs, w) = (self.xs.as_ptr(), self.w.as_ptr());
         // SAFETY: the caller's contract (features and bounds) throughout.
         unsafe {
-            let mut acc: [[__m256; P]; FUSED_CH] = self.bias.map(|b| [_mm256_set1_ps(b); P]);
+            let mut acc: [[V; P]; C] = std::array::from_fn(|c| [V::splat(bias[c]); P]);
             for (k, &off) in self.offs.iter().enumerate() {
-                let xv: [__m256; P] = std::array::from_fn(|p| _mm256_loadu_ps(xs.add(off + 8 * p)));
+                let xv: [V; P] = std::array::from_fn(|p| V::load(xs.add(off + V::L * p)));
                 for (c, acc) in acc.iter_mut().enumerate() {
-                    let wv = _mm256_broadcast_ss(&*w.add(k * CB + c));
+                    let wv = V::splat(*w.add(k * CB + c));
                     for (a, &x) in acc.iter_mut().zip(&xv) {
-                        *a = _mm256_fmadd_ps(x, wv, *a);
+                        *a = x.fmadd(wv, *a);
                     }
                 }
             }
@@ -439,7 +495,7 @@ impl FusedTile<'_> {
                     if let Some((lo, hi, zlo, zhi)) = self.bounds {
                         a = a.clamp(lo, hi, zlo, zhi);
                     }
-                    let dst = out.add(c * yc + 8 * p);
+                    let dst = out.add(c * yc + V::L * p);
                     if p + 1 < P { a.store(dst) } else { a.store_first(dst, self.last) }
                 }
             }
@@ -726,7 +782,7 @@ mod tests {
         ];
         for case in cases {
             check(&mut rng, case, ALL_PARTS, &two);
-            // Without the residual (MobileNet's ReLU6): the fused AVX2 kernel for NCHW outputs.
+            // Without the residual (ReLU and clamp): the fused kernels for NCHW outputs.
             check(&mut rng, case, (true, false, Activation::Relu, true), &two);
         }
     }
