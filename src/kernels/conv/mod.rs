@@ -19,6 +19,7 @@
 
 pub mod backward;
 mod depthwise;
+mod direct;
 pub(crate) use depthwise::split_pairs;
 mod smallk;
 mod stem;
@@ -274,6 +275,8 @@ enum FilterKind {
     Winograd(winograd::WinogradFilter),
     /// Channel blocks of taps for the direct few-input-channel kernel ([`stem`]).
     Stem(stem::StemFilter),
+    /// 64-channel blocks of taps for the direct strided kernel ([`direct`]).
+    Direct(direct::DirectFilter),
 }
 
 impl ConvFilter {
@@ -315,6 +318,10 @@ impl ConvFilter {
         if stem::qualifies(geom) {
             let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at).laid_out_for(geom);
             return Ok(ConvFilter { geom_key: key, kind: FilterKind::Stem(f) });
+        }
+        if direct::qualifies(geom) {
+            let f = direct::DirectFilter::new(cin_g, geom.out_channels, kh, kw, at).laid_out_for(geom);
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Direct(f) });
         }
         let mut plain = Vec::new();
         if kh * kw == 1 && !geom.channels_last() {
@@ -358,6 +365,7 @@ impl ConvFilter {
             FilterKind::Depthwise(d) => d.len() * 4,
             FilterKind::Winograd(f) => f.size_bytes(),
             FilterKind::Stem(f) => f.size_bytes(),
+            FilterKind::Direct(f) => f.size_bytes(),
         }
     }
 
@@ -371,6 +379,7 @@ impl ConvFilter {
             FilterKind::Depthwise(_) => "depthwise direct",
             FilterKind::Winograd(_) => "winograd f(4,3)",
             FilterKind::Stem(_) => "stem direct",
+            FilterKind::Direct(_) => "strided direct",
         }
     }
 }
@@ -555,6 +564,7 @@ pub fn conv2d_f32(
         FilterKind::Depthwise(w) => depthwise::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Stem(f) => stem::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
+        FilterKind::Direct(f) => direct::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Gemm(packed, plain, path) => match Pointwise::of(geom) {
             Some(pw) => pointwise(geom, &pw, x, packed, plain, epi, y, threads),
             None if *path == GemmPath::Subsampled => subsampled(geom, x, packed, plain, epi, y, parallel),
