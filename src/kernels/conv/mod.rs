@@ -15,7 +15,8 @@
 //!
 //! Depthwise convolutions (one input and one output channel per group) use the direct kernel of
 //! the `depthwise` module; convolutions with few input channels (convnet stems) the direct kernel
-//! of the `stem` module.
+//! of the `stem` module; strided windows over many channels-first input channels (ResNet's
+//! stride-2 3×3 layers) the direct kernel of the `direct` module.
 
 pub mod backward;
 mod depthwise;
