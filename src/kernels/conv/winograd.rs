@@ -33,6 +33,28 @@ const BLOCK_ELEMS: usize = 192 * 1024;
 const MIN_TILES: usize = 28;
 const MAX_TILES: usize = 14 * 16;
 
+/// Transformed filters larger than this (bytes) are [`wide`] on one thread, larger than
+/// [`WIDE_FILTER_PARALLEL`] on several (where the transforms, which wide blocks run on one
+/// thread, cost more than the filter traffic saved).
+const WIDE_FILTER: usize = 4 << 20;
+const WIDE_FILTER_PARALLEL: usize = 16 << 20;
+/// Most f32 elements of one block's V and M for wide filters: 7 MiB, within the 8 MiB a
+/// buffer of the per-thread scratch pool may hold (a larger one would be allocated per call).
+const WIDE_ELEMS: usize = 7 << 18;
+
+/// Whether the transformed filter of `cin` × `cout` channels is too large for the caches to
+/// keep it between blocks (ResNet's 256- and 512-channel layers: 9.4 and 37.7 MB), `threads`
+/// sharing the work: each block would read it from L3 or memory again (at 8 × 7² × 512
+/// channels, 37.7 MB per 28 tiles), so such convolutions run in blocks as large as
+/// [`WIDE_ELEMS`] allows, one after the other, each GEMM split over the threads. On one Zen 5
+/// core, 8 images: 512 channels at 7² 5.25 → 4.0 ms, 256 at 14² 5.0 → 4.4 ms; on two, 512
+/// channels 3.5 → 2.8 ms, while 256 channels went from 2.5 to 3.5 ms (the transforms then run
+/// on one thread), so those stay in parallel blocks.
+fn wide(cin: usize, cout: usize, threads: usize) -> bool {
+    let bytes = 36usize.saturating_mul(cin).saturating_mul(cout).saturating_mul(4);
+    bytes > if threads > 1 { WIDE_FILTER_PARALLEL } else { WIDE_FILTER }
+}
+
 /// Whether the Winograd kernel can run `geom` at all (3×3, stride 1, dilation 1, one group).
 pub(super) fn applies(geom: &ConvGeom) -> bool {
     geom.kernel_hw == [3, 3] && geom.stride == [1, 1] && geom.dilation == [1, 1] && geom.groups == 1
@@ -192,14 +214,23 @@ pub(super) fn conv(
     let (cin, cout) = (geom.in_channels, geom.out_channels);
     let (rows, cols) = (geom.out_hw[0].div_ceil(4), geom.out_hw[1].div_ceil(4));
     let tiles = geom.batch * rows * cols;
-    let threads = rayon::current_num_threads().max(1);
-    let mut per_block = (BLOCK_ELEMS / (36 * (cin + cout))).clamp(MIN_TILES, MAX_TILES) / 14 * 14;
+    let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
+    let wide = wide(cin, cout, threads);
+    let mut per_block = if wide {
+        // Every block streams the whole transformed filter through the GEMMs: as few blocks as
+        // the scratch allows, each GEMM split over the threads instead.
+        (WIDE_ELEMS / (36 * (cin + cout))).max(MIN_TILES) / 14 * 14
+    } else {
+        (BLOCK_ELEMS / (36 * (cin + cout))).clamp(MIN_TILES, MAX_TILES) / 14 * 14
+    };
     // Enough blocks to keep every thread busy.
-    if threads > 1 {
+    if threads > 1 && !wide {
         per_block = per_block.min(tiles.div_ceil(threads * 2).next_multiple_of(14));
     }
     let tiling = Tiling { rows, cols, per_block: per_block.min(tiles) };
     let blocks = tiles.div_ceil(tiling.per_block);
+    // Wide filters: the blocks in order, the GEMMs on the whole pool (none: this thread).
+    let (parallel, gemm_threads) = if wide { (false, if parallel { 0 } else { 1 }) } else { (parallel, 1) };
     // V, M and the output tile come from the GEMM's per-thread pool (no allocation once warm);
     // every element is written before it is read.
     let isa = FusedIsa::selected().checked();
@@ -218,7 +249,8 @@ pub(super) fn conv(
     };
     try_for_units(parallel, blocks, Scratch::new, |buf, b| {
         let t0 = b * tiling.per_block;
-        let args = Block { isa, geom, x, f, epi, out, tiling: &tiling, t0, n: tiling.per_block.min(tiles - t0) };
+        let n = tiling.per_block.min(tiles - t0);
+        let args = Block { isa, geom, x, f, epi, out, tiling: &tiling, t0, n, gemm_threads };
         #[cfg(target_arch = "x86_64")]
         if isa == FusedIsa::Avx512 {
             // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
@@ -309,6 +341,8 @@ struct Block<'a> {
     tiling: &'a Tiling,
     t0: usize,
     n: usize,
+    /// Threads of each GEMM ([`GemmArgs::threads`]).
+    gemm_threads: usize,
 }
 
 /// [`block`] compiled with AVX-512F enabled: the transforms' 16-lane values are one register.
@@ -328,7 +362,10 @@ fn block_avx2(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
 /// One block: tiles `t0..t0 + n`. The transforms are separate multiplies and adds (never fused),
 /// so every ISA's body gives the same bits.
 #[inline(always)]
-fn block(&Block { isa, geom, x, f, epi, out, tiling, t0, n }: &Block<'_>, buf: &mut Scratch) -> Result<()> {
+fn block(
+    &Block { isa, geom, x, f, epi, out, tiling, t0, n, gemm_threads }: &Block<'_>,
+    buf: &mut Scratch,
+) -> Result<()> {
     let (cin, cout) = (geom.in_channels, geom.out_channels);
     let cout_pad = cout.next_multiple_of(L);
     // Channels-first output with dense rows: each tile's 16 channels are transposed and written
@@ -363,7 +400,7 @@ fn block(&Block { isa, geom, x, f, epi, out, tiling, t0, n }: &Block<'_>, buf: &
     for (xi, u) in f.u.iter().enumerate() {
         let a = MatRef::row_major(&v[xi * n * cin..][..n * cin], cin);
         let c = MatMut::row_major(&mut m[xi * n * cout..][..n * cout], cout);
-        gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(u), c))?;
+        gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(u), c).threads(gemm_threads))?;
     }
     let mut mt = [[0.0f32; L]; 36];
     let mut yt = [[0.0f32; L]; 16];
@@ -747,6 +784,35 @@ mod tests {
                 }
                 let tol = TOL * (a + b.abs() + r.abs()) + 1e-30;
                 assert!((y[i] as f64 - v).abs() <= tol, "{geom:?} parts {parts} at {i}: {} vs {v}", y[i]);
+            }
+        }
+    }
+
+    /// Filters too large for the caches ([`wide`]): on one thread (two blocks of tiles, each
+    /// GEMM on this thread) and on two (the GEMMs split over the pool), against the f64 loop.
+    #[test]
+    fn wide_filters_match_direct_loop() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let mut rng = Lcg(29);
+        for (batch, c, hw, pool) in [(3, 172, [28, 28], None), (2, 352, [6, 6], Some(&pool))] {
+            assert!(wide(c, c, if pool.is_some() { 2 } else { 1 }));
+            let geom = geometry(batch, c, c, hw, 1, false);
+            let tiles = batch * geom.out_hw[0].div_ceil(4) * geom.out_hw[1].div_ceil(4);
+            let per_block = WIDE_ELEMS / (36 * 2 * c) / 14 * 14;
+            assert_eq!(tiles.div_ceil(per_block), if pool.is_some() { 1 } else { 2 }, "{geom:?}");
+            let x: Vec<f32> = (0..batch * c * hw[0] * hw[1]).map(|_| rng.next()).collect();
+            let w: Vec<f32> = (0..c * c * 9).map(|_| rng.next()).collect();
+            let len = batch * c * geom.out_hw[0] * geom.out_hw[1];
+            let bias: Vec<f32> = (0..c).map(|_| rng.next()).collect();
+            let res: Vec<f32> = (0..len).map(|_| rng.next()).collect();
+            let epi =
+                ConvEpilogue { bias: Some(&bias), residual: Some(&res), activation: Activation::Relu, clamp: None };
+            let y = run(&geom, &x, &w, &epi, true, pool);
+            for (i, s, a) in direct(&geom, &x, &w) {
+                let (b, r) = (bias[channel(&geom, i)] as f64, res[i] as f64);
+                let v = (s + b + r).max(0.0);
+                let tol = TOL * (a + b.abs() + r.abs());
+                assert!((y[i] as f64 - v).abs() <= tol, "{geom:?} at {i}: {} vs {v}", y[i]);
             }
         }
     }
