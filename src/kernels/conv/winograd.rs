@@ -33,26 +33,41 @@ const BLOCK_ELEMS: usize = 192 * 1024;
 const MIN_TILES: usize = 28;
 const MAX_TILES: usize = 14 * 16;
 
-/// Transformed filters larger than this (bytes) are [`wide`] on one thread, larger than
-/// [`WIDE_FILTER_PARALLEL`] on several (where the transforms, which wide blocks run on one
-/// thread, cost more than the filter traffic saved).
+/// Transformed filters larger than this (bytes) are [`wide`].
 const WIDE_FILTER: usize = 4 << 20;
-const WIDE_FILTER_PARALLEL: usize = 16 << 20;
+/// Transformed filters larger than this (bytes) run one block at a time on several threads.
+const WIDE_FILTER_SERIAL: usize = 16 << 20;
 /// Most f32 elements of one block's V and M for wide filters: 7 MiB, within the 8 MiB a
 /// buffer of the per-thread scratch pool may hold (a larger one would be allocated per call).
 const WIDE_ELEMS: usize = 7 << 18;
 
-/// Whether the transformed filter of `cin` × `cout` channels is too large for the caches to
-/// keep it between blocks (ResNet's 256- and 512-channel layers: 9.4 and 37.7 MB), `threads`
-/// sharing the work: each block would read it from L3 or memory again (at 8 × 7² × 512
+/// How a convolution's tiles are blocked, by the size of its transformed filter ([`wide`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wide {
+    /// Blocks sized for L2, split over the threads.
+    No,
+    /// Blocks as large as [`WIDE_ELEMS`] allows, one per thread at most.
+    PerThread,
+    /// Blocks as large as [`WIDE_ELEMS`] allows, one after the other, each GEMM split over the
+    /// threads.
+    Serial,
+}
+
+/// How to block a convolution of `cin` × `cout` channels on `threads` threads. A transformed
+/// filter too large for the caches to keep between blocks (ResNet's 256- and 512-channel layers:
+/// 9.4 and 37.7 MB) would be read from L3 or memory again by every block (at 8 × 7² × 512
 /// channels, 37.7 MB per 28 tiles), so such convolutions run in blocks as large as
-/// [`WIDE_ELEMS`] allows, one after the other, each GEMM split over the threads. On one Zen 5
-/// core, 8 images: 512 channels at 7² 5.25 → 4.0 ms, 256 at 14² 5.0 → 4.4 ms; on two, 512
-/// channels 3.5 → 2.8 ms, while 256 channels went from 2.5 to 3.5 ms (the transforms then run
-/// on one thread), so those stay in parallel blocks.
-fn wide(cin: usize, cout: usize, threads: usize) -> bool {
+/// [`WIDE_ELEMS`] allows. On one Zen 5 core, 8 images: 512 channels at 7² 5.25 → 4.0 ms, 256 at
+/// 14² 5.0 → 4.4 ms. On two cores one block at a time with the GEMMs split took 512 channels
+/// 3.5 → 2.8 ms but 256 channels 2.5 → 3.5 ms (the transforms of the one block ran on one
+/// thread), so filters up to [`WIDE_FILTER_SERIAL`] take a block per thread instead.
+fn wide(cin: usize, cout: usize, threads: usize) -> Wide {
     let bytes = 36usize.saturating_mul(cin).saturating_mul(cout).saturating_mul(4);
-    bytes > if threads > 1 { WIDE_FILTER_PARALLEL } else { WIDE_FILTER }
+    match bytes {
+        b if b <= WIDE_FILTER => Wide::No,
+        b if threads > 1 && b <= WIDE_FILTER_SERIAL => Wide::PerThread,
+        _ => Wide::Serial,
+    }
 }
 
 /// Whether the Winograd kernel can run `geom` at all (3×3, stride 1, dilation 1, one group).
@@ -216,21 +231,24 @@ pub(super) fn conv(
     let tiles = geom.batch * rows * cols;
     let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
     let wide = wide(cin, cout, threads);
-    let mut per_block = if wide {
+    let mut per_block = match wide {
         // Every block streams the whole transformed filter through the GEMMs: as few blocks as
-        // the scratch allows, each GEMM split over the threads instead.
-        (WIDE_ELEMS / (36 * (cin + cout))).max(MIN_TILES) / 14 * 14
-    } else {
-        (BLOCK_ELEMS / (36 * (cin + cout))).clamp(MIN_TILES, MAX_TILES) / 14 * 14
+        // the scratch allows (one per thread, or one at a time with each GEMM split over the
+        // threads).
+        Wide::No => (BLOCK_ELEMS / (36 * (cin + cout))).clamp(MIN_TILES, MAX_TILES) / 14 * 14,
+        _ => (WIDE_ELEMS / (36 * (cin + cout))).max(MIN_TILES) / 14 * 14,
     };
-    // Enough blocks to keep every thread busy.
-    if threads > 1 && !wide {
-        per_block = per_block.min(tiles.div_ceil(threads * 2).next_multiple_of(14));
+    match wide {
+        // Enough blocks to keep every thread busy.
+        Wide::No if threads > 1 => per_block = per_block.min(tiles.div_ceil(threads * 2).next_multiple_of(14)),
+        Wide::PerThread => per_block = per_block.min(tiles.div_ceil(threads).next_multiple_of(14)),
+        _ => {}
     }
     let tiling = Tiling { rows, cols, per_block: per_block.min(tiles) };
     let blocks = tiles.div_ceil(tiling.per_block);
-    // Wide filters: the blocks in order, the GEMMs on the whole pool (none: this thread).
-    let (parallel, gemm_threads) = if wide { (false, if parallel { 0 } else { 1 }) } else { (parallel, 1) };
+    // One block at a time: the GEMMs on the whole pool (none: this thread).
+    let (parallel, gemm_threads) =
+        if wide == Wide::Serial { (false, if parallel { 0 } else { 1 }) } else { (parallel, 1) };
     // V, M and the output tile come from the GEMM's per-thread pool (no allocation once warm);
     // every element is written before it is read.
     let isa = FusedIsa::selected().checked();
@@ -788,18 +806,28 @@ mod tests {
         }
     }
 
-    /// Filters too large for the caches ([`wide`]): on one thread (two blocks of tiles, each
-    /// GEMM on this thread) and on two (the GEMMs split over the pool), against the f64 loop.
+    /// Filters too large for the caches ([`wide`]): on one thread (two blocks of tiles one after
+    /// the other, each GEMM on this thread) and on two (a block per thread; one block with the
+    /// GEMMs split over the pool), against the f64 loop.
     #[test]
     fn wide_filters_match_direct_loop() {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let mut rng = Lcg(29);
-        for (batch, c, hw, pool) in [(3, 172, [28, 28], None), (2, 352, [6, 6], Some(&pool))] {
-            assert!(wide(c, c, if pool.is_some() { 2 } else { 1 }));
+        let cases = [
+            (3, 172, [28, 28], None, Wide::Serial, 2),
+            (2, 200, [10, 10], Some(&two), Wide::PerThread, 2),
+            (2, 352, [6, 6], Some(&two), Wide::Serial, 1),
+        ];
+        for (batch, c, hw, pool, how, blocks) in cases {
+            let threads = if pool.is_some() { 2 } else { 1 };
+            assert_eq!(wide(c, c, threads), how);
             let geom = geometry(batch, c, c, hw, 1, false);
             let tiles = batch * geom.out_hw[0].div_ceil(4) * geom.out_hw[1].div_ceil(4);
-            let per_block = WIDE_ELEMS / (36 * 2 * c) / 14 * 14;
-            assert_eq!(tiles.div_ceil(per_block), if pool.is_some() { 1 } else { 2 }, "{geom:?}");
+            let mut per_block = WIDE_ELEMS / (36 * 2 * c) / 14 * 14;
+            if how == Wide::PerThread {
+                per_block = per_block.min(tiles.div_ceil(threads).next_multiple_of(14));
+            }
+            assert_eq!(tiles.div_ceil(per_block), blocks, "{geom:?}");
             let x: Vec<f32> = (0..batch * c * hw[0] * hw[1]).map(|_| rng.next()).collect();
             let w: Vec<f32> = (0..c * c * 9).map(|_| rng.next()).collect();
             let len = batch * c * geom.out_hw[0] * geom.out_hw[1];
