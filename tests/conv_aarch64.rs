@@ -93,6 +93,7 @@ fn conv_kernels_match_the_direct_loop() {
         Case(1, 8, 8, 10, 3, 2, 1, 8, false),  // depthwise stride 2 (NCHW)
         Case(2, 9, 9, 6, 3, 1, 1, 9, true),    // depthwise (NHWC)
         Case(1, 3, 8, 11, 7, 2, 3, 1, false),  // stem-like 7×7/2
+        Case(2, 10, 20, 9, 3, 2, 1, 1, false), // strided direct 3×3/2 (NCHW)
     ];
     let paths = [
         "winograd f(4,3)",
@@ -104,6 +105,7 @@ fn conv_kernels_match_the_direct_loop() {
         "depthwise direct",
         "depthwise direct",
         "stem direct",
+        "strided direct",
     ];
     for (ci, c) in cases.iter().enumerate() {
         let gm = geom(c);

@@ -154,6 +154,7 @@ pub(crate) fn prepare_with(m: &Module, n: NodeId, packed: &Packed, tail: Tail) -
         Some(f) => desc += &format!(" {} (packed, {} bytes)", f.describe(), f.size_bytes()),
         None if geom.is_depthwise() => desc += " depthwise direct",
         None if geom.is_stem() => desc += " stem direct",
+        None if geom.is_strided_direct() => desc += " strided direct",
         None => desc += " implicit gemm",
     }
     desc += &tail.describe();

@@ -147,6 +147,12 @@ impl ConvGeom {
         stem::qualifies(self)
     }
 
+    /// True when the direct strided kernel applies (many channels-first input channels, stride
+    /// of at least 2, see `direct`).
+    pub fn is_strided_direct(&self) -> bool {
+        !self.is_stem() && direct::qualifies(self)
+    }
+
     /// Checks the sizes, the group split and that every strided access stays inside buffers of
     /// `x_len` and `y_len` elements.
     pub fn validate(&self, x_len: usize, y_len: usize) -> Result<()> {
