@@ -11,7 +11,10 @@
 //! accumulator starts at the identity and takes the window's in-bounds cells row by row (`kh`
 //! outer, `kw` inner), so Max/Min (IEEE with NaN propagation: the first NaN in window order wins,
 //! `max(−0, +0) = +0`) and Sum (same summation order) are bit-identical to the reference (for Sum,
-//! up to which NaN payload survives `NaN + NaN`).
+//! up to which NaN payload survives `NaN + NaN`). On the NCHW band path Max and Min fold each
+//! window row first and then the rows in order, which gives the same bits (the first NaN in
+//! window order is the first NaN of the first row that has one; ties of ±0 come out equal either
+//! way); each input row's fold is kept for the next output rows of the task that read it.
 //! With `inner = 1` (NCHW) the loops run along the output columns: for every window column `kw`
 //! the output columns whose cell is inside the row form one range, read contiguously from the
 //! input row (stride 1) or from its stride phases (the row de-interleaved once per use into
@@ -147,6 +150,10 @@ trait Combine {
     const INIT: f32;
     /// `acc ⊕ x`, written with selects so that it vectorises.
     fn combine(acc: f32, x: f32) -> f32;
+    /// Whether folding a window row by row (each row folded first) gives the same bits as
+    /// folding its cells in order: Max and Min (the first NaN in window order is the first NaN
+    /// of the first row that has one; ±0 and other ties give equal results either way), not Sum.
+    const ASSOCIATIVE: bool;
 }
 
 struct MaxOp;
@@ -155,6 +162,7 @@ struct SumOp;
 
 impl Combine for MaxOp {
     const INIT: f32 = f32::NEG_INFINITY;
+    const ASSOCIATIVE: bool = true;
     /// The reference's NaN-propagating max: a NaN accumulator stays, a NaN `x` is taken, and
     /// `x` replaces an equal negative accumulator (`max(−0, +0) = +0`).
     #[inline(always)]
@@ -166,6 +174,7 @@ impl Combine for MaxOp {
 
 impl Combine for MinOp {
     const INIT: f32 = f32::INFINITY;
+    const ASSOCIATIVE: bool = true;
     /// As [`MaxOp`], mirrored (`min(+0, −0) = −0`).
     #[inline(always)]
     fn combine(acc: f32, x: f32) -> f32 {
@@ -176,6 +185,7 @@ impl Combine for MinOp {
 
 impl Combine for SumOp {
     const INIT: f32 = 0.0;
+    const ASSOCIATIVE: bool = false;
     #[inline(always)]
     fn combine(acc: f32, x: f32) -> f32 {
         acc + x
@@ -222,6 +232,10 @@ thread_local! {
 /// The output units `first..` held by `ys`, on the ISA's compiled body.
 fn rows<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, ys: &mut [f32], scratch: &mut Vec<f32>) {
     let len = match g.band() {
+        // Separable: the band being reduced, then `rows` cached horizontal reductions.
+        Some((slot, rows)) if K::ASSOCIATIVE && g.window[0] <= MAX_CACHED => {
+            2 * slot + rows * g.out_hw[1].next_multiple_of(BLOCK)
+        }
         Some((slot, rows)) => slot * (rows + 1),
         // Phases of min(stride, W) rows of ceil(W / stride) values.
         None if g.inner == 1 && g.stride[1] > 1 => g.in_hw[1].div_ceil(g.stride[1]) * g.stride[1].min(g.in_hw[1]),
@@ -267,10 +281,40 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
     let (h, w, oh, ow) = (g.in_hw[0], g.in_hw[1], g.out_hw[0], g.out_hw[1]);
     let row_in = w * g.inner;
     let row_out = ow * g.inner;
+    // The input rows whose horizontal reductions the cache slots hold (separable path).
+    let mut cached = [usize::MAX; MAX_CACHED];
     for (u, yu) in ys.chunks_exact_mut(g.mid * row_out).enumerate() {
         let (o, r) = ((first + u) / oh, (first + u) % oh);
         let (k0, k1) = g.cells(0, r);
         for (m, yr) in yu.chunks_exact_mut(row_out).enumerate() {
+            if let Some((slot, rows)) = g.band().filter(|_| K::ASSOCIATIVE && g.window[0] <= MAX_CACHED) {
+                // Max/Min: each input row's horizontal reduction is kept and reused by the next
+                // output rows of the unit run that read it (stride < window: 3×3/2 max pooling
+                // reads each row 1.5 times on average).
+                let hlen = g.out_hw[1].next_multiple_of(BLOCK);
+                let (tmp, rest) = scratch.split_at_mut(slot);
+                let (band, hrows) = rest.split_at_mut(slot);
+                let key = |kh: usize| (o * h + r * g.stride[0] + kh * g.dilation[0] - g.pad[0]) * g.mid + m;
+                let mut at = [usize::MAX; MAX_CACHED];
+                for kh in k0..k1 {
+                    let want = key(kh);
+                    if let Some(i) = cached.iter().position(|&c| c == want) {
+                        at[kh - k0] = i;
+                        continue;
+                    }
+                    // A slot whose row this output row does not read.
+                    let free = (0..rows.min(MAX_CACHED))
+                        .find(|&i| !(k0..k1).any(|k| cached[i] == key(k)))
+                        .expect("a free slot: the window reads at most `rows` rows");
+                    let start = want * row_in;
+                    phases::<K>(isa, g, &x[start..start + row_in], tmp, band);
+                    horizontal::<K>(g, band, slot, &mut hrows[free * hlen..(free + 1) * hlen]);
+                    cached[free] = want;
+                    at[kh - k0] = free;
+                }
+                vertical::<K>(&at[..k1 - k0], hrows, hlen, yr);
+                continue;
+            }
             if let Some((slot, _)) = g.band() {
                 let (tmp, bands) = scratch.split_at_mut(slot);
                 for (i, kh) in (k0..k1).enumerate() {
@@ -345,6 +389,46 @@ fn banded<K: Combine>(g: &PoolGeom, bands: &[f32], slot: usize, yr: &mut [f32]) 
                 for (a, &v) in acc.iter_mut().zip(v) {
                     *a = K::combine(*a, v);
                 }
+            }
+        }
+        let n = yb.len();
+        yb.copy_from_slice(&acc[..n]);
+    }
+}
+
+/// Window rows whose horizontal reductions the separable Max/Min path caches, at most.
+const MAX_CACHED: usize = 8;
+
+/// The horizontal reduction of one de-interleaved padded row `band` (`slot` values): `h[ow]` is
+/// the fold of the row's window cells of output column `ow` in window order.
+#[inline(always)]
+fn horizontal<K: Combine>(g: &PoolGeom, band: &[f32], slot: usize, h: &mut [f32]) {
+    let (s, d) = (g.stride[1], g.dilation[1]);
+    let plen = slot / s;
+    let cell = |kw: usize| (kw * d) % s * plen + (kw * d) / s;
+    for (b, hb) in h.chunks_exact_mut(BLOCK).enumerate() {
+        let mut acc = [K::INIT; BLOCK];
+        for kw in 0..g.window[1] {
+            let off = cell(kw) + b * BLOCK;
+            let v: &[f32; BLOCK] = band[off..off + BLOCK].try_into().expect("BLOCK values");
+            for (a, &v) in acc.iter_mut().zip(v) {
+                *a = K::combine(*a, v);
+            }
+        }
+        hb.copy_from_slice(&acc);
+    }
+}
+
+/// One output row from the horizontal reductions `hrows` (`hlen` values each) of its window
+/// rows, slot `at[i]` holding window row i: folded in window-row order.
+#[inline(always)]
+fn vertical<K: Combine>(at: &[usize], hrows: &[f32], hlen: usize, yr: &mut [f32]) {
+    for (b, yb) in yr.chunks_mut(BLOCK).enumerate() {
+        let mut acc = [K::INIT; BLOCK];
+        for &i in at {
+            let v: &[f32; BLOCK] = hrows[i * hlen + b * BLOCK..][..BLOCK].try_into().expect("BLOCK values");
+            for (a, &v) in acc.iter_mut().zip(v) {
+                *a = K::combine(*a, v);
             }
         }
         let n = yb.len();
