@@ -25,7 +25,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::depthwise::Lanes;
-use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided, for_units};
+use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided, for_units, split_pairs};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Scratch;
@@ -397,6 +397,26 @@ impl Job<'_> {
                 rows.fill(0.0);
                 continue;
             };
+            if sx == 2 && sw == 1 && iw > 0 {
+                // Both phases in one pass over the input row: input column c is padded column
+                // c + pad, so even columns go to phase pad mod 2 from j = pad div 2 on, odd ones
+                // to the other phase from j = ceil(pad / 2) on.
+                let (p0, p1) = rows.split_at_mut(pw);
+                let (even, odd) = if pad % 2 == 0 { (p0, p1) } else { (p1, p0) };
+                let (oe, oo) = ((pad / 2).min(pw), pad.div_ceil(2).min(pw));
+                // ne is no or no + 1 (the last even column has no odd partner).
+                let (ne, no) = (iw.div_ceil(2).min(pw - oe), (iw / 2).min(pw - oo));
+                let src = &self.x[n * sn + ci * sc + iy * sh..][..iw];
+                even[..oe].fill(0.0);
+                even[oe + ne..].fill(0.0);
+                odd[..oo].fill(0.0);
+                odd[oo + no..].fill(0.0);
+                split_pairs(self.isa, &src[..2 * no], &mut even[oe..oe + no], &mut odd[oo..oo + no]);
+                if ne > no {
+                    even[oe + no] = src[2 * no];
+                }
+                continue;
+            }
             for (px, dst) in rows.chunks_exact_mut(pw).enumerate() {
                 // Padded column j·sx + px is input column j·sx + px − pad: inside for lo ≤ j < hi.
                 let lo = pad.saturating_sub(px).div_ceil(sx).min(pw);
