@@ -12,14 +12,17 @@
 //! filter is packed once as `[64-channel block][ci][tap][64]`, so a tile's weights are one
 //! contiguous stream.
 //!
-//! Images are split over the threads (each stages its image in its own scratch, which stays in
-//! L2); with fewer images than threads, all images are staged first and the tiles split. Within
-//! an image, tiles run in chunks of pixels whose phase rows fit in L2, each chunk's tiles for
-//! every 64-channel block in turn (the block's weights reused across the chunk).
+//! Images are split over the threads in groups (each group staged in its task's own scratch,
+//! which stays in L2; small images are grouped so that a tile's pixels may come from two images
+//! and the last tile of each is not mostly empty); with fewer groups than threads, all images
+//! are staged first and the tiles split. Within a group, tiles run in chunks of pixels whose
+//! plane rows fit in L2, each chunk's tiles for every 64-channel block in turn (the block's
+//! weights reused across the chunk).
 //!
 //! A ReLU and a clamp are applied in registers; other activations and a residual per value
-//! before the store. Channels-first outputs are written one value at a time (a tile's 6 × 64
-//! values against 6 × 64 × taps × channels multiply-adds).
+//! before the store. Outputs are written one value at a time (a tile's 6 × 64 values against
+//! 6 × 64 × taps × channels multiply-adds); dense channels-first planes as runs of a tile's
+//! consecutive pixels per channel.
 
 use super::depthwise::{Lanes, Portable};
 use super::{ConvEpilogue, ConvGeom, OP, OutPtr, copy_strided, for_chunks, for_units};
