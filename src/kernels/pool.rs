@@ -281,13 +281,16 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
     let (h, w, oh, ow) = (g.in_hw[0], g.in_hw[1], g.out_hw[0], g.out_hw[1]);
     let row_in = w * g.inner;
     let row_out = ow * g.inner;
-    // The input rows whose horizontal reductions the cache slots hold (separable path).
+    let band = g.band();
+    // Max/Min fold each window row first, then the rows in order (see the module doc); the
+    // input rows whose folds the cache slots hold.
+    let separable = band.filter(|_| K::ASSOCIATIVE && g.window[0] <= MAX_CACHED);
     let mut cached = [usize::MAX; MAX_CACHED];
     for (u, yu) in ys.chunks_exact_mut(g.mid * row_out).enumerate() {
         let (o, r) = ((first + u) / oh, (first + u) % oh);
         let (k0, k1) = g.cells(0, r);
         for (m, yr) in yu.chunks_exact_mut(row_out).enumerate() {
-            if let Some((slot, rows)) = g.band().filter(|_| K::ASSOCIATIVE && g.window[0] <= MAX_CACHED) {
+            if let Some((slot, rows)) = separable {
                 // Max/Min: each input row's horizontal reduction is kept and reused by the next
                 // output rows of the unit run that read it (stride < window: 3×3/2 max pooling
                 // reads each row 1.5 times on average).
@@ -308,14 +311,15 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
                         .expect("a free slot: the window reads at most `rows` rows");
                     let start = want * row_in;
                     phases::<K>(isa, g, &x[start..start + row_in], tmp, band);
-                    horizontal::<K>(g, band, slot, &mut hrows[free * hlen..(free + 1) * hlen]);
+                    // The row's horizontal fold: `banded` over this one row.
+                    banded::<K>(g, band, slot, &mut hrows[free * hlen..(free + 1) * hlen]);
                     cached[free] = want;
                     at[kh - k0] = free;
                 }
                 vertical::<K>(&at[..k1 - k0], hrows, hlen, yr);
                 continue;
             }
-            if let Some((slot, _)) = g.band() {
+            if let Some((slot, _)) = band {
                 let (tmp, bands) = scratch.split_at_mut(slot);
                 for (i, kh) in (k0..k1).enumerate() {
                     let ih = r * g.stride[0] + kh * g.dilation[0] - g.pad[0];
@@ -384,11 +388,7 @@ fn banded<K: Combine>(g: &PoolGeom, bands: &[f32], slot: usize, yr: &mut [f32]) 
             for kw in 0..g.window[1] {
                 // Cell kw of output column ow reads padded position ow·s + kw·d (inside the slot,
                 // which covers whole blocks).
-                let off = cell(kw) + b * BLOCK;
-                let v: &[f32; BLOCK] = band[off..off + BLOCK].try_into().expect("BLOCK values");
-                for (a, &v) in acc.iter_mut().zip(v) {
-                    *a = K::combine(*a, v);
-                }
+                fold::<K>(&mut acc, &band[cell(kw) + b * BLOCK..]);
             }
         }
         let n = yb.len();
@@ -396,28 +396,18 @@ fn banded<K: Combine>(g: &PoolGeom, bands: &[f32], slot: usize, yr: &mut [f32]) 
     }
 }
 
-/// Window rows whose horizontal reductions the separable Max/Min path caches, at most.
-const MAX_CACHED: usize = 8;
-
-/// The horizontal reduction of one de-interleaved padded row `band` (`slot` values): `h[ow]` is
-/// the fold of the row's window cells of output column `ow` in window order.
+/// `acc[j] = acc[j] ⊕ v[j]` for the first [`BLOCK`] values of `v` (a fixed-length block, so the
+/// loop unrolls into vector selects).
 #[inline(always)]
-fn horizontal<K: Combine>(g: &PoolGeom, band: &[f32], slot: usize, h: &mut [f32]) {
-    let (s, d) = (g.stride[1], g.dilation[1]);
-    let plen = slot / s;
-    let cell = |kw: usize| (kw * d) % s * plen + (kw * d) / s;
-    for (b, hb) in h.chunks_exact_mut(BLOCK).enumerate() {
-        let mut acc = [K::INIT; BLOCK];
-        for kw in 0..g.window[1] {
-            let off = cell(kw) + b * BLOCK;
-            let v: &[f32; BLOCK] = band[off..off + BLOCK].try_into().expect("BLOCK values");
-            for (a, &v) in acc.iter_mut().zip(v) {
-                *a = K::combine(*a, v);
-            }
-        }
-        hb.copy_from_slice(&acc);
+fn fold<K: Combine>(acc: &mut [f32; BLOCK], v: &[f32]) {
+    let v: &[f32; BLOCK] = v[..BLOCK].try_into().expect("BLOCK values");
+    for (a, &v) in acc.iter_mut().zip(v) {
+        *a = K::combine(*a, v);
     }
 }
+
+/// Window rows whose horizontal reductions the separable Max/Min path caches, at most.
+const MAX_CACHED: usize = 8;
 
 /// One output row from the horizontal reductions `hrows` (`hlen` values each) of its window
 /// rows, slot `at[i]` holding window row i: folded in window-row order.
@@ -426,10 +416,7 @@ fn vertical<K: Combine>(at: &[usize], hrows: &[f32], hlen: usize, yr: &mut [f32]
     for (b, yb) in yr.chunks_mut(BLOCK).enumerate() {
         let mut acc = [K::INIT; BLOCK];
         for &i in at {
-            let v: &[f32; BLOCK] = hrows[i * hlen + b * BLOCK..][..BLOCK].try_into().expect("BLOCK values");
-            for (a, &v) in acc.iter_mut().zip(v) {
-                *a = K::combine(*a, v);
-            }
+            fold::<K>(&mut acc, &hrows[i * hlen + b * BLOCK..]);
         }
         let n = yb.len();
         yb.copy_from_slice(&acc[..n]);

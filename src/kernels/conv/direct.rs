@@ -120,8 +120,9 @@ struct Layout {
     ps: usize,
     /// Values per staged image.
     image: usize,
-    /// Tap (ty, tx) at `offs[ty·kw + tx]`.
+    /// Tap (ty, tx) at `offs[ty·kw + tx]`, and the largest of them.
     offs: Vec<usize>,
+    last: usize,
 }
 
 impl Layout {
@@ -145,7 +146,8 @@ impl Layout {
         for ty in 0..kh {
             offs.extend((0..kw).map(|tx| ty * dy * wp + tx * dx));
         }
-        Some(Layout { key: Layout::key(geom), hp, wp, ps, image, offs })
+        let last = offs.iter().copied().max().unwrap_or(0);
+        Some(Layout { key: Layout::key(geom), hp, wp, ps, image, offs, last })
     }
 
     /// Offset of output pixel (oy, ox)'s window in a plane.
@@ -314,7 +316,7 @@ impl Job<'_> {
         }
         let relu = self.in_regs && self.epi.early_activation() == Activation::Relu;
         let clamp = if self.in_regs { self.epi.clamp } else { None };
-        let args = TileArgs { xs, offs: &l.offs, ps: l.ps, cin, w, bias: &bias, relu, clamp };
+        let args = TileArgs { xs, offs: &l.offs, last: l.last, ps: l.ps, cin, w, bias: &bias, relu, clamp };
         let mut tmp = [0.0f32; R * CB];
         for t in tiles {
             let p0 = t * R;
@@ -374,6 +376,8 @@ struct TileArgs<'a> {
     /// The staged image.
     xs: &'a [f32],
     offs: &'a [usize],
+    /// The largest of `offs`.
+    last: usize,
     /// Values per channel in `xs`.
     ps: usize,
     cin: usize,
@@ -391,8 +395,7 @@ impl TileArgs<'_> {
     fn run(&self, isa: FusedIsa, at: &[usize; R], chans: usize, tmp: &mut [f32; R * CB]) {
         // Every load stays inside the slices: pixel reads reach the last channel's plane at the
         // farthest pixel plus the farthest tap, weights the last tap's strip.
-        let taps = self.offs.len();
-        let last = self.offs.iter().copied().max().unwrap_or(0);
+        let (taps, last) = (self.offs.len(), self.last);
         let far = at.iter().copied().max().unwrap_or(0);
         assert!(
             taps > 0

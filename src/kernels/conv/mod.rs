@@ -148,9 +148,9 @@ impl ConvGeom {
     }
 
     /// True when the direct strided kernel applies (many channels-first input channels, stride
-    /// of at least 2, see `direct`).
+    /// of at least 2, see `direct`; never a stem: it needs more input channels).
     pub fn is_strided_direct(&self) -> bool {
-        !self.is_stem() && direct::qualifies(self)
+        direct::qualifies(self)
     }
 
     /// Checks the sizes, the group split and that every strided access stays inside buffers of

@@ -231,23 +231,21 @@ pub(super) fn conv(
     let tiles = geom.batch * rows * cols;
     let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
     let wide = wide(cin, cout, threads);
-    let mut per_block = match wide {
-        // Every block streams the whole transformed filter through the GEMMs: as few blocks as
-        // the scratch allows (one per thread, or one at a time with each GEMM split over the
-        // threads).
-        Wide::No => (BLOCK_ELEMS / (36 * (cin + cout))).clamp(MIN_TILES, MAX_TILES) / 14 * 14,
-        _ => (WIDE_ELEMS / (36 * (cin + cout))).max(MIN_TILES) / 14 * 14,
+    // Wide filters: every block streams the whole transformed filter through the GEMMs, so as
+    // few blocks as the scratch allows (one per thread, or one at a time with each GEMM split
+    // over the threads); others: blocks sized for L2, enough to keep every thread busy.
+    let small = (BLOCK_ELEMS / (36 * (cin + cout))).clamp(MIN_TILES, MAX_TILES) / 14 * 14;
+    let large = (WIDE_ELEMS / (36 * (cin + cout))).max(MIN_TILES) / 14 * 14;
+    let per_block = match wide {
+        Wide::No if threads > 1 => small.min(tiles.div_ceil(threads * 2).next_multiple_of(14)),
+        Wide::No => small,
+        Wide::PerThread => large.min(tiles.div_ceil(threads).next_multiple_of(14)),
+        Wide::Serial => large,
     };
-    match wide {
-        // Enough blocks to keep every thread busy.
-        Wide::No if threads > 1 => per_block = per_block.min(tiles.div_ceil(threads * 2).next_multiple_of(14)),
-        Wide::PerThread => per_block = per_block.min(tiles.div_ceil(threads).next_multiple_of(14)),
-        _ => {}
-    }
     let tiling = Tiling { rows, cols, per_block: per_block.min(tiles) };
     let blocks = tiles.div_ceil(tiling.per_block);
     // One block at a time: the GEMMs on the whole pool (none: this thread).
-    let (parallel, gemm_threads) =
+    let (blocks_parallel, gemm_threads) =
         if wide == Wide::Serial { (false, if parallel { 0 } else { 1 }) } else { (parallel, 1) };
     // V, M and the output tile come from the GEMM's per-thread pool (no allocation once warm);
     // every element is written before it is read.
@@ -265,7 +263,7 @@ pub(super) fn conv(
     } else {
         (x, geom)
     };
-    try_for_units(parallel, blocks, Scratch::new, |buf, b| {
+    try_for_units(blocks_parallel, blocks, Scratch::new, |buf, b| {
         let t0 = b * tiling.per_block;
         let n = tiling.per_block.min(tiles - t0);
         let args = Block { isa, geom, x, f, epi, out, tiling: &tiling, t0, n, gemm_threads };
