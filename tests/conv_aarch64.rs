@@ -88,10 +88,10 @@ fn conv_kernels_match_the_direct_loop() {
         Case(1, 16, 24, 8, 3, 1, 1, 1, true),  // Winograd (NHWC)
         Case(2, 5, 7, 7, 3, 2, 1, 1, false),   // implicit GEMM, stride 2
         Case(1, 6, 4, 6, 3, 1, 0, 2, true),    // grouped
-        Case(2, 12, 9, 5, 1, 1, 0, 1, true),   // 1×1 as one GEMM (NHWC)
+        Case(2, 12, 9, 5, 1, 1, 0, 1, true),   // 1×1 channels-last direct (NHWC)
         Case(2, 12, 9, 5, 1, 1, 0, 1, false),  // 1×1 direct, few input channels (NCHW)
         Case(1, 8, 8, 10, 3, 2, 1, 8, false),  // depthwise stride 2 (NCHW)
-        Case(2, 9, 9, 6, 3, 1, 1, 9, true),    // depthwise (NHWC)
+        Case(2, 9, 9, 6, 3, 1, 1, 9, true),    // depthwise channels-last (NHWC)
         Case(1, 3, 8, 11, 7, 2, 3, 1, false),  // stem-like 7×7/2
         Case(2, 10, 20, 9, 3, 2, 1, 1, false), // strided direct 3×3/2 (NCHW)
     ];
@@ -100,7 +100,7 @@ fn conv_kernels_match_the_direct_loop() {
         "winograd f(4,3)",
         "implicit gemm",
         "implicit gemm",
-        "pointwise gemm",
+        "pointwise channels-last",
         "pointwise direct",
         "depthwise direct",
         "depthwise direct",

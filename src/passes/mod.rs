@@ -12,6 +12,7 @@ pub mod cse;
 pub mod dce;
 pub mod egraph;
 pub mod fold;
+pub mod layout;
 pub mod rewrite;
 pub mod simplify;
 pub mod specialize;

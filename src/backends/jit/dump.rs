@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{JitBackend, plan};
+use super::{ConvLayout, JitBackend, plan};
 use crate::error::{Error, Result};
 use crate::ir::module::Module;
 use crate::ir::text::{PrintOptions, SideFile, print_module_with_side_file};
@@ -220,6 +220,7 @@ impl JitBackend {
         let mut ctx = PassCtx { record_ir, ..PassCtx::default() };
         let egg = self.opts.fusion.then(EggConfig::default);
         let report = passes::optimize_with_fusion(module, &mut ctx, egg.as_ref())?;
+        self.conv_layout(module, &mut ctx)?;
         Ok((ctx, report))
     }
 
@@ -237,7 +238,26 @@ impl JitBackend {
             // inputs): projections sharing an input merged into one GEMM.
             passes::merge_denses(module, &mut ctx)?;
         }
+        // Shapes are static now: the convolutions the full pipeline saw with dynamic axes.
+        self.conv_layout(module, &mut ctx)?;
         Ok((ctx, None))
+    }
+
+    /// The `conv_layout` option's pass ([`passes::layout`]), after fusion (which the layout
+    /// change does not affect) and before the plan; when it changed the module, rounds of the
+    /// cheap passes fold the transposed constants.
+    fn conv_layout(&self, module: &mut Module, ctx: &mut PassCtx) -> Result<()> {
+        let layout: Option<fn(&mut Module) -> Result<bool>> = match self.opts.conv_layout {
+            ConvLayout::Auto => Some(passes::layout::run_small_planes),
+            ConvLayout::Nhwc => Some(passes::layout::run_all),
+            _ => None,
+        };
+        if let Some(pass) = layout
+            && passes::run_pass(module, ctx, "layout", pass)?
+        {
+            passes::optimize(module, ctx)?;
+        }
+        Ok(())
     }
 
     /// How this backend plans a module (`disasm`: record machine code listings).

@@ -21,6 +21,7 @@ pub const OPTIONS: &[&str] = &[
     "streaming_stores",
     "fallback",
     "winograd",
+    "conv_layout",
     "specializations",
     "dump",
 ];
@@ -70,6 +71,23 @@ pub enum Fallback {
     Error,
 }
 
+/// Which convolutions compile to channels-last (NHWC) activations (`conv_layout=auto|keep|nhwc`;
+/// see `passes::layout`). Results are the same either way (the layout changes, not the math).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ConvLayout {
+    /// Chains of NCHW convolutions whose output planes are small for their channel count (a
+    /// convnet's later stages) run channels-last. The default.
+    #[default]
+    Auto,
+    /// Every convolution keeps the layout its dimension numbers give.
+    Keep,
+    /// Every chain of NCHW convolutions runs channels-last.
+    Nhwc,
+}
+
+const CONV_LAYOUT: &[(&str, ConvLayout)] =
+    &[("auto", ConvLayout::Auto), ("keep", ConvLayout::Keep), ("nhwc", ConvLayout::Nhwc)];
 const FALLBACK: &[(&str, Fallback)] = &[("allow", Fallback::Allow), ("error", Fallback::Error)];
 const REDUCTIONS: &[(&str, Reductions)] = &[("fast", Reductions::Fast), ("ordered", Reductions::Ordered)];
 const STREAMING: &[(&str, StreamingStores)] =
@@ -114,6 +132,9 @@ pub struct JitOptions {
     /// F(4×4, 3×3) (`winograd=on|off`; default on): fewer multiplications, a few times the
     /// direct path's rounding error (docs/configuration.md).
     pub winograd: bool,
+    /// Which NCHW convolution chains run channels-last (`conv_layout=auto|keep|nhwc`; default
+    /// auto).
+    pub conv_layout: ConvLayout,
     /// Most specialised plans a module with dynamic axes keeps, one per binding of its axes
     /// (least recently used evicted first; `specializations=N`, 1 to
     /// [`MAX_SPECIALIZATIONS`]; default [`DEFAULT_SPECIALIZATIONS`]).
@@ -134,6 +155,7 @@ impl Default for JitOptions {
             streaming_stores: StreamingStores::Auto,
             fallback: Fallback::Allow,
             winograd: true,
+            conv_layout: ConvLayout::Auto,
             specializations: DEFAULT_SPECIALIZATIONS,
             dump: None,
         }
@@ -201,6 +223,12 @@ impl JitOptions {
         self
     }
 
+    /// Which NCHW convolution chains run channels-last.
+    pub fn conv_layout(mut self, l: ConvLayout) -> Self {
+        self.conv_layout = l;
+        self
+    }
+
     /// Most specialised plans kept per module with dynamic axes.
     pub fn specializations(mut self, n: usize) -> Self {
         self.specializations = n;
@@ -227,6 +255,7 @@ impl JitOptions {
                 "streaming_stores" => o.streaming_stores = config::parse_choice(NAME, key, v, STREAMING)?,
                 "fallback" => o.fallback = config::parse_choice(NAME, key, v, FALLBACK)?,
                 "winograd" => o.winograd = config::parse_switch(NAME, key, v)?,
+                "conv_layout" => o.conv_layout = config::parse_choice(NAME, key, v, CONV_LAYOUT)?,
                 "specializations" => {
                     let n = config::parse_u64(NAME, key, v)?;
                     o.specializations = usize::try_from(n).unwrap_or(usize::MAX);
@@ -296,6 +325,9 @@ impl fmt::Display for JitOptions {
         if !self.winograd {
             items.push("winograd=off".into());
         }
+        if self.conv_layout != ConvLayout::Auto {
+            items.push(format!("conv_layout={}", word(CONV_LAYOUT, self.conv_layout)));
+        }
         if self.specializations != DEFAULT_SPECIALIZATIONS {
             items.push(format!("specializations={}", self.specializations));
         }
@@ -322,13 +354,15 @@ mod tests {
             .streaming_stores(StreamingStores::Off)
             .fallback(Fallback::Error)
             .winograd(false)
+            .conv_layout(ConvLayout::Keep)
             .specializations(3)
             .dump("/tmp/x");
         let s = o.to_string();
         assert_eq!(
             s,
-            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,specializations=3,dump=/tmp/x"
+            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,conv_layout=keep,specializations=3,dump=/tmp/x"
         );
+        assert_eq!(JitOptions::parse("conv_layout=nhwc").unwrap().conv_layout, ConvLayout::Nhwc);
         assert_eq!(JitOptions::parse(&s).unwrap(), o);
         assert_eq!(JitOptions::parse("parallelism=2,parallelism=shared").unwrap().threads, Threads::Shared);
         assert!(!JitOptions::parse("winograd=off").unwrap().winograd);
@@ -345,6 +379,7 @@ mod tests {
             ("streaming_stores=sometimes", "streaming_stores"),
             ("fallback=warn", "fallback"),
             ("winograd=2", "winograd"),
+            ("conv_layout=nchwc", "conv_layout"),
             ("specializations=0", "specializations"),
             ("specializations=5000", "4096"),
             ("dump", "dump"),

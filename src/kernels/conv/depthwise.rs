@@ -1270,8 +1270,15 @@ impl Lanes for std::arch::x86_64::__m512 {
     }
     #[inline(always)]
     unsafe fn store_first(self, p: *mut f32, n: usize) {
-        // SAFETY: see above; the mask holds the first `n` lanes only.
-        unsafe { std::arch::x86_64::_mm512_mask_storeu_ps(p, (1u32 << n).wrapping_sub(1) as u16, self) }
+        // SAFETY: see above; the mask holds the first `n` lanes only. A whole vector is a plain
+        // store: masked stores cost several times more on AMD's cores, even with every lane set.
+        unsafe {
+            if n == 16 {
+                std::arch::x86_64::_mm512_storeu_ps(p, self)
+            } else {
+                std::arch::x86_64::_mm512_mask_storeu_ps(p, (1u32 << n).wrapping_sub(1) as u16, self)
+            }
+        }
     }
     #[inline(always)]
     unsafe fn fmadd(self, k: Self, acc: Self) -> Self {

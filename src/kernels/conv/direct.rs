@@ -55,11 +55,19 @@ const GROUP_VALUES: usize = 1 << 18;
 pub(super) fn qualifies(geom: &ConvGeom) -> bool {
     geom.groups == 1
         && geom.in_channels >= MIN_CIN
-        && geom.x_strides[3] == 1
-        && geom.x_strides[1] != 1
+        && layout_ok(geom)
         && geom.stride.iter().all(|&s| s >= 2)
         && geom.taps() > 1
         && Layout::of(geom).is_some_and(|l| l.image <= MAX_IMAGE)
+}
+
+/// Whether the input is channels-first with dense rows, or input and output are both
+/// channels-last (a convnet's channels-last stages, `passes::layout`; each plane is then
+/// gathered at the channel stride when staged).
+fn layout_ok(geom: &ConvGeom) -> bool {
+    let first = geom.x_strides[3] == 1 && geom.x_strides[1] != 1;
+    let last = geom.x_strides[1] == 1 && geom.y_strides[1] == 1;
+    first || last
 }
 
 /// A filter packed for [`conv`]: `[ceil(cout / CB)][cin][taps][CB]` (zero beyond the last
@@ -190,7 +198,7 @@ fn conv_on(
         }
     };
     let layout = layout.filter(|l| l.image <= 1 << 26 && !l.offs.is_empty());
-    let ok = geom.groups == 1 && geom.x_strides[3] == 1 && geom.in_channels > 0;
+    let ok = geom.groups == 1 && (geom.x_strides[3] == 1 || layout_ok(geom)) && geom.in_channels > 0;
     let Some(layout) = layout.filter(|_| ok) else {
         return Err(Error::invalid(OP, format!("the direct strided kernel does not take {geom:?}")));
     };
@@ -511,10 +519,9 @@ unsafe fn tile_avx2<const NV: usize>(a: &TileArgs<'_>, at: &[usize; R], c: usize
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{Lcg, naive, strides};
+    use super::super::tests::{Lcg, Operands, Parts, strides};
     use super::super::{ConvFilter, FilterKind, conv2d_f32};
     use super::*;
-    use crate::kernels::gemm::epilogue::act_f64;
 
     /// One case: the geometry's free parameters.
     #[derive(Clone, Copy, Debug)]
@@ -528,8 +535,10 @@ mod tests {
         /// Low and high padding per axis.
         pads: [[usize; 2]; 2],
         dil: [usize; 2],
-        /// NHWC output (the input is channels-first).
+        /// NHWC output.
         nhwc_out: bool,
+        /// NHWC input (else channels-first).
+        nhwc_in: bool,
     }
 
     impl Case {
@@ -552,7 +561,7 @@ mod tests {
                 pad: [self.pads[0][0], self.pads[1][0]],
                 dilation: self.dil,
                 groups: 1,
-                x_strides: strides([n, self.cin, h, w], [0, 1, 2, 3]),
+                x_strides: strides([n, self.cin, h, w], if self.nhwc_in { [0, 2, 3, 1] } else { [0, 1, 2, 3] }),
                 y_strides: strides([n, self.cout, oh, ow], order),
             }
         }
@@ -561,47 +570,22 @@ mod tests {
     /// Runs `case` with the epilogue `parts` (bias, residual, activation, clamp) through
     /// `conv2d_f32` (when the geometry takes this kernel) and through every ISA path on 1 and 2
     /// threads, each against the f64 loop.
-    fn check(rng: &mut Lcg, case: Case, parts: (bool, bool, Activation, Option<(f32, f32)>), two: &rayon::ThreadPool) {
+    fn check(rng: &mut Lcg, case: Case, parts: Parts, two: &rayon::ThreadPool) {
         let g = case.geom();
         let (cin, cout, [kh, kw]) = (case.cin, case.cout, case.k);
-        let x: Vec<f32> = (0..g.batch * cin * g.in_hw[0] * g.in_hw[1]).map(|_| rng.next()).collect();
-        // Filter as IHWO, a layout other than the packed one.
-        let ws = strides([cout, cin, kh, kw], [1, 2, 3, 0]);
-        let w: Vec<f32> = (0..cout * cin * kh * kw).map(|_| rng.next()).collect();
-        let bias: Vec<f32> = (0..cout).map(|_| rng.next()).collect();
+        let ops = Operands::new(rng, &g, parts);
+        let (x, w, ws, epi) = (&ops.x, &ops.w, ops.ws, ops.epilogue());
         let len = g.batch * cout * g.out_hw[0] * g.out_hw[1];
-        let res: Vec<f32> = (0..len).map(|_| rng.next()).collect();
-        let epi = ConvEpilogue {
-            bias: parts.0.then_some(&bias[..]),
-            residual: parts.1.then_some(&res[..]),
-            activation: parts.2,
-            clamp: parts.3,
-        };
-        let want: Vec<(usize, f64)> = naive(&g, &x, &w, ws, epi.bias)
-            .into_iter()
-            .map(|(i, v)| {
-                let v = act_f64(parts.2, if parts.1 { v + res[i] as f64 } else { v });
-                (i, parts.3.map_or(v, |(lo, hi)| if lo.is_nan() { f64::NAN } else { v.clamp(lo as f64, hi as f64) }))
-            })
-            .collect();
-        assert_eq!(want.len(), len);
-        let scale = (cin * kh * kw) as f64;
-        let compare = |y: &[f32], what: &str| {
-            for &(i, v) in &want {
-                let tol = 2e-6 * scale + 1e-6 * v.abs();
-                let ok = if v.is_nan() { y[i].is_nan() } else { (y[i] as f64 - v).abs() <= tol };
-                assert!(ok, "{what} {case:?} {parts:?} at {i}: {} vs {v}", y[i]);
-            }
-        };
+        let compare = |y: &[f32], what: &str| ops.check(y, what, &case);
         if qualifies(&g) {
-            let filter = ConvFilter::new(&g, &w, ws).unwrap();
+            let filter = ConvFilter::new(&g, w, ws).unwrap();
             assert_eq!(filter.describe(), "strided direct");
             assert!(matches!(filter.kind, FilterKind::Direct(_)));
             let mut y = vec![f32::NAN; len];
-            conv2d_f32(&g, &x, &filter, &epi, &mut y, Some(two)).unwrap();
+            conv2d_f32(&g, x, &filter, &epi, &mut y, Some(two)).unwrap();
             compare(&y, "conv2d_f32");
         }
-        let at = |o: usize, i: usize, y: usize, x: usize| w[o * ws[0] + i * ws[1] + y * ws[2] + x * ws[3]];
+        let at = |o: usize, i: usize, y: usize, x: usize| ops.at(o, i, y, x);
         let f = DirectFilter::new(cin, cout, kh, kw, at);
         let cached = DirectFilter::new(cin, cout, kh, kw, at).laid_out_for(&g);
         let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
@@ -609,7 +593,7 @@ mod tests {
             for (pool, parallel, f) in [(&one, false, &f), (&one, true, &cached), (two, true, &f)] {
                 let mut y = vec![f32::NAN; len];
                 let out = OutPtr(y.as_mut_ptr());
-                pool.install(|| conv_on(isa, &g, &x, f, &epi, out, parallel)).unwrap();
+                pool.install(|| conv_on(isa, &g, x, f, &epi, out, parallel)).unwrap();
                 compare(&y, isa.name());
             }
         }
@@ -619,7 +603,7 @@ mod tests {
         rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap()
     }
 
-    const ALL_PARTS: (bool, bool, Activation, Option<(f32, f32)>) = (true, true, Activation::Relu, Some((-0.5, 0.7)));
+    const ALL_PARTS: Parts = (true, true, Activation::Relu, Some((-0.5, 0.7)));
 
     /// A ResNet stride-2 layer on a small image; the other cases change a few fields.
     const BASE: Case = Case {
@@ -632,6 +616,7 @@ mod tests {
         pads: [[1, 1], [1, 1]],
         dil: [1, 1],
         nhwc_out: false,
+        nhwc_in: false,
     };
 
     #[test]
@@ -659,6 +644,8 @@ mod tests {
             Case { in_hw: [14, 14], cin: 32, cout: 64, batch: 1, ..base },
             Case { k: [7, 7], pads: [[3, 3], [3, 3]], in_hw: [20, 21], cout: 24, ..base },
             Case { nhwc_out: true, cout: 20, ..base },
+            Case { nhwc_in: true, nhwc_out: true, cout: 20, ..base },
+            Case { nhwc_in: true, nhwc_out: true, cin: 24, cout: 130, in_hw: [7, 9], ..base },
             Case { batch: 0, ..base },
         ];
         for case in cases {
@@ -684,7 +671,10 @@ mod tests {
                 pads: [[pick(3, 0), pick(3, 0)], [pick(3, 0), pick(3, 0)]],
                 dil: [pick(2, 1), pick(2, 1)],
                 nhwc_out: pick(2, 0) == 1,
+                nhwc_in: false,
             };
+            // Channels-last input only into channels-last output (what the kernel takes).
+            let case = Case { nhwc_in: case.nhwc_out && pick(2, 0) == 1, ..case };
             let clamp = [None, Some((-0.25, 0.5)), Some((f32::NAN, 1.0))][pick(3, 0)];
             let parts = (pick(2, 0) == 1, pick(2, 0) == 1, acts[pick(4, 0)], clamp);
             check(&mut rng, case, parts, &two);
@@ -697,7 +687,8 @@ mod tests {
         assert!(qualifies(&resnet.geom()));
         assert!(qualifies(&Case { cin: 256, cout: 512, in_hw: [14, 14], ..resnet }.geom()));
         // Stride 1 (Winograd or the implicit GEMM), 1×1 kernels, few channels (stems), groups,
-        // channels-last input keep the other paths.
+        // channels-last input into channels-first output keep the other paths; channels-last
+        // input and output (a channels-last stage) take this one.
         assert!(!qualifies(&Case { stride: [1, 1], ..resnet }.geom()));
         assert!(!qualifies(&Case { k: [1, 1], pads: [[0, 0], [0, 0]], ..resnet }.geom()));
         assert!(!qualifies(&Case { cin: 3, ..resnet }.geom()));
@@ -705,6 +696,7 @@ mod tests {
         let g = resnet.geom();
         let nhwc = ConvGeom { x_strides: strides([1, 64, 56, 56], [0, 2, 3, 1]), ..g.clone() };
         assert!(!qualifies(&nhwc));
+        assert!(qualifies(&Case { nhwc_in: true, nhwc_out: true, ..resnet }.geom()));
         assert_eq!(ConvFilter::new(&g, &vec![0.0; 128 * 64 * 9], [576, 9, 3, 1]).unwrap().describe(), "strided direct");
     }
 
@@ -715,7 +707,7 @@ mod tests {
         let out = OutPtr(y.as_mut_ptr());
         let epi = ConvEpilogue::default();
         // A filter for another kernel size, for other channel counts; groups; no input channels;
-        // channels-last input.
+        // channels-last input into channels-first output.
         let other = DirectFilter::new(16, 64, 3, 2, |_, _, _, _| 1.0);
         assert!(conv_on(FusedIsa::Generic, &g, &x, &other, &epi, out, true).is_err());
         let narrow = DirectFilter::new(16, 60, 3, 3, |_, _, _, _| 1.0);

@@ -21,6 +21,7 @@
 pub mod backward;
 mod depthwise;
 mod direct;
+mod nhwc;
 pub(crate) use depthwise::split_pairs;
 mod smallk;
 mod stem;
@@ -284,6 +285,8 @@ enum FilterKind {
     Stem(stem::StemFilter),
     /// 64-channel blocks of taps for the direct strided kernel ([`direct`]).
     Direct(direct::DirectFilter),
+    /// 64-channel blocks of a 1×1 filter for the channels-last kernel ([`nhwc`]).
+    Pointwise(nhwc::PointwiseFilter),
 }
 
 impl ConvFilter {
@@ -321,6 +324,10 @@ impl ConvFilter {
                 }
             }
             return Ok(ConvFilter { geom_key: key, kind: FilterKind::Depthwise(d) });
+        }
+        if nhwc::pointwise_qualifies(geom) {
+            let f = nhwc::PointwiseFilter::new(cin_g, geom.out_channels, |o, i| at(o, i, 0, 0));
+            return Ok(ConvFilter { geom_key: key, kind: FilterKind::Pointwise(f) });
         }
         if stem::qualifies(geom) {
             let f = stem::StemFilter::new(cin_g, geom.out_channels, kh, kw, at).laid_out_for(geom);
@@ -373,6 +380,7 @@ impl ConvFilter {
             FilterKind::Winograd(f) => f.size_bytes(),
             FilterKind::Stem(f) => f.size_bytes(),
             FilterKind::Direct(f) => f.size_bytes(),
+            FilterKind::Pointwise(f) => f.size_bytes(),
         }
     }
 
@@ -387,6 +395,7 @@ impl ConvFilter {
             FilterKind::Winograd(_) => "winograd f(4,3)",
             FilterKind::Stem(_) => "stem direct",
             FilterKind::Direct(_) => "strided direct",
+            FilterKind::Pointwise(_) => "pointwise channels-last",
         }
     }
 }
@@ -568,7 +577,11 @@ pub fn conv2d_f32(
     let parallel = pool.is_some();
     let threads = if parallel { 0 } else { 1 };
     let mut run = move || match &filter.kind {
+        FilterKind::Depthwise(w) if nhwc::depthwise_qualifies(geom) => {
+            nhwc::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr()), parallel)
+        }
         FilterKind::Depthwise(w) => depthwise::depthwise(geom, x, w, epi, OutPtr(y.as_mut_ptr()), parallel),
+        FilterKind::Pointwise(f) => nhwc::pointwise(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Winograd(f) => winograd::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Stem(f) => stem::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
         FilterKind::Direct(f) => direct::conv(geom, x, f, epi, OutPtr(y.as_mut_ptr()), parallel),
@@ -972,6 +985,7 @@ fn copy_strided(dst: &mut [f32], src: &[f32], step: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::gemm::epilogue::act_f64;
 
     /// Direct six-deep loop in f64, independent of the kernels above.
     pub(super) fn naive(
@@ -1025,6 +1039,73 @@ mod tests {
             acc *= dims[a];
         }
         s
+    }
+
+    /// Which epilogue parts a kernel test applies: bias, residual, activation, clamp.
+    pub(super) type Parts = (bool, bool, Activation, Option<(f32, f32)>);
+
+    /// A convolution's random operands for the kernel tests (input, filter in IHWO order — a
+    /// layout no kernel packs to —, bias, residual) and the outputs the f64 loop gives them with
+    /// an epilogue of `parts`.
+    pub(super) struct Operands {
+        pub(super) x: Vec<f32>,
+        pub(super) w: Vec<f32>,
+        pub(super) ws: [usize; 4],
+        bias: Vec<f32>,
+        res: Vec<f32>,
+        parts: Parts,
+        want: Vec<(usize, f64)>,
+        /// Terms per output (the tolerance grows with them).
+        terms: f64,
+    }
+
+    impl Operands {
+        pub(super) fn new(rng: &mut Lcg, g: &ConvGeom, parts: Parts) -> Operands {
+            let (cin_g, cout, [kh, kw]) = (g.cin_g(), g.out_channels, g.kernel_hw);
+            let x: Vec<f32> = (0..g.batch * g.in_channels * g.in_hw[0] * g.in_hw[1]).map(|_| rng.next()).collect();
+            let ws = strides([cout, cin_g, kh, kw], [1, 2, 3, 0]);
+            let w: Vec<f32> = (0..cout * cin_g * kh * kw).map(|_| rng.next()).collect();
+            let bias: Vec<f32> = (0..cout).map(|_| rng.next()).collect();
+            let len = g.batch * cout * g.out_hw[0] * g.out_hw[1];
+            let res: Vec<f32> = (0..len).map(|_| rng.next()).collect();
+            let want: Vec<(usize, f64)> = naive(g, &x, &w, ws, parts.0.then_some(&bias[..]))
+                .into_iter()
+                .map(|(i, v)| {
+                    let v = act_f64(parts.2, if parts.1 { v + res[i] as f64 } else { v });
+                    let v = parts
+                        .3
+                        .map_or(v, |(lo, hi)| if lo.is_nan() { f64::NAN } else { v.clamp(lo as f64, hi as f64) });
+                    (i, v)
+                })
+                .collect();
+            assert_eq!(want.len(), len);
+            Operands { x, w, ws, bias, res, parts, want, terms: (cin_g * kh * kw) as f64 }
+        }
+
+        /// The epilogue of `parts`.
+        pub(super) fn epilogue(&self) -> ConvEpilogue<'_> {
+            ConvEpilogue {
+                bias: self.parts.0.then_some(&self.bias[..]),
+                residual: self.parts.1.then_some(&self.res[..]),
+                activation: self.parts.2,
+                clamp: self.parts.3,
+            }
+        }
+
+        /// Element (o, i, y, x) of the filter.
+        pub(super) fn at(&self, o: usize, i: usize, y: usize, x: usize) -> f32 {
+            let ws = self.ws;
+            self.w[o * ws[0] + i * ws[1] + y * ws[2] + x * ws[3]]
+        }
+
+        /// Checks the output `y` (`what` and `case` name the run in a failure).
+        pub(super) fn check(&self, y: &[f32], what: &str, case: &dyn std::fmt::Debug) {
+            for &(i, v) in &self.want {
+                let tol = 2e-6 * self.terms + 1e-6 * v.abs();
+                let ok = if v.is_nan() { y[i].is_nan() } else { (y[i] as f64 - v).abs() <= tol };
+                assert!(ok, "{what} {case:?} {:?} at {i}: {} vs {v}", self.parts, y[i]);
+            }
+        }
     }
 
     /// Deterministic pseudo-random values (also for the Winograd tests).
@@ -1087,7 +1168,11 @@ mod tests {
             // Pixels dense on both sides and few input channels: the direct kernel.
             let small_k = (cin_g <= smallk::MAX_K || in_hw[0] * in_hw[1] <= smallk::SMALL_PLANE)
                 && if nhwc { cin == 1 && cout == 1 } else { cin_g == 1 || in_hw != [1, 1] };
-            let want = if small_k { "pointwise direct" } else { "pointwise gemm" };
+            let want = match () {
+                _ if nhwc::pointwise_qualifies(&geom) => "pointwise channels-last",
+                _ if small_k => "pointwise direct",
+                _ => "pointwise gemm",
+            };
             assert_eq!(filter.describe(), want, "{geom:?}");
         }
         if k == [1, 1] && stride != [1, 1] && pad == [0, 0] && !geom.channels_last() && !geom.is_depthwise() {

@@ -1,0 +1,1021 @@
+//! Direct channels-last (NHWC) kernels, f32 forward: 1×1 (pointwise) and depthwise
+//! convolutions over dense channels-last tensors, output channels in the vector lanes, every
+//! load and store a whole vector of consecutive channels.
+//!
+//! These are the kernels of a convnet whose activations stay channels-last (the jit's layout
+//! pass, `passes::layout`): a 1×1 convolution is `Y[pixels, cout] = X[pixels, cin] · W`, read
+//! straight from the input rows (no packing of the activations, whose K is often too small for
+//! a GEMM's packing to pay), and a depthwise convolution multiplies each tap's input pixel
+//! vector by the tap's weight vector, with no masked lanes at the planes' edges (the lanes are
+//! channels, not columns).
+//!
+//! A tile is [`R`] output pixels × up to 64 channels (4 AVX-512 vectors, or 8 AVX2 ones in two
+//! halves), its sums in registers from the bias on. Pointwise: per input channel, one load per
+//! weight vector (the filter packed once as `[64-channel block][cin][64]`) and one broadcast per
+//! pixel. Depthwise: per tap, one weight vector per 16 channels (the `[taps][channels]` filter)
+//! and one input vector per pixel; a tile's pixels are consecutive in one output row whose
+//! windows stay inside the columns, the row's edge pixels one at a time with the taps outside
+//! skipped, the rows outside the image skipped for the whole tile. Channels past the last whole
+//! vector (a count that is no multiple of the vector width) take a scalar loop.
+//!
+//! The residual, a ReLU and a clamp are applied in registers before the one store; other
+//! activations (and NaN clamp bounds) per value after it. Work is split over the threads by
+//! pixel ranges (pointwise: chunks whose input rows stay in L2, each chunk's tiles for every
+//! channel block in turn) and by output rows (depthwise).
+
+use super::depthwise::{Lanes, Portable};
+use super::{ConvEpilogue, ConvGeom, OP, OutPtr, clamp_nan, for_units};
+use crate::error::{Error, Result};
+use crate::kernels::fused::FusedIsa;
+use crate::kernels::gemm::Activation;
+use crate::kernels::gemm::epilogue::act_f32;
+
+/// Output channels per packed pointwise block and per tile (4 AVX-512 vectors).
+const CB: usize = 64;
+
+/// Pixels per tile.
+const R: usize = 6;
+
+/// Input values a pointwise chunk of pixels should read (256 KiB, a quarter of a Zen core's L2).
+const CHUNK_VALUES: usize = 1 << 16;
+
+/// Multiply-adds a depthwise task should hold at least.
+const TASK_WORK: usize = 1 << 16;
+
+/// Whether `s` are the strides of a dense channels-last tensor with `c` channels and `hw` pixels
+/// per image.
+fn dense(s: [usize; 4], c: usize, [h, w]: [usize; 2]) -> bool {
+    s[1] == 1 && s[3] == c && s[2] == w * c && s[0] == h * w * c
+}
+
+/// Whether input and output of `geom` are dense channels-last tensors.
+fn channels_last(geom: &ConvGeom) -> bool {
+    dense(geom.x_strides, geom.in_channels, geom.in_hw) && dense(geom.y_strides, geom.out_channels, geom.out_hw)
+}
+
+/// Whether the pointwise kernel takes `geom`: a 1×1 window (any stride), no padding, one
+/// group, dense channels-last input and output.
+pub(super) fn pointwise_qualifies(geom: &ConvGeom) -> bool {
+    geom.kernel_hw == [1, 1] && geom.pad == [0, 0] && geom.groups == 1 && geom.in_channels > 0 && channels_last(geom)
+}
+
+/// Whether the depthwise kernel takes `geom`: a depthwise convolution (one channel per group)
+/// over dense channels-last input and output.
+pub(super) fn depthwise_qualifies(geom: &ConvGeom) -> bool {
+    geom.is_depthwise() && channels_last(geom)
+}
+
+/// A filter packed for [`pointwise`]: `[ceil(cout / CB)][cin][CB]`, zero past the last channel.
+#[derive(Debug)]
+pub(super) struct PointwiseFilter {
+    cin: usize,
+    cout: usize,
+    w: Vec<f32>,
+}
+
+impl PointwiseFilter {
+    /// Packs the `cout` × `cin` filter whose element (o, i) is `at(o, i)`.
+    pub(super) fn new(cin: usize, cout: usize, at: impl Fn(usize, usize) -> f32) -> Self {
+        let mut w = vec![0.0f32; cout.div_ceil(CB) * cin * CB];
+        for (b, block) in w.chunks_exact_mut((cin * CB).max(1)).enumerate() {
+            for (i, strip) in block.chunks_exact_mut(CB).enumerate() {
+                for (c, v) in strip.iter_mut().enumerate().take(cout.saturating_sub(b * CB)) {
+                    *v = at(b * CB + c, i);
+                }
+            }
+        }
+        PointwiseFilter { cin, cout, w }
+    }
+
+    /// Bytes held.
+    pub(super) fn size_bytes(&self) -> usize {
+        self.w.len() * 4
+    }
+}
+
+/// What is left of the epilogue after the bias, in registers or per value.
+struct Tail<'a> {
+    epi: &'a ConvEpilogue<'a>,
+    /// Whether the residual, ReLU and clamp are applied in registers (else per value, after the
+    /// store, with the whole activation).
+    in_regs: bool,
+    relu: bool,
+}
+
+impl<'a> Tail<'a> {
+    fn of(epi: &'a ConvEpilogue<'a>) -> Self {
+        let in_regs = matches!(epi.activation, Activation::None | Activation::Relu)
+            && epi.clamp.is_none_or(|(lo, hi)| !lo.is_nan() && !hi.is_nan());
+        Tail { epi, in_regs, relu: in_regs && epi.activation == Activation::Relu }
+    }
+
+    /// The per-value tail over `chans` channels from each index of `at` (stored sums).
+    ///
+    /// # Safety
+    /// As for [`store`].
+    #[inline(never)]
+    unsafe fn per_value(&self, at: &[usize], chans: usize, out: OutPtr) {
+        for &i in at {
+            for k in i..i + chans {
+                // SAFETY: the caller's contract: (i..i + chans) is inside the output and this
+                // unit's alone.
+                unsafe { out.write(k, self.value(out.read(k), k)) };
+            }
+        }
+    }
+
+    /// `clamp(act(v + residual))` of output element `i` (the per-value path).
+    #[inline]
+    fn value(&self, v: f32, i: usize) -> f32 {
+        let v = self.epi.residual.map_or(v, |r| v + r[i]);
+        let v = act_f32(self.epi.activation, v);
+        self.epi.clamp.map_or(v, |(lo, hi)| clamp_nan(v, lo, hi))
+    }
+}
+
+/// Stores tile sums `acc` (pixel r's vectors at `acc[r]`) of the first `rows` pixels, pixel r's
+/// first channel at output index `at[r]`, `chans` channels (1 ..= NV·L), with the tail.
+///
+/// # Safety
+/// The CPU has `V`'s features; every index `at[r] + c` (c < chans, r < rows) is inside the
+/// output (and the residual) and written by this unit alone.
+#[inline(always)]
+unsafe fn store<V: Lanes, const NV: usize, const RR: usize>(
+    acc: [[V; NV]; RR],
+    rows: usize,
+    at: &[usize; R],
+    chans: usize,
+    out: OutPtr,
+    tail: &Tail<'_>,
+) {
+    // SAFETY: the caller's contract throughout.
+    unsafe {
+        let bounds = tail.epi.clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
+        for (acc, &i) in acc.iter().zip(at).take(rows) {
+            for (v, &s) in acc.iter().enumerate() {
+                let c = v * V::L;
+                if c >= chans {
+                    break;
+                }
+                let n = V::L.min(chans - c);
+                let p = out.0.add(i + c);
+                if !tail.in_regs {
+                    s.store_first(p, n);
+                    continue;
+                }
+                let mut s = s;
+                if let Some(r) = tail.epi.residual {
+                    let rp = r.as_ptr().add(i + c);
+                    let rv = if n == V::L { V::load(rp) } else { V::load_masked(rp, V::mask(0, n)) };
+                    s = s.add(rv);
+                }
+                if tail.relu {
+                    s = s.relu();
+                }
+                if let Some((lo, hi, zlo, zhi)) = bounds {
+                    s = s.clamp(lo, hi, zlo, zhi);
+                }
+                s.store_first(p, n);
+            }
+        }
+        if !tail.in_regs {
+            // After the sums are stored (no call while they are in registers).
+            tail.per_value(&at[..rows], chans, out);
+        }
+    }
+}
+
+/// The bias lanes of channels `c..c + L` of a tile with `chans` channels (zero past them, and
+/// without a bias).
+///
+/// # Safety
+/// The CPU has `V`'s features; `b` holds at least `chans` values.
+#[inline(always)]
+unsafe fn bias_vector<V: Lanes>(b: Option<&[f32]>, c: usize, chans: usize) -> V {
+    // SAFETY: the caller's contract; only lanes below `chans` are read.
+    unsafe {
+        match b {
+            Some(b) if c + V::L <= chans => V::load(b.as_ptr().add(c)),
+            Some(b) if c < chans => V::load_masked(b.as_ptr().add(c), V::mask(0, chans - c)),
+            _ => V::splat(0.0),
+        }
+    }
+}
+
+/// `y = clamp(act(conv(x, f) + bias + residual))` for a [`pointwise_qualifies`] geometry, on the
+/// default ISA. The caller has validated the geometry against `x` and the output, and the bias
+/// and residual lengths.
+pub(super) fn pointwise(
+    geom: &ConvGeom,
+    x: &[f32],
+    f: &PointwiseFilter,
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) -> Result<()> {
+    pointwise_on(FusedIsa::selected(), geom, x, f, epi, out, parallel)
+}
+
+/// [`pointwise`] on `isa` (lowered to what the CPU runs).
+fn pointwise_on(
+    isa: FusedIsa,
+    geom: &ConvGeom,
+    x: &[f32],
+    f: &PointwiseFilter,
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) -> Result<()> {
+    if !pointwise_qualifies(geom) {
+        return Err(Error::invalid(OP, format!("the channels-last 1×1 kernel does not take {geom:?}")));
+    }
+    let (cin, cout) = (geom.in_channels, geom.out_channels);
+    if (f.cin, f.cout) != (cin, cout) || f.w.len() != cout.div_ceil(CB) * cin * CB {
+        return Err(Error::invalid(OP, "the packed filter is not one for this convolution"));
+    }
+    let pixels = geom.batch * geom.out_hw[0] * geom.out_hw[1];
+    // Every input pixel row read whole: the validated geometry's extents.
+    let in_pixels = geom.batch * geom.in_hw[0] * geom.in_hw[1];
+    if in_pixels * cin > x.len() {
+        return Err(Error::invalid(OP, format!("input of {} values for {in_pixels} pixels × {cin}", x.len())));
+    }
+    let isa = isa.checked();
+    let tail = Tail::of(epi);
+    let blocks = cout.div_ceil(CB);
+    let chunk = (CHUNK_VALUES / cin).max(1).div_ceil(R) * R;
+    let chunks = pixels.div_ceil(chunk);
+    let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
+    // Few chunks for the threads: (chunk, block) units, else whole chunks.
+    let split_blocks = blocks > 1 && chunks < 4 * threads;
+    let units = if split_blocks { chunks * blocks } else { chunks };
+    let job = PwJob { geom, x, f, bias: epi.bias, out, tail: &tail, cin, cout, pixels, isa };
+    for_units(
+        parallel,
+        units,
+        1,
+        || (),
+        |_, u| {
+            let (ch, bs) = if split_blocks { (u / blocks, u % blocks..u % blocks + 1) } else { (u, 0..blocks) };
+            let p0 = ch * chunk;
+            job.tiles(p0..pixels.min(p0 + chunk), bs);
+        },
+    );
+    Ok(())
+}
+
+/// Everything a pointwise unit needs.
+struct PwJob<'a> {
+    geom: &'a ConvGeom,
+    x: &'a [f32],
+    f: &'a PointwiseFilter,
+    bias: Option<&'a [f32]>,
+    out: OutPtr,
+    tail: &'a Tail<'a>,
+    cin: usize,
+    cout: usize,
+    pixels: usize,
+    isa: FusedIsa,
+}
+
+impl PwJob<'_> {
+    /// The tiles of pixels `ps` for channel blocks `bs`, each tile's blocks in turn (its input
+    /// rows stay in L1 and its output lines are written whole before they leave the cache).
+    fn tiles(&self, ps: std::ops::Range<usize>, bs: std::ops::Range<usize>) {
+        let cin = self.cin;
+        for p0 in ps.clone().step_by(R) {
+            let rows = R.min(ps.end - p0);
+            // Pixels past the end repeat the last one (loaded, not stored).
+            let xat: [usize; R] = std::array::from_fn(|r| self.input_pixel((p0 + r).min(self.pixels - 1)) * cin);
+            for b in bs.clone() {
+                self.tile(&xat, p0, rows, b);
+            }
+        }
+    }
+
+    /// The input pixel under output pixel `p` (image-major, raster order).
+    #[inline]
+    fn input_pixel(&self, p: usize) -> usize {
+        let g = self.geom;
+        let ([ih, iw], [oh, ow]) = (g.in_hw, g.out_hw);
+        if g.stride == [1, 1] && g.in_hw == g.out_hw {
+            return p;
+        }
+        let (img, q) = (p / (oh * ow), p % (oh * ow));
+        (img * ih + q / ow * g.stride[0]) * iw + q % ow * g.stride[1]
+    }
+
+    /// The tile of `rows` pixels from `p0` on (input rows at `xat`) for channel block `b`.
+    fn tile(&self, xat: &[usize; R], p0: usize, rows: usize, b: usize) {
+        let (cin, cout) = (self.cin, self.cout);
+        let c0 = b * CB;
+        let chans = CB.min(cout - c0);
+        let w = &self.f.w[b * cin * CB..][..cin * CB];
+        let bias = self.bias.map(|b| &b[c0..c0 + chans]);
+        {
+            let yat: [usize; R] = std::array::from_fn(|r| (p0 + r).min(self.pixels - 1) * cout + c0);
+            let xat = *xat;
+            let a = PwTile { x: self.x, xat: &xat, cin, w, bias };
+            match self.isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `isa` was checked on this CPU (AVX-512F); the reads are inside `x`
+                // (pixels < self.pixels, checked against x's length) and `w` (cin·CB values),
+                // the writes are these pixels' channels of block b, this unit's alone.
+                FusedIsa::Avx512 => unsafe {
+                    match chans.div_ceil(16) {
+                        1 => pw_avx512::<1>(&a, rows, &yat, chans, self.out, self.tail),
+                        2 => pw_avx512::<2>(&a, rows, &yat, chans, self.out, self.tail),
+                        3 => pw_avx512::<3>(&a, rows, &yat, chans, self.out, self.tail),
+                        _ => pw_avx512::<4>(&a, rows, &yat, chans, self.out, self.tail),
+                    }
+                },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as above, with AVX2 and FMA; each half of the block in turn.
+                FusedIsa::Avx2 => unsafe {
+                    for h in (0..chans).step_by(32) {
+                        let a = PwTile { w: &w[h..], bias: bias.map(|b| &b[h..]), ..a };
+                        let yat = yat.map(|i| i + h);
+                        let n = 32.min(chans - h);
+                        match n.div_ceil(8) {
+                            1 => pw_avx2::<1>(&a, rows, &yat, n, self.out, self.tail),
+                            2 => pw_avx2::<2>(&a, rows, &yat, n, self.out, self.tail),
+                            3 => pw_avx2::<3>(&a, rows, &yat, n, self.out, self.tail),
+                            _ => pw_avx2::<4>(&a, rows, &yat, n, self.out, self.tail),
+                        }
+                    }
+                },
+                _ => {
+                    for h in (0..chans).step_by(16) {
+                        let a = PwTile { w: &w[h..], bias: bias.map(|b| &b[h..]), ..a };
+                        let yat = yat.map(|i| i + h);
+                        let n = 16.min(chans - h);
+                        // SAFETY: as above; the portable body needs no CPU feature.
+                        unsafe {
+                            if n > 8 {
+                                pw_tile::<Portable, 2>(&a, rows, &yat, n, self.out, self.tail)
+                            } else {
+                                pw_tile::<Portable, 1>(&a, rows, &yat, n, self.out, self.tail)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One pointwise tile's operands.
+#[derive(Clone, Copy)]
+struct PwTile<'a> {
+    x: &'a [f32],
+    /// Each pixel's input row.
+    xat: &'a [usize; R],
+    cin: usize,
+    /// From the tile's first channel: input channel i's weights at `w[i·CB..]`.
+    w: &'a [f32],
+    /// From the tile's first channel (at least its channels).
+    bias: Option<&'a [f32]>,
+}
+
+/// `R` pixels × `NV` vectors of a pointwise tile, summed in registers and stored with the tail.
+///
+/// # Safety
+/// The CPU has `V`'s features; `x` holds every pixel row `xat[r]..xat[r] + cin`, `w` holds
+/// `(cin − 1)·CB + NV·L` values, `bias` (if any) `chans`, and [`store`]'s contract holds.
+#[inline(always)]
+unsafe fn pw_tile<V: Lanes, const NV: usize>(
+    a: &PwTile<'_>,
+    rows: usize,
+    yat: &[usize; R],
+    chans: usize,
+    out: OutPtr,
+    tail: &Tail<'_>,
+) {
+    // SAFETY: the caller's contract throughout.
+    unsafe {
+        let (x, w) = (a.x.as_ptr(), a.w.as_ptr());
+        let bias: [V; NV] = std::array::from_fn(|v| bias_vector(a.bias, v * V::L, chans));
+        let mut acc = [bias; R];
+        let xp: [*const f32; R] = std::array::from_fn(|r| x.add(a.xat[r]));
+        for i in 0..a.cin {
+            let wv: [V; NV] = std::array::from_fn(|v| V::load(w.add(i * CB + v * V::L)));
+            for (acc, p) in acc.iter_mut().zip(&xp) {
+                let b = V::splat(*p.add(i));
+                for (s, &k) in acc.iter_mut().zip(&wv) {
+                    *s = k.fmadd(b, *s);
+                }
+            }
+        }
+        store::<V, NV, R>(acc, rows, yat, chans, out, tail);
+    }
+}
+
+/// [`pw_tile`] on AVX-512 (16 lanes, up to 4 vectors: 24 accumulators).
+///
+/// # Safety
+/// As for [`pw_tile`], with AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pw_avx512<const NV: usize>(
+    a: &PwTile<'_>,
+    rows: usize,
+    yat: &[usize; R],
+    chans: usize,
+    out: OutPtr,
+    tail: &Tail<'_>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { pw_tile::<std::arch::x86_64::__m512, NV>(a, rows, yat, chans, out, tail) }
+}
+
+/// [`pw_tile`] on AVX2 (8 lanes, up to 4 vectors: 24 accumulators of 16 registers' worth).
+///
+/// # Safety
+/// As for [`pw_tile`], with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pw_avx2<const NV: usize>(
+    a: &PwTile<'_>,
+    rows: usize,
+    yat: &[usize; R],
+    chans: usize,
+    out: OutPtr,
+    tail: &Tail<'_>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { pw_tile::<std::arch::x86_64::__m256, NV>(a, rows, yat, chans, out, tail) }
+}
+
+/// Depthwise convolution for a [`depthwise_qualifies`] geometry with the weights `w` as
+/// `[taps][channels]`, on the default ISA. The caller has validated the geometry against `x` and
+/// the output, and the bias and residual lengths.
+pub(super) fn depthwise(
+    geom: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) -> Result<()> {
+    depthwise_on(FusedIsa::selected(), geom, x, w, epi, out, parallel)
+}
+
+/// [`depthwise`] on `isa` (lowered to what the CPU runs).
+fn depthwise_on(
+    isa: FusedIsa,
+    geom: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    epi: &ConvEpilogue<'_>,
+    out: OutPtr,
+    parallel: bool,
+) -> Result<()> {
+    let c = geom.out_channels;
+    if !depthwise_qualifies(geom) || w.len() != geom.taps() * c {
+        return Err(Error::invalid(OP, format!("the channels-last depthwise kernel does not take {geom:?}")));
+    }
+    let [ih, iw] = geom.in_hw;
+    if geom.batch * ih * iw * c > x.len() {
+        return Err(Error::invalid(OP, format!("input of {} values for {geom:?}", x.len())));
+    }
+    let [oh, ow] = geom.out_hw;
+    let isa = isa.checked();
+    let tail = Tail::of(epi);
+    // Output columns whose windows stay inside the input columns: lo ≤ ox < hi.
+    let [kh, kw] = geom.kernel_hw;
+    let (sx, dx, px) = (geom.stride[1], geom.dilation[1], geom.pad[1]);
+    let reach = (kw.max(1) - 1) * dx;
+    let lo = px.div_ceil(sx).min(ow);
+    // ox·sx − px + reach < iw  ⇔  ox·sx < iw + px − reach.
+    let hi = (iw + px).checked_sub(reach).map_or(0, |e| e.div_ceil(sx)).clamp(lo, ow);
+    let job = DwJob { geom, x, w, bias: epi.bias, out, tail: &tail, isa, cols: (lo, hi) };
+    let rows = geom.batch * oh;
+    let per_row = ow * c * kh * kw;
+    let per_task = TASK_WORK.div_ceil(per_row.max(1)).max(1);
+    for_units(
+        parallel,
+        rows.div_ceil(per_task),
+        1,
+        || (),
+        |_, u| {
+            for row in u * per_task..rows.min((u + 1) * per_task) {
+                job.row(row / oh, row % oh);
+            }
+        },
+    );
+    Ok(())
+}
+
+/// Everything a depthwise unit needs.
+struct DwJob<'a> {
+    geom: &'a ConvGeom,
+    x: &'a [f32],
+    w: &'a [f32],
+    bias: Option<&'a [f32]>,
+    out: OutPtr,
+    tail: &'a Tail<'a>,
+    isa: FusedIsa,
+    /// The output columns whose windows stay inside the input columns.
+    cols: (usize, usize),
+}
+
+/// Up to 16 pairs on the stack (kernel rows or columns of a window; more go to a `Vec`), so
+/// that a row of a warm execution allocates nothing.
+struct Pairs {
+    fixed: [(usize, usize); 16],
+    n: usize,
+    more: Vec<(usize, usize)>,
+}
+
+impl Pairs {
+    fn new() -> Self {
+        Pairs { fixed: [(0, 0); 16], n: 0, more: Vec::new() }
+    }
+
+    fn push(&mut self, p: (usize, usize)) {
+        if self.n < self.fixed.len() {
+            self.fixed[self.n] = p;
+        } else {
+            if self.n == self.fixed.len() {
+                self.more.extend_from_slice(&self.fixed);
+            }
+            self.more.push(p);
+        }
+        self.n += 1;
+    }
+
+    fn as_slice(&self) -> &[(usize, usize)] {
+        if self.n <= self.fixed.len() { &self.fixed[..self.n] } else { &self.more }
+    }
+}
+
+/// One depthwise tile's operands: the image's input rows under the window and the tile's pixels.
+#[derive(Clone, Copy)]
+struct DwTile<'a> {
+    x: &'a [f32],
+    /// Index of (image, input row, column 0, channel 0) for each window row inside the image,
+    /// with its kernel row.
+    rows: &'a [(usize, usize)],
+    /// The window columns read: (kernel column, offset from a pixel's `cols` entry).
+    taps: &'a [(usize, usize)],
+    /// Kernel columns; channels per pixel.
+    kw: usize,
+    c: usize,
+    /// Each pixel's first window column × channels, plus the tile's first channel.
+    cols: &'a [usize; R],
+    /// Taps' weights from channel c0: tap t at `w[t·c..]`.
+    w: &'a [f32],
+    /// From channel c0 (at least the tile's channels).
+    bias: Option<&'a [f32]>,
+}
+
+impl DwJob<'_> {
+    /// Output row `oy` of image `img`.
+    fn row(&self, img: usize, oy: usize) {
+        let g = self.geom;
+        let c = g.out_channels;
+        let ([ih, iw], [kh, kw], [oh, ow]) = (g.in_hw, g.kernel_hw, g.out_hw);
+        let (sy, dy, py) = (g.stride[0], g.dilation[0], g.pad[0]);
+        let (sx, dx, px) = (g.stride[1], g.dilation[1], g.pad[1]);
+        // The window rows inside the image: (index of their column 0, channel 0; kernel row).
+        let mut rows = Pairs::new();
+        for ky in 0..kh {
+            let Some(iy) = (oy * sy + ky * dy).checked_sub(py).filter(|&iy| iy < ih) else { continue };
+            rows.push(((img * ih + iy) * iw * c, ky));
+        }
+        let rows = rows.as_slice();
+        let far = rows.iter().map(|&(i, _)| i).max().unwrap_or(0);
+        let y0 = (img * oh + oy) * ow * c;
+        let (lo, hi) = self.cols;
+        let lanes = if self.isa == FusedIsa::Avx512 { 16 } else { 8 };
+        let vec_c = c / lanes * lanes;
+        // Whole tiles of inside columns; then the other columns one pixel at a time, and the
+        // channels past the last whole vector of the tiles' columns.
+        let tiles_end = lo + (hi - lo) / R * R;
+        let mut inner = Pairs::new();
+        (0..kw).for_each(|kx| inner.push((kx, kx * dx * c)));
+        for ox in (lo..tiles_end).step_by(R) {
+            let first: [usize; R] = std::array::from_fn(|r| ((ox + r) * sx - px) * c);
+            self.pixels(rows, far, inner.as_slice(), &first, R, y0 + ox * c, vec_c);
+        }
+        for ox in (0..lo).chain(tiles_end..ow) {
+            // The taps whose column is inside, at their input column × channels.
+            let mut taps = Pairs::new();
+            for kx in 0..kw {
+                if let Some(ix) = (ox * sx + kx * dx).checked_sub(px).filter(|&ix| ix < iw) {
+                    taps.push((kx, ix * c));
+                }
+            }
+            self.pixels(rows, far, taps.as_slice(), &[0; R], 1, y0 + ox * c, vec_c);
+        }
+    }
+
+    /// `n` (`R` or 1) consecutive output pixels from output index `y` on, pixel r's window
+    /// columns at `first[r]` plus each tap's offset in `taps` (kernel column, offset), over the
+    /// window rows `rows` (the largest row index `far`): whole vectors of channels up to
+    /// `vec_c`, then the rest one value at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn pixels(
+        &self,
+        rows: &[(usize, usize)],
+        far: usize,
+        taps: &[(usize, usize)],
+        first: &[usize; R],
+        n: usize,
+        y: usize,
+        vec_c: usize,
+    ) {
+        let c = self.geom.out_channels;
+        let reach = taps.iter().map(|&(_, o)| o).max().unwrap_or(0) + first.iter().copied().max().unwrap_or(0);
+        let yat: [usize; R] = std::array::from_fn(|r| y + r * c);
+        for c0 in (0..vec_c).step_by(CB) {
+            let chans = CB.min(vec_c - c0);
+            // Every read: a window row inside the image, a column inside, a channel < c.
+            assert!(far + reach + c0 + chans <= self.x.len(), "depthwise tile out of bounds");
+            let t = DwTile {
+                x: self.x,
+                rows,
+                taps,
+                kw: self.geom.kernel_hw[1],
+                c,
+                cols: &first.map(|v| v + c0),
+                w: &self.w[c0..],
+                bias: self.bias.map(|b| &b[c0..c0 + chans]),
+            };
+            self.tile(&t, n, &yat.map(|i| i + c0), chans);
+        }
+        for (r, &f) in first.iter().enumerate().take(n) {
+            for ch in vec_c..c {
+                let mut s = self.bias.map_or(0.0, |b| b[ch]);
+                for &(row, ky) in rows {
+                    for &(kx, off) in taps {
+                        s += self.x[row + f + off + ch] * self.w[(ky * self.geom.kernel_hw[1] + kx) * c + ch];
+                    }
+                }
+                let at = yat[r] + ch;
+                let v = self.tail.value(s, at);
+                // SAFETY: `validate` checked that every output element lies inside the output;
+                // this pixel's channels belong to this unit's row alone.
+                unsafe { self.out.write(at, v) };
+            }
+        }
+    }
+
+    /// A tile of `n` (`R` or 1) pixels × `chans` channels (whole vectors) on the selected ISA.
+    fn tile(&self, t: &DwTile<'_>, n: usize, yat: &[usize; R], chans: usize) {
+        let (out, tail) = (self.out, self.tail);
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `isa` was checked on this CPU (AVX-512F); `pixels` asserted the reads
+            // inside `x`, the weights hold taps × c values from channel c0 < c, and the writes
+            // are this row's pixels (this unit's alone).
+            FusedIsa::Avx512 => unsafe {
+                match (chans / 16, n == R) {
+                    (1, true) => dw_avx512::<1, R>(t, yat, chans, out, tail),
+                    (2, true) => dw_avx512::<2, R>(t, yat, chans, out, tail),
+                    (3, true) => dw_avx512::<3, R>(t, yat, chans, out, tail),
+                    (_, true) => dw_avx512::<4, R>(t, yat, chans, out, tail),
+                    (1, false) => dw_avx512::<1, 1>(t, yat, chans, out, tail),
+                    (2, false) => dw_avx512::<2, 1>(t, yat, chans, out, tail),
+                    (3, false) => dw_avx512::<3, 1>(t, yat, chans, out, tail),
+                    (_, false) => dw_avx512::<4, 1>(t, yat, chans, out, tail),
+                }
+            },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, with AVX2 and FMA; each half of the block in turn.
+            FusedIsa::Avx2 => unsafe {
+                for h in (0..chans).step_by(32) {
+                    let t = DwTile { w: &t.w[h..], bias: t.bias.map(|b| &b[h..]), cols: &t.cols.map(|v| v + h), ..*t };
+                    let k = 32.min(chans - h);
+                    let yat = yat.map(|i| i + h);
+                    match (k / 8, n == R) {
+                        (1, true) => dw_avx2::<1, R>(&t, &yat, k, out, tail),
+                        (2, true) => dw_avx2::<2, R>(&t, &yat, k, out, tail),
+                        (3, true) => dw_avx2::<3, R>(&t, &yat, k, out, tail),
+                        (_, true) => dw_avx2::<4, R>(&t, &yat, k, out, tail),
+                        (1, false) => dw_avx2::<1, 1>(&t, &yat, k, out, tail),
+                        (2, false) => dw_avx2::<2, 1>(&t, &yat, k, out, tail),
+                        (3, false) => dw_avx2::<3, 1>(&t, &yat, k, out, tail),
+                        (_, false) => dw_avx2::<4, 1>(&t, &yat, k, out, tail),
+                    }
+                }
+            },
+            _ => {
+                for h in (0..chans).step_by(16) {
+                    let t = DwTile { w: &t.w[h..], bias: t.bias.map(|b| &b[h..]), cols: &t.cols.map(|v| v + h), ..*t };
+                    let k = 16.min(chans - h);
+                    let yat = yat.map(|i| i + h);
+                    // SAFETY: as above; the portable body needs no CPU feature.
+                    unsafe {
+                        match (k > 8, n == R) {
+                            (true, true) => dw_tile::<Portable, 2, R>(&t, &yat, k, out, tail),
+                            (false, true) => dw_tile::<Portable, 1, R>(&t, &yat, k, out, tail),
+                            (true, false) => dw_tile::<Portable, 2, 1>(&t, &yat, k, out, tail),
+                            (false, false) => dw_tile::<Portable, 1, 1>(&t, &yat, k, out, tail),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `RR` pixels × `NV` vectors of a depthwise tile, summed in registers and stored with the tail.
+///
+/// # Safety
+/// The CPU has `V`'s features; every read `rows[j].0 + cols[r] + taps[k].1 + v·L` (+ L) is
+/// inside `x`, `w` holds `(taps − 1)·c + NV·L` values, `bias` (if any) `chans`, and [`store`]'s contract
+/// holds.
+#[inline(always)]
+unsafe fn dw_tile<V: Lanes, const NV: usize, const RR: usize>(
+    t: &DwTile<'_>,
+    yat: &[usize; R],
+    chans: usize,
+    out: OutPtr,
+    tail: &Tail<'_>,
+) {
+    // SAFETY: the caller's contract throughout.
+    unsafe {
+        let (x, w) = (t.x.as_ptr(), t.w.as_ptr());
+        let bias: [V; NV] = std::array::from_fn(|v| bias_vector(t.bias, v * V::L, chans));
+        let mut acc = [bias; RR];
+        for &(row, ky) in t.rows {
+            let xr = x.add(row);
+            for &(kx, off) in t.taps {
+                let wt = w.add((ky * t.kw + kx) * t.c);
+                let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
+                let xk = xr.add(off);
+                for (acc, &col) in acc.iter_mut().zip(t.cols) {
+                    let p = xk.add(col);
+                    for (v, (s, &k)) in acc.iter_mut().zip(&wv).enumerate() {
+                        *s = V::load(p.add(v * V::L)).fmadd(k, *s);
+                    }
+                }
+            }
+        }
+        store::<V, NV, RR>(acc, RR, yat, chans, out, tail);
+    }
+}
+
+/// [`dw_tile`] on AVX-512.
+///
+/// # Safety
+/// As for [`dw_tile`], with AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn dw_avx512<const NV: usize, const RR: usize>(
+    t: &DwTile<'_>,
+    yat: &[usize; R],
+    chans: usize,
+    out: OutPtr,
+    tail: &Tail<'_>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { dw_tile::<std::arch::x86_64::__m512, NV, RR>(t, yat, chans, out, tail) }
+}
+
+/// [`dw_tile`] on AVX2.
+///
+/// # Safety
+/// As for [`dw_tile`], with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dw_avx2<const NV: usize, const RR: usize>(
+    t: &DwTile<'_>,
+    yat: &[usize; R],
+    chans: usize,
+    out: OutPtr,
+    tail: &Tail<'_>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { dw_tile::<std::arch::x86_64::__m256, NV, RR>(t, yat, chans, out, tail) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{Lcg, Operands, Parts, strides};
+    use super::super::{ConvFilter, conv2d_f32};
+    use super::*;
+
+    /// One case: the geometry's free parameters (channels-last input and output).
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        batch: usize,
+        cin: usize,
+        cout: usize,
+        /// Depthwise (groups = channels; `cout` is ignored).
+        depthwise: bool,
+        in_hw: [usize; 2],
+        k: [usize; 2],
+        stride: [usize; 2],
+        /// Low and high padding per axis.
+        pads: [[usize; 2]; 2],
+        dil: [usize; 2],
+    }
+
+    impl Case {
+        fn geom(&self) -> ConvGeom {
+            let cout = if self.depthwise { self.cin } else { self.cout };
+            let out_hw: [usize; 2] = std::array::from_fn(|a| {
+                let span = self.in_hw[a] + self.pads[a][0] + self.pads[a][1];
+                let reach = (self.k[a] - 1) * self.dil[a] + 1;
+                span.checked_sub(reach).map_or(0, |r| r / self.stride[a] + 1)
+            });
+            let (n, [h, w], [oh, ow]) = (self.batch, self.in_hw, out_hw);
+            ConvGeom {
+                batch: n,
+                in_channels: self.cin,
+                in_hw: self.in_hw,
+                out_channels: cout,
+                out_hw,
+                kernel_hw: self.k,
+                stride: self.stride,
+                pad: [self.pads[0][0], self.pads[1][0]],
+                dilation: self.dil,
+                groups: if self.depthwise { self.cin } else { 1 },
+                x_strides: strides([n, self.cin, h, w], [0, 2, 3, 1]),
+                y_strides: strides([n, cout, oh, ow], [0, 2, 3, 1]),
+            }
+        }
+    }
+
+    /// Runs `case` with the epilogue `parts` (bias, residual, activation, clamp) on every ISA,
+    /// on one and two threads, through `conv2d_f32` too, against the f64 loop.
+    fn check(rng: &mut Lcg, case: Case, parts: Parts, two: &rayon::ThreadPool) {
+        let g = case.geom();
+        let (cin, cout, [kh, kw]) = (g.in_channels, g.out_channels, case.k);
+        let ops = Operands::new(rng, &g, parts);
+        let (x, w, ws, epi) = (&ops.x, &ops.w, ops.ws, ops.epilogue());
+        let len = g.batch * cout * g.out_hw[0] * g.out_hw[1];
+        let compare = |y: &[f32], what: &str| ops.check(y, what, &case);
+        let qualifies = if case.depthwise { depthwise_qualifies(&g) } else { pointwise_qualifies(&g) };
+        if len == 0 || !qualifies {
+            return;
+        }
+        let filter = ConvFilter::new(&g, w, ws).unwrap();
+        let mut y = vec![f32::NAN; len];
+        conv2d_f32(&g, x, &filter, &epi, &mut y, Some(two)).unwrap();
+        compare(&y, "conv2d_f32");
+        let at = |o: usize, i: usize, y: usize, x: usize| ops.at(o, i, y, x);
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let pw = PointwiseFilter::new(if case.depthwise { 0 } else { cin }, cout, |o, i| at(o, i, 0, 0));
+        let mut dw = vec![0.0f32; kh * kw * cout];
+        for t in 0..kh * kw {
+            for c in 0..cout {
+                dw[t * cout + c] = at(c, 0, t / kw, t % kw);
+            }
+        }
+        for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
+            for (pool, parallel) in [(&one, false), (two, true)] {
+                let mut y = vec![f32::NAN; len];
+                let out = OutPtr(y.as_mut_ptr());
+                let r = pool.install(|| {
+                    if case.depthwise {
+                        depthwise_on(isa, &g, x, &dw, &epi, out, parallel)
+                    } else {
+                        pointwise_on(isa, &g, x, &pw, &epi, out, parallel)
+                    }
+                });
+                r.unwrap();
+                compare(&y, isa.name());
+            }
+        }
+    }
+
+    fn two_threads() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap()
+    }
+
+    const ALL_PARTS: Parts = (true, true, Activation::Relu, Some((-0.5, 0.7)));
+
+    /// A MobileNetV2 14×14 layer, small; the other cases change a few fields.
+    const PW: Case = Case {
+        batch: 2,
+        cin: 24,
+        cout: 144,
+        depthwise: false,
+        in_hw: [14, 14],
+        k: [1, 1],
+        stride: [1, 1],
+        pads: [[0, 0], [0, 0]],
+        dil: [1, 1],
+    };
+
+    const DW: Case = Case { cin: 96, depthwise: true, k: [3, 3], pads: [[1, 1], [1, 1]], ..PW };
+
+    #[test]
+    fn pointwise_matches_naive_loop() {
+        let (mut rng, two) = (Lcg(7), two_threads());
+        for case in [
+            PW,
+            // Channel counts that are no multiple of a vector or block; one input channel.
+            Case { cin: 1, cout: 3, ..PW },
+            Case { cin: 5, cout: 24, ..PW },
+            Case { cin: 96, cout: 130, in_hw: [7, 7], ..PW },
+            // Strided (ResNet's downsampling 1×1), a 1×1 image, one pixel row.
+            Case { stride: [2, 2], in_hw: [7, 9], ..PW },
+            Case { stride: [3, 1], ..PW },
+            Case { in_hw: [1, 1], batch: 3, ..PW },
+            Case { in_hw: [1, 13], ..PW },
+            // No images.
+            Case { batch: 0, ..PW },
+        ] {
+            check(&mut rng, case, ALL_PARTS, &two);
+            check(&mut rng, case, (true, false, Activation::Relu, Some((0.0, 6.0))), &two);
+        }
+    }
+
+    #[test]
+    fn depthwise_matches_naive_loop() {
+        let (mut rng, two) = (Lcg(11), two_threads());
+        for case in [
+            DW,
+            // Stride 2 (MobileNet's), channel counts that are no multiple of a vector, few.
+            Case { stride: [2, 2], ..DW },
+            Case { cin: 40, in_hw: [7, 7], ..DW },
+            Case { cin: 3, ..DW },
+            Case { cin: 200, in_hw: [5, 19], ..DW },
+            // Kernel larger than the input with padding, a 1×1 image, no padding, dilation,
+            // asymmetric padding, 5×5, 1-D rows.
+            Case { in_hw: [2, 2], k: [5, 5], pads: [[2, 2], [2, 2]], ..DW },
+            Case { in_hw: [1, 1], ..DW },
+            Case { pads: [[0, 0], [0, 0]], ..DW },
+            Case { dil: [2, 2], pads: [[2, 2], [2, 2]], ..DW },
+            Case { pads: [[0, 2], [1, 0]], ..DW },
+            Case { k: [5, 5], pads: [[2, 2], [2, 2]], in_hw: [9, 20], ..DW },
+            Case { k: [1, 3], in_hw: [1, 30], pads: [[0, 0], [1, 1]], ..DW },
+            Case { batch: 0, ..DW },
+        ] {
+            check(&mut rng, case, ALL_PARTS, &two);
+            check(&mut rng, case, (true, false, Activation::Relu, Some((0.0, 6.0))), &two);
+        }
+    }
+
+    #[test]
+    fn random_shapes_and_epilogues() {
+        let (mut rng, two) = (Lcg(29), two_threads());
+        let acts = [Activation::None, Activation::Relu, Activation::Sigmoid, Activation::HardSwish];
+        for t in 0..40 {
+            let mut pick = |n: usize, from: usize| from + rng.below(n);
+            let depthwise = t % 2 == 0;
+            let k = if depthwise { [pick(5, 1), pick(5, 1)] } else { [1, 1] };
+            let case = Case {
+                batch: pick(3, 0),
+                cin: pick(70, 1),
+                cout: pick(150, 1),
+                depthwise,
+                in_hw: [pick(12, 1), pick(25, 1)],
+                k,
+                stride: [pick(3, 1), pick(3, 1)],
+                pads: if depthwise { [[pick(3, 0), pick(3, 0)], [pick(3, 0), pick(3, 0)]] } else { [[0, 0], [0, 0]] },
+                dil: [pick(2, 1), pick(2, 1)],
+            };
+            let clamp = [None, Some((-0.25, 0.5)), Some((f32::NAN, 1.0))][pick(3, 0)];
+            let parts = (pick(2, 0) == 1, pick(2, 0) == 1, acts[pick(4, 0)], clamp);
+            check(&mut rng, case, parts, &two);
+        }
+    }
+
+    #[test]
+    fn takes_dense_channels_last_only() {
+        let g = PW.geom();
+        assert!(pointwise_qualifies(&g));
+        assert_eq!(
+            ConvFilter::new(&g, &vec![0.0; 144 * 24], [24, 1, 1, 1]).unwrap().describe(),
+            "pointwise channels-last"
+        );
+        assert!(depthwise_qualifies(&DW.geom()));
+        // Channels-first input or output, padding, a 3×3 window, groups.
+        let nchw_in = ConvGeom { x_strides: strides([2, 24, 14, 14], [0, 1, 2, 3]), ..g.clone() };
+        let nchw_out = ConvGeom { y_strides: strides([2, 144, 14, 14], [0, 1, 2, 3]), ..g.clone() };
+        for other in [nchw_in, nchw_out, ConvGeom { pad: [1, 0], ..g.clone() }, ConvGeom { groups: 2, ..g.clone() }] {
+            assert!(!pointwise_qualifies(&other));
+        }
+        assert!(!pointwise_qualifies(&Case { k: [3, 3], ..PW }.geom()));
+        assert!(!depthwise_qualifies(&PW.geom()));
+        let dw_nchw = ConvGeom { x_strides: strides([2, 96, 14, 14], [0, 1, 2, 3]), ..DW.geom() };
+        assert!(!depthwise_qualifies(&dw_nchw));
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        let g = PW.geom();
+        let (x, mut y) = (vec![0.0; 2 * 24 * 196], vec![0.0; 2 * 144 * 196]);
+        let out = OutPtr(y.as_mut_ptr());
+        let epi = ConvEpilogue::default();
+        // A filter for other channel counts; a geometry the kernel does not take; a short input.
+        let other = PointwiseFilter::new(24, 140, |_, _| 1.0);
+        assert!(pointwise_on(FusedIsa::Generic, &g, &x, &other, &epi, out, false).is_err());
+        let f = PointwiseFilter::new(24, 144, |_, _| 1.0);
+        let padded = ConvGeom { pad: [1, 1], ..g.clone() };
+        assert!(pointwise_on(FusedIsa::Generic, &padded, &x, &f, &epi, out, false).is_err());
+        assert!(pointwise_on(FusedIsa::Generic, &g, &x[..100], &f, &epi, out, false).is_err());
+        assert!(pointwise_on(FusedIsa::Generic, &g, &x, &f, &epi, out, false).is_ok());
+        let d = DW.geom();
+        let (xd, mut yd) = (vec![0.0; 2 * 96 * 196], vec![0.0; 2 * 96 * 196]);
+        let outd = OutPtr(yd.as_mut_ptr());
+        assert!(depthwise_on(FusedIsa::Generic, &d, &xd, &[0.0; 9 * 95], &epi, outd, false).is_err());
+        assert!(depthwise_on(FusedIsa::Generic, &g, &xd, &[0.0; 9 * 96], &epi, outd, false).is_err());
+        assert!(depthwise_on(FusedIsa::Generic, &d, &xd[..50], &[0.0; 9 * 96], &epi, outd, false).is_err());
+        assert!(depthwise_on(FusedIsa::Generic, &d, &xd, &[0.0; 9 * 96], &epi, outd, false).is_ok());
+    }
+}

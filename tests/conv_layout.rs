@@ -1,0 +1,173 @@
+//! The jit's channels-last layout pass (`conv_layout=auto|keep|nhwc`, `passes::layout`) on
+//! IR-text convnet blocks written NCHW, as ONNX imports them: the optimised module must hold
+//! the chosen convolutions channels-last with no transpose left inside the chain (bias adds,
+//! clamps, residual adds, max pooling and a global average pool carried over), keep a lone
+//! convolution or large planes channels-first, and compute what the interpreter computes on the
+//! module as written (the oracle) with every option value, on 1 and 2 threads.
+//!
+//! Tolerance: the jit convolutions sum in another order than the interpreter, so results agree
+//! to 1e-4 relative to the output's magnitude.
+//!
+//! Run with `cargo test --test conv_layout`.
+
+use tensorjit::backends::jit::JitBackend;
+use tensorjit::ir::module::Module;
+use tensorjit::ir::op::Op;
+use tensorjit::ir::text::parse_module;
+use tensorjit::{Buffer, DType};
+
+/// Deterministic values in [-scale, scale).
+fn floats_vec(n: usize, seed: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5 - 1.0) * scale).collect()
+}
+
+fn floats(n: usize, seed: usize, scale: f32) -> String {
+    let v: Vec<String> = floats_vec(n, seed, scale).iter().map(|x| format!("{x:?}")).collect();
+    format!("[{}]", v.join(", "))
+}
+
+/// `%dst = conv_general %x, W (constant %dst+1000)` with an NCHW input, OIHW filter, NCHW output.
+#[allow(clippy::too_many_arguments)]
+fn conv(
+    dst: usize,
+    x: usize,
+    n: usize,
+    cin: usize,
+    cout: usize,
+    k: usize,
+    stride: usize,
+    groups: usize,
+    hw: usize,
+) -> String {
+    let pad = k / 2;
+    let out = (hw + 2 * pad - k) / stride + 1;
+    let cin_g = cin / groups;
+    format!(
+        "  %{w} = constant {data} : f32[{cout},{cin_g},{k},{k}]\n  %{dst} = conv_general %{x}, %{w}, \
+         input=(0,1,[2,3]), kernel=(1,0,[2,3]), output=(0,1,[2,3]), strides=[{stride},{stride}], \
+         padding=[({pad},{pad}),({pad},{pad})], input_dilations=[1,1], kernel_dilations=[1,1], \
+         channel_groups={groups}, batch_groups=1 : f32[{n},{cout},{out},{out}]\n",
+        w = dst + 1000,
+        data = floats(cout * cin_g * k * k, dst, 0.4),
+    )
+}
+
+/// `%dst = clamp(%x + bias, 0, 6)` over `f32[n, c, hw, hw]` (ReLU6 as ONNX exports it: add,
+/// max, min); the bias is `%dst+2000`, the bounds `%9000`/`%9001`.
+fn bias_relu6(dst: usize, x: usize, n: usize, c: usize, hw: usize) -> String {
+    let t = format!("f32[{n},{c},{hw},{hw}]");
+    format!(
+        "  %{b} = constant {data} : f32[1,{c},1,1]\n  %{a} = add %{x}, %{b} : {t}\n  %{m} = max %{a}, %9000 : {t}\n  \
+         %{dst} = min %{m}, %9001 : {t}\n",
+        b = dst + 2000,
+        a = dst + 3000,
+        m = dst + 4000,
+        data = floats(c, dst + 7, 0.5),
+    )
+}
+
+/// An inverted-residual block on 8×8 planes (small for 32 channels: the auto policy takes it)
+/// after a channels-first stem on 16×16 planes, then a 3×3/2 max pool and a global average pool:
+/// stem 3→16 (s2) → 1×1 16→32 → depthwise 3×3 → 1×1 32→16 + residual → max pool → mean.
+fn block() -> Module {
+    let n = 2;
+    let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
+    body += &conv(1, 0, n, 3, 16, 3, 2, 1, 16);
+    body += &bias_relu6(2, 1, n, 16, 8);
+    body += &conv(3, 2, n, 16, 32, 1, 1, 1, 8);
+    body += &bias_relu6(4, 3, n, 32, 8);
+    body += &conv(5, 4, n, 32, 32, 3, 1, 32, 8);
+    body += &bias_relu6(6, 5, n, 32, 8);
+    body += &conv(7, 6, n, 32, 16, 1, 1, 1, 8);
+    body += "  %8 = add %7, %2 : f32[2,16,8,8]\n";
+    body += "  %10 = reduce_window %8, kind=max, window=[1,1,3,3], strides=[1,1,2,2], \
+             input_dilations=[1,1,1,1], window_dilations=[1,1,1,1], padding=[(0,0),(0,0),(1,1),(1,1)] : f32[2,16,4,4]\n";
+    body += "  %11 = reduce_sum %10, axes=[2,3] : f32[2,16]\n";
+    let text = format!("module @t\nfunc @main(%0 \"x\": f32[2,3,16,16]) {{\n{body}  return %11\n}}\n");
+    parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn input() -> Buffer {
+    Buffer::from_slice(&floats_vec(2 * 3 * 16 * 16, 5, 2.0), &[2, 3, 16, 16]).unwrap()
+}
+
+/// The optimised module's ConvGeneral output channel axes and its Transpose count.
+fn layout_of(m: &Module, config: &str) -> (Vec<usize>, usize) {
+    let o = JitBackend::new(config).unwrap().compile_stages(m.clone()).unwrap().optimized;
+    let ops: Vec<&Op> = o.functions[0].body.iter().map(|&n| &o.node(n).op).collect();
+    let convs = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::ConvGeneral { axes, .. } => Some(axes.output_channels),
+            _ => None,
+        })
+        .collect();
+    (convs, ops.iter().filter(|op| matches!(op, Op::Transpose { .. })).count())
+}
+
+/// Runs `m` on the interpreter and the jit under `configs` and compares.
+fn agree(m: &Module, inputs: &[Buffer], configs: &[&str]) {
+    let refs: Vec<&Buffer> = inputs.iter().collect();
+    let run = |backend: &str| {
+        let exe = tensorjit::new_with_config(backend).unwrap().compile(m.clone()).unwrap();
+        let got = exe.execute(&refs, &[]).unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!(got[0].dtype(), DType::Float32);
+        got[0].to_vec::<f32>().unwrap()
+    };
+    let want = run("interp");
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    for cfg in configs {
+        let got = run(cfg);
+        assert_eq!(got.len(), want.len());
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert!((a - b).abs() <= 1e-4 * scale, "{cfg}: element {i}: interp {a}, jit {b} (scale {scale})");
+        }
+    }
+}
+
+#[test]
+fn chains_run_channels_last_and_agree_with_the_interpreter() {
+    let m = block();
+    // Every option value, 1 and 2 threads.
+    let configs = [
+        "jit:parallelism=1",
+        "jit:parallelism=2",
+        "jit:parallelism=1,conv_layout=keep",
+        "jit:parallelism=1,conv_layout=nhwc",
+        "jit:parallelism=2,conv_layout=nhwc",
+    ];
+    agree(&m, &[input()], &configs);
+    // nhwc: every convolution channels-last (output channels on axis 3), the pooling and the
+    // global average pool read the channels-last tensor: no transpose left.
+    assert_eq!(layout_of(&m, "conv_layout=nhwc"), (vec![3, 3, 3, 3], 0));
+    // keep: as written.
+    assert_eq!(layout_of(&m, "conv_layout=keep"), (vec![1, 1, 1, 1], 0));
+    // auto: the stem's 8×8 output planes are small for 16 channels too (64 ≤ 4 · 16), so the
+    // whole chain goes channels-last.
+    assert_eq!(layout_of(&m, ""), (vec![3, 3, 3, 3], 0));
+}
+
+#[test]
+fn large_planes_and_lone_convolutions_keep_their_layout() {
+    // A 32×32 image with 8 channels: 1024 pixels per plane > 4 · 8 (auto keeps NCHW).
+    let n = 1;
+    let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
+    body += &conv(1, 0, n, 8, 8, 3, 1, 1, 32);
+    body += &bias_relu6(2, 1, n, 8, 32);
+    body += &conv(3, 2, n, 8, 8, 3, 1, 8, 32);
+    let text = format!("module @t\nfunc @main(%0 \"x\": f32[1,8,32,32]) {{\n{body}  return %3\n}}\n");
+    let big = parse_module(&text).unwrap();
+    assert_eq!(layout_of(&big, ""), (vec![1, 1], 0));
+    // nhwc takes them, with one transpose back to the NCHW result.
+    assert_eq!(layout_of(&big, "conv_layout=nhwc"), (vec![3, 3], 1));
+    let x = Buffer::from_slice(&floats_vec(8 * 32 * 32, 3, 1.0), &[1, 8, 32, 32]).unwrap();
+    agree(&big, &[x], &["jit:parallelism=1", "jit:parallelism=2,conv_layout=nhwc"]);
+
+    // One convolution whose result is returned: nothing to gain, even with small planes.
+    let text = format!(
+        "module @t\nfunc @main(%0 \"x\": f32[2,32,4,4]) {{\n{}  return %1\n}}\n",
+        conv(1, 0, 2, 32, 32, 3, 1, 1, 4)
+    );
+    let lone = parse_module(&text).unwrap();
+    assert_eq!(layout_of(&lone, ""), (vec![1], 0));
+}
