@@ -661,6 +661,18 @@ fn pointwise(
         return Ok(());
     }
     let dense_planes = !channels_last && !plain.is_empty() && pw.x_pixel == 1 && pw.y_pixel == 1 && epi.has_tail();
+    // Dense planes with a tail over several images and threads: whole images in parallel, each
+    // GEMM and its tail on one thread (a small GEMM split over the threads, then a tail on the
+    // calling thread alone, does not scale: MobileNetV2's 144 → 24 projections).
+    let whole_images = geom.batch > 1 && y.len() == geom.batch * yn && yn == geom.out_channels * pixels;
+    if dense_planes && threads != 1 && whole_images {
+        return y.par_chunks_mut(yn).enumerate().try_for_each(|(img, ys)| {
+            let one = ConvGeom { batch: 1, ..geom.clone() };
+            let res = epi.residual.map(|r| &r[img * yn..][..yn]);
+            let epi = ConvEpilogue { residual: res, ..*epi };
+            pointwise(&one, pw, &x[img * xn..], packed, plain, &epi, ys, 1)
+        });
+    }
     for img in (0..geom.batch).step_by(pw.images) {
         for g in 0..geom.groups {
             let xs = &x[img * xn + g * cin_g * xc..];
@@ -1237,6 +1249,40 @@ mod tests {
             check(&mut rng, 2, 1, 3, 2, [1, 1], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
             check(&mut rng, 0, 1, 3, 2, [4, 4], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
             check(&mut rng, 1, 1, 3, 2, [2, 2], [5, 5], [1, 1], [0, 0], [1, 1], nhwc, None);
+        }
+    }
+
+    #[test]
+    fn channels_first_pointwise_tail_splits_images_over_threads() {
+        // More input channels than the direct 1×1 kernel takes, on planes larger than its small
+        // ones: the GEMM path over dense planes, with a tail (residual, ReLU, clamp) that runs
+        // whole images in parallel on two threads (one image: the chunked path).
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let mut rng = Lcg(5);
+        for batch in [1, 3, 4] {
+            let (cin, cout, hw) = (smallk::MAX_K + 12, 24, [17, 18]);
+            let geom = ConvGeom {
+                batch,
+                in_channels: cin,
+                in_hw: hw,
+                out_channels: cout,
+                out_hw: hw,
+                kernel_hw: [1, 1],
+                stride: [1, 1],
+                pad: [0, 0],
+                dilation: [1, 1],
+                groups: 1,
+                x_strides: strides([batch, cin, hw[0], hw[1]], [0, 1, 2, 3]),
+                y_strides: strides([batch, cout, hw[0], hw[1]], [0, 1, 2, 3]),
+            };
+            let ops = Operands::new(&mut rng, &geom, (true, true, Activation::Relu, Some((-0.5, 0.7))));
+            let filter = ConvFilter::new(&geom, &ops.w, ops.ws).unwrap();
+            assert_eq!(filter.describe(), "pointwise gemm");
+            for threads in [None, Some(&pool)] {
+                let mut y = vec![f32::NAN; batch * cout * hw[0] * hw[1]];
+                conv2d_f32(&geom, &ops.x, &filter, &ops.epilogue(), &mut y, threads).unwrap();
+                ops.check(&y, "pointwise", &(batch, threads.is_some()));
+            }
         }
     }
 
