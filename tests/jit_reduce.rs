@@ -273,3 +273,66 @@ fn decomposed_softmax_runs_its_reductions_in_loops() {
         assert!((a - want).abs() <= 1e-6, "{y:?}");
     }
 }
+
+/// Reductions over leading or middle axes whose kept trailing axes hold whole vectors (a
+/// channels-last global average pool: `[N, H, W, C]` summed over H and W) run a vector of
+/// consecutive outputs at a time; each output still accumulates in element order, so fast and
+/// ordered sums are bit-identical to the sequential f32 sum, on one and two threads, including a
+/// trailing extent that is no whole number of vectors (the scalar path) and a broadcast bias.
+#[test]
+fn channels_last_pooling_sums_vectorise_across_outputs() {
+    for (n, h, w, c, cfg) in [
+        (3usize, 5usize, 7usize, 20usize, ""),
+        (3, 5, 7, 18, ""),
+        (2, 4, 3, 12, "reductions=ordered"),
+        (2, 40, 50, 516, "parallelism=2"),
+        (2, 40, 50, 516, "parallelism=2,reductions=ordered"),
+    ] {
+        let xs: Vec<f32> = (0..n * h * w * c).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * 1.37).collect();
+        let bias: Vec<f32> = (0..c).map(|i| (i as f32 * 0.37).sin()).collect();
+        let e = compile(&backend(cfg), |f| {
+            let x = param(f, "x", DType::Float32, &[n as i64, h as i64, w as i64, c as i64]);
+            let b = f.constant(&bias, &[1, 1, 1, c])?;
+            let t = f.max(f.add(x, b)?, f.scalar(0f32)?)?;
+            Ok(vec![f.reduce(ReduceKind::Sum, t, &[1, 2])?, f.reduce(ReduceKind::Max, t, &[0, 1, 2])?])
+        });
+        assert_eq!(e.num_fused_reductions(), 2, "{cfg}");
+        let out = run(&e, &[Buffer::from_slice(&xs, &[n, h, w, c]).unwrap()]);
+        let (sums, maxes) = (out[0].to_vec::<f32>().unwrap(), out[1].to_vec::<f32>().unwrap());
+        assert_eq!(out[0].shape().dims, vec![n as i64, c as i64]);
+        let t = |img: usize, p: usize, ch: usize| (xs[(img * h * w + p) * c + ch] + bias[ch]).max(0.0);
+        for ch in 0..c {
+            for img in 0..n {
+                let seq = (0..h * w).fold(0f32, |a, p| a + t(img, p, ch));
+                let got = sums[img * c + ch];
+                assert_eq!(got.to_bits(), seq.to_bits(), "{cfg} {c}: image {img} channel {ch}: {got} vs {seq}");
+            }
+            let max =
+                (0..n).flat_map(|img| (0..h * w).map(move |p| (img, p))).fold(0f32, |a, (img, p)| a.max(t(img, p, ch)));
+            assert_eq!(maxes[ch], max, "{cfg} {c}: channel {ch}");
+        }
+    }
+}
+
+/// Half types reduced over a leading axis with trailing axes of whole vectors (the path that
+/// computes a vector of outputs at a time): accumulated in f32, rounded once per output.
+#[test]
+fn half_types_reduced_across_outputs_round_once() {
+    let e = compile(&backend(""), |f| {
+        let h = param(f, "h", DType::Float16, &[3, 8]);
+        let g = param(f, "g", DType::BFloat16, &[3, 8]);
+        let h1 = f.mul(h, f.scalar(f16::from_f32(1.0))?)?;
+        let g1 = f.mul(g, f.scalar(bf16::from_f32(1.0))?)?;
+        Ok(vec![f.reduce(ReduceKind::Sum, h1, &[0])?, f.reduce(ReduceKind::Sum, g1, &[0])?])
+    });
+    assert_eq!(e.num_fused_reductions(), 2);
+    // Column j: 2048 + 1 + 1 (f16) and 256 + 1 + 1 (bf16), plus j in the first row.
+    let hv: Vec<f16> = (0..24).map(|i| f16::from_f32(if i < 8 { 2048.0 + 2.0 * i as f32 } else { 1.0 })).collect();
+    let gv: Vec<bf16> = (0..24).map(|i| bf16::from_f32(if i < 8 { 256.0 + 2.0 * i as f32 } else { 1.0 })).collect();
+    let out = run(&e, &[Buffer::from_slice(&hv, &[3, 8]).unwrap(), Buffer::from_slice(&gv, &[3, 8]).unwrap()]);
+    // Rounded after every step, 2048 + 2j + 1 would tie back to 2048 + 2j; once: 2050 + 2j.
+    let want_h: Vec<f16> = (0..8).map(|j| f16::from_f32(2050.0 + 2.0 * j as f32)).collect();
+    let want_g: Vec<bf16> = (0..8).map(|j| bf16::from_f32(258.0 + 2.0 * j as f32)).collect();
+    assert_eq!(out[0].to_vec::<f16>().unwrap(), want_h);
+    assert_eq!(out[1].to_vec::<bf16>().unwrap(), want_g);
+}

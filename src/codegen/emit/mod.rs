@@ -65,7 +65,7 @@ mod halves;
 mod ops;
 mod reduce;
 
-use reduce::{build_reduce, reduce_vectorizes};
+use reduce::{build_reduce, reduce_vectorizes, reduce_vectorizes_across};
 
 /// Vectors processed per iteration of the main loop of a short body.
 pub(crate) const UNROLL: i64 = 4;
@@ -253,7 +253,11 @@ pub(crate) fn vector_lanes(k: &LoopKernel, tys: &[Ty]) -> i64 {
             return 1;
         }
     }
-    if any_strided && k.reduce.as_ref().is_some_and(|r| r.red as i64 % lanes != 0) {
+    // Across outputs (`inner` a whole number of vectors) every vector starts aligned instead.
+    let rows_misaligned = |r: &crate::codegen::loop_kernel::Reduction| {
+        r.red as i64 % lanes != 0 && !(r.inner > 1 && r.inner as i64 % lanes == 0)
+    };
+    if any_strided && k.reduce.as_ref().is_some_and(rows_misaligned) {
         return 1;
     }
     lanes
@@ -520,8 +524,11 @@ pub(crate) fn build(
     let stream = stream && vector && k.reduce.is_none();
     let setup = Setup { in_ptrs, scalars, out_ptrs, stream };
     if let Some(red) = &k.reduce {
+        if reduce_vectorizes_across(red, &tys, lanes) {
+            return build_reduce(b, k, red, &tys, &setup, ptr, (1, lanes), (start, end));
+        }
         let lanes = if reduce_vectorizes(red, &tys) { lanes } else { 1 };
-        return build_reduce(b, k, red, &tys, &setup, ptr, lanes, (start, end));
+        return build_reduce(b, k, red, &tys, &setup, ptr, (lanes, 1), (start, end));
     }
 
     let i: Variable = b.declare_var(ptr);

@@ -19,6 +19,26 @@ pub(super) fn reduce_vectorizes(red: &Reduction, tys: &[Ty]) -> bool {
         })
 }
 
+/// Whether `red` vectorises across outputs at `lanes` lanes: the kept axes after the reduced
+/// block (`inner`) hold a whole number of vectors, so `lanes` consecutive outputs read `lanes`
+/// consecutive elements at every reduced position, and every combine has a vector form. Each
+/// lane accumulates its output in element order, so float sums stay bit-identical to the
+/// ordered ones.
+pub(super) fn reduce_vectorizes_across(red: &Reduction, tys: &[Ty], lanes: i64) -> bool {
+    lanes > 1
+        && red.inner > 1
+        && red.inner as i64 % lanes == 0
+        && red.outputs.iter().all(|&(kind, r)| {
+            let t = tys[r];
+            match reduce_combine(kind, t) {
+                Some(BinaryOp::Mul) if t.is_int() => t.bytes() > 1,
+                Some(BinaryOp::Max | BinaryOp::Min) if t.is_int() => t.bytes() < 8,
+                Some(_) => true,
+                None => false,
+            }
+        })
+}
+
 /// Evaluates the body at `i` and combines each reduced register into its accumulator `accs[n]`
 /// with `ops[n]` (op and element type).
 pub(super) fn accumulate(
@@ -42,7 +62,10 @@ pub(super) fn accumulate(
 
 /// Emits the loops of a kernel with a [`Reduction`] after the entry block's setup: `j` runs over
 /// `start..end` output elements, `r` over the reduced extent (vectorised when `lanes > 1`, which
-/// requires `inner == 1`: the reduced elements of one output are then contiguous).
+/// requires `inner == 1`: the reduced elements of one output are then contiguous). With
+/// `across > 1` ([`reduce_vectorizes_across`]) the outputs from the first multiple of `across`
+/// to the last are first computed `across` at a time (one vector accumulator per reduction, one
+/// vector store), and the `j` loop does the outputs before and after them.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build_reduce(
     b: &mut FunctionBuilder,
@@ -51,7 +74,7 @@ pub(super) fn build_reduce(
     tys: &[Ty],
     setup: &Setup,
     ptr: Type,
-    lanes: i64,
+    (lanes, across): (i64, i64),
     (start, end): (Value, Value),
 ) -> Result<(), String> {
     let n_plain = k.outputs.len();
@@ -69,6 +92,19 @@ pub(super) fn build_reduce(
         cg.emit_const(tys[r].compute_ty(), reduce_identity(kind, tys[r]))
     };
 
+    // The outputs `vs..ve` computed `across` at a time (none without `across`).
+    let (vs, ve) = if across > 1 {
+        let up = b.ins().iadd_imm(start, across - 1);
+        let vs = b.ins().band_imm(up, !(across - 1));
+        let vs = b.ins().umin(vs, end);
+        let down = b.ins().band_imm(end, !(across - 1));
+        let ve = b.ins().umax(vs, down);
+        build_across(b, k, red, tys, setup, ptr, across, (vs, ve), &ops)?;
+        (vs, ve)
+    } else {
+        (end, end)
+    };
+
     let j = b.declare_var(ptr);
     b.def_var(j, start);
     let jhead = b.create_block();
@@ -77,6 +113,10 @@ pub(super) fn build_reduce(
     b.ins().jump(jhead, &[]);
     b.switch_to_block(jhead);
     let jv = b.use_var(j);
+    // Past the outputs done `across` at a time.
+    let at_vs = b.ins().icmp(IntCC::Equal, jv, vs);
+    let jv = b.ins().select(at_vs, ve, jv);
+    b.def_var(j, jv);
     let c = b.ins().icmp(IntCC::UnsignedLessThan, jv, end);
     b.ins().brif(c, jbody, &[], exit, &[]);
 
@@ -190,5 +230,89 @@ pub(super) fn build_reduce(
     b.switch_to_block(exit);
     b.ins().return_(&[]);
     b.seal_all_blocks();
+    Ok(())
+}
+
+/// The outputs `vs..ve` (multiples of `lanes`) of [`build_reduce`], `lanes` at a time: output
+/// vector j reads, at reduced position r, the `lanes` consecutive elements from
+/// `(j div inner)·red·inner + j mod inner + r·inner` (the body evaluated there as a vector), and
+/// stores its `lanes` accumulators with one vector store. Continues in a new block.
+#[allow(clippy::too_many_arguments)]
+fn build_across(
+    b: &mut FunctionBuilder,
+    k: &LoopKernel,
+    red: &Reduction,
+    tys: &[Ty],
+    setup: &Setup,
+    ptr: Type,
+    lanes: i64,
+    (vs, ve): (Value, Value),
+    ops: &[(BinaryOp, Ty)],
+) -> Result<(), String> {
+    let n_plain = k.outputs.len();
+    let (red_n, inner) = (red.red as i64, red.inner as i64);
+    let j = b.declare_var(ptr);
+    b.def_var(j, vs);
+    let head = b.create_block();
+    let body = b.create_block();
+    let done = b.create_block();
+    b.ins().jump(head, &[]);
+    b.switch_to_block(head);
+    let jv = b.use_var(j);
+    let c = b.ins().icmp(IntCC::UnsignedLessThan, jv, ve);
+    b.ins().brif(c, body, &[], done, &[]);
+
+    b.switch_to_block(body);
+    let jv = b.use_var(j);
+    let o = b.ins().udiv_imm(jv, inner);
+    let n = b.ins().urem_imm(jv, inner);
+    let ob = b.ins().imul_imm(o, red_n.saturating_mul(inner));
+    let base = b.ins().iadd(ob, n);
+    let accs: Vec<Variable> = (0..ops.len())
+        .map(|n| {
+            let (kind, r) = red.outputs[n];
+            let v = b.declare_var(with_lanes(lane_ty(tys[r].compute_ty()), lanes));
+            let init = Cg { b: &mut *b, lanes, ptr }.emit_const(tys[r].compute_ty(), reduce_identity(kind, tys[r]));
+            b.def_var(v, init);
+            v
+        })
+        .collect();
+    let r = b.declare_var(ptr);
+    let zero = b.ins().iconst(ptr, 0);
+    b.def_var(r, zero);
+    let rhead = b.create_block();
+    let rbody = b.create_block();
+    let store = b.create_block();
+    b.ins().jump(rhead, &[]);
+    b.switch_to_block(rhead);
+    let rv = b.use_var(r);
+    let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, red_n);
+    b.ins().brif(c, rbody, &[], store, &[]);
+
+    b.switch_to_block(rbody);
+    let rv = b.use_var(r);
+    let off = b.ins().imul_imm(rv, inner);
+    let i = b.ins().iadd(base, off);
+    accumulate(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, i, ops, &accs)?;
+    let next = b.ins().iadd_imm(rv, 1);
+    b.def_var(r, next);
+    b.ins().jump(rhead, &[]);
+
+    b.switch_to_block(store);
+    let jv = b.use_var(j);
+    for (n, &(_, t)) in ops.iter().enumerate() {
+        let acc = b.use_var(accs[n]);
+        let mut cg = Cg { b: &mut *b, lanes, ptr };
+        // Halves accumulate in f32: round once here (stores take values of their type).
+        let acc = cg.round(t, acc);
+        let off = cg.b.ins().imul_imm(jv, t.bytes() as i64);
+        let addr = cg.b.ins().iadd(setup.out_ptrs[n_plain + n], off);
+        cg.store(t, acc, addr, false);
+    }
+    let next = b.ins().iadd_imm(jv, lanes);
+    b.def_var(j, next);
+    b.ins().jump(head, &[]);
+
+    b.switch_to_block(done);
     Ok(())
 }
