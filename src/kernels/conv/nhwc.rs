@@ -36,6 +36,9 @@ const CB: usize = 64;
 /// Pixels per tile.
 const R: usize = 6;
 
+/// Pixels of a depthwise row's shorter tile (after its tiles of [`R`]).
+const R4: usize = 4;
+
 /// Input values a pointwise chunk of pixels should read (256 KiB, a quarter of a Zen core's L2).
 const CHUNK_VALUES: usize = 1 << 16;
 
@@ -590,13 +593,18 @@ impl DwJob<'_> {
         let vec_c = c / lanes * lanes;
         // Whole tiles of inside columns; then the other columns one pixel at a time, and the
         // channels past the last whole vector of the tiles' columns.
-        let tiles_end = lo + (hi - lo) / R * R;
+        // Tiles of R pixels, then one of R4 when that many inside columns are left (a 7-wide
+        // row's 5 inside columns).
+        let mut tiles_end = lo + (hi - lo) / R * R;
         let mut inner = Pairs::new();
         (0..kw).for_each(|kx| inner.push((kx, kx * dx * c)));
-        for ox in (lo..tiles_end).step_by(R) {
-            let first: [usize; R] = std::array::from_fn(|r| ((ox + r) * sx - px) * c);
-            self.pixels(rows, far, inner.as_slice(), &first, R, y0 + ox * c, vec_c);
+        let short = (hi - tiles_end >= R4).then_some(tiles_end);
+        for ox in (lo..tiles_end).step_by(R).chain(short) {
+            let n = if ox + R <= hi { R } else { R4 };
+            let first: [usize; R] = std::array::from_fn(|r| ((ox + r.min(n - 1)) * sx - px) * c);
+            self.pixels(rows, far, inner.as_slice(), &first, n, y0 + ox * c, vec_c);
         }
+        tiles_end += short.map_or(0, |_| R4);
         for ox in (0..lo).chain(tiles_end..ow) {
             // The taps whose column is inside, at their input column × channels.
             let mut taps = Pairs::new();
@@ -609,7 +617,7 @@ impl DwJob<'_> {
         }
     }
 
-    /// `n` (`R` or 1) consecutive output pixels from output index `y` on, pixel r's window
+    /// `n` (`R`, `R4` or 1) consecutive output pixels from output index `y` on, pixel r's window
     /// columns at `first[r]` plus each tap's offset in `taps` (kernel column, offset), over the
     /// window rows `rows` (the largest row index `far`): whole vectors of channels up to
     /// `vec_c`, then the rest one value at a time.
@@ -660,7 +668,8 @@ impl DwJob<'_> {
         }
     }
 
-    /// A tile of `n` (`R` or 1) pixels × `chans` channels (whole vectors) on the selected ISA.
+    /// A tile of `n` (`R`, `R4` or 1) pixels × `chans` channels (whole vectors) on the selected
+    /// ISA.
     fn tile(&self, t: &DwTile<'_>, n: usize, yat: &[usize; R], chans: usize) {
         let (out, tail) = (self.out, self.tail);
         match self.isa {
@@ -669,15 +678,19 @@ impl DwJob<'_> {
             // inside `x`, the weights hold taps × c values from channel c0 < c, and the writes
             // are this row's pixels (this unit's alone).
             FusedIsa::Avx512 => unsafe {
-                match (chans / 16, n == R) {
-                    (1, true) => dw_avx512::<1, R>(t, yat, chans, out, tail),
-                    (2, true) => dw_avx512::<2, R>(t, yat, chans, out, tail),
-                    (3, true) => dw_avx512::<3, R>(t, yat, chans, out, tail),
-                    (_, true) => dw_avx512::<4, R>(t, yat, chans, out, tail),
-                    (1, false) => dw_avx512::<1, 1>(t, yat, chans, out, tail),
-                    (2, false) => dw_avx512::<2, 1>(t, yat, chans, out, tail),
-                    (3, false) => dw_avx512::<3, 1>(t, yat, chans, out, tail),
-                    (_, false) => dw_avx512::<4, 1>(t, yat, chans, out, tail),
+                match (chans / 16, n) {
+                    (1, R) => dw_avx512::<1, R>(t, yat, chans, out, tail),
+                    (2, R) => dw_avx512::<2, R>(t, yat, chans, out, tail),
+                    (3, R) => dw_avx512::<3, R>(t, yat, chans, out, tail),
+                    (_, R) => dw_avx512::<4, R>(t, yat, chans, out, tail),
+                    (1, R4) => dw_avx512::<1, R4>(t, yat, chans, out, tail),
+                    (2, R4) => dw_avx512::<2, R4>(t, yat, chans, out, tail),
+                    (3, R4) => dw_avx512::<3, R4>(t, yat, chans, out, tail),
+                    (_, R4) => dw_avx512::<4, R4>(t, yat, chans, out, tail),
+                    (1, _) => dw_avx512::<1, 1>(t, yat, chans, out, tail),
+                    (2, _) => dw_avx512::<2, 1>(t, yat, chans, out, tail),
+                    (3, _) => dw_avx512::<3, 1>(t, yat, chans, out, tail),
+                    (_, _) => dw_avx512::<4, 1>(t, yat, chans, out, tail),
                 }
             },
             #[cfg(target_arch = "x86_64")]
@@ -687,15 +700,19 @@ impl DwJob<'_> {
                     let t = DwTile { w: &t.w[h..], bias: t.bias.map(|b| &b[h..]), cols: &t.cols.map(|v| v + h), ..*t };
                     let k = 32.min(chans - h);
                     let yat = yat.map(|i| i + h);
-                    match (k / 8, n == R) {
-                        (1, true) => dw_avx2::<1, R>(&t, &yat, k, out, tail),
-                        (2, true) => dw_avx2::<2, R>(&t, &yat, k, out, tail),
-                        (3, true) => dw_avx2::<3, R>(&t, &yat, k, out, tail),
-                        (_, true) => dw_avx2::<4, R>(&t, &yat, k, out, tail),
-                        (1, false) => dw_avx2::<1, 1>(&t, &yat, k, out, tail),
-                        (2, false) => dw_avx2::<2, 1>(&t, &yat, k, out, tail),
-                        (3, false) => dw_avx2::<3, 1>(&t, &yat, k, out, tail),
-                        (_, false) => dw_avx2::<4, 1>(&t, &yat, k, out, tail),
+                    match (k / 8, n) {
+                        (1, R) => dw_avx2::<1, R>(&t, &yat, k, out, tail),
+                        (2, R) => dw_avx2::<2, R>(&t, &yat, k, out, tail),
+                        (3, R) => dw_avx2::<3, R>(&t, &yat, k, out, tail),
+                        (_, R) => dw_avx2::<4, R>(&t, &yat, k, out, tail),
+                        (1, R4) => dw_avx2::<1, R4>(&t, &yat, k, out, tail),
+                        (2, R4) => dw_avx2::<2, R4>(&t, &yat, k, out, tail),
+                        (3, R4) => dw_avx2::<3, R4>(&t, &yat, k, out, tail),
+                        (_, R4) => dw_avx2::<4, R4>(&t, &yat, k, out, tail),
+                        (1, _) => dw_avx2::<1, 1>(&t, &yat, k, out, tail),
+                        (2, _) => dw_avx2::<2, 1>(&t, &yat, k, out, tail),
+                        (3, _) => dw_avx2::<3, 1>(&t, &yat, k, out, tail),
+                        (_, _) => dw_avx2::<4, 1>(&t, &yat, k, out, tail),
                     }
                 }
             },
@@ -706,11 +723,13 @@ impl DwJob<'_> {
                     let yat = yat.map(|i| i + h);
                     // SAFETY: as above; the portable body needs no CPU feature.
                     unsafe {
-                        match (k > 8, n == R) {
-                            (true, true) => dw_tile::<Portable, 2, R>(&t, &yat, k, out, tail),
-                            (false, true) => dw_tile::<Portable, 1, R>(&t, &yat, k, out, tail),
-                            (true, false) => dw_tile::<Portable, 2, 1>(&t, &yat, k, out, tail),
-                            (false, false) => dw_tile::<Portable, 1, 1>(&t, &yat, k, out, tail),
+                        match (k > 8, n) {
+                            (true, R) => dw_tile::<Portable, 2, R>(&t, &yat, k, out, tail),
+                            (false, R) => dw_tile::<Portable, 1, R>(&t, &yat, k, out, tail),
+                            (true, R4) => dw_tile::<Portable, 2, R4>(&t, &yat, k, out, tail),
+                            (false, R4) => dw_tile::<Portable, 1, R4>(&t, &yat, k, out, tail),
+                            (true, _) => dw_tile::<Portable, 2, 1>(&t, &yat, k, out, tail),
+                            (false, _) => dw_tile::<Portable, 1, 1>(&t, &yat, k, out, tail),
                         }
                     }
                 }
