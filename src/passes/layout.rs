@@ -97,7 +97,7 @@ const PLANE_RATIO: i64 = 4;
 /// The convolutions of `body` to rewrite (module docs: input with a twin, or result reaching
 /// another convolution of the set through elementwise ops).
 fn chosen(m: &Module, body: &[NodeId], policy: Policy) -> HashSet<NodeId> {
-    let convs: Vec<NodeId> =
+    let convs: HashSet<NodeId> =
         body.iter().copied().filter(|&n| nchw_conv(m, n) && (policy == Policy::All || small_planes(m, n))).collect();
     // Values that may have a twin: conv results and elementwise results of them (forward).
     let mut twin: HashSet<ValueId> = HashSet::new();
@@ -117,7 +117,8 @@ fn chosen(m: &Module, body: &[NodeId], policy: Policy) -> HashSet<NodeId> {
         }
     }
     convs
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|&n| {
             let node = m.node(n);
             twin.contains(&node.inputs[0]) || feeds.contains(&node.outputs[0])
@@ -158,48 +159,50 @@ fn run_func(m: &mut Module, func: FuncId, policy: Policy) -> bool {
     for &n in &body {
         let node = m.node(n).clone();
         if let Some(out) = twin_of(m, func, n, &node.op, &node.inputs, &convs, &twins) {
+            // Replaced by its twin: the old node leaves the body.
             twins.insert(node.outputs[0], out);
-            // The old node stays for readers the walk has not rewritten (dead code afterwards).
+            continue;
         }
         if let Some((t, op)) = reduce_over_twin(m, n, &twins) {
             m.nodes[n.index()].op = op;
             m.nodes[n.index()].inputs = vec![t];
-            m.functions[func.index()].body.push(n);
-            continue;
-        }
-        // Operands with a twin that this node reads in NCHW: through the transpose back.
-        let mut inputs = node.inputs.clone();
-        for v in inputs.iter_mut() {
-            if let Some(&t) = twins.get(v) {
-                *v = *back.entry(*v).or_insert_with(|| {
-                    let shape = m.shape(*v).clone();
-                    let tn = m.add_node(func, Op::Transpose { perm: TO_NCHW.to_vec() }, vec![t], vec![shape]);
-                    m.node(tn).outputs[0]
-                });
+        } else {
+            // Operands with a twin that this node reads in NCHW: through the transpose back.
+            for i in 0..node.inputs.len() {
+                let v = node.inputs[i];
+                if let Some(&t) = twins.get(&v) {
+                    m.nodes[n.index()].inputs[i] = transpose_back(m, func, &mut back, v, t);
+                }
             }
         }
-        if twins.contains_key(&node.outputs.first().copied().unwrap_or(ValueId(u32::MAX))) {
-            // Replaced by its twin: the old node is not kept in the body.
-            continue;
-        }
-        m.nodes[n.index()].inputs = inputs;
         m.functions[func.index()].body.push(n);
     }
     // The function's outputs read their NCHW values.
-    if let Some(outs) = m.functions[func.index()].outputs.clone() {
-        let mut outs = outs;
+    if let Some(mut outs) = m.functions[func.index()].outputs.clone() {
         for o in outs.iter_mut() {
             if let Some(&t) = twins.get(o) {
-                *o = *back.entry(*o).or_insert_with(|| {
-                    let shape = m.shape(*o).clone();
-                    let tn = m.add_node(func, Op::Transpose { perm: TO_NCHW.to_vec() }, vec![t], vec![shape]);
-                    m.node(tn).outputs[0]
-                });
+                *o = transpose_back(m, func, &mut back, *o, t);
             }
         }
         m.functions[func.index()].outputs = Some(outs);
     }
     true
+}
+
+/// `v` (in NCHW) as `transpose(t)` of its twin `t`, the transpose appended to `func`'s body on
+/// the first call for `v` and reused after (`back`).
+fn transpose_back(
+    m: &mut Module,
+    func: FuncId,
+    back: &mut HashMap<ValueId, ValueId>,
+    v: ValueId,
+    t: ValueId,
+) -> ValueId {
+    *back.entry(v).or_insert_with(|| {
+        let shape = m.shape(v).clone();
+        let tn = m.add_node(func, Op::Transpose { perm: TO_NCHW.to_vec() }, vec![t], vec![shape]);
+        m.node(tn).outputs[0]
+    })
 }
 
 /// The channels-last twin of node `n`'s result, its new node appended to `func`'s body, when `n`

@@ -24,7 +24,7 @@
 //! channel block in turn) and by output rows (depthwise).
 
 use super::depthwise::{Lanes, Portable};
-use super::{ConvEpilogue, ConvGeom, OP, OutPtr, clamp_nan, for_units};
+use super::{ConvEpilogue, ConvGeom, OP, OutPtr, for_units};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Activation;
@@ -130,9 +130,7 @@ impl<'a> Tail<'a> {
     /// `clamp(act(v + residual))` of output element `i` (the per-value path).
     #[inline]
     fn value(&self, v: f32, i: usize) -> f32 {
-        let v = self.epi.residual.map_or(v, |r| v + r[i]);
-        let v = act_f32(self.epi.activation, v);
-        self.epi.clamp.map_or(v, |(lo, hi)| clamp_nan(v, lo, hi))
+        self.epi.finish(act_f32(self.epi.early_activation(), v), i)
     }
 }
 
@@ -312,62 +310,26 @@ impl PwJob<'_> {
         let (cin, cout) = (self.cin, self.cout);
         let c0 = b * CB;
         let chans = CB.min(cout - c0);
-        let w = &self.f.w[b * cin * CB..][..cin * CB];
-        let bias = self.bias.map(|b| &b[c0..c0 + chans]);
-        {
-            let yat: [usize; R] = std::array::from_fn(|r| (p0 + r).min(self.pixels - 1) * cout + c0);
-            let xat = *xat;
-            let a = PwTile { x: self.x, xat: &xat, cin, w, bias };
-            match self.isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `isa` was checked on this CPU (AVX-512F); the reads are inside `x`
-                // (pixels < self.pixels, checked against x's length) and `w` (cin·CB values),
-                // the writes are these pixels' channels of block b, this unit's alone.
-                FusedIsa::Avx512 => unsafe {
-                    match chans.div_ceil(16) {
-                        1 => pw_avx512::<1>(&a, rows, &yat, chans, self.out, self.tail),
-                        2 => pw_avx512::<2>(&a, rows, &yat, chans, self.out, self.tail),
-                        3 => pw_avx512::<3>(&a, rows, &yat, chans, self.out, self.tail),
-                        _ => pw_avx512::<4>(&a, rows, &yat, chans, self.out, self.tail),
-                    }
-                },
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: as above, with AVX2 and FMA; each half of the block in turn.
-                FusedIsa::Avx2 => unsafe {
-                    for h in (0..chans).step_by(32) {
-                        let a = PwTile { w: &w[h..], bias: bias.map(|b| &b[h..]), ..a };
-                        let yat = yat.map(|i| i + h);
-                        let n = 32.min(chans - h);
-                        match n.div_ceil(8) {
-                            1 => pw_avx2::<1>(&a, rows, &yat, n, self.out, self.tail),
-                            2 => pw_avx2::<2>(&a, rows, &yat, n, self.out, self.tail),
-                            3 => pw_avx2::<3>(&a, rows, &yat, n, self.out, self.tail),
-                            _ => pw_avx2::<4>(&a, rows, &yat, n, self.out, self.tail),
-                        }
-                    }
-                },
-                _ => {
-                    for h in (0..chans).step_by(16) {
-                        let a = PwTile { w: &w[h..], bias: bias.map(|b| &b[h..]), ..a };
-                        let yat = yat.map(|i| i + h);
-                        let n = 16.min(chans - h);
-                        // SAFETY: as above; the portable body needs no CPU feature.
-                        unsafe {
-                            if n > 8 {
-                                pw_tile::<Portable, 2>(&a, rows, &yat, n, self.out, self.tail)
-                            } else {
-                                pw_tile::<Portable, 1>(&a, rows, &yat, n, self.out, self.tail)
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        let yat: [usize; R] = std::array::from_fn(|r| (p0 + r).min(self.pixels - 1) * cout + c0);
+        let tile = PwTile {
+            x: self.x,
+            xat,
+            cin,
+            w: &self.f.w[b * cin * CB..][..cin * CB],
+            bias: self.bias.map(|b| &b[c0..c0 + chans]),
+            rows,
+            yat: &yat,
+            out: self.out,
+            tail: self.tail,
+        };
+        // SAFETY: the reads are inside `x` (pixels < self.pixels, checked against x's length)
+        // and `w` (cin·CB values); the writes are these pixels' channels of block b, this
+        // unit's alone.
+        unsafe { dispatch(self.isa, &tile, chans) };
     }
 }
 
 /// One pointwise tile's operands.
-#[derive(Clone, Copy)]
 struct PwTile<'a> {
     x: &'a [f32],
     /// Each pixel's input row.
@@ -377,75 +339,113 @@ struct PwTile<'a> {
     w: &'a [f32],
     /// From the tile's first channel (at least its channels).
     bias: Option<&'a [f32]>,
+    /// Pixels stored, and each one's first output index.
+    rows: usize,
+    yat: &'a [usize; R],
+    out: OutPtr,
+    tail: &'a Tail<'a>,
 }
 
-/// `R` pixels × `NV` vectors of a pointwise tile, summed in registers and stored with the tail.
-///
-/// # Safety
-/// The CPU has `V`'s features; `x` holds every pixel row `xat[r]..xat[r] + cin`, `w` holds
-/// `(cin − 1)·CB + NV·L` values, `bias` (if any) `chans`, and [`store`]'s contract holds.
-#[inline(always)]
-unsafe fn pw_tile<V: Lanes, const NV: usize>(
-    a: &PwTile<'_>,
-    rows: usize,
-    yat: &[usize; R],
-    chans: usize,
-    out: OutPtr,
-    tail: &Tail<'_>,
-) {
-    // SAFETY: the caller's contract throughout.
-    unsafe {
-        let (x, w) = (a.x.as_ptr(), a.w.as_ptr());
-        let bias: [V; NV] = std::array::from_fn(|v| bias_vector(a.bias, v * V::L, chans));
-        let mut acc = [bias; R];
-        let xp: [*const f32; R] = std::array::from_fn(|r| x.add(a.xat[r]));
-        for i in 0..a.cin {
-            let wv: [V; NV] = std::array::from_fn(|v| V::load(w.add(i * CB + v * V::L)));
-            for (acc, p) in acc.iter_mut().zip(&xp) {
-                let b = V::splat(*p.add(i));
-                for (s, &k) in acc.iter_mut().zip(&wv) {
-                    *s = k.fmadd(b, *s);
+impl Body for PwTile<'_> {
+    /// `R` pixels × `NV` vectors from channel `h` of the tile, summed in registers and stored
+    /// with the tail.
+    ///
+    /// # Safety
+    /// The CPU has `V`'s features; `x` holds every pixel row `xat[r]..xat[r] + cin`, `w` holds
+    /// `h + (cin − 1)·CB + NV·L` values, `bias` (if any) `h + chans`, and [`store`]'s contract
+    /// holds.
+    #[inline(always)]
+    unsafe fn run<V: Lanes, const NV: usize>(&self, h: usize, chans: usize) {
+        // SAFETY: the caller's contract throughout.
+        unsafe {
+            let (x, w) = (self.x.as_ptr(), self.w.as_ptr().add(h));
+            let bias = self.bias.map(|b| &b[h..]);
+            let bias: [V; NV] = std::array::from_fn(|v| bias_vector(bias, v * V::L, chans));
+            let mut acc = [bias; R];
+            let xp: [*const f32; R] = std::array::from_fn(|r| x.add(self.xat[r]));
+            for i in 0..self.cin {
+                let wv: [V; NV] = std::array::from_fn(|v| V::load(w.add(i * CB + v * V::L)));
+                for (acc, p) in acc.iter_mut().zip(&xp) {
+                    let b = V::splat(*p.add(i));
+                    for (s, &k) in acc.iter_mut().zip(&wv) {
+                        *s = k.fmadd(b, *s);
+                    }
                 }
             }
+            store::<V, NV, R>(acc, self.rows, &self.yat.map(|i| i + h), chans, self.out, self.tail);
         }
-        store::<V, NV, R>(acc, rows, yat, chans, out, tail);
     }
 }
 
-/// [`pw_tile`] on AVX-512 (16 lanes, up to 4 vectors: 24 accumulators).
-///
-/// # Safety
-/// As for [`pw_tile`], with AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn pw_avx512<const NV: usize>(
-    a: &PwTile<'_>,
-    rows: usize,
-    yat: &[usize; R],
-    chans: usize,
-    out: OutPtr,
-    tail: &Tail<'_>,
-) {
-    // SAFETY: the caller's contract.
-    unsafe { pw_tile::<std::arch::x86_64::__m512, NV>(a, rows, yat, chans, out, tail) }
+/// A tile body compiled for each vector type: `run::<V, NV>(h, chans)` computes and stores
+/// `chans` channels (at most `NV` vectors of `V`) from channel `h` of the tile on.
+trait Body {
+    /// # Safety
+    /// The CPU has `V`'s features, and the implementation's bounds hold for channels
+    /// `h..h + chans` of the tile.
+    unsafe fn run<V: Lanes, const NV: usize>(&self, h: usize, chans: usize);
 }
 
-/// [`pw_tile`] on AVX2 (8 lanes, up to 4 vectors: 24 accumulators of 16 registers' worth).
+/// Runs `body` over `chans` (1 ..= [`CB`]) channels on `isa` (checked on this CPU): in one go
+/// on AVX-512 (up to 4 vectors), in parts of 32 channels on AVX2 and 16 portably.
 ///
 /// # Safety
-/// As for [`pw_tile`], with AVX2 and FMA.
+/// `isa` was checked on this CPU; the body's bounds hold for all `chans` channels.
+unsafe fn dispatch<B: Body>(isa: FusedIsa, body: &B, chans: usize) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's contract (AVX-512F).
+        FusedIsa::Avx512 => unsafe {
+            match chans.div_ceil(16) {
+                1 => on_avx512::<B, 1>(body, 0, chans),
+                2 => on_avx512::<B, 2>(body, 0, chans),
+                3 => on_avx512::<B, 3>(body, 0, chans),
+                _ => on_avx512::<B, 4>(body, 0, chans),
+            }
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's contract (AVX2 and FMA); each part inside the tile's channels.
+        FusedIsa::Avx2 => unsafe {
+            for h in (0..chans).step_by(32) {
+                let n = 32.min(chans - h);
+                match n.div_ceil(8) {
+                    1 => on_avx2::<B, 1>(body, h, n),
+                    2 => on_avx2::<B, 2>(body, h, n),
+                    3 => on_avx2::<B, 3>(body, h, n),
+                    _ => on_avx2::<B, 4>(body, h, n),
+                }
+            }
+        },
+        _ => {
+            for h in (0..chans).step_by(16) {
+                let n = 16.min(chans - h);
+                // SAFETY: the caller's contract; the portable body needs no CPU feature.
+                unsafe { if n > 8 { body.run::<Portable, 2>(h, n) } else { body.run::<Portable, 1>(h, n) } }
+            }
+        }
+    }
+}
+
+/// [`Body::run`] on AVX-512 (16 lanes, up to 4 vectors: 24 accumulators).
+///
+/// # Safety
+/// As for [`Body::run`], with AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn on_avx512<B: Body, const NV: usize>(body: &B, h: usize, chans: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { body.run::<std::arch::x86_64::__m512, NV>(h, chans) }
+}
+
+/// [`Body::run`] on AVX2 (8 lanes, up to 4 vectors).
+///
+/// # Safety
+/// As for [`Body::run`], with AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn pw_avx2<const NV: usize>(
-    a: &PwTile<'_>,
-    rows: usize,
-    yat: &[usize; R],
-    chans: usize,
-    out: OutPtr,
-    tail: &Tail<'_>,
-) {
+unsafe fn on_avx2<B: Body, const NV: usize>(body: &B, h: usize, chans: usize) {
     // SAFETY: the caller's contract.
-    unsafe { pw_tile::<std::arch::x86_64::__m256, NV>(a, rows, yat, chans, out, tail) }
+    unsafe { body.run::<std::arch::x86_64::__m256, NV>(h, chans) }
 }
 
 /// Depthwise convolution for a [`depthwise_qualifies`] geometry with the weights `w` as
@@ -490,7 +490,12 @@ fn depthwise_on(
     let lo = px.div_ceil(sx).min(ow);
     // ox·sx − px + reach < iw  ⇔  ox·sx < iw + px − reach.
     let hi = (iw + px).checked_sub(reach).map_or(0, |e| e.div_ceil(sx)).clamp(lo, ow);
-    let job = DwJob { geom, x, w, bias: epi.bias, out, tail: &tail, isa, cols: (lo, hi) };
+    // Every whole-vector tile reads the kernel columns at these offsets from its pixels' first.
+    let mut inner = Pairs::new();
+    (0..kw).for_each(|kx| inner.push((kx, kx * dx * c)));
+    let lanes = if isa == FusedIsa::Avx512 { 16 } else { 8 };
+    let vec_c = c / lanes * lanes;
+    let job = DwJob { geom, x, w, bias: epi.bias, out, tail: &tail, isa, cols: (lo, hi), inner, vec_c };
     let rows = geom.batch * oh;
     let per_row = ow * c * kh * kw;
     let per_task = TASK_WORK.div_ceil(per_row.max(1)).max(1);
@@ -519,6 +524,10 @@ struct DwJob<'a> {
     isa: FusedIsa,
     /// The output columns whose windows stay inside the input columns.
     cols: (usize, usize),
+    /// Each kernel column's offset from an inside pixel's first window column.
+    inner: Pairs,
+    /// The channels in whole vectors (the rest take the scalar loop).
+    vec_c: usize,
 }
 
 /// Up to 16 pairs on the stack (kernel rows or columns of a window; more go to a `Vec`), so
@@ -552,7 +561,6 @@ impl Pairs {
 }
 
 /// One depthwise tile's operands: the image's input rows under the window and the tile's pixels.
-#[derive(Clone, Copy)]
 struct DwTile<'a> {
     x: &'a [f32],
     /// Index of (image, input row, column 0, channel 0) for each window row inside the image,
@@ -563,12 +571,35 @@ struct DwTile<'a> {
     /// Kernel columns; channels per pixel.
     kw: usize,
     c: usize,
-    /// Each pixel's first window column × channels, plus the tile's first channel.
+    /// Pixels (`R`, `R4` or 1); each one's first window column × channels, plus the tile's
+    /// first channel; each one's first output index.
+    n: usize,
     cols: &'a [usize; R],
+    yat: &'a [usize; R],
     /// Taps' weights from channel c0: tap t at `w[t·c..]`.
     w: &'a [f32],
     /// From channel c0 (at least the tile's channels).
     bias: Option<&'a [f32]>,
+    out: OutPtr,
+    tail: &'a Tail<'a>,
+}
+
+impl Body for DwTile<'_> {
+    /// The tile's `n` pixels × `NV` vectors from channel `h` on.
+    ///
+    /// # Safety
+    /// As for [`dw_tile`], for channels `h..h + chans`.
+    #[inline(always)]
+    unsafe fn run<V: Lanes, const NV: usize>(&self, h: usize, chans: usize) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self.n {
+                R => dw_tile::<V, NV, R>(self, h, chans),
+                R4 => dw_tile::<V, NV, R4>(self, h, chans),
+                _ => dw_tile::<V, NV, 1>(self, h, chans),
+            }
+        }
+    }
 }
 
 impl DwJob<'_> {
@@ -588,21 +619,15 @@ impl DwJob<'_> {
         let rows = rows.as_slice();
         let far = rows.iter().map(|&(i, _)| i).max().unwrap_or(0);
         let y0 = (img * oh + oy) * ow * c;
-        let (lo, hi) = self.cols;
-        let lanes = if self.isa == FusedIsa::Avx512 { 16 } else { 8 };
-        let vec_c = c / lanes * lanes;
-        // Whole tiles of inside columns; then the other columns one pixel at a time, and the
-        // channels past the last whole vector of the tiles' columns.
-        // Tiles of R pixels, then one of R4 when that many inside columns are left (a 7-wide
-        // row's 5 inside columns).
+        let ((lo, hi), vec_c) = (self.cols, self.vec_c);
+        // Tiles of R inside columns, then one of R4 when that many are left (a 7-wide row's 5
+        // inside columns); then the other columns one pixel at a time.
         let mut tiles_end = lo + (hi - lo) / R * R;
-        let mut inner = Pairs::new();
-        (0..kw).for_each(|kx| inner.push((kx, kx * dx * c)));
         let short = (hi - tiles_end >= R4).then_some(tiles_end);
         for ox in (lo..tiles_end).step_by(R).chain(short) {
             let n = if ox + R <= hi { R } else { R4 };
             let first: [usize; R] = std::array::from_fn(|r| ((ox + r.min(n - 1)) * sx - px) * c);
-            self.pixels(rows, far, inner.as_slice(), &first, n, y0 + ox * c, vec_c);
+            self.pixels(rows, far, self.inner.as_slice(), &first, n, y0 + ox * c, vec_c);
         }
         tiles_end += short.map_or(0, |_| R4);
         for ox in (0..lo).chain(tiles_end..ow) {
@@ -645,11 +670,17 @@ impl DwJob<'_> {
                 taps,
                 kw: self.geom.kernel_hw[1],
                 c,
+                n,
                 cols: &first.map(|v| v + c0),
+                yat: &yat.map(|i| i + c0),
                 w: &self.w[c0..],
                 bias: self.bias.map(|b| &b[c0..c0 + chans]),
+                out: self.out,
+                tail: self.tail,
             };
-            self.tile(&t, n, &yat.map(|i| i + c0), chans);
+            // SAFETY: the reads were asserted inside `x` above, the weights hold taps × c values
+            // from channel c0 < c, and the writes are this row's pixels (this unit's alone).
+            unsafe { dispatch(self.isa, &t, chans) };
         }
         for (r, &f) in first.iter().enumerate().take(n) {
             for ch in vec_c..c {
@@ -667,95 +698,22 @@ impl DwJob<'_> {
             }
         }
     }
-
-    /// A tile of `n` (`R`, `R4` or 1) pixels × `chans` channels (whole vectors) on the selected
-    /// ISA.
-    fn tile(&self, t: &DwTile<'_>, n: usize, yat: &[usize; R], chans: usize) {
-        let (out, tail) = (self.out, self.tail);
-        match self.isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `isa` was checked on this CPU (AVX-512F); `pixels` asserted the reads
-            // inside `x`, the weights hold taps × c values from channel c0 < c, and the writes
-            // are this row's pixels (this unit's alone).
-            FusedIsa::Avx512 => unsafe {
-                match (chans / 16, n) {
-                    (1, R) => dw_avx512::<1, R>(t, yat, chans, out, tail),
-                    (2, R) => dw_avx512::<2, R>(t, yat, chans, out, tail),
-                    (3, R) => dw_avx512::<3, R>(t, yat, chans, out, tail),
-                    (_, R) => dw_avx512::<4, R>(t, yat, chans, out, tail),
-                    (1, R4) => dw_avx512::<1, R4>(t, yat, chans, out, tail),
-                    (2, R4) => dw_avx512::<2, R4>(t, yat, chans, out, tail),
-                    (3, R4) => dw_avx512::<3, R4>(t, yat, chans, out, tail),
-                    (_, R4) => dw_avx512::<4, R4>(t, yat, chans, out, tail),
-                    (1, _) => dw_avx512::<1, 1>(t, yat, chans, out, tail),
-                    (2, _) => dw_avx512::<2, 1>(t, yat, chans, out, tail),
-                    (3, _) => dw_avx512::<3, 1>(t, yat, chans, out, tail),
-                    (_, _) => dw_avx512::<4, 1>(t, yat, chans, out, tail),
-                }
-            },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above, with AVX2 and FMA; each half of the block in turn.
-            FusedIsa::Avx2 => unsafe {
-                for h in (0..chans).step_by(32) {
-                    let t = DwTile { w: &t.w[h..], bias: t.bias.map(|b| &b[h..]), cols: &t.cols.map(|v| v + h), ..*t };
-                    let k = 32.min(chans - h);
-                    let yat = yat.map(|i| i + h);
-                    match (k / 8, n) {
-                        (1, R) => dw_avx2::<1, R>(&t, &yat, k, out, tail),
-                        (2, R) => dw_avx2::<2, R>(&t, &yat, k, out, tail),
-                        (3, R) => dw_avx2::<3, R>(&t, &yat, k, out, tail),
-                        (_, R) => dw_avx2::<4, R>(&t, &yat, k, out, tail),
-                        (1, R4) => dw_avx2::<1, R4>(&t, &yat, k, out, tail),
-                        (2, R4) => dw_avx2::<2, R4>(&t, &yat, k, out, tail),
-                        (3, R4) => dw_avx2::<3, R4>(&t, &yat, k, out, tail),
-                        (_, R4) => dw_avx2::<4, R4>(&t, &yat, k, out, tail),
-                        (1, _) => dw_avx2::<1, 1>(&t, &yat, k, out, tail),
-                        (2, _) => dw_avx2::<2, 1>(&t, &yat, k, out, tail),
-                        (3, _) => dw_avx2::<3, 1>(&t, &yat, k, out, tail),
-                        (_, _) => dw_avx2::<4, 1>(&t, &yat, k, out, tail),
-                    }
-                }
-            },
-            _ => {
-                for h in (0..chans).step_by(16) {
-                    let t = DwTile { w: &t.w[h..], bias: t.bias.map(|b| &b[h..]), cols: &t.cols.map(|v| v + h), ..*t };
-                    let k = 16.min(chans - h);
-                    let yat = yat.map(|i| i + h);
-                    // SAFETY: as above; the portable body needs no CPU feature.
-                    unsafe {
-                        match (k > 8, n) {
-                            (true, R) => dw_tile::<Portable, 2, R>(&t, &yat, k, out, tail),
-                            (false, R) => dw_tile::<Portable, 1, R>(&t, &yat, k, out, tail),
-                            (true, R4) => dw_tile::<Portable, 2, R4>(&t, &yat, k, out, tail),
-                            (false, R4) => dw_tile::<Portable, 1, R4>(&t, &yat, k, out, tail),
-                            (true, _) => dw_tile::<Portable, 2, 1>(&t, &yat, k, out, tail),
-                            (false, _) => dw_tile::<Portable, 1, 1>(&t, &yat, k, out, tail),
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
-/// `RR` pixels × `NV` vectors of a depthwise tile, summed in registers and stored with the tail.
+/// `RR` pixels × `NV` vectors of a depthwise tile from channel `h` on, summed in registers and
+/// stored with the tail.
 ///
 /// # Safety
-/// The CPU has `V`'s features; every read `rows[j].0 + cols[r] + taps[k].1 + v·L` (+ L) is
-/// inside `x`, `w` holds `(taps − 1)·c + NV·L` values, `bias` (if any) `chans`, and [`store`]'s contract
-/// holds.
+/// The CPU has `V`'s features; every read `rows[j].0 + cols[r] + h + taps[k].1 + v·L` (+ L) is
+/// inside `x`, `w` holds `h + (taps − 1)·c + NV·L` values, `bias` (if any) `h + chans`, and
+/// [`store`]'s contract holds.
 #[inline(always)]
-unsafe fn dw_tile<V: Lanes, const NV: usize, const RR: usize>(
-    t: &DwTile<'_>,
-    yat: &[usize; R],
-    chans: usize,
-    out: OutPtr,
-    tail: &Tail<'_>,
-) {
+unsafe fn dw_tile<V: Lanes, const NV: usize, const RR: usize>(t: &DwTile<'_>, h: usize, chans: usize) {
     // SAFETY: the caller's contract throughout.
     unsafe {
-        let (x, w) = (t.x.as_ptr(), t.w.as_ptr());
-        let bias: [V; NV] = std::array::from_fn(|v| bias_vector(t.bias, v * V::L, chans));
+        let (x, w) = (t.x.as_ptr().add(h), t.w.as_ptr().add(h));
+        let bias = t.bias.map(|b| &b[h..]);
+        let bias: [V; NV] = std::array::from_fn(|v| bias_vector(bias, v * V::L, chans));
         let mut acc = [bias; RR];
         for &(row, ky) in t.rows {
             let xr = x.add(row);
@@ -771,42 +729,8 @@ unsafe fn dw_tile<V: Lanes, const NV: usize, const RR: usize>(
                 }
             }
         }
-        store::<V, NV, RR>(acc, RR, yat, chans, out, tail);
+        store::<V, NV, RR>(acc, RR, &t.yat.map(|i| i + h), chans, t.out, t.tail);
     }
-}
-
-/// [`dw_tile`] on AVX-512.
-///
-/// # Safety
-/// As for [`dw_tile`], with AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn dw_avx512<const NV: usize, const RR: usize>(
-    t: &DwTile<'_>,
-    yat: &[usize; R],
-    chans: usize,
-    out: OutPtr,
-    tail: &Tail<'_>,
-) {
-    // SAFETY: the caller's contract.
-    unsafe { dw_tile::<std::arch::x86_64::__m512, NV, RR>(t, yat, chans, out, tail) }
-}
-
-/// [`dw_tile`] on AVX2.
-///
-/// # Safety
-/// As for [`dw_tile`], with AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dw_avx2<const NV: usize, const RR: usize>(
-    t: &DwTile<'_>,
-    yat: &[usize; R],
-    chans: usize,
-    out: OutPtr,
-    tail: &Tail<'_>,
-) {
-    // SAFETY: the caller's contract.
-    unsafe { dw_tile::<std::arch::x86_64::__m256, NV, RR>(t, yat, chans, out, tail) }
 }
 
 #[cfg(test)]
