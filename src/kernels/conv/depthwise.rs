@@ -73,12 +73,13 @@ pub(super) fn depthwise(
     out: OutPtr,
     parallel: bool,
 ) -> Result<()> {
-    depthwise_on(FusedIsa::selected(), geom, x, w, epi, out, parallel, None);
+    depthwise_on(FusedIsa::selected(), geom, x, w, epi, out, parallel, None, blocked::STRIP_BYTES);
     Ok(())
 }
 
 /// [`depthwise`] on `isa` (lowered to what the CPU runs); `blocked` forces the channel-blocked
-/// path on or off where it applies (tests), else [`takes_blocks`] decides. The caller has
+/// path on or off where it applies (tests), else [`takes_blocks`] decides; `strip_bytes` bounds
+/// that path's strips ([`blocked::STRIP_BYTES`] but in tests). The caller has
 /// validated the geometry against `x` and the output, and the bias and residual lengths.
 #[allow(clippy::too_many_arguments)]
 fn depthwise_on(
@@ -90,6 +91,7 @@ fn depthwise_on(
     out: OutPtr,
     parallel: bool,
     blocked: Option<bool>,
+    strip_bytes: usize,
 ) {
     let [oh, ow] = geom.out_hw;
     let c = geom.out_channels;
@@ -113,16 +115,18 @@ fn depthwise_on(
         && geom.kernel_hw == [3, 3]
         && geom.pad == [1, 1]
         && geom.x_strides[3] == 1;
-    let job = Job { geom, x, w, epi, out, lay: Phases::of(geom), s1, s1k3, s2 };
+    let job = Job { geom, x, w, epi, out, lay: Phases::of(geom), s1, s1k3, s2, strip_bytes };
     let isa = isa.checked();
     // Channels-first planes with dense rows in and out, whose padded block stays near the
     // planes' size: the channel-blocked path where it is faster (or forced).
     let planes = geom.in_hw[0] * geom.in_hw[1] + oh * ow;
+    // Channels-last outputs take the blocked path whenever it can: its blocks are their layout.
+    let out_last = geom.y_strides[1] == 1 && c > 1;
     let can_block = !channels_inner
         && geom.x_strides[3] == 1
-        && geom.y_strides[3] == 1
+        && (geom.y_strides[3] == 1 || out_last)
         && blocked::extent(geom).is_some_and(|(ph, pw)| ph.saturating_mul(pw) <= 4 * planes + 4096);
-    if can_block && blocked.unwrap_or_else(|| takes_blocks(geom)) {
+    if can_block && blocked.unwrap_or_else(|| out_last || takes_blocks(geom)) {
         let l = if isa == FusedIsa::Avx512 { 16 } else { 8 };
         let nb = c.div_ceil(l);
         let min_len = (TASK_WORK / (oh * ow * geom.taps() * l).max(1)).max(1);
@@ -270,6 +274,8 @@ struct Job<'a> {
     /// Whether planes read the input directly through the stride-2 path ([`Job::plane_s2`]):
     /// channels-first, 3×3 kernel, stride 2, dilation 1, dense input rows, a non-empty input.
     s2: bool,
+    /// Bytes a strip of the channel-blocked path may hold ([`blocked::STRIP_BYTES`]).
+    strip_bytes: usize,
 }
 
 /// Most kernel rows the direct stride-1 plane path takes (its row pointers live in an array).
@@ -1673,13 +1679,17 @@ mod tests {
             .into_iter()
             .flat_map(|isa| [(isa, Some(false)), (isa, Some(true))])
         {
+            // Blocked: also in strips of one or a few output rows.
+            let strips: &[usize] = if blocked == Some(true) { &[blocked::STRIP_BYTES, 1, 6000] } else { &[0] };
             for (threads, parallel) in [(1, false), (1, true), (2, true)] {
-                let mut y = vec![f32::NAN; len];
-                let out = OutPtr(y.as_mut_ptr());
-                let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-                let p = if threads == 1 { &one } else { pool };
-                p.install(|| depthwise_on(isa, g, &x, wt, &epi, out, parallel, blocked));
-                compare(&y, &format!("{} blocked {blocked:?}", isa.name()));
+                for &strip in strips {
+                    let mut y = vec![f32::NAN; len];
+                    let out = OutPtr(y.as_mut_ptr());
+                    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+                    let p = if threads == 1 { &one } else { pool };
+                    p.install(|| depthwise_on(isa, g, &x, wt, &epi, out, parallel, blocked, strip));
+                    compare(&y, &format!("{} blocked {blocked:?} strips of {strip} bytes", isa.name()));
+                }
             }
         }
     }

@@ -16,6 +16,11 @@ use super::{Finish, Job, Lanes, Portable, Scratch};
 /// Output columns per register block (independent accumulator chains).
 const R: usize = 8;
 
+/// Bytes a strip's input and output blocks may hold together: planes whose blocks are larger
+/// are convolved a strip of output rows at a time, so that both stay in the core's L2 cache
+/// between the transposes and the convolution.
+pub(super) const STRIP_BYTES: usize = 160 << 10;
+
 /// Vectors that can be transposed as an `L × L` matrix in registers.
 ///
 /// Safety of every method: the CPU has the type's features.
@@ -151,9 +156,21 @@ impl Job<'_> {
         }
         let (ph, pw) = extent(g).expect("checked by `depthwise_on`");
         let taps = kh * kw;
-        // Weights, padded input, output block (plus one transpose's worth of slack: the last
-        // run's final transpose loads L pixel vectors).
-        let (wlen, ilen, olen) = (taps * l, ph * pw * l, (oh * ow + l) * l);
+        // Output rows per strip: the whole plane when its blocks fit the budget, else as many
+        // rows as do (at least one).
+        let reach = (kh - 1) * dy + 1;
+        let in_rows = |n: usize| (n - 1) * sy + reach;
+        let row_bytes = |n: usize| (in_rows(n) * pw + n * ow) * l * 4;
+        let budget = self.strip_bytes;
+        let sr = if row_bytes(oh) <= budget {
+            oh
+        } else {
+            (1..oh).take_while(|&n| row_bytes(n) <= budget).last().unwrap_or(1)
+        };
+        debug_assert!(in_rows(oh) == ph);
+        // Weights, padded input strip, output strip (plus one transpose's worth of slack: the
+        // last run's final transpose loads L pixel vectors).
+        let (wlen, ilen, olen) = (taps * l, in_rows(sr) * pw * l, (sr * ow + l) * l);
         // Each part starts on a cache line (64 bytes = 16 values; the parts are multiples of L
         // values): a vector load across two lines would cost two.
         if scratch.buf.len() < wlen + ilen + olen + 16 {
@@ -167,36 +184,6 @@ impl Job<'_> {
                 wb[t * l + j] = if j < cn { self.w[t * c + c0 + j] } else { 0.0 };
             }
         }
-        // The padding of the input block (its interior is overwritten below).
-        let rows_in = ih.min(ph.saturating_sub(pt));
-        let cols_in = iw.min(pw.saturating_sub(pl));
-        let top = pt.min(ph);
-        ib[..top * pw * l].fill(0.0);
-        ib[(top + rows_in) * pw * l..].fill(0.0);
-        let left = pl.min(pw);
-        for r in top..top + rows_in {
-            let row = &mut ib[r * pw * l..(r + 1) * pw * l];
-            row[..left * l].fill(0.0);
-            row[(left + cols_in) * l..].fill(0.0);
-        }
-        // The input planes into the block.
-        let [sn, sc, sh, _] = g.x_strides;
-        let xp = self.x[img * sn + c0 * sc..].as_ptr();
-        if rows_in > 0 && cols_in > 0 {
-            if sh == iw && cols_in == iw {
-                let run = Run { at: 0, n: rows_in * iw, row: 0, wrap: iw };
-                // SAFETY: the caller's contract; `validate` checked the planes' extent (rows
-                // `rows_in ≤ ih` of dense rows of `iw`), the block holds (pt + row, pl + col)
-                // for every row < rows_in and column < cols_in.
-                unsafe { self.block_in::<S>(xp, sc, cn, run, ib, [pt, pl, pw, cols_in]) };
-            } else {
-                for iy in 0..rows_in {
-                    let run = Run { at: iy * sh, n: cols_in, row: iy, wrap: usize::MAX };
-                    // SAFETY: as above, one row at a time.
-                    unsafe { self.block_in::<S>(xp, sc, cn, run, ib, [pt, pl, pw, cols_in]) };
-                }
-            }
-        }
         // SAFETY: the CPU has S's features (the caller's contract); the bias holds `c` values,
         // lanes c0..c0 + cn of it are read.
         let bias = unsafe {
@@ -205,54 +192,144 @@ impl Job<'_> {
                 None => S::splat(0.0),
             }
         };
-        let (ibp, wbp, obp) = (ib.as_ptr(), wb.as_ptr(), ob.as_mut_ptr());
-        for oy in 0..oh {
-            for ox0 in (0..ow).step_by(R) {
-                let nr = R.min(ow - ox0);
-                // Columns past the row's end repeat its last one (computed, not stored).
-                let cols: [usize; R] = std::array::from_fn(|r| (ox0 + r).min(ow - 1) * sx * l);
-                let mut acc = [bias; R];
-                for ty in 0..kh {
-                    let row = (oy * sy + ty * dy) * pw * l;
-                    for tx in 0..kw {
-                        // SAFETY: row oy·sy + ty·dy < ph and column ox·sx + tx·dx < pw for every
-                        // output (oy, ox) and tap (`extent`); the weights hold taps × L values.
-                        unsafe {
-                            let wv = S::load(wbp.add((ty * kw + tx) * l));
-                            let q = ibp.add(row + tx * dx * l);
-                            for r in 0..R {
-                                acc[r] = S::load(q.add(cols[r])).fmadd(wv, acc[r]);
+        // SAFETY: the CPU has S's features (the caller's contract).
+        let fin = unsafe { Finish::<S>::of(self.epi) };
+        let [sn, sc, sh, _] = g.x_strides;
+        let xp = self.x[img * sn + c0 * sc..].as_ptr();
+        let [yn, yc, yh, _] = g.y_strides;
+        let base = img * yn + c0 * yc;
+        let left = pl.min(pw);
+        let cols_in = iw.min(pw.saturating_sub(pl));
+        for oy0 in (0..oh).step_by(sr) {
+            let n = sr.min(oh - oy0);
+            let rows = in_rows(n);
+            // Padded rows p0..p0 + rows; input rows iy0..iy1 of them hold data.
+            let p0 = oy0 * sy;
+            let iy0 = p0.saturating_sub(pt).min(ih);
+            let iy1 = (p0 + rows).saturating_sub(pt).min(ih).max(iy0);
+            let (top, inside) = ((iy0 + pt).saturating_sub(p0).min(rows), iy1 - iy0);
+            let strip = &mut ib[..rows * pw * l];
+            // The strip's padding (its interior is overwritten below).
+            strip[..top * pw * l].fill(0.0);
+            strip[(top + inside) * pw * l..].fill(0.0);
+            for r in top..top + inside {
+                let row = &mut strip[r * pw * l..(r + 1) * pw * l];
+                row[..left * l].fill(0.0);
+                row[(left + cols_in) * l..].fill(0.0);
+            }
+            // The input rows into the strip.
+            if inside > 0 && cols_in > 0 {
+                if sh == iw && cols_in == iw {
+                    let run = Run { at: iy0 * iw, n: inside * iw, row: top, wrap: iw };
+                    // SAFETY: the caller's contract; `validate` checked the planes' extent (rows
+                    // below `ih` of dense rows of `iw`); the strip holds (top + row, pl + col)
+                    // for every row < inside and column < cols_in.
+                    unsafe { self.block_in::<S>(xp, sc, cn, run, strip, [pl, pw, cols_in]) };
+                } else {
+                    for r in 0..inside {
+                        let run = Run { at: (iy0 + r) * sh, n: cols_in, row: top + r, wrap: usize::MAX };
+                        // SAFETY: as above, one row at a time.
+                        unsafe { self.block_in::<S>(xp, sc, cn, run, strip, [pl, pw, cols_in]) };
+                    }
+                }
+            }
+            let (ibp, wbp, obp) = (strip.as_ptr(), wb.as_ptr(), ob.as_mut_ptr());
+            for oy in 0..n {
+                for ox0 in (0..ow).step_by(R) {
+                    let nr = R.min(ow - ox0);
+                    // Columns past the row's end repeat its last one (computed, not stored).
+                    let cols: [usize; R] = std::array::from_fn(|r| (ox0 + r).min(ow - 1) * sx * l);
+                    let mut acc = [bias; R];
+                    for ty in 0..kh {
+                        let row = (oy * sy + ty * dy) * pw * l;
+                        for tx in 0..kw {
+                            // SAFETY: strip row oy·sy + ty·dy < rows and column ox·sx + tx·dx <
+                            // pw for every output (oy, ox) of the strip and tap (`extent`); the
+                            // weights hold taps × L values.
+                            unsafe {
+                                let wv = S::load(wbp.add((ty * kw + tx) * l));
+                                let q = ibp.add(row + tx * dx * l);
+                                for r in 0..R {
+                                    acc[r] = S::load(q.add(cols[r])).fmadd(wv, acc[r]);
+                                }
+                            }
+                        }
+                    }
+                    if let &Finish::Registers { relu, clamp } = &fin {
+                        for a in acc.iter_mut().take(nr) {
+                            // SAFETY: the CPU has S's features (the caller's contract).
+                            unsafe {
+                                if relu {
+                                    *a = a.relu();
+                                }
+                                if let Some((lo, hi, zlo, zhi)) = clamp {
+                                    *a = a.clamp(lo, hi, zlo, zhi);
+                                }
+                            }
+                        }
+                    }
+                    // SAFETY: pixels oy·ow + ox0 + r < sr·ow of the output strip for r < nr.
+                    // (Whole blocks are stored register by register: a loop of variable length
+                    // over the spilled block would become a call to memcpy.)
+                    unsafe {
+                        let at = obp.add((oy * ow + ox0) * l);
+                        if nr == R {
+                            for (r, a) in acc.iter().enumerate() {
+                                a.store(at.add(r * l));
+                            }
+                        } else {
+                            for (r, a) in acc.iter().enumerate().take(nr) {
+                                a.store(at.add(r * l));
                             }
                         }
                     }
                 }
-                for (r, a) in acc.iter().enumerate().take(nr) {
-                    // SAFETY: pixel oy·ow + ox0 + r < oh·ow of the output block.
-                    unsafe { a.store(obp.add((oy * ow + ox0 + r) * l)) };
-                }
             }
-        }
-        // The output block back into the planes, the rest of the epilogue on the way.
-        let [yn, yc, yh, _] = g.y_strides;
-        let base = img * yn + c0 * yc;
-        // SAFETY: the CPU has S's features (the caller's contract).
-        let fin = unsafe { Finish::<S>::of(self.epi) };
-        if yh == ow {
-            let run = Run { at: 0, n: oh * ow, row: 0, wrap: ow };
-            // SAFETY: the caller's contract; `validate` checked the output's extent; this unit
-            // alone writes channels c0..c0 + cn of image `img`.
-            unsafe { self.block_out::<S>(ob, base, cn, run, &fin) };
-        } else {
-            for oy in 0..oh {
-                let run = Run { at: oy * yh, n: ow, row: oy, wrap: usize::MAX };
-                // SAFETY: as above, one row at a time.
+            // The output strip back into the planes, the rest of the epilogue on the way.
+            if yc == 1 && c > 1 {
+                // Channels-last output: the strip's pixels are its pixels' channel runs.
+                let yw = g.y_strides[3];
+                for r in 0..n {
+                    for ox in 0..ow {
+                        let at = base + (oy0 + r) * yh + ox * yw;
+                        // SAFETY: the caller's contract; `validate` checked the output's extent;
+                        // this unit alone writes channels c0..c0 + cn of image `img`, here
+                        // those of pixel (oy0 + r, ox); pixel r·ow + ox is in the output strip.
+                        unsafe {
+                            let v = S::load(ob.as_ptr().add((r * ow + ox) * l));
+                            match fin {
+                                Finish::Registers { .. } => v.store_first(self.out.0.add(at), cn),
+                                Finish::Spill => {
+                                    let mut tmp = [0.0; 16];
+                                    v.store(tmp.as_mut_ptr());
+                                    let vals = &mut tmp[..cn];
+                                    if self.epi.residual.is_none() {
+                                        self.epi.activate_slice(vals);
+                                    }
+                                    self.store(vals, at, 1);
+                                }
+                            }
+                        }
+                    }
+                }
+            } else if yh == ow {
+                let run = Run { at: oy0 * ow, n: n * ow, row: 0, wrap: ow };
+                // SAFETY: the caller's contract; `validate` checked the output's extent; this
+                // unit alone writes channels c0..c0 + cn of image `img`.
                 unsafe { self.block_out::<S>(ob, base, cn, run, &fin) };
+            } else {
+                for r in 0..n {
+                    let run = Run { at: (oy0 + r) * yh, n: ow, row: r, wrap: usize::MAX };
+                    // SAFETY: as above, one row at a time.
+                    unsafe { self.block_out::<S>(ob, base, cn, run, &fin) };
+                }
             }
         }
     }
 
-    /// Transposes `run` of the `cn` planes at `xp` (channel stride `sc`) into the padded block
-    /// `ib` (`[pt, pl, pw, cols]`: its padding, row length, and the input columns it holds).
+    /// Transposes `run` of the `cn` planes at `xp` (channel stride `sc`) into the padded strip
+    /// `ib` (`[pl, pw, cols]`: its left padding, row length, and the input columns it holds), the
+    /// run's first pixel at strip row `run.row`.
     ///
     /// # Safety
     /// The CPU has `S`'s features; `run` lies inside each of the `cn` planes; pixel (row, col)
@@ -265,34 +342,53 @@ impl Job<'_> {
         cn: usize,
         run: Run,
         ib: &mut [f32],
-        [pt, pl, pw, cols]: [usize; 4],
+        [pl, pw, cols]: [usize; 3],
     ) {
         let l = S::L;
         // SAFETY: the caller's contract (features).
         let mut v = [unsafe { S::splat(0.0) }; 16];
+        if run.wrap >= l {
+            // Rows at least a vector wide: row by row, each cut into vectors of pixels (the last
+            // one masked), which land side by side in the strip.
+            let width = run.wrap.min(run.n);
+            let cols = width.min(cols);
+            for r in 0..run.n / width {
+                let start = ((run.row + r) * pw + pl) * l;
+                assert!(start + cols * l <= ib.len(), "depthwise block too short");
+                let mut p = 0;
+                while p < cols {
+                    let n = l.min(cols - p);
+                    // SAFETY: the caller's contract: pixels at + r·width + p .. + n of planes
+                    // 0..cn are inside `x` (masked to the first n lanes when the row ends); the
+                    // strip holds the row's `cols` vectors (asserted above).
+                    unsafe {
+                        load_pixels::<S>(&mut v, xp.add(run.at + r * width + p), sc, cn, n);
+                        let dst = ib.as_mut_ptr().add(start + p * l);
+                        if n == l {
+                            for (i, vi) in v.iter().enumerate().take(l) {
+                                vi.store(dst.add(i * l));
+                            }
+                        } else {
+                            for (i, vi) in v.iter().enumerate().take(n) {
+                                vi.store(dst.add(i * l));
+                            }
+                        }
+                    }
+                    p += n;
+                }
+            }
+            return;
+        }
         let (mut row, mut col) = (run.row, 0);
         let mut p = 0;
         while p < run.n {
             let n = l.min(run.n - p);
             // SAFETY: the caller's contract: pixels at..at + n of planes 0..cn are inside `x`
             // (masked to the first n lanes when the run ends).
-            unsafe {
-                let m = S::mask(0, n);
-                for (j, vj) in v.iter_mut().enumerate().take(l) {
-                    let src = xp.add(j * sc + run.at + p);
-                    *vj = if j >= cn {
-                        S::splat(0.0)
-                    } else if n == l {
-                        S::load(src)
-                    } else {
-                        S::load_masked(src, m)
-                    };
-                }
-                S::transpose(&mut v[..l]);
-            }
+            unsafe { load_pixels::<S>(&mut v, xp.add(run.at + p), sc, cn, n) };
             for vi in v.iter().take(n) {
                 if col < cols {
-                    let at = ((row + pt) * pw + col + pl) * l;
+                    let at = (row * pw + col + pl) * l;
                     assert!(at + l <= ib.len(), "depthwise block too short");
                     // SAFETY: checked just above.
                     unsafe { vi.store(ib.as_mut_ptr().add(at)) };
@@ -306,9 +402,10 @@ impl Job<'_> {
         }
     }
 
-    /// Transposes `run` of the output block `ob` (the sums with their bias) back into the `cn`
-    /// output planes from element `base` (channel stride `yc`), each vector finished and stored by
-    /// [`Job::store_vec`].
+    /// Transposes `run` of the output block `ob` (the sums with their bias, and with the
+    /// epilogue already applied when `fin` is [`Finish::Registers`]) back into the `cn` output
+    /// planes from element `base` (channel stride `yc`, columns dense); a [`Finish::Spill`]
+    /// epilogue is applied by [`Job::store_vec`] on the way.
     ///
     /// # Safety
     /// The CPU has `S`'s features; the run's elements of the `cn` planes lie inside the output and
@@ -333,10 +430,42 @@ impl Job<'_> {
                 S::transpose(&mut v[..l]);
             }
             for (j, &vj) in v.iter().enumerate().take(cn) {
-                // SAFETY: the caller's contract: elements at..at + n are this unit's.
-                unsafe { self.store_vec(fin, vj, base + j * yc + run.at + p, n) };
+                let at = base + j * yc + run.at + p;
+                // SAFETY: the caller's contract: elements at..at + n are this unit's, and dense.
+                unsafe {
+                    match fin {
+                        Finish::Registers { .. } => vj.store_first(self.out.0.add(at), n),
+                        Finish::Spill => self.store_vec(fin, vj, at, n),
+                    }
+                }
             }
             p += n;
         }
+    }
+}
+
+/// Loads `n` (≤ `S::L`) pixels from each of the `cn` planes at `xp` (channel stride `sc`; planes
+/// `cn..S::L` read as zeros) into `v` and transposes them: `v[i]` holds pixel i of every plane.
+///
+/// # Safety
+/// The CPU has `S`'s features; pixels 0..n of planes 0..cn at `xp` are readable (lanes past n
+/// are masked off).
+#[inline(always)]
+unsafe fn load_pixels<S: Transpose>(v: &mut [S; 16], xp: *const f32, sc: usize, cn: usize, n: usize) {
+    let l = S::L;
+    // SAFETY: the caller's contract: each load reads pixels 0..n of a plane below cn.
+    unsafe {
+        let m = S::mask(0, n);
+        for (j, vj) in v.iter_mut().enumerate().take(l) {
+            let src = xp.add(j * sc);
+            *vj = if j >= cn {
+                S::splat(0.0)
+            } else if n == l {
+                S::load(src)
+            } else {
+                S::load_masked(src, m)
+            };
+        }
+        S::transpose(&mut v[..l]);
     }
 }
