@@ -66,20 +66,28 @@ fn bias_relu6(dst: usize, x: usize, n: usize, c: usize, hw: usize) -> String {
     )
 }
 
+/// The shared head of the test graphs, values %1–%8 (the constants 0 and 6 first): a stride-2
+/// stem 3→16 from `2·hw` pixels square to `hw`, with bias and ReLU6, then an inverted-residual
+/// block on `hw`×`hw` (1×1 16→32, depthwise 3×3, 1×1 32→16, plus the stem's result).
+fn inverted_residual(n: usize, hw: usize) -> String {
+    let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
+    body += &conv(1, 0, n, 3, 16, 3, 2, 1, 2 * hw);
+    body += &bias_relu6(2, 1, n, 16, hw);
+    body += &conv(3, 2, n, 16, 32, 1, 1, 1, hw);
+    body += &bias_relu6(4, 3, n, 32, hw);
+    body += &conv(5, 4, n, 32, 32, 3, 1, 32, hw);
+    body += &bias_relu6(6, 5, n, 32, hw);
+    body += &conv(7, 6, n, 32, 16, 1, 1, 1, hw);
+    body += &format!("  %8 = add %7, %2 : f32[{n},16,{hw},{hw}]\n");
+    body
+}
+
 /// An inverted-residual block on 8×8 planes (small for 32 channels: the auto policy takes it)
 /// after a channels-first stem on 16×16 planes, then a 3×3/2 max pool and a global average pool:
 /// stem 3→16 (s2) → 1×1 16→32 → depthwise 3×3 → 1×1 32→16 + residual → max pool → mean.
 fn block() -> Module {
     let n = 2;
-    let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
-    body += &conv(1, 0, n, 3, 16, 3, 2, 1, 16);
-    body += &bias_relu6(2, 1, n, 16, 8);
-    body += &conv(3, 2, n, 16, 32, 1, 1, 1, 8);
-    body += &bias_relu6(4, 3, n, 32, 8);
-    body += &conv(5, 4, n, 32, 32, 3, 1, 32, 8);
-    body += &bias_relu6(6, 5, n, 32, 8);
-    body += &conv(7, 6, n, 32, 16, 1, 1, 1, 8);
-    body += "  %8 = add %7, %2 : f32[2,16,8,8]\n";
+    let mut body = inverted_residual(n, 8);
     body += "  %10 = reduce_window %8, kind=max, window=[1,1,3,3], strides=[1,1,2,2], \
              input_dilations=[1,1,1,1], window_dilations=[1,1,1,1], padding=[(0,0),(0,0),(1,1),(1,1)] : f32[2,16,4,4]\n";
     body += "  %11 = reduce_sum %10, axes=[2,3] : f32[2,16]\n";
@@ -170,4 +178,62 @@ fn large_planes_and_lone_convolutions_keep_their_layout() {
     );
     let lone = parse_module(&text).unwrap();
     assert_eq!(layout_of(&lone, ""), (vec![1], 0));
+}
+
+/// A channels-first inverted-residual block on 32×32 planes (large: `conv_layout=auto` keeps
+/// it NCHW, and each plane holds at least `chain::MIN_PIXELS` pixels) after a stem on 64×64,
+/// then a stride-2 convolution down to 16×16 and one on those (planes below the chain's size):
+/// stem 3→16 (s2) → 1×1 16→32 → depthwise 3×3 → 1×1 32→16 + residual (the stem's result) →
+/// 3×3/2 16→16 → 3×3 16→16. Returns the last result's sum plus the depthwise result's (a value
+/// read after the chain).
+fn chain_block(n: usize) -> Module {
+    let mut body = inverted_residual(n, 32);
+    body += &conv(9, 8, n, 16, 16, 3, 2, 1, 32);
+    body += &conv(13, 9, n, 16, 16, 3, 1, 1, 16);
+    body += &format!("  %10 = reduce_sum %6, axes=[1,2,3] : f32[{n}]\n");
+    body += &format!("  %11 = reduce_sum %13, axes=[1,2,3] : f32[{n}]\n  %12 = add %10, %11 : f32[{n}]\n");
+    let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},3,64,64]) {{\n{body}  return %12\n}}\n");
+    parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// The plan's line for the chain step, if there is one.
+fn chain_of(m: &Module, config: &str) -> Option<String> {
+    let plan = JitBackend::new(config).unwrap().compile_stages(m.clone()).unwrap().plan;
+    plan.lines().find(|l| l.contains("conv chain")).map(str::to_string)
+}
+
+#[test]
+fn large_plane_convolutions_run_image_by_image_and_agree_with_the_interpreter() {
+    for n in [1, 2, 3, 4] {
+        let m = chain_block(n);
+        let x = Buffer::from_slice(&floats_vec(n * 3 * 64 * 64, n, 2.0), &[n, 3, 64, 64]).unwrap();
+        agree(
+            &m,
+            &[x],
+            &[
+                "jit:parallelism=1",
+                "jit:parallelism=2",
+                "jit:parallelism=3",
+                "jit:parallelism=2,conv_chains=off",
+                "jit:parallelism=1,conv_layout=nhwc",
+            ],
+        );
+        // The five convolutions reading 32×32 planes or more are one step (their bias, ReLU6
+        // and residual in their epilogues; not the last one, on 16×16) on one thread, and on two
+        // when the batch splits evenly.
+        let one = chain_of(&m, "parallelism=1");
+        let two = chain_of(&m, "parallelism=2");
+        if n == 1 {
+            assert_eq!((one, two), (None, None), "one image: nothing to split");
+            continue;
+        }
+        let one = one.expect("a chain on one thread");
+        assert!(one.contains("conv chain of 5 convolutions"), "{one}");
+        assert_eq!(two.is_some(), n % 2 == 0, "batch {n} on two threads: {two:?}");
+        // Three threads: only a batch of 3 splits evenly (and none holds 4 images per thread).
+        assert_eq!(chain_of(&m, "parallelism=3").is_some(), n == 3);
+        assert_eq!(chain_of(&m, "parallelism=1,conv_chains=off"), None);
+        // Channels-last (every convolution NHWC): a chain as well.
+        assert!(chain_of(&m, "parallelism=1,conv_layout=nhwc").is_some());
+    }
 }

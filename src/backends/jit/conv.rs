@@ -244,7 +244,47 @@ pub(crate) fn check_operands(inputs: &[Tensor], out_shapes: &[Shape], operands: 
     Ok(())
 }
 
-struct ConvKernel {
+/// One image of a [`ConvKernel`] whose filter is a prepared constant and whose operands hold
+/// their images one after another (batch outermost, dense): what [`super::chain`] runs image by
+/// image.
+pub(crate) struct ImageConv {
+    /// The geometry of one image (batch 1).
+    geom: ConvGeom,
+    filter: Arc<ConvFilter>,
+    tail: Tail,
+    /// Images of the node, and elements of one image of its input and of its result.
+    pub images: usize,
+    pub x_len: usize,
+    pub y_len: usize,
+    /// Input and output planes' pixels.
+    pub in_pixels: usize,
+    /// Whether operand 2 is a residual (laid out like the result).
+    pub residual: bool,
+    pub desc: String,
+}
+
+impl ImageConv {
+    /// One image: `x` and `residual` its operands' elements, `y` its result's, on the calling
+    /// thread.
+    pub(crate) fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32]) -> Result<()> {
+        let epi = ConvEpilogue {
+            bias: self.tail.bias.as_deref(),
+            residual: if self.residual { residual } else { None },
+            activation: self.tail.activation,
+            clamp: self.tail.clamp,
+        };
+        if self.residual && residual.is_none_or(|r| r.len() != y.len()) {
+            return Err(Error::invalid(OP, "residual missing or not laid out like the result"));
+        }
+        let g = &self.geom;
+        if g.in_channels == 0 || g.kernel_hw.contains(&0) {
+            y.fill(0.0);
+        }
+        conv2d_f32(g, x, &self.filter, &epi, y, None)
+    }
+}
+
+pub(crate) struct ConvKernel {
     geom: ConvGeom,
     wstrides: [usize; 4],
     filter: Option<Arc<ConvFilter>>,
@@ -253,9 +293,41 @@ struct ConvKernel {
     tail: Tail,
 }
 
+impl ConvKernel {
+    /// The kernel for one image, when its filter is a prepared constant and its input and result
+    /// hold their images one after another.
+    pub(crate) fn per_image(&self) -> Option<ImageConv> {
+        let g = &self.geom;
+        let filter = self.filter.clone()?;
+        let dims = |c: usize, hw: [usize; 2]| c.checked_mul(hw[0])?.checked_mul(hw[1]);
+        let (x_len, y_len) = (dims(g.in_channels, g.in_hw)?, dims(g.out_channels, g.out_hw)?);
+        // Batch outermost and dense: image i is elements i·len .. (i + 1)·len.
+        if g.x_strides[0] != x_len || g.y_strides[0] != y_len || x_len == 0 || y_len == 0 {
+            return None;
+        }
+        let geom = ConvGeom { batch: 1, ..g.clone() };
+        geom.validate(x_len, y_len).ok()?;
+        Some(ImageConv {
+            geom,
+            filter,
+            tail: self.tail.clone(),
+            images: g.batch,
+            x_len,
+            y_len,
+            in_pixels: g.in_hw[0] * g.in_hw[1],
+            residual: self.tail.residual,
+            desc: self.desc.clone(),
+        })
+    }
+}
+
 impl FastKernel for ConvKernel {
     fn describe(&self) -> String {
         self.desc.clone()
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn prepacked_operands(&self) -> &[usize] {

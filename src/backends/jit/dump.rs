@@ -267,6 +267,8 @@ impl JitBackend {
             ordered: self.opts.reductions == super::Reductions::Ordered,
             stream_min_bytes: self.stream_min_bytes,
             winograd: self.opts.winograd,
+            conv_chains: self.opts.conv_chains,
+            threads: 1,
         }
     }
 }

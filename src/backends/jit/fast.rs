@@ -44,6 +44,11 @@ pub(crate) trait FastKernel: Send + Sync {
         let _ = (inputs, outs, pool);
         Err(crate::error::Error::invalid(self.describe(), "this kernel does not write into given buffers"))
     }
+
+    /// The kernel as `Any`, for plan passes that regroup kernels of a known type (`chain`).
+    fn as_any(&self) -> Option<&dyn Any> {
+        None
+    }
 }
 
 /// A constant operand of one node, prepared (packed, rearranged) at compile time before the

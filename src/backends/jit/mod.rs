@@ -35,6 +35,7 @@
 //! ([`crate::backends::interp::InterpExecutable`]) as a whole; its report and `plan.txt` dump
 //! say why.
 
+mod chain;
 mod conv;
 mod conv_backward;
 mod dot;

@@ -22,6 +22,7 @@ pub const OPTIONS: &[&str] = &[
     "fallback",
     "winograd",
     "conv_layout",
+    "conv_chains",
     "specializations",
     "dump",
 ];
@@ -135,6 +136,10 @@ pub struct JitOptions {
     /// Which NCHW convolution chains run channels-last (`conv_layout=auto|keep|nhwc`; default
     /// auto).
     pub conv_layout: ConvLayout,
+    /// Consecutive convolutions over large planes run as one step, image by image
+    /// (`conv_chains=on|off`; default on; `backends::jit::chain`). `off`: every convolution is
+    /// its own step, layer by layer (a profile then times each one).
+    pub conv_chains: bool,
     /// Most specialised plans a module with dynamic axes keeps, one per binding of its axes
     /// (least recently used evicted first; `specializations=N`, 1 to
     /// [`MAX_SPECIALIZATIONS`]; default [`DEFAULT_SPECIALIZATIONS`]).
@@ -156,6 +161,7 @@ impl Default for JitOptions {
             fallback: Fallback::Allow,
             winograd: true,
             conv_layout: ConvLayout::Auto,
+            conv_chains: true,
             specializations: DEFAULT_SPECIALIZATIONS,
             dump: None,
         }
@@ -217,6 +223,12 @@ impl JitOptions {
         self
     }
 
+    /// Whether consecutive convolutions over large planes run as one step, image by image.
+    pub fn conv_chains(mut self, on: bool) -> Self {
+        self.conv_chains = on;
+        self
+    }
+
     /// Whether 3×3 stride-1 convolutions may run as Winograd F(4×4, 3×3).
     pub fn winograd(mut self, on: bool) -> Self {
         self.winograd = on;
@@ -255,6 +267,7 @@ impl JitOptions {
                 "streaming_stores" => o.streaming_stores = config::parse_choice(NAME, key, v, STREAMING)?,
                 "fallback" => o.fallback = config::parse_choice(NAME, key, v, FALLBACK)?,
                 "winograd" => o.winograd = config::parse_switch(NAME, key, v)?,
+                "conv_chains" => o.conv_chains = config::parse_switch(NAME, key, v)?,
                 "conv_layout" => o.conv_layout = config::parse_choice(NAME, key, v, CONV_LAYOUT)?,
                 "specializations" => {
                     let n = config::parse_u64(NAME, key, v)?;
@@ -328,6 +341,9 @@ impl fmt::Display for JitOptions {
         if self.conv_layout != ConvLayout::Auto {
             items.push(format!("conv_layout={}", word(CONV_LAYOUT, self.conv_layout)));
         }
+        if !self.conv_chains {
+            items.push("conv_chains=off".into());
+        }
         if self.specializations != DEFAULT_SPECIALIZATIONS {
             items.push(format!("specializations={}", self.specializations));
         }
@@ -355,18 +371,20 @@ mod tests {
             .fallback(Fallback::Error)
             .winograd(false)
             .conv_layout(ConvLayout::Keep)
+            .conv_chains(false)
             .specializations(3)
             .dump("/tmp/x");
         let s = o.to_string();
         assert_eq!(
             s,
-            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,conv_layout=keep,specializations=3,dump=/tmp/x"
+            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,conv_layout=keep,conv_chains=off,specializations=3,dump=/tmp/x"
         );
         assert_eq!(JitOptions::parse("conv_layout=nhwc").unwrap().conv_layout, ConvLayout::Nhwc);
         assert_eq!(JitOptions::parse(&s).unwrap(), o);
         assert_eq!(JitOptions::parse("parallelism=2,parallelism=shared").unwrap().threads, Threads::Shared);
         assert!(!JitOptions::parse("winograd=off").unwrap().winograd);
         assert!(JitOptions::parse("winograd=off,winograd=on").unwrap().winograd);
+        assert!(!JitOptions::parse("conv_chains=0").unwrap().conv_chains);
     }
 
     #[test]
@@ -380,6 +398,7 @@ mod tests {
             ("fallback=warn", "fallback"),
             ("winograd=2", "winograd"),
             ("conv_layout=nchwc", "conv_layout"),
+            ("conv_chains=some", "conv_chains"),
             ("specializations=0", "specializations"),
             ("specializations=5000", "4096"),
             ("dump", "dump"),

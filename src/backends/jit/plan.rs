@@ -70,7 +70,7 @@ pub(crate) enum Step {
 }
 
 impl Step {
-    fn reads(&self) -> Vec<ValueId> {
+    pub(crate) fn reads(&self) -> Vec<ValueId> {
         match self {
             Step::Loop(s) => s.inputs.clone(),
             Step::Kernel(s) => {
@@ -212,6 +212,10 @@ pub(crate) struct PlanOptions {
     pub stream_min_bytes: Option<usize>,
     /// Constant-filter 3×3 stride-1 convolutions may use the Winograd kernel (`winograd=on`).
     pub winograd: bool,
+    /// Consecutive convolutions over large planes run as one step, image by image (`chain`).
+    pub conv_chains: bool,
+    /// Threads of the pool the plan runs on (set by [`build`]).
+    pub threads: usize,
 }
 
 /// Lowers `module` (verified by `compile_jit`, so within the nesting limit; optimised, accepted
@@ -219,6 +223,7 @@ pub(crate) struct PlanOptions {
 /// kernels and computes liveness.
 pub(crate) fn build(mut module: Module, opts: PlanOptions, pool: Option<&rayon::ThreadPool>) -> Result<Plan> {
     let mut times = PlanTimes::default();
+    let opts = PlanOptions { threads: pool.map_or(1, |p| p.current_num_threads()), ..opts };
     let t = Instant::now();
     let packed = pack_constants(&mut module, pool, &mut times.packed, opts.winograd)?;
     times.packing = t.elapsed();
@@ -505,6 +510,9 @@ fn build_function(
         };
         steps.push(step);
     }
+
+    let mut steps =
+        if opts.conv_chains { form_chains(steps, &outputs.iter().copied().collect(), opts.threads) } else { steps };
 
     // Liveness of this function's own values: the last step reading each; returned values are
     // never released, nor are constants of a closure (they are loaded once per execution and a
@@ -883,6 +891,72 @@ fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn
         return Ok(Some(k));
     }
     super::movement::prepare(m, n)
+}
+
+/// Regroups `steps` (one function's, in order): each run of consecutive convolutions that may
+/// run image by image becomes one chain step ([`super::chain`]). `keep`: values the function
+/// returns (or keeps); `threads`: the pool's.
+fn form_chains(steps: Vec<Step>, keep: &HashSet<ValueId>, threads: usize) -> Vec<Step> {
+    use super::chain;
+    let convs: Vec<_> = steps
+        .iter()
+        .map(|s| match s {
+            Step::Kernel(k) => chain::qualify(k.fast.as_deref()?, k.outputs.len(), threads),
+            _ => None,
+        })
+        .collect();
+    let runs = chain::runs(&convs);
+    if runs.is_empty() {
+        return steps;
+    }
+    let reads: Vec<Vec<ValueId>> = steps.iter().map(Step::reads).collect();
+    let mut convs = convs;
+    let mut steps: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(steps.len());
+    let mut next = runs.into_iter().peekable();
+    let mut i = 0;
+    while i < steps.len() {
+        let Some(&(a, b)) = next.peek().filter(|&&(a, _)| a == i) else {
+            out.push(steps[i].take().expect("each step is taken once"));
+            i += 1;
+            continue;
+        };
+        next.next();
+        let read_after: HashSet<ValueId> = reads
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| !(a..b).contains(&j))
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
+        let mut first: Option<(NodeId, Op)> = None;
+        let mut group = Vec::with_capacity(b - a);
+        for j in a..b {
+            let Some(Step::Kernel(k)) = steps[j].take() else { unreachable!("a chain holds kernel steps") };
+            first.get_or_insert_with(|| (k.node, k.op.clone()));
+            // Run-time operands: the input and the residual (the filter, operand 1, is prepared).
+            let mut operands = smallvec::SmallVec::new();
+            operands.push(k.inputs[0]);
+            operands.extend(k.inputs.get(2).copied());
+            group.push(chain::Member {
+                operands,
+                output: k.outputs[0],
+                out_shape: k.out_shapes[0].clone(),
+                conv: convs[j].take().expect("qualified above"),
+            });
+        }
+        let (node, op) = first.expect("a chain has two or more steps");
+        let c = chain::build(group, |v| read_after.contains(&v) || keep.contains(&v));
+        out.push(Step::Kernel(KernelStep {
+            node,
+            op,
+            inputs: c.inputs,
+            outputs: c.outputs,
+            out_shapes: c.out_shapes,
+            fast: Some(c.kernel),
+        }));
+        i = b;
+    }
+    out
 }
 
 #[cfg(test)]
