@@ -17,6 +17,8 @@
 //! AMX-BF16 / AMX-INT8 and Linux granted XTILEDATA (`isa::Features::amx_bf16`); it has not been
 //! executed on the machines this project is developed on (none has AMX).
 
+use std::mem::MaybeUninit;
+
 use half::bf16;
 
 use super::epilogue::Scalar;
@@ -72,6 +74,20 @@ pub(crate) trait TileUnit {
     /// # Safety
     /// On hardware: the CPU has AMX-TILE and the OS granted XTILEDATA to this thread.
     unsafe fn config(&mut self, cfg: &TileCfg);
+    /// `cfg` in force: `LDTILECFG` unless the thread's tile configuration is already `cfg`
+    /// (the tiles' contents are then left as they are; [`TileUnit::zero`] clears them).
+    ///
+    /// # Safety
+    /// As [`TileUnit::config`].
+    unsafe fn ensure_config(&mut self, cfg: &TileCfg) {
+        // SAFETY: the caller's contract.
+        unsafe { self.config(cfg) }
+    }
+    /// `TILEZERO tmm<t>`.
+    ///
+    /// # Safety
+    /// Configured; the CPU has AMX-TILE.
+    unsafe fn zero(&mut self, t: usize);
     /// `TILELOADD tmm<t>, [p + stride]`: `rows[t]` rows of `colsb[t]` bytes, `stride` bytes apart.
     ///
     /// # Safety
@@ -88,11 +104,6 @@ pub(crate) trait TileUnit {
     /// # Safety
     /// `p` is writable for `rows[t]` rows of `colsb[t]` bytes, `stride` bytes apart.
     unsafe fn store(&mut self, t: usize, p: *mut u8, stride: usize);
-    /// `TILERELEASE`.
-    ///
-    /// # Safety
-    /// As [`TileUnit::config`].
-    unsafe fn release(&mut self);
 }
 
 /// The element types of a kernel.
@@ -127,16 +138,25 @@ impl Kind for Int8K {
 unsafe fn amx_tile<K: Kind, U: TileUnit, const R: usize>(t: &TileArgs<K::In, K::In, K::Acc>) {
     let es = size_of::<K::In>();
     let mut u = U::new();
-    // Accumulator rows as stored by TILESTORED (32 rows of 32 values).
-    let mut out = [[<K::Acc as Scalar>::ZERO; NR]; 32];
-    // B rows of a short last step, zero past its groups (two tiles' worth: 16 rows x 128 bytes).
-    let mut tail = [0u8; ROWS * 2 * ROW_BYTES];
+    // Accumulator rows as stored by TILESTORED (32 rows of 32 values; rows 0..R are written
+    // before they are read). Neither buffer is initialised: 6 KiB of stores per call otherwise.
+    let mut out = MaybeUninit::<[[K::Acc; NR]; 32]>::uninit();
+    // B rows of a short last step, zero past its groups (two tiles' worth: 16 rows x 128 bytes;
+    // zeroed when used).
+    let mut tail = MaybeUninit::<[u8; ROWS * 2 * ROW_BYTES]>::uninit();
     let two = R > ROWS;
     // SAFETY: the A and B reads stay inside the panels described by the contract (whole 16-group
     // steps, and a short last step through `tail`); the stores go to `out` (32 rows x 128 bytes);
-    // the hardware conditions are the caller's.
+    // the hardware conditions are the caller's. The configuration stays in force after the call
+    // (no TILERELEASE): the next call on this thread skips LDTILECFG and zeroes its accumulators.
     unsafe {
-        u.config(&TileCfg::KERNEL);
+        u.ensure_config(&TileCfg::KERNEL);
+        u.zero(0);
+        u.zero(1);
+        if two {
+            u.zero(2);
+            u.zero(3);
+        }
         let steps = t.kgroups.div_ceil(ROWS);
         let bstride = t.b_kstride * es;
         let astride = t.a_rs * es;
@@ -146,15 +166,12 @@ unsafe fn amx_tile<K: Kind, U: TileUnit, const R: usize>(t: &TileArgs<K::In, K::
             let mut b = t.b.add(s * ROWS * t.b_kstride).cast::<u8>();
             let mut bs = bstride;
             if groups < ROWS {
-                tail.fill(0);
+                let tail = tail.as_mut_ptr().cast::<u8>();
+                std::ptr::write_bytes(tail, 0, ROWS * 2 * ROW_BYTES);
                 for r in 0..groups {
-                    std::ptr::copy_nonoverlapping(
-                        b.add(r * bstride),
-                        tail.as_mut_ptr().add(r * 2 * ROW_BYTES),
-                        2 * ROW_BYTES,
-                    );
+                    std::ptr::copy_nonoverlapping(b.add(r * bstride), tail.add(r * 2 * ROW_BYTES), 2 * ROW_BYTES);
                 }
-                b = tail.as_ptr();
+                b = tail;
                 bs = 2 * ROW_BYTES;
             }
             u.load(4, a, astride);
@@ -176,9 +193,9 @@ unsafe fn amx_tile<K: Kind, U: TileUnit, const R: usize>(t: &TileArgs<K::In, K::
             u.store(2, o.add(ROWS * ostride), ostride);
             u.store(3, o.add(ROWS * ostride + ROW_BYTES), ostride);
         }
-        u.release();
-        let acc: [[K::Acc; NR]; R] = std::array::from_fn(|i| out[i]);
-        generic_store::<K::In, K::In, K::Acc, R, NR>(t, &acc);
+        // Rows 0..R of `out` (R ≤ 32), all written by the stores above.
+        let acc = &*out.as_ptr().cast::<[[K::Acc; NR]; R]>();
+        generic_store::<K::In, K::In, K::Acc, R, NR>(t, acc);
     }
 }
 
@@ -341,6 +358,24 @@ impl TileUnit for Hw {
         // (the caller's contract, checked by `isa::hardware_features` before the family is used).
         unsafe { std::arch::asm!("ldtilecfg [{0}]", in(reg) cfg as *const TileCfg, options(nostack, readonly)) };
     }
+    unsafe fn ensure_config(&mut self, cfg: &TileCfg) {
+        let mut now = MaybeUninit::<TileCfg>::uninit();
+        // SAFETY: STTILECFG writes the 64 bytes of `now` (all zero when the tiles are not
+        // configured); AMX is present and enabled (the caller's contract). Every bit pattern is
+        // a valid TileCfg (integers only).
+        let now = unsafe {
+            std::arch::asm!("sttilecfg [{0}]", in(reg) now.as_mut_ptr(), options(nostack));
+            now.assume_init()
+        };
+        if now != *cfg {
+            // SAFETY: the caller's contract.
+            unsafe { self.config(cfg) }
+        }
+    }
+    unsafe fn zero(&mut self, t: usize) {
+        // SAFETY: a register-only instruction on a configured tile (the caller's contract).
+        unsafe { per_tmm!(t, |tmm| std::arch::asm!(concat!("tilezero ", tmm!()), options(nostack, nomem))) }
+    }
     unsafe fn load(&mut self, t: usize, p: *const u8, stride: usize) {
         // SAFETY: the rows read are the caller's contract.
         unsafe {
@@ -377,10 +412,6 @@ impl TileUnit for Hw {
                 options(nostack)
             ))
         }
-    }
-    unsafe fn release(&mut self) {
-        // SAFETY: returns the tile state to its initial (unconfigured) state.
-        unsafe { std::arch::asm!("tilerelease", options(nostack, nomem)) };
     }
 }
 
@@ -439,6 +470,12 @@ impl TileUnit for Model {
         }
         self.cfg = *cfg;
         self.regs = [[0; ROWS * ROW_BYTES]; 8];
+    }
+    unsafe fn zero(&mut self, t: usize) {
+        if self.cfg.palette != 1 {
+            Self::fault("TILEZERO before LDTILECFG");
+        }
+        self.regs[t] = [0; ROWS * ROW_BYTES];
     }
     unsafe fn load(&mut self, t: usize, p: *const u8, stride: usize) {
         if self.cfg.palette != 1 {
@@ -504,9 +541,6 @@ impl TileUnit for Model {
             let dst = unsafe { std::slice::from_raw_parts_mut(p.add(r * stride), colsb) };
             dst.copy_from_slice(&self.regs[t][r * ROW_BYTES..r * ROW_BYTES + colsb]);
         }
-    }
-    unsafe fn release(&mut self) {
-        *self = Model::new();
     }
 }
 
