@@ -2,8 +2,9 @@
 //! kernel that computes a BF16 or F16 op in f32 ([`HalfFloat`]): bit-identical to `half`'s
 //! scalar conversions (widening exact, rounding to nearest even, a NaN kept NaN with its sign and
 //! the quiet bit set both ways). BF16 in branch-free lane arithmetic that the compiler
-//! vectorises, built for AVX2 as well and chosen by `FusedIsa`; F16 by `half` (F16C). Large
-//! slices are split over the calling rayon pool.
+//! vectorises, built for AVX2 and AVX-512 as well and chosen by `FusedIsa`, rounding with
+//! `vcvtneps2bf16` where the CPU has AVX512-BF16; F16 by `half` (F16C). Large slices are split
+//! over the calling rayon pool.
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -54,6 +55,43 @@ fn widen_avx2(src: &[bf16], dst: &mut [f32]) {
     widen_portable(src, dst)
 }
 
+/// The 16-lane build of the widening (the lane arithmetic vectorised for AVX-512).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn widen_avx512(src: &[bf16], dst: &mut [f32]) {
+    widen_portable(src, dst)
+}
+
+/// Rounding with `vcvtneps2bf16` (16 lanes, round to nearest even, a NaN made quiet as
+/// `half` does). The instruction flushes denormal inputs to zero where `half` rounds them: a
+/// vector holding one is rounded by the lane arithmetic instead, as is the tail.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+fn round_avx512bf16(src: &[f32], dst: &mut [bf16]) {
+    use std::arch::x86_64::*;
+    let n = src.len().min(dst.len());
+    let (exp, mant) = (_mm512_set1_epi32(0x7F80_0000), _mm512_set1_epi32(0x007F_FFFF));
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: elements i..i + 16 are inside both slices (i + 16 <= n); unaligned access.
+        let x = unsafe { _mm512_loadu_ps(src.as_ptr().add(i)) };
+        let bits = _mm512_castps_si512(x);
+        let denormal = _mm512_testn_epi32_mask(bits, exp) & _mm512_test_epi32_mask(bits, mant);
+        if denormal != 0 {
+            round_portable(&src[i..i + 16], &mut dst[i..i + 16]);
+        } else {
+            // SAFETY: __m256bh and __m256i are the same 32 bytes; the store writes elements
+            // i..i + 16 of `dst`, inside it.
+            unsafe {
+                let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(x));
+                _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), h);
+            }
+        }
+        i += 16;
+    }
+    round_portable(&src[i..n], &mut dst[i..n]);
+}
+
 /// Runs `piece` over `src` and `dst` (cut to their common length), in pieces split over the
 /// current pool when `parallel` is asked, the call is on a thread of a pool of several (never
 /// onto rayon's global pool from outside one) and the slices are large.
@@ -100,6 +138,14 @@ impl HalfFloat for f16 {
 /// AVX2 and AVX-512, the portable one otherwise).
 pub fn f32_to_bf16_with(src: &[f32], dst: &mut [bf16], parallel: bool, isa: FusedIsa) {
     #[cfg(target_arch = "x86_64")]
+    if isa.checked() == FusedIsa::Avx512
+        && std::arch::is_x86_feature_detected!("avx512bf16")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+    {
+        // SAFETY: `checked` confirmed AVX-512F; AVX512-BF16 and AVX512-BW checked just above.
+        return split(src, dst, parallel, |s, d| unsafe { round_avx512bf16(s, d) });
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.checked().avx2() {
         // SAFETY: `checked` confirmed AVX2 at run time.
         return split(src, dst, parallel, |s, d| unsafe { round_avx2(s, d) });
@@ -110,6 +156,11 @@ pub fn f32_to_bf16_with(src: &[f32], dst: &mut [bf16], parallel: bool, isa: Fuse
 
 /// [`HalfFloat::widen`] for BF16 on `isa` (as [`f32_to_bf16_with`]).
 pub fn bf16_to_f32_with(src: &[bf16], dst: &mut [f32], parallel: bool, isa: FusedIsa) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.checked() == FusedIsa::Avx512 && std::arch::is_x86_feature_detected!("avx512bw") {
+        // SAFETY: `checked` confirmed AVX-512F; AVX512-BW checked just above.
+        return split(src, dst, parallel, |s, d| unsafe { widen_avx512(s, d) });
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.checked().avx2() {
         // SAFETY: `checked` confirmed AVX2 at run time.
@@ -151,10 +202,18 @@ mod tests {
             0xFF80_0001,
             0xFFFF_FFFF,
         ];
+        let specials = v.clone();
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         for _ in 0..200_000 {
             s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             v.push((s >> 32) as u32);
+        }
+        // Each special value filling a whole 16-lane vector (aligned to 16 elements from the
+        // start), so the vector instruction paths meet every class, not only the lane fallback
+        // a denormal neighbour would send them to.
+        v.resize(v.len().next_multiple_of(16), 0x3F80_0000);
+        for p in specials {
+            v.extend([p; 16]);
         }
         v
     }
@@ -164,7 +223,7 @@ mod tests {
         let x: Vec<f32> = patterns().into_iter().map(f32::from_bits).collect();
         let want: Vec<u16> = x.iter().map(|&f| bf16::from_f32(f).to_bits()).collect();
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        for isa in [FusedIsa::Generic, FusedIsa::Avx2] {
+        for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
             for parallel in [false, true] {
                 let mut got = vec![bf16::from_bits(0x1234); x.len()];
                 pool.install(|| f32_to_bf16_with(&x, &mut got, parallel, isa));
@@ -178,7 +237,7 @@ mod tests {
     #[test]
     fn widening_is_exact_on_every_path() {
         let h: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
-        for isa in [FusedIsa::Generic, FusedIsa::Avx2] {
+        for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
             let mut got = vec![0f32; h.len()];
             bf16_to_f32_with(&h, &mut got, true, isa);
             for (g, s) in got.iter().zip(&h) {
