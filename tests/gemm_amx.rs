@@ -272,7 +272,10 @@ fn amx_hardware_agrees_with_the_model_and_the_exact_product() {
             let a: Vec<bf16> = (0..m * k).map(|_| val()).collect();
             let b: Vec<bf16> = (0..k * n).map(|_| val()).collect();
             let c0: Vec<f32> = (0..m * n).map(|_| val().to_f32()).collect();
-            let bias: Vec<f32> = (0..n).map(|_| val().to_f32()).collect();
+            // A bias per column, or per row (alternating).
+            let per_row = (si + bi) % 2 == 1;
+            let bias: Vec<f32> = (0..if per_row { m } else { n }).map(|_| val().to_f32()).collect();
+            let bias_arg = if per_row { Bias::PerRow(&bias) } else { Bias::PerColumn(&bias) };
             let mut c = c0.clone();
             gemm_bf16(
                 GemmArgs::new(
@@ -283,7 +286,7 @@ fn amx_hardware_agrees_with_the_model_and_the_exact_product() {
                     MatRef::row_major(&b, n),
                     MatMut::row_major(&mut c, n),
                 )
-                .epilogue(Epilogue { alpha, beta, bias: Bias::PerColumn(&bias), activation: act })
+                .epilogue(Epilogue { alpha, beta, bias: bias_arg, activation: act })
                 .threads(threads)
                 .options(opts),
             )
@@ -297,13 +300,14 @@ fn amx_hardware_agrees_with_the_model_and_the_exact_product() {
                         mag += x.abs();
                     }
                     let cij = c0[i * n + j] as f64;
-                    let mut want = alpha as f64 * s + beta as f64 * cij + bias[j] as f64;
+                    let bij = bias[if per_row { i } else { j }] as f64;
+                    let mut want = alpha as f64 * s + beta as f64 * cij + bij;
                     if act == Activation::Relu {
                         want = want.max(0.0);
                     }
                     let bound = (k + 3) as f64
                         * 2f64.powi(-24)
-                        * (alpha.abs() as f64 * mag + (beta as f64 * cij).abs() + (bias[j] as f64).abs());
+                        * (alpha.abs() as f64 * mag + (beta as f64 * cij).abs() + bij.abs());
                     let got = c[i * n + j] as f64;
                     assert!(
                         (got - want).abs() <= bound,

@@ -67,6 +67,9 @@ pub(crate) enum Dot {
 
 /// The tile instructions the kernels use. Register numbers are 0-7.
 pub(crate) trait TileUnit {
+    /// Whether this is the hardware (then the CPU has AVX-512F as well: the AMX families are
+    /// chosen only on the AVX-512 ISA).
+    const HW: bool;
     /// A unit ready for `LDTILECFG`.
     fn new() -> Self;
     /// `LDTILECFG [cfg]` (every tile is zeroed).
@@ -111,6 +114,15 @@ pub(crate) trait Kind: 'static {
     type In: Copy + 'static;
     type Acc: Scalar;
     const DOT: Dot;
+    /// Writes rows 0..R of the accumulators to C with the tile's epilogue (as
+    /// [`generic_store`]), on an AVX-512 CPU.
+    ///
+    /// # Safety
+    /// [`generic_store`]'s contract; the CPU has AVX-512F.
+    unsafe fn store_avx512<const R: usize>(t: &TileArgs<Self::In, Self::In, Self::Acc>, acc: &[[Self::Acc; NR]; R]) {
+        // SAFETY: the caller's contract.
+        unsafe { generic_store::<Self::In, Self::In, Self::Acc, R, NR>(t, acc) }
+    }
 }
 
 /// bf16 pairs into f32.
@@ -119,6 +131,50 @@ impl Kind for Bf16K {
     type In = bf16;
     type Acc = f32;
     const DOT: Dot = Dot::Bf16;
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn store_avx512<const R: usize>(t: &TileArgs<bf16, bf16, f32>, acc: &[[f32; NR]; R]) {
+        // SAFETY: the caller's contract.
+        unsafe { store_f32_avx512::<R>(t, acc) }
+    }
+}
+
+/// [`generic_store`] for f32 accumulators in 16-lane vectors, with the same operations in the
+/// same order (`alpha·v + 0`, `beta·c + v`, then the row bias, then the column bias), so the
+/// results are the same bits.
+///
+/// # Safety
+/// [`generic_store`]'s contract: C (`rsc` apart) is writable, and readable when `read_c`, for R
+/// rows of 32 columns; non-null biases cover the tile. The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_f32_avx512<const R: usize>(t: &TileArgs<bf16, bf16, f32>, acc: &[[f32; NR]; R]) {
+    use std::arch::x86_64::*;
+    let (alpha, beta, zero) = (_mm512_set1_ps(t.alpha), _mm512_set1_ps(t.beta), _mm512_setzero_ps());
+    // SAFETY: every pointer below stays inside the extents of the contract (rows < R, columns <
+    // 32, bias rows < R and columns < 32).
+    unsafe {
+        let bias_col =
+            (!t.bias_col.is_null()).then(|| [_mm512_loadu_ps(t.bias_col), _mm512_loadu_ps(t.bias_col.add(16))]);
+        for (i, row) in acc.iter().enumerate() {
+            let crow = t.c.add(i * t.rsc);
+            for h in 0..2 {
+                let mut v = _mm512_loadu_ps(row.as_ptr().add(16 * h));
+                if t.alpha != 1.0 {
+                    v = _mm512_add_ps(_mm512_mul_ps(v, alpha), zero);
+                }
+                if t.read_c {
+                    v = _mm512_add_ps(_mm512_mul_ps(beta, _mm512_loadu_ps(crow.add(16 * h))), v);
+                }
+                if !t.bias_row.is_null() {
+                    v = _mm512_add_ps(v, _mm512_set1_ps(*t.bias_row.add(i)));
+                }
+                if let Some(b) = bias_col {
+                    v = _mm512_add_ps(v, b[h]);
+                }
+                _mm512_storeu_ps(crow.add(16 * h), v);
+            }
+        }
+    }
 }
 
 /// int8 quads into i32.
@@ -195,7 +251,11 @@ unsafe fn amx_tile<K: Kind, U: TileUnit, const R: usize>(t: &TileArgs<K::In, K::
         }
         // Rows 0..R of `out` (R ≤ 32), all written by the stores above.
         let acc = &*out.as_ptr().cast::<[[K::Acc; NR]; R]>();
-        generic_store::<K::In, K::In, K::Acc, R, NR>(t, acc);
+        if U::HW {
+            K::store_avx512::<R>(t, acc);
+        } else {
+            generic_store::<K::In, K::In, K::Acc, R, NR>(t, acc);
+        }
     }
 }
 
@@ -350,6 +410,7 @@ macro_rules! per_tmm {
 
 #[cfg(target_arch = "x86_64")]
 impl TileUnit for Hw {
+    const HW: bool = true;
     fn new() -> Self {
         Hw
     }
@@ -456,6 +517,7 @@ fn ftz(x: f32) -> f32 {
 }
 
 impl TileUnit for Model {
+    const HW: bool = false;
     fn new() -> Self {
         Model { cfg: TileCfg { palette: 0, ..TileCfg::KERNEL }, regs: [[0; ROWS * ROW_BYTES]; 8] }
     }
@@ -620,6 +682,50 @@ mod tests {
         assert_eq!(bf16_daz(0x80, 0x3f), 1.0);
         assert_eq!(ftz(f32::from_bits(1)), 0.0);
         assert_eq!(ftz(-f32::MIN_POSITIVE), -f32::MIN_POSITIVE);
+    }
+
+    /// The AVX-512 store gives `generic_store`'s bits for every epilogue combination (alpha,
+    /// beta·C, row and column biases; values that round differently when fused or reordered).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_store_matches_the_generic_store_bit_for_bit() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        const R: usize = 5;
+        let f = |i: usize| ((i * 2654435761) % 1000) as f32 / 7.0 - 71.3;
+        let acc: [[f32; NR]; R] = std::array::from_fn(|i| std::array::from_fn(|j| f(i * NR + j) * 1.0e3));
+        let c0: Vec<f32> = (0..R * 40).map(|i| f(i + 77) * 0.37).collect();
+        let (brow, bcol): (Vec<f32>, Vec<f32>) =
+            ((0..R).map(|i| f(i + 5)).collect(), (0..NR).map(|j| f(j + 9)).collect());
+        for combo in 0..16 {
+            let args = |c: &mut Vec<f32>| TileArgs::<bf16, bf16, f32> {
+                kgroups: 0,
+                a: std::ptr::null(),
+                a_kstride: 0,
+                a_rs: 0,
+                b: std::ptr::null(),
+                b_kstride: 0,
+                b_copy: std::ptr::null_mut(),
+                c: c.as_mut_ptr(),
+                rsc: 40,
+                alpha: if combo & 1 != 0 { 0.3 } else { 1.0 },
+                beta: -1.7,
+                read_c: combo & 2 != 0,
+                bias_row: if combo & 4 != 0 { brow.as_ptr() } else { std::ptr::null() },
+                bias_col: if combo & 8 != 0 { bcol.as_ptr() } else { std::ptr::null() },
+                colsum: std::ptr::null(),
+            };
+            let (mut want, mut got) = (c0.clone(), c0.clone());
+            // SAFETY: C has R rows of 40 >= 32 columns; the biases cover R rows / 32 columns;
+            // AVX-512F checked above.
+            unsafe {
+                generic_store::<bf16, bf16, f32, R, NR>(&args(&mut want), &acc);
+                store_f32_avx512::<R>(&args(&mut got), &acc);
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "epilogue combination {combo:#06b}");
+        }
     }
 
     #[test]
