@@ -558,14 +558,15 @@ fn gemm_f64_in_pool(args: GemmArgs<'_, f64, f64>) -> Result<()> {
 
 /// The bf16-pair family when `isa` is AVX-512: the AMX-BF16 tiles where the CPU has them and
 /// the OS granted their state (unless `TENSORJIT_DISABLE_AMX=1`), else the AVX512-BF16 tiles
-/// where the CPU has AVX512-BF16.
+/// where the CPU has AVX512-BF16 and they are the faster choice ([`isa::bf16_dot_preferred`]:
+/// not on Intel CPUs, which then convert to f32 panels).
 fn bf16_pair_family(isa: Isa) -> Option<&'static Family<bf16, bf16, f32>> {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && isa::amx_enabled() && hardware_features().amx_bf16 {
         return Some(&amx::AMX_BF16);
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && hardware_features().avx512_bf16 {
+    if isa == Isa::Avx512 && hardware_features().avx512_bf16 && isa::bf16_dot_preferred() {
         return Some(&x86::AVX512_BF16);
     }
     let _ = isa;
@@ -596,9 +597,10 @@ where
     }
 }
 
-/// bf16 inputs, f32 accumulation and output: AVX512-BF16 `vdpbf16ps` tiles where the CPU has
-/// them (and the ISA is AVX-512), else bf16 → f32 conversion while packing and the f32 tiles
-/// (the AVX2 path, or any ISA forced through [`GemmOptions::isa`]). B may be pre-packed
+/// bf16 inputs, f32 accumulation and output: with the AVX-512 ISA, AMX-BF16 tiles where the CPU
+/// has them, else AVX512-BF16 `vdpbf16ps` tiles where they are faster than f32 (not on Intel
+/// CPUs); otherwise bf16 → f32 conversion while packing and the f32 tiles (also the AVX2 path,
+/// or any ISA forced through [`GemmOptions::isa`]). B may be pre-packed
 /// ([`PackedB::new_bf16`]).
 pub fn gemm_bf16(args: GemmArgs<'_, bf16, f32>) -> Result<()> {
     crate::threads::in_pool(args.threads, |threads| gemm_bf16_in_pool(args.threads(threads)))?
