@@ -73,7 +73,7 @@ struct ChainKernel {
 pub(crate) fn qualify(fast: &dyn FastKernel, outputs: usize, threads: usize) -> Option<ImageConv> {
     let conv = fast.as_any()?.downcast_ref::<ConvKernel>()?.per_image()?;
     let even = conv.images % threads.max(1) == 0 || conv.images >= 4 * threads;
-    (conv.images >= 2 && even && conv.in_pixels >= MIN_PIXELS && outputs == 1).then_some(conv)
+    (conv.images >= 2 && even && conv.in_pixels() >= MIN_PIXELS && outputs == 1).then_some(conv)
 }
 
 /// The chains among a function's steps: runs `[a, b)` of two or more consecutive qualifying

@@ -256,32 +256,48 @@ pub(crate) struct ImageConv {
     pub images: usize,
     pub x_len: usize,
     pub y_len: usize,
-    /// Input and output planes' pixels.
-    pub in_pixels: usize,
-    /// Whether operand 2 is a residual (laid out like the result).
-    pub residual: bool,
     pub desc: String,
 }
 
 impl ImageConv {
+    /// Pixels of an input plane.
+    pub(crate) fn in_pixels(&self) -> usize {
+        self.geom.in_hw[0] * self.geom.in_hw[1]
+    }
+
     /// One image: `x` and `residual` its operands' elements, `y` its result's, on the calling
     /// thread.
     pub(crate) fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32]) -> Result<()> {
-        let epi = ConvEpilogue {
-            bias: self.tail.bias.as_deref(),
-            residual: if self.residual { residual } else { None },
-            activation: self.tail.activation,
-            clamp: self.tail.clamp,
-        };
-        if self.residual && residual.is_none_or(|r| r.len() != y.len()) {
+        if self.tail.residual && residual.is_none_or(|r| r.len() != y.len()) {
             return Err(Error::invalid(OP, "residual missing or not laid out like the result"));
         }
-        let g = &self.geom;
-        if g.in_channels == 0 || g.kernel_hw.contains(&0) {
-            y.fill(0.0);
-        }
-        conv2d_f32(g, x, &self.filter, &epi, y, None)
+        convolve(&self.geom, &self.tail, x, &self.filter, residual, y, None)
     }
+}
+
+/// The convolution of `x` into `y` with `tail`'s epilogue (the residual read only when the tail
+/// has one): the one call both [`ConvKernel`] and [`ImageConv`] make.
+fn convolve(
+    geom: &ConvGeom,
+    tail: &Tail,
+    x: &[f32],
+    filter: &ConvFilter,
+    residual: Option<&[f32]>,
+    y: &mut [f32],
+    pool: Option<&rayon::ThreadPool>,
+) -> Result<()> {
+    let epi = ConvEpilogue {
+        bias: tail.bias.as_deref(),
+        residual: residual.filter(|_| tail.residual),
+        activation: tail.activation,
+        clamp: tail.clamp,
+    };
+    // A window with no taps (no input channels per group, or an empty kernel) sums nothing: the
+    // storage's previous contents must not survive into those results.
+    if geom.in_channels == 0 || geom.kernel_hw.contains(&0) {
+        y.fill(0.0);
+    }
+    conv2d_f32(geom, x, filter, &epi, y, pool)
 }
 
 pub(crate) struct ConvKernel {
@@ -314,8 +330,6 @@ impl ConvKernel {
             images: g.batch,
             x_len,
             y_len,
-            in_pixels: g.in_hw[0] * g.in_hw[1],
-            residual: self.tail.residual,
             desc: self.desc.clone(),
         })
     }
@@ -380,19 +394,7 @@ impl FastKernel for ConvKernel {
             }
             _ => None,
         };
-        let epi = ConvEpilogue {
-            bias: self.tail.bias.as_deref(),
-            residual,
-            activation: self.tail.activation,
-            clamp: self.tail.clamp,
-        };
         let y = Arc::make_mut(&mut out.data).typed_mut::<f32>();
-        // A window with no taps (no input channels per group, or an empty kernel) sums nothing:
-        // the storage's previous contents must not survive into those results.
-        let g = &self.geom;
-        if g.in_channels == 0 || g.kernel_hw.contains(&0) {
-            y.fill(0.0);
-        }
-        conv2d_f32(&self.geom, x.typed::<f32>(), filter, &epi, y, pool)
+        convolve(&self.geom, &self.tail, x.typed::<f32>(), filter, residual, y, pool)
     }
 }

@@ -928,11 +928,12 @@ fn form_chains(steps: Vec<Step>, keep: &HashSet<ValueId>, threads: usize) -> Vec
             .filter(|&(j, _)| !(a..b).contains(&j))
             .flat_map(|(_, r)| r.iter().copied())
             .collect();
-        let mut first: Option<(NodeId, Op)> = None;
+        // The chain step stands for its first convolution (for error messages and profiles).
+        let Some(Step::Kernel(head)) = &steps[a] else { unreachable!("a chain holds kernel steps") };
+        let (node, op) = (head.node, head.op.clone());
         let mut group = Vec::with_capacity(b - a);
         for j in a..b {
             let Some(Step::Kernel(k)) = steps[j].take() else { unreachable!("a chain holds kernel steps") };
-            first.get_or_insert_with(|| (k.node, k.op.clone()));
             // Run-time operands: the input and the residual (the filter, operand 1, is prepared).
             let mut operands = smallvec::SmallVec::new();
             operands.push(k.inputs[0]);
@@ -944,7 +945,6 @@ fn form_chains(steps: Vec<Step>, keep: &HashSet<ValueId>, threads: usize) -> Vec
                 conv: convs[j].take().expect("qualified above"),
             });
         }
-        let (node, op) = first.expect("a chain has two or more steps");
         let c = chain::build(group, |v| read_after.contains(&v) || keep.contains(&v));
         out.push(Step::Kernel(KernelStep {
             node,

@@ -87,6 +87,7 @@ fn detect() -> Features {
 /// AMX switched off: `tjgemm --half --prepacked` 99–116 GFLOP/s against 145–180 for the f32
 /// tiles, 0.63–0.70×), yes elsewhere (Zen 4: 1.44–1.48× on squares). Read once from the CPUID
 /// vendor string.
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn bf16_dot_preferred() -> bool {
     static PREFERRED: OnceLock<bool> = OnceLock::new();
     *PREFERRED.get_or_init(|| !intel())
@@ -98,11 +99,6 @@ fn intel() -> bool {
     let r = std::arch::x86_64::__cpuid(0);
     // "Genu" "ineI" "ntel" in EBX, EDX, ECX (little-endian).
     (r.ebx, r.edx, r.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn intel() -> bool {
-    false
 }
 
 /// CPUID leaf 7 sub-leaf 0, EDX: AMX-BF16 (bit 22), AMX-TILE (bit 24), AMX-INT8 (bit 25).
