@@ -237,3 +237,35 @@ fn large_plane_convolutions_run_image_by_image_and_agree_with_the_interpreter() 
         assert!(chain_of(&m, "parallelism=1,conv_layout=nhwc").is_some());
     }
 }
+
+#[test]
+fn a_value_read_by_a_closure_stays_computed_channels_first() {
+    // The block's inner results %4 (the 1×1's ReLU6) and %5 (the depthwise convolution) get
+    // channels-last twins; closures of `if` read them by id from @main. The pass must keep
+    // them computed in @main's body (or the closures would read values nothing computes).
+    let n = 2;
+    let body = inverted_residual(n, 8);
+    let t32 = format!("f32[{n},32,8,8]");
+    let text = format!(
+        "module @t\nfunc @main(%0 \"x\": f32[{n},3,16,16], %50 \"p\": bool[]) {{\n{body}  \
+         %51 = if %50, then_branch=@1, else_branch=@2 : {t32}\n  \
+         %52 = reduce_sum %51, axes=[1,2,3] : f32[{n}]\n  %53 = reduce_sum %8, axes=[1,2,3] : f32[{n}]\n  \
+         %54 = add %52, %53 : f32[{n}]\n  return %54\n}}\n\n\
+         closure @1() parent=@main {{\n  %60 = neg %4 : {t32}\n  return %60\n}}\n\n\
+         closure @2() parent=@main {{\n  return %5\n}}\n"
+    );
+    let m = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    for p in [true, false] {
+        let x = Buffer::from_slice(&floats_vec(n * 3 * 16 * 16, 9, 2.0), &[n, 3, 16, 16]).unwrap();
+        let p = Buffer::from_slice(&[p], &[]).unwrap();
+        agree(
+            &m,
+            &[x, p],
+            &["jit:parallelism=1", "jit:parallelism=2", "jit:parallelism=1,conv_layout=nhwc", "jit:conv_layout=keep"],
+        );
+    }
+    // The chain still goes channels-last; the depthwise convolution that closure @2 returns
+    // stays computed channels-first as well (its twin feeds the chain).
+    let (convs, _) = layout_of(&m, "conv_layout=nhwc");
+    assert_eq!(convs, vec![3, 3, 3, 1, 3]);
+}

@@ -18,7 +18,9 @@
 //! - a reduction over a twin whose kept axes stay in the same order (global average pooling
 //!   keeps N and C), and a pooling window (ReduceWindow) over a twin, read the twin instead;
 //! - every other reader of a value with a twin (and the function's outputs) reads
-//!   `transpose(twin)`, made once per value.
+//!   `transpose(twin)`, made once per value;
+//! - a value that a closure reads by id keeps its node as well (the closure and the other NCHW
+//!   readers read it; the twin feeds the channels-last readers).
 //!
 //! A convolution qualifies when its input has a twin, or its result reaches another qualifying
 //! convolution through elementwise ops: a lone convolution keeps its layout (a transpose back
@@ -155,13 +157,19 @@ fn run_func(m: &mut Module, func: FuncId, policy: Policy) -> bool {
     // `twins[v]`: v's channels-last twin; `back[v]`: `transpose(twin)`, made on first need.
     let mut twins: HashMap<ValueId, ValueId> = HashMap::new();
     let mut back: HashMap<ValueId, ValueId> = HashMap::new();
+    let captured = read_elsewhere(m, func);
     m.functions[func.index()].body.clear();
     for &n in &body {
         let node = m.node(n).clone();
         if let Some(out) = twin_of(m, func, n, &node.op, &node.inputs, &convs, &twins) {
-            // Replaced by its twin: the old node leaves the body.
             twins.insert(node.outputs[0], out);
-            continue;
+            if !captured.contains(&node.outputs[0]) {
+                // Replaced by its twin: the old node leaves the body.
+                continue;
+            }
+            // A closure reads the value by id: the old node stays (below), its operands with
+            // twins read through the transposes back, and its NCHW readers read it directly.
+            back.insert(node.outputs[0], node.outputs[0]);
         }
         if let Some((t, op)) = reduce_over_twin(m, n, &twins) {
             m.nodes[n.index()].op = op;
@@ -187,6 +195,22 @@ fn run_func(m: &mut Module, func: FuncId, policy: Policy) -> bool {
         m.functions[func.index()].outputs = Some(outs);
     }
     true
+}
+
+/// The values that nodes or outputs of functions other than `func` read (a closure reads its
+/// ancestors' values by id): `func` must keep computing those it defines.
+fn read_elsewhere(m: &Module, func: FuncId) -> HashSet<ValueId> {
+    let mut read = HashSet::new();
+    for (i, f) in m.functions.iter().enumerate() {
+        if i == func.index() {
+            continue;
+        }
+        for &n in &f.body {
+            read.extend(m.node(n).inputs.iter().copied());
+        }
+        read.extend(f.outputs.iter().flatten().copied());
+    }
+    read
 }
 
 /// `v` (in NCHW) as `transpose(t)` of its twin `t`, the transpose appended to `func`'s body on
