@@ -11,6 +11,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::fused::FusedIsa;
+use super::gemm::{Finish, Region};
 
 /// Elements below which a conversion stays on the calling thread.
 const PAR_MIN: usize = 1 << 16;
@@ -112,6 +113,9 @@ pub trait HalfFloat: Copy + Send + Sync + 'static {
     fn widen(src: &[Self], dst: &mut [f32], parallel: bool);
     /// `dst[i] = round(src[i])` over the common length, to nearest even.
     fn round(src: &[f32], dst: &mut [Self], parallel: bool);
+    /// The rounding [`HalfFloat::round`] runs on this CPU, on the calling thread, as a function
+    /// (chosen once, for callers that round many short pieces).
+    fn serial_rounding() -> fn(&[f32], &mut [Self]);
 }
 
 /// BF16: the branch-free lane arithmetic above, its AVX2 build on the path `FusedIsa` selects.
@@ -121,6 +125,9 @@ impl HalfFloat for bf16 {
     }
     fn round(src: &[f32], dst: &mut [bf16], parallel: bool) {
         f32_to_bf16_with(src, dst, parallel, FusedIsa::selected())
+    }
+    fn serial_rounding() -> fn(&[f32], &mut [bf16]) {
+        bf16_rounding(FusedIsa::selected())
     }
 }
 
@@ -132,26 +139,103 @@ impl HalfFloat for f16 {
     fn round(src: &[f32], dst: &mut [f16], parallel: bool) {
         split(src, dst, parallel, |s, d| d.convert_from_f32_slice(s))
     }
+    fn serial_rounding() -> fn(&[f32], &mut [f16]) {
+        |s, d| {
+            let n = s.len().min(d.len());
+            d[..n].convert_from_f32_slice(&s[..n])
+        }
+    }
+}
+
+/// Rounds the finished regions of an f32 product into a half-typed output of the same layout
+/// (the [`Finish`] of a bf16/f16 GEMM): a region at element offset `o` of the f32 buffer goes to
+/// offset `o` of the output, rounded as [`HalfFloat::round`], while the GEMM has it in cache.
+pub struct RoundInto<'a, H> {
+    /// Start of the f32 buffer the GEMM writes (only compared with, never read through).
+    base: usize,
+    dst: *mut H,
+    len: usize,
+    round: fn(&[f32], &mut [H]),
+    _out: std::marker::PhantomData<&'a mut [H]>,
+}
+
+impl<H> std::fmt::Debug for RoundInto<'_, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RoundInto({} elements of {})", self.len, std::any::type_name::<H>())
+    }
+}
+
+// SAFETY: the GEMM hands disjoint regions to concurrent `finish` calls (the `Finish` contract),
+// so the threads write disjoint elements of `dst`, which this value borrows mutably.
+unsafe impl<H: Send> Sync for RoundInto<'_, H> {}
+
+impl<'a, H: HalfFloat> RoundInto<'a, H> {
+    /// Rounds regions of `src` (the buffer the GEMM writes) into `dst`, element for element.
+    pub fn new(src: &[f32], dst: &'a mut [H]) -> Self {
+        assert!(dst.len() >= src.len(), "RoundInto: output of {} elements for {}", dst.len(), src.len());
+        RoundInto {
+            base: src.as_ptr() as usize,
+            dst: dst.as_mut_ptr(),
+            len: src.len(),
+            round: H::serial_rounding(),
+            _out: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<H: HalfFloat> Finish<f32> for RoundInto<'_, H> {
+    unsafe fn finish(&self, r: &Region<f32>) {
+        if r.rows == 0 || r.cols == 0 {
+            return;
+        }
+        let off = (r.at as usize).wrapping_sub(self.base) / size_of::<f32>();
+        let last = off + (r.rows - 1) * r.rs + (r.cols - 1) * r.cs;
+        assert!(r.at as usize >= self.base && last < self.len, "RoundInto: region outside the product");
+        for i in 0..r.rows {
+            let row = off + i * r.rs;
+            // SAFETY: every element (i, j) of the region is at `row + j * cs <= last < len`
+            // (asserted above), inside `dst` (`new` checked it is as long as the product); the
+            // values are readable over the region (the `Finish` contract); no other call writes
+            // these elements of `dst`.
+            unsafe {
+                let v = r.vals.add(i * r.vrs);
+                if r.cs == 1 && r.vcs == 1 {
+                    let s = std::slice::from_raw_parts(v, r.cols);
+                    (self.round)(s, std::slice::from_raw_parts_mut(self.dst.add(row), r.cols));
+                } else {
+                    for j in 0..r.cols {
+                        let s = std::slice::from_raw_parts(v.add(j * r.vcs), 1);
+                        (self.round)(s, std::slice::from_raw_parts_mut(self.dst.add(row + j * r.cs), 1));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// [`HalfFloat::round`] for BF16 on `isa` (lowered to what the CPU runs; the AVX2 build for
 /// AVX2 and AVX-512, the portable one otherwise).
 pub fn f32_to_bf16_with(src: &[f32], dst: &mut [bf16], parallel: bool, isa: FusedIsa) {
+    split(src, dst, parallel, bf16_rounding(isa))
+}
+
+/// The bf16 rounding for `isa` (lowered to what the CPU runs), over the common length.
+fn bf16_rounding(isa: FusedIsa) -> fn(&[f32], &mut [bf16]) {
     #[cfg(target_arch = "x86_64")]
     if isa.checked() == FusedIsa::Avx512
         && std::arch::is_x86_feature_detected!("avx512bf16")
         && std::arch::is_x86_feature_detected!("avx512bw")
     {
         // SAFETY: `checked` confirmed AVX-512F; AVX512-BF16 and AVX512-BW checked just above.
-        return split(src, dst, parallel, |s, d| unsafe { round_avx512bf16(s, d) });
+        return |s, d| unsafe { round_avx512bf16(s, d) };
     }
     #[cfg(target_arch = "x86_64")]
     if isa.checked().avx2() {
         // SAFETY: `checked` confirmed AVX2 at run time.
-        return split(src, dst, parallel, |s, d| unsafe { round_avx2(s, d) });
+        return |s, d| unsafe { round_avx2(s, d) };
     }
     let _ = isa;
-    split(src, dst, parallel, round_portable)
+    round_portable
 }
 
 /// [`HalfFloat::widen`] for BF16 on `isa` (as [`f32_to_bf16_with`]).
@@ -173,6 +257,60 @@ pub fn bf16_to_f32_with(src: &[bf16], dst: &mut [f32], parallel: bool, isa: Fuse
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `RoundInto` rounds exactly the regions it is handed (unit and non-unit column strides),
+    /// to the same bits as `half`'s scalar conversion, and leaves the rest of the output alone.
+    #[test]
+    fn round_into_rounds_each_region_in_place() {
+        let bits = patterns();
+        let src: Vec<f32> = bits.iter().take(12 * 40).map(|&b| f32::from_bits(b)).collect();
+        let mut b16 = vec![bf16::from_bits(0x1234); src.len()];
+        let mut h16 = vec![f16::from_bits(0x1234); src.len()];
+        let (rb, rh) = (RoundInto::new(&src, &mut b16), RoundInto::new(&src, &mut h16));
+        // Rows 2..7, columns 3..35 of the 12 x 40 matrix; then columns 36..40 of rows 0..4 read
+        // as a transposed view (row stride 1, column stride 40).
+        let regions = [(2 * 40 + 3, 40, 1, 5, 32), (36, 1, 40, 4, 4)];
+        let mut covered = vec![false; src.len()];
+        for &(off, rs, cs, rows, cols) in &regions {
+            // SAFETY: the regions lie inside `src` and do not overlap.
+            unsafe {
+                let r = Region::in_place(src.as_ptr().add(off), rs, cs, rows, cols);
+                rb.finish(&r);
+                rh.finish(&r);
+            }
+            for i in 0..rows {
+                for j in 0..cols {
+                    covered[off + i * rs + j * cs] = true;
+                }
+            }
+        }
+        // Rows 8..10, columns 0..8 with the values in another buffer (a tile buffer, rows 8
+        // apart): the output takes those, not `src`'s.
+        let tile: Vec<f32> = (0..16).map(|i| i as f32 * 1.001 - 7.3).collect();
+        let mut want = src.clone();
+        for i in 0..2 {
+            for j in 0..8 {
+                want[(8 + i) * 40 + j] = tile[i * 8 + j];
+                covered[(8 + i) * 40 + j] = true;
+            }
+        }
+        let r =
+            Region { at: src[8 * 40..].as_ptr(), rs: 40, cs: 1, rows: 2, cols: 8, vals: tile.as_ptr(), vrs: 8, vcs: 1 };
+        // SAFETY: inside `src`, disjoint from the regions above; `tile` holds 2 rows of 8.
+        unsafe {
+            rb.finish(&r);
+            rh.finish(&r);
+        }
+        for (i, &x) in want.iter().enumerate() {
+            let (wb, wh) = if covered[i] {
+                (bf16::from_f32(x), f16::from_f32(x))
+            } else {
+                (bf16::from_bits(0x1234), f16::from_bits(0x1234))
+            };
+            assert_eq!(b16[i].to_bits(), wb.to_bits(), "bf16 element {i} ({x:e}, covered {})", covered[i]);
+            assert_eq!(h16[i].to_bits(), wh.to_bits(), "f16 element {i} ({x:e}, covered {})", covered[i]);
+        }
+    }
 
     /// Bit patterns: every special class (zeros, subnormals, the rounding boundaries around
     /// ties, the largest finite values, infinities, signalling and quiet NaNs of both signs)

@@ -39,10 +39,10 @@ use crate::ir::module::{Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{Activation as OpActivation, DenseLayout, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::gemm::{
-    Activation, Bias, Epilogue, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scalar, gemm_bf16, gemm_f16, gemm_f32,
+    Activation, Bias, Epilogue, Finish, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scalar, gemm_bf16, gemm_f16, gemm_f32,
     gemm_f64, gemm_i8,
 };
-use crate::kernels::half::HalfFloat;
+use crate::kernels::half::RoundInto;
 use crate::kernels::tensor::Tensor;
 
 use super::fast::{FastKernel, PackJob, Packed, Prepared};
@@ -654,14 +654,18 @@ struct Fixed {
     geom: Geom,
 }
 
+/// A product's f32/f64/i32 output and the consumer of its finished tiles, if any.
+type Out<'a, A> = (&'a mut [A], Option<&'a dyn Finish<A>>);
+
 impl GemmKernel {
-    /// Runs the batched product for one input type; `c` is the `[batch, m, n]` output.
+    /// Runs the batched product for one input type; `c` is the `[batch, m, n]` output and the
+    /// consumer of its finished tiles, if any.
     fn run_typed<T: DotElem>(
         &self,
         g: &Geom,
         a: &[T],
         b: Option<&[T]>,
-        c: &mut [T::Acc],
+        (c, finish): Out<'_, T::Acc>,
         bias: Option<&[T::Acc]>,
         threads: usize,
     ) -> Result<()> {
@@ -690,7 +694,9 @@ impl GemmKernel {
                     return Err(Error::invalid(self.spec.op, "operand 1 has no data and no packed copy"));
                 }
             };
-            T::gemm(GemmArgs::new(m, n, k, av, bv, MatMut::row_major(cc, n)).epilogue(epilogue).threads(t))
+            T::gemm(
+                GemmArgs::new(m, n, k, av, bv, MatMut::row_major(cc, n)).epilogue(epilogue).threads(t).finish(finish),
+            )
         };
         let flops = 2usize.saturating_mul(m).saturating_mul(n).saturating_mul(k);
         if g.nb > 1 && threads > 1 && flops < SMALL_FLOPS {
@@ -712,30 +718,30 @@ impl GemmKernel {
             DType::Float32 => {
                 let (a, b) = self.operands::<f32>(inputs);
                 let bias = bias(2).map(|t| t.typed::<f32>());
-                self.run_typed(g, a, b, out.typed_mut::<f32>(), bias, threads)
+                self.run_typed(g, a, b, (out.typed_mut::<f32>(), None), bias, threads)
             }
             DType::Float64 => {
                 let (a, b) = self.operands::<f64>(inputs);
                 let bias = bias(2).map(|t| t.typed::<f64>());
-                self.run_typed(g, a, b, out.typed_mut::<f64>(), bias, threads)
+                self.run_typed(g, a, b, (out.typed_mut::<f64>(), None), bias, threads)
             }
             DType::BFloat16 => {
                 let (a, b) = self.operands::<bf16>(inputs);
                 let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<bf16>().iter().map(|x| x.to_f32()).collect());
-                self.half_out(out, threads, |c| self.run_typed(g, a, b, c, bias.as_deref(), threads))
+                self.half_out(out, |c, fin| self.run_typed(g, a, b, (c, fin), bias.as_deref(), threads))
             }
             DType::Float16 => {
                 let (a, b) = self.operands::<f16>(inputs);
                 let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<f16>().iter().map(|x| x.to_f32()).collect());
-                self.half_out(out, threads, |c| self.run_typed(g, a, b, c, bias.as_deref(), threads))
+                self.half_out(out, |c, fin| self.run_typed(g, a, b, (c, fin), bias.as_deref(), threads))
             }
             DType::Int8 => {
                 let (a, b) = self.operands::<i8>(inputs);
                 match self.spec.out_dtype {
-                    DType::Int32 => self.run_typed(g, a, b, out.typed_mut::<i32>(), None, threads),
+                    DType::Int32 => self.run_typed(g, a, b, (out.typed_mut::<i32>(), None), None, threads),
                     d => {
                         let mut c = vec![0i32; out.len()];
-                        self.run_typed(g, a, b, &mut c, None, threads)?;
+                        self.run_typed(g, a, b, (&mut c, None), None, threads)?;
                         match d {
                             DType::Int8 => narrow(&c, out.typed_mut::<i8>(), |x| x as i8),
                             DType::Int16 => narrow(&c, out.typed_mut::<i16>(), |x| x as i16),
@@ -751,20 +757,29 @@ impl GemmKernel {
 
     /// Runs `f` on an f32 output, directly into `out` when it is F32, else into f32 scratch
     /// (pooled per thread: no allocation or zeroing once warm; the product overwrites every
-    /// element) rounded once to `out`'s half dtype, split over the pool the product ran on.
-    fn half_out(&self, out: &mut Tensor, threads: usize, f: impl FnOnce(&mut [f32]) -> Result<()>) -> Result<()> {
+    /// element) that the GEMM rounds once into `out`'s half dtype tile by tile as it finishes
+    /// them (the [`Finish`] it is handed), while each tile is in cache.
+    fn half_out(
+        &self,
+        out: &mut Tensor,
+        f: impl FnOnce(&mut [f32], Option<&dyn Finish<f32>>) -> Result<()>,
+    ) -> Result<()> {
         match out.shape.dtype {
-            DType::Float32 => f(out.typed_mut::<f32>()),
+            DType::Float32 => f(out.typed_mut::<f32>(), None),
             d => {
                 let mut scratch = crate::kernels::gemm::Scratch::new();
                 let c = scratch.get(out.len());
-                f(c)?;
                 match d {
-                    DType::BFloat16 => bf16::round(c, out.typed_mut::<bf16>(), threads > 1),
-                    DType::Float16 => f16::round(c, out.typed_mut::<f16>(), threads > 1),
-                    _ => return Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
+                    DType::BFloat16 => {
+                        let round = RoundInto::new(c, out.typed_mut::<bf16>());
+                        f(c, Some(&round))
+                    }
+                    DType::Float16 => {
+                        let round = RoundInto::new(c, out.typed_mut::<f16>());
+                        f(c, Some(&round))
+                    }
+                    _ => Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
                 }
-                Ok(())
             }
         }
     }

@@ -4,9 +4,10 @@
 //! software model of the same instructions, so the driver, packing, tile loop, edges and
 //! epilogue run and are tested on CPUs without AMX.
 //!
-//! Layout (one call, `kgroups` B groups of `g` k values): A is packed in rows of 64 bytes per
-//! 16 B groups (`a_group` 32 bf16 / 64 int8 k values, zero padded past k), so each A tile is 16
-//! such rows `a_rs` elements apart; B is packed in the VNNI layout (`g` = 2 bf16 pairs / 4 int8
+//! Layout (one call, `kgroups` B groups of `g` k values): each A tile is 16 rows of 64 bytes
+//! (`a_group` 32 bf16 / 64 int8 k values) `a_rs` elements apart — a row-major A read in place
+//! (whole 32-row tiles when k is a multiple of the group), or A packed in such rows per 16 B
+//! groups (zero padded past k); B is packed in the VNNI layout (`g` = 2 bf16 pairs / 4 int8
 //! quads for each of 32 columns per k group), so each B tile is 16 k groups of 16 columns, one
 //! group per 128-byte row. Tiles: tmm0-3 the accumulators (rows 0-15 / 16-31 x columns 0-15 /
 //! 16-31), tmm4-5 the A rows, tmm6-7 the B columns. A depth step short of 16 groups (the end
@@ -14,8 +15,8 @@
 //! the padded A bytes are zero against zero B rows.
 //!
 //! The asm is assembled on every x86-64 build but runs only where CPUID reports AMX-TILE with
-//! AMX-BF16 / AMX-INT8 and Linux granted XTILEDATA (`isa::Features::amx_bf16`); it has not been
-//! executed on the machines this project is developed on (none has AMX).
+//! AMX-BF16 / AMX-INT8 and Linux granted XTILEDATA (`isa::Features::amx_bf16`); the tests check
+//! it against the model there (`tests/gemm_amx.rs`).
 
 use std::mem::MaybeUninit;
 
@@ -767,6 +768,7 @@ mod tests {
                 bias_row: None,
                 bias_col: None,
                 act: Activation::None,
+                finish: None,
             };
             let blk = blocking::block_sizes(fam.mr, fam.nr, fam.g, 2, 2, Blocking { kc: pp.kc, mc: 64, nc: 0 });
             crate::kernels::gemm::driver::run(fam, &job, &BSource::Prepacked(&pp), blk, 1);

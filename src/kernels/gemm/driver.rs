@@ -1,12 +1,13 @@
 //! The blocked GEMM driver (BLIS loop order jc → pc → ic → jr → ir): packs B blocks (or reads
 //! them in place, or takes them pre-packed), packs A blocks, calls a tile per MR x NR block of
-//! C, runs the activation on each finished tile while it is in L1, and splits the work over
-//! threads by M or N blocks.
+//! C, runs the activation on each finished tile while it is in L1 (and hands it to the job's
+//! [`Finish`], e.g. the rounding of a half-precision output), and splits the work over threads
+//! by M or N blocks.
 
 use rayon::prelude::*;
 
 use super::blocking::{Blocking, round_up};
-use super::epilogue::{Activation, Scalar};
+use super::epilogue::{Activation, Finish, Region, Scalar};
 use super::kernel::{AlignedBuf, Family, PackFrom, PanelBuf, TileArgs};
 use super::pack::{colsum_correction, pack_panels};
 
@@ -66,6 +67,8 @@ pub(crate) struct Job<'a, TI, T> {
     pub bias_row: Option<&'a [T]>,
     pub bias_col: Option<&'a [T]>,
     pub act: Activation,
+    /// Takes each finished region of C ([`Finish`]).
+    pub finish: Option<&'a dyn Finish<T>>,
 }
 
 impl<TI, T: Copy> Clone for Job<'_, TI, T> {
@@ -96,7 +99,8 @@ impl<TI, T: Copy> Job<'_, TI, T> {
         }
     }
 
-    /// The transposed problem `Cᵀ = Bᵀ·Aᵀ` (row and column biases swap).
+    /// The transposed problem `Cᵀ = Bᵀ·Aᵀ` (row and column biases swap; no finisher: its regions
+    /// would come transposed).
     pub fn transposed(&self) -> Self {
         Job {
             m: self.n,
@@ -106,6 +110,7 @@ impl<TI, T: Copy> Job<'_, TI, T> {
             c: RawMatMut { ptr: self.c.ptr, rs: self.c.cs, cs: self.c.rs },
             bias_row: self.bias_col,
             bias_col: self.bias_row,
+            finish: None,
             ..*self
         }
     }
@@ -393,6 +398,17 @@ unsafe fn run_serial<TI, PA, PB, T>(
         && PA::IDENTITY
         && job.a.cs == 1
         && (!(job.a.rs * size_of::<PA>()).is_multiple_of(4096) || m * k * size_of::<PA>() <= l1d / 2);
+    // The AMX tiles load A as 16 rows of one 64-byte group each, at any row stride: a row-major
+    // A is read in place by every whole (mr-row) tile when every depth step is whole (k and the
+    // depth blocks multiples of the group: a step past k would read past the row); only the
+    // block's last partial tile of rows is packed. Packing A was a tenth of a bf16 MiniLM
+    // forward on AMX.
+    let a_rows_in_place = !a_in_place
+        && fam.a_group != 0
+        && PA::IDENTITY
+        && job.a.cs == 1
+        && k.is_multiple_of(ga)
+        && kc_blk.is_multiple_of(ga);
     let mut apack = AlignedBuf::<PA>::zeroed(if a_in_place { 0 } else { mc_blk * round_up(kc_blk, ga) });
     // Direct: the edge panel, then one panel of scratch (see the jr loop).
     let mut bpack = AlignedBuf::<PB>::zeroed(match bsrc {
@@ -449,10 +465,21 @@ unsafe fn run_serial<TI, PA, PB, T>(
             for ic in (0..m).step_by(mc_blk) {
                 let mc = mc_blk.min(m - ic);
                 let asrc = job.a.offset(ic, pc);
-                if !a_in_place {
-                    // SAFETY: the A block lies inside A; apack holds mc_blk x kc_blk elements.
+                // Rows from `packed_from` on are packed (all of them unless A is read in place).
+                let packed_from = if a_in_place {
+                    mc
+                } else if a_rows_in_place {
+                    mc / mr * mr
+                } else {
+                    0
+                };
+                if packed_from < mc {
+                    let s = asrc.offset(packed_from, 0);
+                    // SAFETY: the rows lie inside A; apack holds mc_blk x kc_blk elements, the
+                    // panels from row `packed_from` (a multiple of mr) at their usual place.
                     unsafe {
-                        pack_panels::<TI, PA>(asrc.ptr, asrc.rs, asrc.cs, mc, kc, mr, ga, apack.as_mut_ptr(), fam.isa)
+                        let dst = apack.as_mut_ptr().add(packed_from * a_row);
+                        pack_panels::<TI, PA>(s.ptr, s.rs, s.cs, mc - packed_from, kc, mr, ga, dst, fam.isa)
                     };
                 }
                 // Direct with several row tiles per panel and B rows a page or more apart: each
@@ -521,17 +548,19 @@ unsafe fn run_serial<TI, PA, PB, T>(
                     for ir in (0..mc).step_by(mr) {
                         let mr_eff = mr.min(mc - ir);
                         let copies_here = fuse && ir == 0;
+                        let in_place = ir < packed_from;
                         let mut t = TileArgs {
                             kgroups: kg,
                             // Row ir of the A block in place (PA is TI there), or panel ir/mr of
                             // the packed A block.
-                            a: if a_in_place {
+                            a: if in_place {
                                 asrc.offset(ir, 0).ptr.cast::<PA>()
                             } else {
                                 apack.as_ptr().wrapping_add(ir * a_row)
                             },
-                            a_kstride: if a_in_place { 1 } else { mr * ga },
-                            a_rs: if a_in_place { job.a.rs } else { ga },
+                            // In place: the next k (or, on AMX, the next group of k values).
+                            a_kstride: if in_place { if a_in_place { 1 } else { ga } } else { mr * ga },
+                            a_rs: if in_place { job.a.rs } else { ga },
                             b: if copies_here { bsrc_blk.offset(0, jr).ptr.cast::<PB>() } else { bptr },
                             b_kstride: if copies_here { job.b.rs } else { bks },
                             b_copy: if copies_here {
@@ -557,7 +586,10 @@ unsafe fn run_serial<TI, PA, PB, T>(
                         let tile = fam.tiles[mr_eff - 1];
                         let cblk = job.c.offset(ic + ir, jc + jr);
                         let act = if last { job.act } else { Activation::None };
-                        if nr_eff == nr && job.c.cs == 1 {
+                        // A tile finished in its only depth block (C not read) goes from the
+                        // tile buffer straight to the finisher: C is never written.
+                        let finished = if last { job.finish } else { None };
+                        if nr_eff == nr && job.c.cs == 1 && (finished.is_none() || t.read_c) {
                             t.c = cblk.ptr;
                             t.rsc = job.c.rs;
                             // The tile reads or writes C only after its k loop: fetching the
@@ -575,6 +607,11 @@ unsafe fn run_serial<TI, PA, PB, T>(
                                         let row = std::slice::from_raw_parts_mut(cblk.ptr.add(i * job.c.rs), nr);
                                         T::activate(fam.isa, act, row);
                                     }
+                                }
+                                if let Some(f) = finished {
+                                    // The tile is final after its last K block; each tile of C
+                                    // has one last block.
+                                    f.finish(&Region::in_place(cblk.ptr, job.c.rs, 1, mr_eff, nr));
                                 }
                             }
                         } else {
@@ -603,9 +640,27 @@ unsafe fn run_serial<TI, PA, PB, T>(
                                 for i in 0..mr_eff {
                                     let row = std::slice::from_raw_parts_mut(tmp.add(i * nr), nr_eff);
                                     T::activate(fam.isa, act, row);
-                                    for (j, v) in row.iter().enumerate() {
-                                        *cblk.ptr.add(i * job.c.rs + j * job.c.cs) = *v;
+                                    if finished.is_none() {
+                                        for (j, v) in row.iter().enumerate() {
+                                            *cblk.ptr.add(i * job.c.rs + j * job.c.cs) = *v;
+                                        }
                                     }
+                                }
+                                if let Some(f) = finished {
+                                    // The mr_eff x nr_eff part is final: to the finisher from
+                                    // the buffer (C is not written).
+                                    let (rs, cs) = (job.c.rs, job.c.cs);
+                                    let at = cblk.ptr.cast_const();
+                                    f.finish(&Region {
+                                        at,
+                                        rs,
+                                        cs,
+                                        rows: mr_eff,
+                                        cols: nr_eff,
+                                        vals: tmp,
+                                        vrs: nr,
+                                        vcs: 1,
+                                    });
                                 }
                             }
                         }
@@ -650,6 +705,10 @@ pub(crate) fn naive<TI: Copy, T: Scalar + PackFrom<TI>>(job: &Job<'_, TI, T>, is
         for (j, v) in row.iter().enumerate() {
             // SAFETY: (i, j) is inside the validated C.
             unsafe { *job.c.ptr.add(i * job.c.rs + j * job.c.cs) = *v };
+        }
+        if let Some(f) = job.finish {
+            // SAFETY: row i of the validated C, final, handed over once.
+            unsafe { f.finish(&Region::in_place(job.c.ptr.wrapping_add(i * job.c.rs), job.c.rs, job.c.cs, 1, job.n)) };
         }
     }
 }

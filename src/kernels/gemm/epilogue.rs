@@ -103,6 +103,52 @@ impl<'a, T: Scalar> Epilogue<'a, T> {
     }
 }
 
+/// A consumer of the finished product: the GEMM hands it every element of C once, in disjoint
+/// regions, after the last update of each (the epilogue and activation applied), while the
+/// values are in cache: a tile as the driver finishes it, a row on the unblocked path, the
+/// whole output after a matrix-vector product. Regions may be handed over from several threads
+/// at once. A half-precision product rounds its f32 output to bf16 or f16 this way, instead of
+/// in a separate pass over memory ([`crate::kernels::half::RoundInto`]); a product finished in
+/// one depth block then never writes its f32 output at all (the values come from a tile buffer).
+pub trait Finish<T>: Sync + std::fmt::Debug {
+    /// Takes one finished region.
+    ///
+    /// # Safety
+    /// The region's `at` extent lies inside the C the GEMM was given and no other call covers
+    /// any of its elements; `vals` is readable over its extent.
+    unsafe fn finish(&self, region: &Region<T>);
+}
+
+/// A `rows` x `cols` region of C handed to a [`Finish`]: where it lies in C (`at`, strides `rs`,
+/// `cs`; an address only, C may not hold the values) and where its final values are (`vals`,
+/// strides `vrs`, `vcs`: C itself or a tile buffer).
+#[derive(Clone, Copy, Debug)]
+pub struct Region<T> {
+    /// Element (0, 0) of the region in C.
+    pub at: *const T,
+    /// Row stride of C.
+    pub rs: usize,
+    /// Column stride of C.
+    pub cs: usize,
+    /// Rows of the region.
+    pub rows: usize,
+    /// Columns of the region.
+    pub cols: usize,
+    /// Element (0, 0) of the values.
+    pub vals: *const T,
+    /// Row stride of the values.
+    pub vrs: usize,
+    /// Column stride of the values.
+    pub vcs: usize,
+}
+
+impl<T> Region<T> {
+    /// A region of C whose values are in C.
+    pub fn in_place(at: *const T, rs: usize, cs: usize, rows: usize, cols: usize) -> Self {
+        Region { at, rs, cs, rows, cols, vals: at, vrs: rs, vcs: cs }
+    }
+}
+
 /// The accumulator/output element types (f32, f64, i32) and their epilogue arithmetic.
 pub trait Scalar: Copy + Send + Sync + PartialEq + Default + std::fmt::Debug + 'static {
     /// Additive identity.

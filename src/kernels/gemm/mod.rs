@@ -42,7 +42,7 @@ mod x86;
 use half::{bf16, f16};
 
 pub use blocking::{Blocking, cache_sizes};
-pub use epilogue::{Activation, Bias, Epilogue, Scalar};
+pub use epilogue::{Activation, Bias, Epilogue, Finish, Region, Scalar};
 // `dispatch_summary`: the path the crate's own tests use (feature `internals`).
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use isa::{Isa, dispatch_summary, hardware_features, isa_supported, selected_isa};
@@ -195,6 +195,8 @@ pub struct GemmArgs<'a, TI, TO> {
     pub threads: usize,
     /// Tuning/testing knobs.
     pub options: GemmOptions,
+    /// Where finished regions of C go (see [`Finish`]); none by default.
+    pub finish: Option<&'a dyn Finish<TO>>,
 }
 
 impl<'a, TI, TO: Scalar> GemmArgs<'a, TI, TO> {
@@ -210,6 +212,7 @@ impl<'a, TI, TO: Scalar> GemmArgs<'a, TI, TO> {
             epilogue: Epilogue::default(),
             threads: 1,
             options: GemmOptions::default(),
+            finish: None,
         }
     }
     /// With an epilogue.
@@ -227,6 +230,11 @@ impl<'a, TI, TO: Scalar> GemmArgs<'a, TI, TO> {
     #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn options(mut self, o: GemmOptions) -> Self {
         self.options = o;
+        self
+    }
+    /// With a consumer of the finished regions of C.
+    pub fn finish(mut self, f: Option<&'a dyn Finish<TO>>) -> Self {
+        self.finish = f;
         self
     }
 }
@@ -256,7 +264,7 @@ struct Checked<'a, TI, T> {
 }
 
 fn check<'a, TI, T: Scalar>(args: GemmArgs<'a, TI, T>) -> Result<Checked<'a, TI, T>> {
-    let GemmArgs { m, n, k, a, b, c, epilogue, threads, options } = args;
+    let GemmArgs { m, n, k, a, b, c, epilogue, threads, options, finish } = args;
     check_extent("A", m, k, a.rs, a.cs, a.data.len())?;
     let (bview, packed) = match b {
         Rhs::Mat(bm) => {
@@ -315,6 +323,7 @@ fn check<'a, TI, T: Scalar>(args: GemmArgs<'a, TI, T>) -> Result<Checked<'a, TI,
         bias_row,
         bias_col,
         act: epilogue.activation,
+        finish,
     };
     Ok(Checked { job, packed, isa, options, threads })
 }
@@ -430,10 +439,14 @@ where
             need(m == 1 || n == 1, "needs m = 1 or n = 1")?;
             if k == 0 {
                 driver::naive(&job, isa);
-            } else if m == 1 {
-                g(&job, isa, threads);
             } else {
-                g(&job.transposed(), isa, threads);
+                let plain = Job { finish: None, ..job };
+                if m == 1 {
+                    g(&plain, isa, threads);
+                } else {
+                    g(&plain.transposed(), isa, threads);
+                }
+                finish_whole(&job);
             }
         }
         Path::Direct => {
@@ -464,6 +477,15 @@ where
         }
     }
     Ok(())
+}
+
+/// Hands the whole of C to the job's finisher, on a path that does not hand it over tile by tile
+/// (the matrix-vector products: C is one row or column).
+fn finish_whole<TI, T>(job: &Job<'_, TI, T>) {
+    if let Some(f) = job.finish {
+        // SAFETY: the whole of the validated C, final, in one call.
+        unsafe { f.finish(&Region::in_place(job.c.ptr, job.c.rs, job.c.cs, job.m, job.n)) };
+    }
 }
 
 type F32Fam = &'static Family<f32, f32, f32>;
@@ -527,8 +549,10 @@ fn gemm_f32_in_pool(args: GemmArgs<'_, f32, f32>) -> Result<()> {
             let j = &ck.job;
             if j.m == 1 && j.n > 0 && j.k > 0 && ck.options.path == Path::Auto && pf.g == 1 {
                 // Batch-1 products with constant weights: a matrix-vector pass over the panels.
+                let plain = Job { finish: None, ..*j };
                 // SAFETY: `check` validated the job against these panels (same k and n).
-                unsafe { gemv::gemv_prepacked(j, panels, pf.nr, ck.isa, ck.threads) };
+                unsafe { gemv::gemv_prepacked(&plain, panels, pf.nr, ck.isa, ck.threads) };
+                finish_whole(j);
                 return Ok(());
             }
             execute(ck, &[pf], Some(gemv::gemv::<f32>), Some((pf, panels)))
@@ -940,6 +964,119 @@ impl PackedB {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records what a GEMM hands to its [`Finish`]: per element of C, how often and the value.
+    #[derive(Debug)]
+    struct Recorder {
+        base: usize,
+        n: usize,
+        seen: Vec<std::sync::Mutex<(u32, f32)>>,
+    }
+
+    impl Finish<f32> for Recorder {
+        unsafe fn finish(&self, r: &Region<f32>) {
+            for i in 0..r.rows {
+                for j in 0..r.cols {
+                    let p = r.at.wrapping_add(i * r.rs + j * r.cs);
+                    let off = (p as usize - self.base) / 4;
+                    // SAFETY: the `Finish` contract: the values are readable.
+                    let v = unsafe { *r.vals.add(i * r.vrs + j * r.vcs) };
+                    let mut e = self.seen[off].lock().unwrap();
+                    *e = (e.0 + 1, v);
+                }
+            }
+            let _ = self.n;
+        }
+    }
+
+    /// Every path hands every element of C to the finisher exactly once, with its final value
+    /// (after the last K block, the bias and the activation; from C or a tile buffer): tiny (naive), m = 1 (gemv), small M
+    /// (direct), packed with several K, M and N blocks and edge tiles, pre-packed, 1 and 2
+    /// threads, bf16 tiles too.
+    #[test]
+    fn the_finisher_sees_every_element_once_and_final() {
+        let shapes = [(3, 5, 7), (1, 300, 70), (37, 1, 40), (9, 100, 64), (61, 75, 300), (130, 97, 129), (70, 64, 192)];
+        for &(m, n, k) in &shapes {
+            let a: Vec<f32> = (0..m * k).map(|x| ((x * 13 % 31) as f32 - 15.0) / 16.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|x| ((x * 7 % 29) as f32 - 14.0) / 16.0).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 / 8.0 - 2.0).collect();
+            let ab: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
+            let bb: Vec<bf16> = b.iter().map(|&x| bf16::from_f32(x)).collect();
+            let packed = PackedB::new(k, n, MatRef::row_major(&b, n)).unwrap();
+            let packed_bf16 = PackedB::new_bf16(k, n, MatRef::row_major(&bb, n)).unwrap();
+            for path in [Path::Auto, Path::Naive, Path::Gemv, Path::Direct, Path::Packed] {
+                if path == Path::Gemv && m != 1 && n != 1 {
+                    continue;
+                }
+                for threads in [1, 2] {
+                    for kind in 0..4 {
+                        // Pre-packed B (kinds 1, 3) on the automatic choice only; bf16 (2, 3)
+                        // has no gemv or direct path.
+                        let skip = match kind {
+                            1 | 3 => path != Path::Auto,
+                            2 => path != Path::Auto && path != Path::Packed && path != Path::Naive,
+                            _ => false,
+                        };
+                        if skip {
+                            continue;
+                        }
+                        let mut c = vec![f32::NAN; m * n];
+                        let rec = Recorder {
+                            base: c.as_ptr() as usize,
+                            n,
+                            seen: (0..m * n).map(|_| std::sync::Mutex::new((0, 0.0))).collect(),
+                        };
+                        let opts =
+                            GemmOptions { path, blocking: Blocking { kc: 48, mc: 28, nc: 64 }, ..Default::default() };
+                        let epi = Epilogue::dense(&bias, Activation::Relu);
+                        let cm = MatMut::row_major(&mut c, n);
+                        let r = match kind {
+                            0 => gemm_f32(
+                                GemmArgs::new(m, n, k, MatRef::row_major(&a, k), MatRef::row_major(&b, n), cm)
+                                    .epilogue(epi)
+                                    .threads(threads)
+                                    .options(opts)
+                                    .finish(Some(&rec)),
+                            ),
+                            1 => gemm_f32(
+                                GemmArgs::new(m, n, k, MatRef::row_major(&a, k), Rhs::Packed(&packed), cm)
+                                    .epilogue(epi)
+                                    .threads(threads)
+                                    .options(opts)
+                                    .finish(Some(&rec)),
+                            ),
+                            2 => gemm_bf16(
+                                GemmArgs::new(m, n, k, MatRef::row_major(&ab, k), MatRef::row_major(&bb, n), cm)
+                                    .epilogue(epi)
+                                    .threads(threads)
+                                    .options(opts)
+                                    .finish(Some(&rec)),
+                            ),
+                            _ => gemm_bf16(
+                                GemmArgs::new(m, n, k, MatRef::row_major(&ab, k), Rhs::Packed(&packed_bf16), cm)
+                                    .epilogue(epi)
+                                    .threads(threads)
+                                    .options(opts)
+                                    .finish(Some(&rec)),
+                            ),
+                        };
+                        r.unwrap_or_else(|e| panic!("{m}x{n}x{k} {path:?} kind {kind}: {e}"));
+                        for (i, e) in rec.seen.iter().enumerate() {
+                            let (count, v) = *e.lock().unwrap();
+                            let what = format!("{m}x{n}x{k} {path:?} {threads}T kind {kind} element {i}");
+                            assert_eq!(count, 1, "{what}: handed over {count} times");
+                            // The product of these sixteenths is exact: relu(a·b + bias). (C
+                            // itself need not hold it: tiles finished from the tile buffer are
+                            // not written back.)
+                            let (r, col) = (i / n, i % n);
+                            let want = (0..k).map(|p| a[r * k + p] * b[p * n + col]).sum::<f32>() + bias[col];
+                            assert_eq!(v, want.max(0.0), "{what}: handed over");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn direct_path_choice_follows_the_l2() {
