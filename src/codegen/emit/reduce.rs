@@ -60,6 +60,88 @@ pub(super) fn accumulate(
     Ok(())
 }
 
+/// The flat index of the first reduced element of output `j`: `(j div inner)·red·inner + j mod
+/// inner` (`j·red` when `inner` is 1).
+fn output_base(b: &mut FunctionBuilder, j: Value, red_n: i64, inner: i64) -> Value {
+    if inner == 1 {
+        return b.ins().imul_imm(j, red_n);
+    }
+    let o = b.ins().udiv_imm(j, inner);
+    let n = b.ins().urem_imm(j, inner);
+    let ob = b.ins().imul_imm(o, red_n.saturating_mul(inner));
+    b.ins().iadd(ob, n)
+}
+
+/// One accumulator per reduction of `red`, `lanes` wide, set to the combine's identity.
+fn identities(b: &mut FunctionBuilder, red: &Reduction, tys: &[Ty], ptr: Type, lanes: i64) -> Vec<Variable> {
+    red.outputs
+        .iter()
+        .map(|&(kind, r)| {
+            let t = tys[r].compute_ty();
+            let v = b.declare_var(with_lanes(lane_ty(t), lanes));
+            let init = Cg { b: &mut *b, lanes, ptr }.emit_const(t, reduce_identity(kind, tys[r]));
+            b.def_var(v, init);
+            v
+        })
+        .collect()
+}
+
+/// The loop of reduced positions `r` from the variable's value to `red_n`, one at a time:
+/// evaluates the body `lanes` wide at `base + r·inner` and combines into `accs`. Continues in a
+/// new block.
+#[allow(clippy::too_many_arguments)]
+fn reduced_positions(
+    b: &mut FunctionBuilder,
+    (k, tys, setup): (&LoopKernel, &[Ty], &Setup),
+    ptr: Type,
+    lanes: i64,
+    (r, red_n, inner): (Variable, i64, i64),
+    base: Value,
+    ops: &[(BinaryOp, Ty)],
+    accs: &[Variable],
+) -> Result<(), String> {
+    let head = b.create_block();
+    let body = b.create_block();
+    let done = b.create_block();
+    b.ins().jump(head, &[]);
+    b.switch_to_block(head);
+    let rv = b.use_var(r);
+    let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, red_n);
+    b.ins().brif(c, body, &[], done, &[]);
+
+    b.switch_to_block(body);
+    let rv = b.use_var(r);
+    let off = if inner == 1 { rv } else { b.ins().imul_imm(rv, inner) };
+    let i = b.ins().iadd(base, off);
+    accumulate(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, i, ops, accs)?;
+    let next = b.ins().iadd_imm(rv, 1);
+    b.def_var(r, next);
+    b.ins().jump(head, &[]);
+    b.switch_to_block(done);
+    Ok(())
+}
+
+/// Stores the accumulators `accs` (`lanes` wide) of outputs from `j` on, each rounded once to
+/// its type (halves accumulate in f32; stores take values of their type).
+fn store_accs(
+    b: &mut FunctionBuilder,
+    setup: &Setup,
+    first_out: usize,
+    (ptr, lanes): (Type, i64),
+    j: Value,
+    ops: &[(BinaryOp, Ty)],
+    accs: &[Variable],
+) {
+    for (n, &(_, t)) in ops.iter().enumerate() {
+        let acc = b.use_var(accs[n]);
+        let mut cg = Cg { b: &mut *b, lanes, ptr };
+        let acc = cg.round(t, acc);
+        let off = cg.b.ins().imul_imm(j, t.bytes() as i64);
+        let addr = cg.b.ins().iadd(setup.out_ptrs[first_out + n], off);
+        cg.store(t, acc, addr, false);
+    }
+}
+
 /// Emits the loops of a kernel with a [`Reduction`] after the entry block's setup: `j` runs over
 /// `start..end` output elements, `r` over the reduced extent (vectorised when `lanes > 1`, which
 /// requires `inner == 1`: the reduced elements of one output are then contiguous). With
@@ -87,10 +169,6 @@ pub(super) fn build_reduce(
             reduce_combine(kind, t).map(|op| (op, t)).ok_or_else(|| format!("reduction {kind:?} of {t:?}"))
         })
         .collect::<Result<_, String>>()?;
-    let identity = |cg: &mut Cg, n: usize| {
-        let (kind, r) = red.outputs[n];
-        cg.emit_const(tys[r].compute_ty(), reduce_identity(kind, tys[r]))
-    };
 
     // The outputs `vs..ve` computed `across` at a time (none without `across`).
     let (vs, ve) = if across > 1 {
@@ -99,7 +177,7 @@ pub(super) fn build_reduce(
         let vs = b.ins().umin(vs, end);
         let down = b.ins().band_imm(end, !(across - 1));
         let ve = b.ins().umax(vs, down);
-        build_across(b, k, red, tys, setup, ptr, across, (vs, ve), &ops)?;
+        build_across(b, (k, tys, setup), red, ptr, across, (vs, ve), &ops)?;
         (vs, ve)
     } else {
         (end, end)
@@ -122,23 +200,8 @@ pub(super) fn build_reduce(
 
     b.switch_to_block(jbody);
     let jv = b.use_var(j);
-    // Flat index of the first reduced element of output j: (o·red)·inner + n.
-    let base = if inner == 1 {
-        b.ins().imul_imm(jv, red_n)
-    } else {
-        let o = b.ins().udiv_imm(jv, inner);
-        let n = b.ins().urem_imm(jv, inner);
-        let ob = b.ins().imul_imm(o, red_n.saturating_mul(inner));
-        b.ins().iadd(ob, n)
-    };
-    let accs: Vec<Variable> = (0..ops.len())
-        .map(|n| {
-            let v = b.declare_var(lane_ty(ops[n].1.compute_ty()));
-            let init = identity(&mut Cg { b: &mut *b, lanes: 1, ptr }, n);
-            b.def_var(v, init);
-            v
-        })
-        .collect();
+    let base = output_base(b, jv, red_n, inner);
+    let accs = identities(b, red, tys, ptr, 1);
     let r = b.declare_var(ptr);
     let zero = b.ins().iconst(ptr, 0);
     b.def_var(r, zero);
@@ -148,17 +211,7 @@ pub(super) fn build_reduce(
     let vec_end = if lanes > 1 { (red_n / step) * step } else { 0 };
     if vec_end > 0 {
         // One vector accumulator per unrolled copy and reduction (independent dependency chains).
-        let mut vaccs: Vec<Vec<Variable>> = vec![];
-        for _ in 0..unroll {
-            let mut row = vec![];
-            for (n, &(_, t)) in ops.iter().enumerate() {
-                let v = b.declare_var(with_lanes(lane_ty(t.compute_ty()), lanes));
-                let init = identity(&mut Cg { b: &mut *b, lanes, ptr }, n);
-                b.def_var(v, init);
-                row.push(v);
-            }
-            vaccs.push(row);
-        }
+        let vaccs: Vec<Vec<Variable>> = (0..unroll).map(|_| identities(b, red, tys, ptr, lanes)).collect();
         let vhead = b.create_block();
         let vbody = b.create_block();
         let vdone = b.create_block();
@@ -195,34 +248,10 @@ pub(super) fn build_reduce(
         }
     }
 
-    let thead = b.create_block();
-    let tbody = b.create_block();
-    let store = b.create_block();
-    b.ins().jump(thead, &[]);
-    b.switch_to_block(thead);
-    let rv = b.use_var(r);
-    let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, red_n);
-    b.ins().brif(c, tbody, &[], store, &[]);
-
-    b.switch_to_block(tbody);
-    let rv = b.use_var(r);
-    let off = if inner == 1 { rv } else { b.ins().imul_imm(rv, inner) };
-    let i = b.ins().iadd(base, off);
-    accumulate(&mut Cg { b: &mut *b, lanes: 1, ptr }, k, tys, setup, i, &ops, &accs)?;
-    let next = b.ins().iadd_imm(rv, 1);
-    b.def_var(r, next);
-    b.ins().jump(thead, &[]);
-
-    b.switch_to_block(store);
+    // The reduced positions past the vector loop, one at a time.
+    reduced_positions(b, (k, tys, setup), ptr, 1, (r, red_n, inner), base, &ops, &accs)?;
     let jv = b.use_var(j);
-    for (n, &(_, t)) in ops.iter().enumerate() {
-        let acc = b.use_var(accs[n]);
-        // Halves accumulate in f32: round once here (stores take values of their type).
-        let acc = Cg { b: &mut *b, lanes: 1, ptr }.round(t, acc);
-        let off = b.ins().imul_imm(jv, t.bytes() as i64);
-        let addr = b.ins().iadd(setup.out_ptrs[n_plain + n], off);
-        Cg { b: &mut *b, lanes: 1, ptr }.store(t, acc, addr, false);
-    }
+    store_accs(b, setup, n_plain, (ptr, 1), jv, &ops, &accs);
     let next = b.ins().iadd_imm(jv, 1);
     b.def_var(j, next);
     b.ins().jump(jhead, &[]);
@@ -237,19 +266,15 @@ pub(super) fn build_reduce(
 /// vector j reads, at reduced position r, the `lanes` consecutive elements from
 /// `(j div inner)·red·inner + j mod inner + r·inner` (the body evaluated there as a vector), and
 /// stores its `lanes` accumulators with one vector store. Continues in a new block.
-#[allow(clippy::too_many_arguments)]
 fn build_across(
     b: &mut FunctionBuilder,
-    k: &LoopKernel,
+    (k, tys, setup): (&LoopKernel, &[Ty], &Setup),
     red: &Reduction,
-    tys: &[Ty],
-    setup: &Setup,
     ptr: Type,
     lanes: i64,
     (vs, ve): (Value, Value),
     ops: &[(BinaryOp, Ty)],
 ) -> Result<(), String> {
-    let n_plain = k.outputs.len();
     let (red_n, inner) = (red.red as i64, red.inner as i64);
     let j = b.declare_var(ptr);
     b.def_var(j, vs);
@@ -264,51 +289,14 @@ fn build_across(
 
     b.switch_to_block(body);
     let jv = b.use_var(j);
-    let o = b.ins().udiv_imm(jv, inner);
-    let n = b.ins().urem_imm(jv, inner);
-    let ob = b.ins().imul_imm(o, red_n.saturating_mul(inner));
-    let base = b.ins().iadd(ob, n);
-    let accs: Vec<Variable> = (0..ops.len())
-        .map(|n| {
-            let (kind, r) = red.outputs[n];
-            let v = b.declare_var(with_lanes(lane_ty(tys[r].compute_ty()), lanes));
-            let init = Cg { b: &mut *b, lanes, ptr }.emit_const(tys[r].compute_ty(), reduce_identity(kind, tys[r]));
-            b.def_var(v, init);
-            v
-        })
-        .collect();
+    let base = output_base(b, jv, red_n, inner);
+    let accs = identities(b, red, tys, ptr, lanes);
     let r = b.declare_var(ptr);
     let zero = b.ins().iconst(ptr, 0);
     b.def_var(r, zero);
-    let rhead = b.create_block();
-    let rbody = b.create_block();
-    let store = b.create_block();
-    b.ins().jump(rhead, &[]);
-    b.switch_to_block(rhead);
-    let rv = b.use_var(r);
-    let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, red_n);
-    b.ins().brif(c, rbody, &[], store, &[]);
-
-    b.switch_to_block(rbody);
-    let rv = b.use_var(r);
-    let off = b.ins().imul_imm(rv, inner);
-    let i = b.ins().iadd(base, off);
-    accumulate(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, i, ops, &accs)?;
-    let next = b.ins().iadd_imm(rv, 1);
-    b.def_var(r, next);
-    b.ins().jump(rhead, &[]);
-
-    b.switch_to_block(store);
+    reduced_positions(b, (k, tys, setup), ptr, lanes, (r, red_n, inner), base, ops, &accs)?;
     let jv = b.use_var(j);
-    for (n, &(_, t)) in ops.iter().enumerate() {
-        let acc = b.use_var(accs[n]);
-        let mut cg = Cg { b: &mut *b, lanes, ptr };
-        // Halves accumulate in f32: round once here (stores take values of their type).
-        let acc = cg.round(t, acc);
-        let off = cg.b.ins().imul_imm(jv, t.bytes() as i64);
-        let addr = cg.b.ins().iadd(setup.out_ptrs[n_plain + n], off);
-        cg.store(t, acc, addr, false);
-    }
+    store_accs(b, setup, k.outputs.len(), (ptr, lanes), jv, ops, &accs);
     let next = b.ins().iadd_imm(jv, lanes);
     b.def_var(j, next);
     b.ins().jump(head, &[]);
