@@ -6,7 +6,10 @@ tools/onnx-models.py (resnet18, mobilenet_v2; TorchScript exporter, NCHW, batch 
 
     cargo build --release --bin tensorjit
     python3 tools/onnx-models.py --out /work/models --models resnet18,mobilenet_v2 --exporters torchscript
-    python3 tools/bench-convnets.py [--models-dir /work/models] [--threads 1,2] [--rounds 2]
+    python3 tools/bench-convnets.py [--models-dir /work/models] [--threads 1,2] [--rounds 2] [--batch 8]
+
+`--batch N` repeats the export's image N times (input-bN.npy beside it; the exports have a
+dynamic batch axis) and reports images/s over the batch.
 
 Per model and thread count, each framework runs in a fresh process pinned with taskset (1 thread:
 CPU 0; 2 threads: CPUs 0,1); rounds alternate the frameworks and each keeps the best median.
@@ -76,11 +79,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--tensorjit", default="target/release/tensorjit")
+    ap.add_argument("--batch", type=int, default=1)
     a = ap.parse_args()
     rows = []
     for name in a.models.split(","):
         d = os.path.join(a.models_dir, f"{name}-torchscript")
         model, inp = os.path.join(d, "model.onnx"), os.path.join(d, "input.npy")
+        if a.batch > 1:
+            import numpy as np
+
+            x = np.load(inp)
+            inp = os.path.join(d, f"input-b{a.batch}.npy")
+            np.save(inp, np.repeat(x[:1], a.batch, axis=0))
         for t in [int(x) for x in a.threads.split(",")]:
             best = {"tensorjit": float("inf"), "onnxruntime": float("inf")}
             for r in range(a.rounds):
@@ -88,7 +98,8 @@ def main():
                     ms = tensorjit_ms(a.tensorjit, model, inp, t, a.reps) if fw == "tensorjit" else ort_ms(model, inp, t, a.reps)
                     print(f"  {name} T={t} round {r + 1} {fw}: {ms:.2f} ms", flush=True)
                     best[fw] = min(best[fw], ms)
-            rows.append((name, t, 1e3 / best["tensorjit"], 1e3 / best["onnxruntime"]))
+            rows.append((name, t, a.batch * 1e3 / best["tensorjit"], a.batch * 1e3 / best["onnxruntime"]))
+    print(f"batch {a.batch}")
     print("| model | threads | tensorjit images/s | onnxruntime images/s | tensorjit / onnxruntime |")
     print("|---|---|---|---|---|")
     for name, t, tj, o in rows:
