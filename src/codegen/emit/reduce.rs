@@ -86,6 +86,34 @@ fn identities(b: &mut FunctionBuilder, red: &Reduction, tys: &[Ty], ptr: Type, l
         .collect()
 }
 
+/// `while r < end { body(r); r += step }` over the variable `r` (unsigned compare); continues
+/// in a new block after the loop.
+fn counted_loop(
+    b: &mut FunctionBuilder,
+    r: Variable,
+    end: i64,
+    step: i64,
+    mut body: impl FnMut(&mut FunctionBuilder, Value) -> Result<(), String>,
+) -> Result<(), String> {
+    let head = b.create_block();
+    let body_block = b.create_block();
+    let done = b.create_block();
+    b.ins().jump(head, &[]);
+    b.switch_to_block(head);
+    let rv = b.use_var(r);
+    let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, end);
+    b.ins().brif(c, body_block, &[], done, &[]);
+
+    b.switch_to_block(body_block);
+    let rv = b.use_var(r);
+    body(b, rv)?;
+    let next = b.ins().iadd_imm(rv, step);
+    b.def_var(r, next);
+    b.ins().jump(head, &[]);
+    b.switch_to_block(done);
+    Ok(())
+}
+
 /// The loop of reduced positions `r` from the variable's value to `red_n`, one at a time:
 /// evaluates the body `lanes` wide at `base + r·inner` and combines into `accs`. Continues in a
 /// new block.
@@ -100,25 +128,11 @@ fn reduced_positions(
     ops: &[(BinaryOp, Ty)],
     accs: &[Variable],
 ) -> Result<(), String> {
-    let head = b.create_block();
-    let body = b.create_block();
-    let done = b.create_block();
-    b.ins().jump(head, &[]);
-    b.switch_to_block(head);
-    let rv = b.use_var(r);
-    let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, red_n);
-    b.ins().brif(c, body, &[], done, &[]);
-
-    b.switch_to_block(body);
-    let rv = b.use_var(r);
-    let off = if inner == 1 { rv } else { b.ins().imul_imm(rv, inner) };
-    let i = b.ins().iadd(base, off);
-    accumulate(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, i, ops, accs)?;
-    let next = b.ins().iadd_imm(rv, 1);
-    b.def_var(r, next);
-    b.ins().jump(head, &[]);
-    b.switch_to_block(done);
-    Ok(())
+    counted_loop(b, r, red_n, 1, |b, rv| {
+        let off = if inner == 1 { rv } else { b.ins().imul_imm(rv, inner) };
+        let i = b.ins().iadd(base, off);
+        accumulate(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, i, ops, accs)
+    })
 }
 
 /// Stores the accumulators `accs` (`lanes` wide) of outputs from `j` on, each rounded once to
@@ -212,27 +226,14 @@ pub(super) fn build_reduce(
     if vec_end > 0 {
         // One vector accumulator per unrolled copy and reduction (independent dependency chains).
         let vaccs: Vec<Vec<Variable>> = (0..unroll).map(|_| identities(b, red, tys, ptr, lanes)).collect();
-        let vhead = b.create_block();
-        let vbody = b.create_block();
-        let vdone = b.create_block();
-        b.ins().jump(vhead, &[]);
-        b.switch_to_block(vhead);
-        let rv = b.use_var(r);
-        let c = b.ins().icmp_imm(IntCC::UnsignedLessThan, rv, vec_end);
-        b.ins().brif(c, vbody, &[], vdone, &[]);
-
-        b.switch_to_block(vbody);
-        let rv = b.use_var(r);
-        let i0 = b.ins().iadd(base, rv);
-        for (u, row) in vaccs.iter().enumerate() {
-            let iu = b.ins().iadd_imm(i0, u as i64 * lanes);
-            accumulate(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, iu, &ops, row)?;
-        }
-        let next = b.ins().iadd_imm(rv, step);
-        b.def_var(r, next);
-        b.ins().jump(vhead, &[]);
-
-        b.switch_to_block(vdone);
+        counted_loop(b, r, vec_end, step, |b, rv| {
+            let i0 = b.ins().iadd(base, rv);
+            for (u, row) in vaccs.iter().enumerate() {
+                let iu = b.ins().iadd_imm(i0, u as i64 * lanes);
+                accumulate(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, iu, &ops, row)?;
+            }
+            Ok(())
+        })?;
         for (n, &(op, t)) in ops.iter().enumerate() {
             let mut v = b.use_var(vaccs[0][n]);
             for row in &vaccs[1..] {

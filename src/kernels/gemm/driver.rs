@@ -99,8 +99,7 @@ impl<TI, T: Copy> Job<'_, TI, T> {
         }
     }
 
-    /// The transposed problem `Cᵀ = Bᵀ·Aᵀ` (row and column biases swap; no finisher: its regions
-    /// would come transposed).
+    /// The transposed problem `Cᵀ = Bᵀ·Aᵀ` (row and column biases swap).
     pub fn transposed(&self) -> Self {
         Job {
             m: self.n,
@@ -110,7 +109,6 @@ impl<TI, T: Copy> Job<'_, TI, T> {
             c: RawMatMut { ptr: self.c.ptr, rs: self.c.cs, cs: self.c.rs },
             bias_row: self.bias_col,
             bias_col: self.bias_row,
-            finish: None,
             ..*self
         }
     }
@@ -409,6 +407,8 @@ unsafe fn run_serial<TI, PA, PB, T>(
         && job.a.cs == 1
         && k.is_multiple_of(ga)
         && kc_blk.is_multiple_of(ga);
+    // A tile reading A in place steps to the next k (or, on AMX, the next group of k values).
+    let in_place_kstride = if a_in_place { 1 } else { ga };
     let mut apack = AlignedBuf::<PA>::zeroed(if a_in_place { 0 } else { mc_blk * round_up(kc_blk, ga) });
     // Direct: the edge panel, then one panel of scratch (see the jr loop).
     let mut bpack = AlignedBuf::<PB>::zeroed(match bsrc {
@@ -558,8 +558,7 @@ unsafe fn run_serial<TI, PA, PB, T>(
                             } else {
                                 apack.as_ptr().wrapping_add(ir * a_row)
                             },
-                            // In place: the next k (or, on AMX, the next group of k values).
-                            a_kstride: if in_place { if a_in_place { 1 } else { ga } } else { mr * ga },
+                            a_kstride: if in_place { in_place_kstride } else { mr * ga },
                             a_rs: if in_place { job.a.rs } else { ga },
                             b: if copies_here { bsrc_blk.offset(0, jr).ptr.cast::<PB>() } else { bptr },
                             b_kstride: if copies_here { job.b.rs } else { bks },

@@ -440,11 +440,10 @@ where
             if k == 0 {
                 driver::naive(&job, isa);
             } else {
-                let plain = Job { finish: None, ..job };
                 if m == 1 {
-                    g(&plain, isa, threads);
+                    g(&job, isa, threads);
                 } else {
-                    g(&plain.transposed(), isa, threads);
+                    g(&job.transposed(), isa, threads);
                 }
                 finish_whole(&job);
             }
@@ -479,8 +478,8 @@ where
     Ok(())
 }
 
-/// Hands the whole of C to the job's finisher, on a path that does not hand it over tile by tile
-/// (the matrix-vector products: C is one row or column).
+/// Hands the whole of C to the job's finisher after a matrix-vector product (C is one row or
+/// column; the gemv kernels hand nothing over themselves).
 fn finish_whole<TI, T>(job: &Job<'_, TI, T>) {
     if let Some(f) = job.finish {
         // SAFETY: the whole of the validated C, final, in one call.
@@ -549,9 +548,8 @@ fn gemm_f32_in_pool(args: GemmArgs<'_, f32, f32>) -> Result<()> {
             let j = &ck.job;
             if j.m == 1 && j.n > 0 && j.k > 0 && ck.options.path == Path::Auto && pf.g == 1 {
                 // Batch-1 products with constant weights: a matrix-vector pass over the panels.
-                let plain = Job { finish: None, ..*j };
                 // SAFETY: `check` validated the job against these panels (same k and n).
-                unsafe { gemv::gemv_prepacked(&plain, panels, pf.nr, ck.isa, ck.threads) };
+                unsafe { gemv::gemv_prepacked(j, panels, pf.nr, ck.isa, ck.threads) };
                 finish_whole(j);
                 return Ok(());
             }
@@ -969,7 +967,6 @@ mod tests {
     #[derive(Debug)]
     struct Recorder {
         base: usize,
-        n: usize,
         seen: Vec<std::sync::Mutex<(u32, f32)>>,
     }
 
@@ -985,7 +982,6 @@ mod tests {
                     *e = (e.0 + 1, v);
                 }
             }
-            let _ = self.n;
         }
     }
 
@@ -1023,42 +1019,21 @@ mod tests {
                         let mut c = vec![f32::NAN; m * n];
                         let rec = Recorder {
                             base: c.as_ptr() as usize,
-                            n,
                             seen: (0..m * n).map(|_| std::sync::Mutex::new((0, 0.0))).collect(),
                         };
                         let opts =
                             GemmOptions { path, blocking: Blocking { kc: 48, mc: 28, nc: 64 }, ..Default::default() };
                         let epi = Epilogue::dense(&bias, Activation::Relu);
                         let cm = MatMut::row_major(&mut c, n);
-                        let r = match kind {
-                            0 => gemm_f32(
-                                GemmArgs::new(m, n, k, MatRef::row_major(&a, k), MatRef::row_major(&b, n), cm)
-                                    .epilogue(epi)
-                                    .threads(threads)
-                                    .options(opts)
-                                    .finish(Some(&rec)),
-                            ),
-                            1 => gemm_f32(
-                                GemmArgs::new(m, n, k, MatRef::row_major(&a, k), Rhs::Packed(&packed), cm)
-                                    .epilogue(epi)
-                                    .threads(threads)
-                                    .options(opts)
-                                    .finish(Some(&rec)),
-                            ),
-                            2 => gemm_bf16(
-                                GemmArgs::new(m, n, k, MatRef::row_major(&ab, k), MatRef::row_major(&bb, n), cm)
-                                    .epilogue(epi)
-                                    .threads(threads)
-                                    .options(opts)
-                                    .finish(Some(&rec)),
-                            ),
-                            _ => gemm_bf16(
-                                GemmArgs::new(m, n, k, MatRef::row_major(&ab, k), Rhs::Packed(&packed_bf16), cm)
-                                    .epilogue(epi)
-                                    .threads(threads)
-                                    .options(opts)
-                                    .finish(Some(&rec)),
-                            ),
+                        let r = if kind < 2 {
+                            let rhs = if kind == 1 { Rhs::Packed(&packed) } else { MatRef::row_major(&b, n).into() };
+                            let args = GemmArgs::new(m, n, k, MatRef::row_major(&a, k), rhs, cm);
+                            gemm_f32(args.epilogue(epi).threads(threads).options(opts).finish(Some(&rec)))
+                        } else {
+                            let rhs =
+                                if kind == 3 { Rhs::Packed(&packed_bf16) } else { MatRef::row_major(&bb, n).into() };
+                            let args = GemmArgs::new(m, n, k, MatRef::row_major(&ab, k), rhs, cm);
+                            gemm_bf16(args.epilogue(epi).threads(threads).options(opts).finish(Some(&rec)))
                         };
                         r.unwrap_or_else(|e| panic!("{m}x{n}x{k} {path:?} kind {kind}: {e}"));
                         for (i, e) in rec.seen.iter().enumerate() {
