@@ -182,16 +182,19 @@ fn large_planes_and_lone_convolutions_keep_their_layout() {
 
 /// A channels-first inverted-residual block on 32×32 planes (large: `conv_layout=auto` keeps
 /// it NCHW, and each plane holds at least `chain::MIN_PIXELS` pixels) after a stem on 64×64,
-/// then a stride-2 convolution down to 16×16 and one on those (planes below the chain's size):
-/// stem 3→16 (s2) → 1×1 16→32 → depthwise 3×3 → 1×1 32→16 + residual (the stem's result) →
-/// 3×3/2 16→16 → 3×3 16→16. Returns the last result's sum plus the depthwise result's (a value
-/// read after the chain).
+/// then a stride-2 convolution down to 16×16 and two on those (planes below `MIN_PIXELS`, above
+/// `MIN_SMALL_PIXELS`): stem 3→16 (s2) → 1×1 16→32 → depthwise 3×3 → 1×1 32→16 + residual (the
+/// stem's result) → 3×3/2 16→16 → 1×1 16→64 (a 4 KB filter against 80 KB of activations per
+/// image: it joins the chain) → 3×3 64→64 (a 147 KB filter, more as prepared, against 128 KB:
+/// it does not). Returns the last
+/// result's sum plus the depthwise result's (a value read after the chain).
 fn chain_block(n: usize) -> Module {
     let mut body = inverted_residual(n, 32);
     body += &conv(9, 8, n, 16, 16, 3, 2, 1, 32);
-    body += &conv(13, 9, n, 16, 16, 3, 1, 1, 16);
+    body += &conv(13, 9, n, 16, 64, 1, 1, 1, 16);
+    body += &conv(15, 13, n, 64, 64, 3, 1, 1, 16);
     body += &format!("  %10 = reduce_sum %6, axes=[1,2,3] : f32[{n}]\n");
-    body += &format!("  %11 = reduce_sum %13, axes=[1,2,3] : f32[{n}]\n  %12 = add %10, %11 : f32[{n}]\n");
+    body += &format!("  %11 = reduce_sum %15, axes=[1,2,3] : f32[{n}]\n  %12 = add %10, %11 : f32[{n}]\n");
     let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},3,64,64]) {{\n{body}  return %12\n}}\n");
     parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
@@ -218,9 +221,10 @@ fn large_plane_convolutions_run_image_by_image_and_agree_with_the_interpreter() 
                 "jit:parallelism=1,conv_layout=nhwc",
             ],
         );
-        // The five convolutions reading 32×32 planes or more are one step (their bias, ReLU6
-        // and residual in their epilogues; not the last one, on 16×16) on one thread, and on two
-        // when the batch splits evenly.
+        // The five convolutions reading 32×32 planes or more and the 16×16 one with the small
+        // filter are one step (their bias, ReLU6 and residual in their epilogues; not the last
+        // one, whose filter outweighs its activations) on one thread, and on two when the batch
+        // splits evenly.
         let one = chain_of(&m, "parallelism=1");
         let two = chain_of(&m, "parallelism=2");
         if n == 1 {
@@ -228,7 +232,7 @@ fn large_plane_convolutions_run_image_by_image_and_agree_with_the_interpreter() 
             continue;
         }
         let one = one.expect("a chain on one thread");
-        assert!(one.contains("conv chain of 5 convolutions"), "{one}");
+        assert!(one.contains("conv chain of 6 convolutions"), "{one}");
         assert_eq!(two.is_some(), n % 2 == 0, "batch {n} on two threads: {two:?}");
         // Three threads: only a batch of 3 splits evenly (and none holds 4 images per thread).
         assert_eq!(chain_of(&m, "parallelism=3").is_some(), n == 3);

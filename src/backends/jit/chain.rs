@@ -11,10 +11,11 @@
 //! first layer to the last.
 //!
 //! A step joins a chain when it is a convolution with a prepared constant filter whose operands
-//! hold their images one after another, with input planes of at least [`MIN_PIXELS`] pixels,
-//! and the same batch as the chain; chains of two or more steps are formed where the batch
-//! splits evenly over the pool's threads (or is at least four images per thread). The jit option
-//! `conv_chains=off` keeps every convolution its own step (a profile then times each one).
+//! hold their images one after another, with input planes of at least [`MIN_PIXELS`] pixels (or
+//! [`MIN_SMALL_PIXELS`] under a small filter), and the same batch as the chain; chains of two or
+//! more steps are formed where the batch splits evenly over the pool's threads (or is at least
+//! four images per thread). The jit option `conv_chains=off` keeps every convolution its own step
+//! (a profile then times each one).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -31,11 +32,20 @@ use crate::kernels::tensor::Tensor;
 use super::conv::{ConvKernel, ImageConv};
 use super::fast::FastKernel;
 
-/// Input planes smaller than this (pixels) are left to the layer-by-layer steps: their whole
-/// batch stays in the cache anyway, and their GEMMs prefer the batch's rows (MobileNetV2 at
-/// batch 8 on one Zen 5 core: the 14×14 and 7×7 layers ran 3–25% slower image by image, the
-/// 28×28 ones 3–14% faster, the 56×56 and 112×112 ones 5–37% faster).
+/// Input planes of at least this many pixels join a chain whatever their filter (MobileNetV2 at
+/// batch 8 on one Zen 5 core: the 28×28 layers ran 3–14% faster image by image, the 56×56 and
+/// 112×112 ones 5–37% faster).
 pub(crate) const MIN_PIXELS: usize = 28 * 28;
+
+/// Smaller input planes, down to this many pixels, join a chain when the filter is no larger
+/// than one image's input and result together: a chain reads the filter again for every image,
+/// which then costs no more than the activations it keeps in the cache. MobileNetV2's 14×14
+/// layers qualify (filters of 1–300 KB against 0.3–0.5 MB of activations per image); on a 2-vCPU
+/// Intel Xeon (Sapphire Rapids class) at batch 8 the model ran 54.7–57.1 ms against 56.5–60.2
+/// on one core and 27.6–29.7 against 31.2–34.0 on two with them chained. ResNet-18's 14×14
+/// layers (2.4 MB filters against 0.4 MB of activations) do not: image by image they ran the
+/// model 16% slower. Planes below it (7×7) stay out: their whole batch fits the cache anyway.
+const MIN_SMALL_PIXELS: usize = 14 * 14;
 
 /// Where a link reads an operand.
 #[derive(Clone, Copy, Debug)]
@@ -73,7 +83,10 @@ struct ChainKernel {
 pub(crate) fn qualify(fast: &dyn FastKernel, outputs: usize, threads: usize) -> Option<ImageConv> {
     let conv = fast.as_any()?.downcast_ref::<ConvKernel>()?.per_image()?;
     let even = conv.images % threads.max(1) == 0 || conv.images >= 4 * threads;
-    (conv.images >= 2 && even && conv.in_pixels() >= MIN_PIXELS && outputs == 1).then_some(conv)
+    let pixels = conv.in_pixels();
+    let large = pixels >= MIN_PIXELS
+        || (pixels >= MIN_SMALL_PIXELS && conv.filter_bytes() <= (conv.x_len + conv.y_len) * size_of::<f32>());
+    (conv.images >= 2 && even && large && outputs == 1).then_some(conv)
 }
 
 /// The chains among a function's steps: runs `[a, b)` of two or more consecutive qualifying

@@ -265,6 +265,11 @@ impl ImageConv {
         self.geom.in_hw[0] * self.geom.in_hw[1]
     }
 
+    /// Bytes of the prepared filter, read again for every image of a chain.
+    pub(crate) fn filter_bytes(&self) -> usize {
+        self.filter.size_bytes()
+    }
+
     /// One image: `x` and `residual` its operands' elements, `y` its result's, on the calling
     /// thread.
     pub(crate) fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32]) -> Result<()> {
