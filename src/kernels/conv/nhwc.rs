@@ -5,7 +5,8 @@
 //! These are the kernels of a convnet whose activations stay channels-last (the jit's layout
 //! pass, `passes::layout`): a 1×1 convolution is `Y[pixels, cout] = X[pixels, cin] · W`, read
 //! straight from the input rows (no packing of the activations, whose K is often too small for
-//! a GEMM's packing to pay), and a depthwise convolution multiplies each tap's input pixel
+//! a GEMM's packing to pay; wide stride-1 ones run on the GEMM instead, their tail applied
+//! tile by tile with [`finish_rows`]), and a depthwise convolution multiplies each tap's input pixel
 //! vector by the tap's weight vector, with no masked lanes at the planes' edges (the lanes are
 //! channels, not columns).
 //!
@@ -182,6 +183,114 @@ unsafe fn store<V: Lanes, const NV: usize, const RR: usize>(
         if !tail.in_regs {
             // After the sums are stored (no call while they are in registers).
             tail.per_value(&at[..rows], chans, out);
+        }
+    }
+}
+
+/// Runs of outputs for [`finish_rows`]: row `i` (of `rows`, `n` values each) from `src + i·srs`
+/// to `dst + i·drs`, its residual (if any) at `res + i·drs`.
+#[derive(Clone, Copy)]
+pub(super) struct Rows {
+    pub(super) rows: usize,
+    pub(super) n: usize,
+    pub(super) src: *const f32,
+    pub(super) srs: usize,
+    pub(super) dst: *mut f32,
+    pub(super) drs: usize,
+    pub(super) res: Option<*const f32>,
+}
+
+/// [`ConvEpilogue::finish_run`] vectorised on the selected ISA, over runs of values that a GEMM
+/// wrote with the bias and the early activation: the residual added, then the ReLU and the clamp
+/// in registers (the general tail, per value, for other activations and NaN bounds).
+///
+/// # Safety
+/// Every source row is readable and every destination row writable for `n` values (a source
+/// row is its destination row or does not overlap any), and `res` (if any) is readable over the
+/// destination rows' extent.
+pub(super) unsafe fn finish_rows(epi: &ConvEpilogue<'_>, rows: &Rows) {
+    // SAFETY: the caller's contract.
+    unsafe { finish_rows_on(FusedIsa::selected(), epi, rows) }
+}
+
+/// [`finish_rows`] on `isa` (lowered to what the CPU runs).
+///
+/// # Safety
+/// [`finish_rows`]' contract.
+unsafe fn finish_rows_on(isa: FusedIsa, epi: &ConvEpilogue<'_>, rows: &Rows) {
+    let tail = Tail::of(epi);
+    let Rows { rows: count, n, src, srs, dst, drs, res } = *rows;
+    // SAFETY: the caller's contract; the ISA is checked on this CPU.
+    unsafe {
+        match isa.checked() {
+            #[cfg(target_arch = "x86_64")]
+            FusedIsa::Avx512 if tail.in_regs => run_tail_avx512(&tail, rows),
+            #[cfg(target_arch = "x86_64")]
+            FusedIsa::Avx2 if tail.in_regs => run_tail_avx2(&tail, rows),
+            _ => {
+                for i in 0..count {
+                    let (s, d) = (src.add(i * srs), dst.add(i * drs));
+                    if s != d.cast_const() {
+                        std::ptr::copy_nonoverlapping(s, d, n);
+                    }
+                    let r = res.map(|r| std::slice::from_raw_parts(r.add(i * drs), n));
+                    epi.finish_run(std::slice::from_raw_parts_mut(d, n), r);
+                }
+            }
+        }
+    }
+}
+
+/// [`finish_rows`]' loop on AVX-512.
+///
+/// # Safety
+/// As for [`run_tail`], with AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn run_tail_avx512(tail: &Tail<'_>, rows: &Rows) {
+    // SAFETY: the caller's contract.
+    unsafe { run_tail::<std::arch::x86_64::__m512>(tail, rows) }
+}
+
+/// [`finish_rows`]' loop on AVX2.
+///
+/// # Safety
+/// As for [`run_tail`], with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_tail_avx2(tail: &Tail<'_>, rows: &Rows) {
+    // SAFETY: the caller's contract.
+    unsafe { run_tail::<std::arch::x86_64::__m256>(tail, rows) }
+}
+
+/// [`finish_rows`]' loop, a vector at a time (the last one of a row masked).
+///
+/// # Safety
+/// The CPU has `V`'s features; [`finish_rows`]' contract; `tail` is [`Tail::in_regs`].
+#[inline(always)]
+unsafe fn run_tail<V: Lanes>(tail: &Tail<'_>, r: &Rows) {
+    // SAFETY: every access is to the first `n` values of a row of `src`, `dst` or `res` (the
+    // caller's contract); each vector is read before it is stored.
+    unsafe {
+        let bounds = tail.epi.clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
+        for row in 0..r.rows {
+            let (src, dst) = (r.src.add(row * r.srs), r.dst.add(row * r.drs));
+            let res = r.res.map(|p| p.add(row * r.drs));
+            for i in (0..r.n).step_by(V::L) {
+                let m = V::L.min(r.n - i);
+                let load = |q: *const f32| if m == V::L { V::load(q) } else { V::load_masked(q, V::mask(0, m)) };
+                let mut v = load(src.add(i));
+                if let Some(p) = res {
+                    v = v.add(load(p.add(i)));
+                }
+                if tail.relu {
+                    v = v.relu();
+                }
+                if let Some((lo, hi, zlo, zhi)) = bounds {
+                    v = v.clamp(lo, hi, zlo, zhi);
+                }
+                v.store_first(dst.add(i), m);
+            }
         }
     }
 }
@@ -738,6 +847,7 @@ mod tests {
     use super::super::tests::{Lcg, Operands, Parts, strides};
     use super::super::{ConvFilter, conv2d_f32};
     use super::*;
+    use crate::kernels::gemm::epilogue::act_f64;
 
     /// One case: the geometry's free parameters (channels-last input and output).
     #[derive(Clone, Copy, Debug)]
@@ -864,6 +974,113 @@ mod tests {
         ] {
             check(&mut rng, case, ALL_PARTS, &two);
             check(&mut rng, case, (true, false, Activation::Relu, Some((0.0, 6.0))), &two);
+        }
+    }
+
+    #[test]
+    fn wide_pointwise_runs_on_the_gemm_with_its_tail_per_tile() {
+        // At least GEMM_POINTWISE_CHANNELS both ways: `conv2d_f32` runs the GEMM and finishes
+        // each tile with the tail (one depth block: tiles from the GEMM's tile buffer; 700
+        // input channels: several blocks, tiles finished in place), with edge tiles in both
+        // directions; `check` also runs the direct kernel on every ISA.
+        let (mut rng, two) = (Lcg(41), two_threads());
+        for case in [
+            Case { cin: 130, cout: 140, in_hw: [5, 3], ..PW },
+            Case { cin: 700, cout: 136, batch: 3, in_hw: [3, 7], ..PW },
+        ] {
+            let g = case.geom();
+            assert_eq!(
+                ConvFilter::new(&g, &vec![0.0; g.in_channels * g.out_channels], [g.in_channels, 1, 1, 1])
+                    .unwrap()
+                    .describe(),
+                "pointwise gemm"
+            );
+            for parts in [
+                ALL_PARTS,
+                (true, false, Activation::Relu, Some((0.0, 6.0))),
+                (false, true, Activation::None, None),
+                (true, true, Activation::HardSwish, Some((-0.25, 0.5))),
+                (true, false, Activation::Sigmoid, Some((f32::NAN, 1.0))),
+                (true, false, Activation::None, None),
+            ] {
+                check(&mut rng, case, parts, &two);
+            }
+        }
+        // Narrower on either side: the direct kernel.
+        for (cin, cout) in [(127, 300), (300, 96)] {
+            let g = Case { cin, cout, ..PW }.geom();
+            assert_eq!(
+                ConvFilter::new(&g, &vec![0.0; cin * cout], [cin, 1, 1, 1]).unwrap().describe(),
+                "pointwise channels-last"
+            );
+        }
+    }
+
+    #[test]
+    fn finish_rows_applies_the_tail_on_every_isa() {
+        // Rows of 37 values (two whole AVX-512 vectors and a masked one) at row strides of 40
+        // (source) and 45 (destination), in place and from a separate buffer; expected values
+        // from the definition in f64: act(v + residual), then clamp (NaN bounds give NaN).
+        let mut rng = Lcg(3);
+        let (rows, n, srs, drs) = (3, 37, 40, 45);
+        let src: Vec<f32> = (0..rows * srs).map(|_| 4.0 * rng.next()).collect();
+        let res: Vec<f32> = (0..rows * drs).map(|_| rng.next()).collect();
+        let parts_list = [
+            (true, Activation::Relu, Some((-0.5, 0.7))),
+            (false, Activation::None, Some((0.0, 6.0))),
+            (true, Activation::None, None),
+            (true, Activation::Sigmoid, Some((0.1, 0.6))),
+            (false, Activation::None, Some((f32::NAN, 1.0))),
+        ];
+        for (residual, activation, clamp) in parts_list {
+            let epi = ConvEpilogue { bias: None, residual: residual.then_some(&res[..]), activation, clamp };
+            for isa in [FusedIsa::Generic, FusedIsa::Avx2, FusedIsa::Avx512] {
+                for in_place in [false, true] {
+                    let mut dst = vec![f32::NAN; rows * drs];
+                    if in_place {
+                        for i in 0..rows {
+                            dst[i * drs..][..n].copy_from_slice(&src[i * srs..][..n]);
+                        }
+                    }
+                    let (from, from_rs) = if in_place { (dst.as_ptr(), drs) } else { (src.as_ptr(), srs) };
+                    let r = Rows {
+                        rows,
+                        n,
+                        src: from,
+                        srs: from_rs,
+                        dst: dst.as_mut_ptr(),
+                        drs,
+                        res: residual.then_some(res.as_ptr()),
+                    };
+                    // SAFETY: every row lies inside `src`/`dst` (rows·stride values) and `res`.
+                    unsafe { finish_rows_on(isa, &epi, &r) };
+                    for i in 0..rows {
+                        for j in 0..n {
+                            let v = src[i * srs + j] as f64 + if residual { res[i * drs + j] as f64 } else { 0.0 };
+                            // Without a residual the GEMM applied the activation already.
+                            let v = if residual { act_f64(activation, v) } else { v };
+                            let want =
+                                clamp.map_or(
+                                    v,
+                                    |(lo, hi)| if lo.is_nan() { f64::NAN } else { v.clamp(lo as f64, hi as f64) },
+                                );
+                            let got = dst[i * drs + j];
+                            let ok = if want.is_nan() {
+                                got.is_nan()
+                            } else {
+                                (got as f64 - want).abs() <= 1e-6 * want.abs().max(1.0)
+                            };
+                            assert!(
+                                ok,
+                                "{} {activation:?} {clamp:?} in place {in_place} ({i}, {j}): {got} vs {want}",
+                                isa.name()
+                            );
+                        }
+                        // Past the run: untouched.
+                        assert!(dst[i * drs + n..(i + 1) * drs].iter().all(|v| v.is_nan() || in_place));
+                    }
+                }
+            }
         }
     }
 
