@@ -131,9 +131,12 @@ fn chosen(m: &Module, body: &[NodeId], policy: Policy) -> HashSet<NodeId> {
 /// Rewrites the convolution chains of every function that `policy` picks; returns whether
 /// anything changed.
 pub fn run(m: &mut Module, policy: Policy) -> Result<bool> {
+    // The rewrite of one function changes no function's reads of values it does not define, so
+    // the captured values are found once for all of them.
+    let captured = captured(m);
     let mut changed = false;
     for f in 0..m.functions.len() {
-        changed |= run_func(m, FuncId(f as u32), policy);
+        changed |= run_func(m, FuncId(f as u32), policy, &captured);
     }
     Ok(changed)
 }
@@ -148,7 +151,7 @@ pub fn run_all(m: &mut Module) -> Result<bool> {
     run(m, Policy::All)
 }
 
-fn run_func(m: &mut Module, func: FuncId, policy: Policy) -> bool {
+fn run_func(m: &mut Module, func: FuncId, policy: Policy, captured: &HashSet<ValueId>) -> bool {
     let body = m.functions[func.index()].body.clone();
     let convs = chosen(m, &body, policy);
     if convs.is_empty() {
@@ -157,7 +160,6 @@ fn run_func(m: &mut Module, func: FuncId, policy: Policy) -> bool {
     // `twins[v]`: v's channels-last twin; `back[v]`: `transpose(twin)`, made on first need.
     let mut twins: HashMap<ValueId, ValueId> = HashMap::new();
     let mut back: HashMap<ValueId, ValueId> = HashMap::new();
-    let captured = read_elsewhere(m, func);
     m.functions[func.index()].body.clear();
     for &n in &body {
         let node = m.node(n).clone();
@@ -197,18 +199,16 @@ fn run_func(m: &mut Module, func: FuncId, policy: Policy) -> bool {
     true
 }
 
-/// The values that nodes or outputs of functions other than `func` read (a closure reads its
-/// ancestors' values by id): `func` must keep computing those it defines.
-fn read_elsewhere(m: &Module, func: FuncId) -> HashSet<ValueId> {
+/// The values that a function reads (in its nodes or outputs) without defining them (as a
+/// parameter or a node's result): values a closure reads from its ancestors by id, which the
+/// function defining them must keep computing. One walk over the module.
+fn captured(m: &Module) -> HashSet<ValueId> {
     let mut read = HashSet::new();
-    for (i, f) in m.functions.iter().enumerate() {
-        if i == func.index() {
-            continue;
-        }
-        for &n in &f.body {
-            read.extend(m.node(n).inputs.iter().copied());
-        }
-        read.extend(f.outputs.iter().flatten().copied());
+    for f in &m.functions {
+        let mut defined: HashSet<ValueId> = f.params.iter().copied().collect();
+        defined.extend(f.body.iter().flat_map(|&n| m.node(n).outputs.iter().copied()));
+        let reads = f.body.iter().flat_map(|&n| m.node(n).inputs.iter().copied());
+        read.extend(reads.chain(f.outputs.iter().flatten().copied()).filter(|v| !defined.contains(v)));
     }
     read
 }
