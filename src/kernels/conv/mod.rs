@@ -82,6 +82,15 @@ const OP: &str = "conv_general";
 /// Target size of one im2col block in f32 elements (about 256 KiB: the L2 share of a core).
 const BLOCK_ELEMS: usize = 64 * 1024;
 
+/// Filters (bytes per group, as the implicit GEMM packs them) from which its blocks grow to
+/// whole images: larger than a core's L2, such a filter is read from memory by every block.
+/// ResNet-18's 512-channel 3×3 layers (9.4 MB) at 7×7, one image, one thread of a 2-vCPU Intel
+/// Xeon (Sapphire Rapids class): four blocks of 16 pixels read it four times, 3.4 ms a layer.
+const LARGE_FILTER_BYTES: usize = 1 << 20;
+
+/// Most im2col elements of one block for a large filter (2 MiB).
+const LARGE_BLOCK_ELEMS: usize = 1 << 19;
+
 /// A two-dimensional convolution (a one-dimensional one has height 1), with every tensor described
 /// by element strides in (batch, channel, row, column) order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -824,15 +833,26 @@ fn implicit_gemm(
     let (k, cout_g) = (geom.depth(), geom.cout_g());
     let pixels = geom.out_hw[0] * geom.out_hw[1];
     let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
-    // Block rows: about BLOCK_ELEMS of im2col, a multiple of 16, and enough blocks for the threads.
-    let mut rows = (BLOCK_ELEMS / k.max(1)).clamp(16, 4096) / 16 * 16;
     let per_image_tasks = geom.batch * geom.groups;
-    if per_image_tasks < threads * 4 {
-        let want_blocks = (threads * 4).div_ceil(per_image_tasks);
-        rows = rows.min(pixels.div_ceil(want_blocks).next_multiple_of(16)).max(16);
+    // Every block's GEMM reads the whole filter of its group: a filter larger than L2 comes from
+    // memory again for each block, so its blocks grow to whole images (up to LARGE_BLOCK_ELEMS
+    // of im2col), and with fewer such tasks than threads each GEMM is split over the threads.
+    let large_filter = k * cout_g * size_of::<f32>() > LARGE_FILTER_BYTES;
+    let mut rows;
+    if large_filter {
+        rows = (LARGE_BLOCK_ELEMS / k.max(1)).clamp(16, 4096).min(pixels.next_multiple_of(16)) / 16 * 16;
+    } else {
+        // About BLOCK_ELEMS of im2col, a multiple of 16, and enough blocks for the threads.
+        rows = (BLOCK_ELEMS / k.max(1)).clamp(16, 4096) / 16 * 16;
+        if per_image_tasks < threads * 4 {
+            let want_blocks = (threads * 4).div_ceil(per_image_tasks);
+            rows = rows.min(pixels.div_ceil(want_blocks).next_multiple_of(16)).max(16);
+        }
     }
     let blocks = pixels.div_ceil(rows);
     let tasks = geom.batch * geom.groups * blocks;
+    // Large filters with too few tasks for the threads: the tasks in turn, each GEMM on them all.
+    let (parallel, gemm_threads) = if large_filter && parallel && tasks < threads { (false, 0) } else { (parallel, 1) };
     // A dense channels-last output of one group: each block's GEMM writes its pixel rows in
     // place (pixel stride px), with no tile and no scatter.
     let [yn, yc, yh, yw] = geom.y_strides;
@@ -876,7 +896,8 @@ fn implicit_gemm(
                 // next block of the image starts mb pixels of px ≥ cout_g elements further, and
                 // the next image after all pixels.
                 let c = unsafe { std::slice::from_raw_parts_mut(out.0.add(at), len) };
-                gemm_f32(GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), MatMut::new(c, px, 1)).epilogue(e))?;
+                let args = GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), MatMut::new(c, px, 1));
+                gemm_f32(args.epilogue(e).threads(gemm_threads))?;
                 if epi.has_tail() {
                     for r in 0..mb {
                         for (o, v) in c[r * px..][..cout_g].iter_mut().enumerate() {
@@ -889,7 +910,7 @@ fn implicit_gemm(
             // The tile's layout follows the output's: channel-contiguous or pixel-contiguous.
             let out_channels_inner = geom.y_strides[1] <= geom.y_strides[3];
             let c = if out_channels_inner { MatMut::row_major(tile, cout_g) } else { MatMut::new(tile, 1, mb) };
-            gemm_f32(GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), c).epilogue(e))?;
+            gemm_f32(GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), c).epilogue(e).threads(gemm_threads))?;
             scatter(geom, tile, out_channels_inner, img, g, p0, mb, epi, out);
             Ok(())
         },
@@ -1271,6 +1292,12 @@ mod tests {
             // Several pixel chunks of the channels-first 1×1 path; wide stride-2 stem rows.
             check(&mut rng, 2, 1, 3, 300, [20, 21], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 2, 1, 3, 5, [9, 75], [3, 3], [2, 2], [1, 1], [1, 1], nhwc, None);
+            // A filter larger than LARGE_FILTER_BYTES (128 × 9 × 256 floats) on the implicit
+            // GEMM (too few tiles for Winograd): whole-image blocks, each GEMM on both threads
+            // (one image) or the images over the threads (three).
+            check(&mut rng, 1, 1, 128, 256, [5, 6], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, Some(&pool));
+            check(&mut rng, 3, 1, 128, 256, [3, 4], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, Some(&pool));
+            check(&mut rng, 1, 1, 128, 256, [5, 6], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
             // Kernel larger than the input with padding; 1x1 image; zero batch; empty output.
             check(&mut rng, 1, 1, 3, 2, [2, 2], [5, 5], [1, 1], [2, 2], [1, 1], nhwc, None);
             check(&mut rng, 2, 1, 3, 2, [1, 1], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);

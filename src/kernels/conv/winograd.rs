@@ -76,11 +76,24 @@ pub(super) fn applies(geom: &ConvGeom) -> bool {
 }
 
 /// Whether the Winograd kernel is the faster choice for `geom` (measured on Zen 4 against the
-/// implicit GEMM): enough channels for the 36 GEMMs to run near the microkernel's speed, and at
-/// least one full output tile.
+/// implicit GEMM): enough channels for the 36 GEMMs to run near the microkernel's speed, at
+/// least one full output tile, and at least [`MIN_CALL_TILES`] tiles in all.
 pub(super) fn qualifies(geom: &ConvGeom) -> bool {
-    applies(geom) && geom.in_channels >= 16 && geom.out_channels >= 16 && geom.out_hw[0] >= 4 && geom.out_hw[1] >= 4
+    let tiles = geom.batch * geom.out_hw[0].div_ceil(4) * geom.out_hw[1].div_ceil(4);
+    applies(geom)
+        && geom.in_channels >= 16
+        && geom.out_channels >= 16
+        && geom.out_hw[0] >= 4
+        && geom.out_hw[1] >= 4
+        && tiles >= MIN_CALL_TILES
 }
+
+/// Fewest output tiles (all images) a call should have for the Winograd kernel: its transformed
+/// filter is four times the implicit GEMM's, read for every block of tiles. ResNet-18's
+/// 512-channel 7×7 layers at one image (4 tiles, a 37.7 MB filter), one thread of a 2-vCPU Intel
+/// Xeon (Sapphire Rapids class): 3.7 ms on the Winograd kernel, 2.3 on the implicit GEMM; its
+/// 256-channel 14×14 ones (16 tiles): 1.6 against 1.8.
+const MIN_CALL_TILES: usize = 16;
 
 /// The transformed filter: `U[ξ]` (`[cin × cout]`) packed for the GEMM, ξ = 6·row + column of
 /// the 6×6 transform.
@@ -722,6 +735,31 @@ mod tests {
     /// Relative error bound per output, against Σ|x·w| + |bias| + |residual| (the measured worst
     /// case is about 2e-6; see `error_on_resnet_shapes`).
     const TOL: f64 = 1e-5;
+
+    #[test]
+    fn few_tiles_stay_on_the_implicit_gemm() {
+        // One image at 7×7 (4 tiles): the 512-channel filter transformed is read for too few
+        // tiles; eight images (32 tiles), or one at 14×14 (16), take the Winograd kernel.
+        let g = |batch: usize, hw: usize| ConvGeom {
+            batch,
+            in_channels: 512,
+            in_hw: [hw, hw],
+            out_channels: 512,
+            out_hw: [hw, hw],
+            kernel_hw: [3, 3],
+            stride: [1, 1],
+            pad: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+            x_strides: [512 * hw * hw, hw * hw, hw, 1],
+            y_strides: [512 * hw * hw, hw * hw, hw, 1],
+        };
+        assert!(!qualifies(&g(1, 7)));
+        assert!(!qualifies(&g(3, 7)));
+        assert!(qualifies(&g(4, 7)));
+        assert!(qualifies(&g(8, 7)));
+        assert!(qualifies(&g(1, 14)));
+    }
 
     #[test]
     fn staging_copies_every_channel_of_every_pixel_on_each_isa() {
