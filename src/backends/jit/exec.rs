@@ -57,6 +57,9 @@ pub struct JitExecutable {
     sig: Signature,
     /// Most iterations one `while` may run (`while_limit=N`); `None`: unbounded.
     while_limit: Option<u64>,
+    /// Whether an execution run inside its pool keeps the pool's other threads warm
+    /// (`spin=on|off`).
+    spin: bool,
     /// Execution states of finished executions, for the next ones.
     states: Mutex<Vec<ExecState>>,
     /// Where compilation spent its time.
@@ -120,12 +123,13 @@ enum Results<'a> {
 }
 
 impl JitExecutable {
-    /// `while_limit` applies to the plan; an interpreter runner carries its own.
-    pub(crate) fn new(runner: Runner, sig: Signature, while_limit: Option<u64>) -> Self {
+    /// `while_limit` and `spin` apply to the plan; an interpreter runner carries its own limit.
+    pub(crate) fn new(runner: Runner, sig: Signature, while_limit: Option<u64>, spin: bool) -> Self {
         JitExecutable {
             runner: FinalizeSlot::new(runner),
             sig,
             while_limit,
+            spin,
             states: Mutex::new(Vec::new()),
             report: CompileReport::default(),
             constants: ConstantMemory::default(),
@@ -319,7 +323,11 @@ impl JitExecutable {
             .filter(|_| !main.calls && opts.communicator.is_none())
             .and_then(|p| WholeInPool::claim().map(|g| (p, g)))
         {
-            Some((p, _claim)) => p.install(|| ex.run_steps(main))?,
+            Some((p, _claim)) => p.install(|| {
+                // The other threads wait for this execution's splits awake (`threads::KeepWarm`).
+                let _warm = if self.spin { crate::threads::KeepWarm::start() } else { None };
+                ex.run_steps(main)
+            })?,
             None => ex.run_steps(main)?,
         }
         let missing = |v: ValueId| internal(format!("output {v} was not computed"));

@@ -20,6 +20,9 @@
 //! - `streaming_stores=auto|on|off`: write a loop's outputs with non-temporal stores (no read of
 //!   each destination line before it is written; see docs/architecture.md, "JIT") when they
 //!   take at least the last-level cache's size (`auto`, the default), always (`on`), or never.
+//! - `spin=on|off`: while an execution runs its steps inside its pool, the pool's other threads
+//!   look for work between its parallel splits instead of sleeping (default on; `off` lets them
+//!   sleep, each split then waking them).
 //! - `dump=DIR`: write every compilation stage under `DIR` (as `TENSORJIT_DUMP=DIR`; see
 //!   [`dump`] and docs/debugging.md).
 //!
@@ -291,7 +294,7 @@ impl JitBackend {
             "compiled"
         );
         report.total = t0.elapsed();
-        Ok(JitExecutable::new(runner, sig, self.opts.while_limit).with_report(report, constants))
+        Ok(JitExecutable::new(runner, sig, self.opts.while_limit, self.opts.spin).with_report(report, constants))
     }
 }
 

@@ -23,6 +23,7 @@ pub const OPTIONS: &[&str] = &[
     "winograd",
     "conv_layout",
     "conv_chains",
+    "spin",
     "specializations",
     "dump",
 ];
@@ -140,6 +141,11 @@ pub struct JitOptions {
     /// (`conv_chains=on|off`; default on; `backends::jit::chain`). `off`: every convolution is
     /// its own step, layer by layer (a profile then times each one).
     pub conv_chains: bool,
+    /// While an execution runs its steps inside its pool, the pool's other threads look for
+    /// work between its parallel splits instead of sleeping (`spin=on|off`; default on;
+    /// `threads::KeepWarm`): no wake-up latency per split, at the price of those threads
+    /// spinning on their cores while the execution runs serial steps.
+    pub spin: bool,
     /// Most specialised plans a module with dynamic axes keeps, one per binding of its axes
     /// (least recently used evicted first; `specializations=N`, 1 to
     /// [`MAX_SPECIALIZATIONS`]; default [`DEFAULT_SPECIALIZATIONS`]).
@@ -162,6 +168,7 @@ impl Default for JitOptions {
             winograd: true,
             conv_layout: ConvLayout::Auto,
             conv_chains: true,
+            spin: true,
             specializations: DEFAULT_SPECIALIZATIONS,
             dump: None,
         }
@@ -229,6 +236,12 @@ impl JitOptions {
         self
     }
 
+    /// Whether the pool's other threads spin between an execution's parallel splits.
+    pub fn spin(mut self, on: bool) -> Self {
+        self.spin = on;
+        self
+    }
+
     /// Whether 3×3 stride-1 convolutions may run as Winograd F(4×4, 3×3).
     pub fn winograd(mut self, on: bool) -> Self {
         self.winograd = on;
@@ -268,6 +281,7 @@ impl JitOptions {
                 "fallback" => o.fallback = config::parse_choice(NAME, key, v, FALLBACK)?,
                 "winograd" => o.winograd = config::parse_switch(NAME, key, v)?,
                 "conv_chains" => o.conv_chains = config::parse_switch(NAME, key, v)?,
+                "spin" => o.spin = config::parse_switch(NAME, key, v)?,
                 "conv_layout" => o.conv_layout = config::parse_choice(NAME, key, v, CONV_LAYOUT)?,
                 "specializations" => {
                     let n = config::parse_u64(NAME, key, v)?;
@@ -344,6 +358,9 @@ impl fmt::Display for JitOptions {
         if !self.conv_chains {
             items.push("conv_chains=off".into());
         }
+        if !self.spin {
+            items.push("spin=off".into());
+        }
         if self.specializations != DEFAULT_SPECIALIZATIONS {
             items.push(format!("specializations={}", self.specializations));
         }
@@ -372,12 +389,13 @@ mod tests {
             .winograd(false)
             .conv_layout(ConvLayout::Keep)
             .conv_chains(false)
+            .spin(false)
             .specializations(3)
             .dump("/tmp/x");
         let s = o.to_string();
         assert_eq!(
             s,
-            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,conv_layout=keep,conv_chains=off,specializations=3,dump=/tmp/x"
+            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,conv_layout=keep,conv_chains=off,spin=off,specializations=3,dump=/tmp/x"
         );
         assert_eq!(JitOptions::parse("conv_layout=nhwc").unwrap().conv_layout, ConvLayout::Nhwc);
         assert_eq!(JitOptions::parse(&s).unwrap(), o);
@@ -385,6 +403,7 @@ mod tests {
         assert!(!JitOptions::parse("winograd=off").unwrap().winograd);
         assert!(JitOptions::parse("winograd=off,winograd=on").unwrap().winograd);
         assert!(!JitOptions::parse("conv_chains=0").unwrap().conv_chains);
+        assert!(JitOptions::new().spin && !JitOptions::parse("spin=off").unwrap().spin);
     }
 
     #[test]
@@ -399,6 +418,7 @@ mod tests {
             ("winograd=2", "winograd"),
             ("conv_layout=nchwc", "conv_layout"),
             ("conv_chains=some", "conv_chains"),
+            ("spin=fast", "spin"),
             ("specializations=0", "specializations"),
             ("specializations=5000", "4096"),
             ("dump", "dump"),
