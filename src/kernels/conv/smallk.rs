@@ -73,19 +73,26 @@ fn conv_on(isa: FusedIsa, geom: &ConvGeom, x: &[f32], w: &[f32], epi: &ConvEpilo
     let pixels = geom.in_hw[0] * geom.in_hw[1];
     assert!(w.len() >= geom.out_channels * k, "1x1 weights too short");
     let isa = isa.checked();
-    let chunk = (CHUNK_ELEMS / k.max(1)).clamp(NB * 4, 4096) / NB * NB;
+    let mut chunk = (CHUNK_ELEMS / k.max(1)).clamp(NB * 4, 4096) / NB * NB;
     // Planes that are not whole blocks but at least one block long: the images' pixels as one
     // run, so that blocks straddle images instead of ending each plane with a partial one.
     let nb = if isa == FusedIsa::Avx512 { NB } else { NB / 2 };
     let fold = fold_images(geom.batch, pixels, nb);
     let run = if fold { geom.batch * pixels } else { pixels };
     let mut chunks = run.div_ceil(chunk);
-    if fold && parallel {
+    let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
+    if fold {
         // A folded run is cut into a multiple of the pool's threads tasks of nearly equal whole
         // blocks (`Job::unit`): 8 images of 7×7 at the L2 chunk were 4 tasks of 4, 4, 4 and 1
         // blocks, 8 against 5 blocks per thread.
-        let threads = rayon::current_num_threads().max(1);
         chunks = chunks.div_ceil(threads) * threads;
+    } else if geom.batch * geom.groups * chunks < 16 * threads {
+        // Few tasks for the threads (one image): each plane cut into a multiple of the threads
+        // chunks of nearly equal whole blocks, instead of L2-sized ones and a short last one
+        // (MobileNetV2's 24 → 144 channels at 56×56: 5 tasks of 672 pixels or less, 3 against
+        // 2 per thread; now 6 of 544 or less; 32 → 192 at 28×28: 512 and 272, now 416 and 368).
+        chunk = pixels.div_ceil(chunks.div_ceil(threads) * threads).div_ceil(NB) * NB;
+        chunks = pixels.div_ceil(chunk.max(1));
     }
     let units = if fold { geom.groups * chunks } else { geom.batch * geom.groups * chunks };
     let job = Job { geom, x, w, epi, out, chunk, chunks, fold };

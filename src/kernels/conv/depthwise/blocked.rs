@@ -137,13 +137,20 @@ struct Run {
 }
 
 impl Job<'_> {
-    /// Channel block `cb` of image `img` on the vectors `S` (see the module doc).
+    /// Output rows `out_rows` of channel block `cb` of image `img` on the vectors `S` (see the
+    /// module doc).
     ///
     /// # Safety
     /// The CPU has `S`'s features; `self.blocked` holds (channels-first input and output with
     /// dense rows, an [`extent`]).
     #[inline(always)]
-    pub(super) unsafe fn plane_block<S: Transpose>(&self, img: usize, cb: usize, scratch: &mut Scratch) {
+    pub(super) unsafe fn plane_block<S: Transpose>(
+        &self,
+        img: usize,
+        cb: usize,
+        out_rows: std::ops::Range<usize>,
+        scratch: &mut Scratch,
+    ) {
         let g = self.geom;
         let l = S::L;
         let c = g.out_channels;
@@ -200,8 +207,9 @@ impl Job<'_> {
         let base = img * yn + c0 * yc;
         let left = pl.min(pw);
         let cols_in = iw.min(pw.saturating_sub(pl));
-        for oy0 in (0..oh).step_by(sr) {
-            let n = sr.min(oh - oy0);
+        let end = out_rows.end.min(oh);
+        for oy0 in (out_rows.start..end).step_by(sr) {
+            let n = sr.min(end - oy0);
             let rows = in_rows(n);
             // Padded rows p0..p0 + rows; input rows iy0..iy1 of them hold data.
             let p0 = oy0 * sy;
