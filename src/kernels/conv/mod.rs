@@ -696,9 +696,11 @@ impl Finish<f32> for TailFinish<'_> {
 /// The 1×1 path ([`Pointwise`]). Channels-last input: `Y[pixels, cout_g] = X[pixels, cin_g] ·
 /// W_g` against the packed filter; channels-first: `Y[cout_g, pixels] = W_g · X[cin_g,
 /// pixels]` with the plain weights on the left, so each output channel's plane is written
-/// along its pixels. Threads split each GEMM; the residual and clamp (if any) follow chunk by
-/// chunk of pixels while the chunk is in L2 (dense channels-first planes) or tile by tile as
-/// the GEMM finishes them ([`TailFinish`]).
+/// along its pixels. Threads split each GEMM; the residual and clamp (if any) are applied tile
+/// by tile as the GEMM finishes them ([`TailFinish`]), on the thread that computed the tile.
+/// (Dense channels-first planes used to take the tail in a pass over each chunk of pixels after
+/// its GEMM, on the calling thread alone: at batch 1 on two threads MobileNetV2's 144 → 24
+/// projection at 56×56 ran no faster than on one.)
 #[allow(clippy::too_many_arguments)]
 fn pointwise(
     geom: &ConvGeom,
@@ -715,8 +717,6 @@ fn pointwise(
     let [yn, yc, _, _] = geom.y_strides;
     let pixels = geom.in_hw[0] * geom.in_hw[1] * pw.images;
     let channels_last = geom.channels_last();
-    // Channels-first with dense planes and a residual or clamp: the GEMM runs over pixel chunks
-    // and each chunk's tail follows at once, instead of a second pass over the whole output.
     if !plain.is_empty() && smallk::qualifies(geom, pw.x_pixel, pw.y_pixel) {
         // Few input channels over channels-first planes: the direct kernel, epilogue in registers.
         smallk::conv(geom, x, plain, epi, OutPtr(y.as_mut_ptr()), threads != 1);
@@ -724,8 +724,7 @@ fn pointwise(
     }
     let dense_planes = !channels_last && !plain.is_empty() && pw.x_pixel == 1 && pw.y_pixel == 1 && epi.has_tail();
     // Dense planes with a tail over several images and threads: whole images in parallel, each
-    // GEMM and its tail on one thread (a small GEMM split over the threads, then a tail on the
-    // calling thread alone, does not scale: MobileNetV2's 144 → 24 projections).
+    // GEMM and its tail on one thread (no split of a small GEMM, each thread its own planes).
     let whole_images = geom.batch > 1 && y.len() == geom.batch * yn && yn == geom.out_channels * pixels;
     if dense_planes && threads != 1 && whole_images {
         return y.par_chunks_mut(yn).enumerate().try_for_each(|(img, ys)| {
@@ -736,7 +735,7 @@ fn pointwise(
         });
     }
     let tail = TailFinish { epi, y: y.as_ptr() as usize };
-    let finish: Option<&dyn Finish<f32>> = (epi.has_tail() && !dense_planes).then_some(&tail);
+    let finish: Option<&dyn Finish<f32>> = epi.has_tail().then_some(&tail);
     for img in (0..geom.batch).step_by(pw.images) {
         for g in 0..geom.groups {
             let xs = &x[img * xn + g * cin_g * xc..];
@@ -752,22 +751,6 @@ fn pointwise(
             } else {
                 e.bias = bias.map_or(Bias::None, Bias::PerRow);
                 let a = MatRef::row_major(&plain[g * cout_g * cin_g..][..cout_g * cin_g], cin_g);
-                if dense_planes {
-                    // Pixel chunks of about 256 KiB of output, each finished while in L2.
-                    let chunk = (64 * 1024 / cout_g.max(1)).clamp(256, 8192) / 64 * 64;
-                    let res_at = img * yn + g * cout_g * yc;
-                    for p0 in (0..pixels).step_by(chunk) {
-                        let n = chunk.min(pixels - p0);
-                        let b = MatRef::new(&xs[p0..], xc, 1);
-                        let c = MatMut::new(&mut ys[p0..], yc, 1);
-                        gemm_f32(GemmArgs::new(cout_g, n, cin_g, a, b, c).epilogue(e).threads(threads))?;
-                        for o in 0..cout_g {
-                            let res = epi.residual.map(|r| &r[res_at + o * yc + p0..][..n]);
-                            epi.finish_run(&mut ys[o * yc + p0..][..n], res);
-                        }
-                    }
-                    continue;
-                }
                 let b = MatRef::new(xs, xc, pw.x_pixel);
                 let c = MatMut::new(ys, yc, pw.y_pixel);
                 GemmArgs::new(cout_g, pixels, cin_g, a, b, c)
@@ -1310,7 +1293,8 @@ mod tests {
     fn channels_first_pointwise_tail_splits_images_over_threads() {
         // More input channels than the direct 1×1 kernel takes, on planes larger than its small
         // ones: the GEMM path over dense planes, with a tail (residual, ReLU, clamp) that runs
-        // whole images in parallel on two threads (one image: the chunked path).
+        // whole images in parallel on two threads (one image: the GEMM split over the threads,
+        // each finishing the tiles it computed).
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let mut rng = Lcg(5);
         for batch in [1, 3, 4] {
