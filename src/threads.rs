@@ -220,9 +220,10 @@ pub(crate) fn parse_threads(backend: &str, key: &str, v: Option<&str>) -> Result
 ///
 /// Each other thread of the pool runs a job that takes the pool's pending work as it appears
 /// (`rayon::yield_now`: its own deque, the others', then the injected jobs, as an idle worker
-/// would) and otherwise spins with a pause, yielding the core to the OS now and then, until the
-/// guard is dropped. Only the one execution that runs its whole step sequence inside its pool
-/// starts one (`WholeInPool` in the jit backend), so at most one guard spins a pool at a time.
+/// would) and otherwise spins with a pause, until the guard is dropped or it has found no work
+/// for [`WARM_IDLE_LIMIT`]. Only the one execution that runs its whole step sequence inside its
+/// pool starts one (`WholeInPool` in the jit backend), so at most one guard spins a pool at a
+/// time.
 pub(crate) struct KeepWarm {
     state: Arc<Warm>,
 }
@@ -236,12 +237,28 @@ struct Warm {
     spinning: AtomicUsize,
 }
 
-/// Idle polls of a kept-warm thread between yields of its core to the OS.
-const WARM_POLLS_PER_YIELD: u32 = 256;
+/// How long a kept-warm thread polls without finding work before it returns to the pool (and
+/// to rayon's own spin-then-sleep): the gaps between an execution's parallel splits are a few
+/// µs to tens of µs; a longer serial stretch lets the core go. It also bounds the stall when the
+/// keep-warm job lands on top of a job that the execution waits for (below).
+const WARM_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_micros(200);
+
+thread_local! {
+    /// Whether this thread is running a keep-warm loop (further down its stack, perhaps).
+    static WARMING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 impl KeepWarm {
     /// Starts keeping the current pool's other threads warm; `None` outside a pool or in a
     /// pool of one thread.
+    ///
+    /// A rayon thread runs queued jobs while it waits for the other half of a split, so the
+    /// keep-warm job can start on top of a piece of the very execution it serves (a thread
+    /// still in the previous execution's keep-warm loop steals a piece of this one, the piece
+    /// waits for its own split and picks up this execution's keep-warm job): the piece below
+    /// it cannot finish while it polls, and the execution waits for that piece. A thread whose
+    /// stack already holds a keep-warm loop therefore returns at once, and any loop returns
+    /// after [`WARM_IDLE_LIMIT`] without work, so such a stall is bounded.
     pub(crate) fn start() -> Option<KeepWarm> {
         let me = rayon::current_thread_index()?;
         if rayon::current_num_threads() < 2 {
@@ -252,26 +269,25 @@ impl KeepWarm {
         // Broadcast jobs go to each thread's own queue, so the job for this thread is never run
         // by another (the one that lands here returns at once).
         rayon::spawn_broadcast(move |ctx| {
-            if ctx.index() == me {
+            if ctx.index() == me || WARMING.with(|w| w.replace(true)) {
                 return;
             }
             shared.spinning.fetch_add(1, Ordering::AcqRel);
-            let mut idle = 0u32;
+            let mut idle_since: Option<std::time::Instant> = None;
             while !shared.done.load(Ordering::Acquire) {
                 match rayon::yield_now() {
-                    Some(rayon::Yield::Executed) => idle = 0,
+                    Some(rayon::Yield::Executed) => idle_since = None,
                     Some(rayon::Yield::Idle) => {
-                        idle += 1;
-                        if idle.is_multiple_of(WARM_POLLS_PER_YIELD) {
-                            std::thread::yield_now();
-                        } else {
-                            std::hint::spin_loop();
+                        if idle_since.get_or_insert_with(std::time::Instant::now).elapsed() > WARM_IDLE_LIMIT {
+                            break;
                         }
+                        std::hint::spin_loop();
                     }
                     None => break,
                 }
             }
             shared.spinning.fetch_sub(1, Ordering::AcqRel);
+            WARMING.with(|w| w.set(false));
         });
         Some(KeepWarm { state })
     }
@@ -334,7 +350,7 @@ mod tests {
     }
 
     #[test]
-    fn keep_warm_holds_the_other_threads_until_dropped() {
+    fn keep_warm_runs_the_work_and_lets_go() {
         // Outside a pool, and in a pool of one thread, there is nothing to keep warm.
         assert!(KeepWarm::start().is_none());
         let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
@@ -343,9 +359,7 @@ mod tests {
         let pool = own_pool("test", 3).unwrap();
         pool.install(|| {
             let warm = KeepWarm::start().expect("a pool of three threads");
-            // The two other threads enter the loop; the calling thread's job returns at once.
-            assert!(eventually(|| warm.spinning() == 2), "spinning: {}", warm.spinning());
-            // Split work is still run, by the spinning threads among others: every unit once.
+            // Split work is run, by the warm threads among others: every unit once.
             let seen: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
             let threads = Mutex::new(std::collections::HashSet::new());
             use rayon::prelude::*;
@@ -359,10 +373,53 @@ mod tests {
             });
             assert!(seen.iter().all(|n| n.load(Ordering::Relaxed) == 1));
             assert!(threads.lock().unwrap().len() > 1, "the work stayed on one thread");
-            assert_eq!(warm.spinning(), 2);
+            // With nothing to do the loops return to the pool while the guard lives...
+            assert!(eventually(|| warm.spinning() == 0), "threads still spinning: {}", warm.spinning());
+            drop(warm);
+            // ... and a dropped guard's loops return at once (the done flag).
+            let warm = KeepWarm::start().unwrap();
             let state = warm.state.clone();
             drop(warm);
             assert!(eventually(|| state.spinning.load(Ordering::Acquire) == 0), "threads still spinning");
         });
+    }
+
+    #[test]
+    fn keep_warm_never_stalls_nested_splits() {
+        // Executions back to back, each a guard and splits inside splits, as the jit runs its
+        // steps: a keep-warm loop that started on top of a piece the execution waits for would
+        // hang it (seen with a loop that polled until its guard was dropped). Run on a thread of
+        // its own, so that a hang fails the test instead of stopping it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let pool = own_pool("test", 2).unwrap();
+            use rayon::prelude::*;
+            let mut total = 0usize;
+            for _ in 0..20000 {
+                total += pool.install(|| {
+                    let _warm = KeepWarm::start();
+                    (0..8usize)
+                        .into_par_iter()
+                        .map(|i| {
+                            (0..4usize)
+                                .into_par_iter()
+                                .map(|j| {
+                                    // A few µs per piece, so that pieces are there to steal.
+                                    let t = std::time::Instant::now();
+                                    while t.elapsed() < std::time::Duration::from_micros(3) {
+                                        std::hint::spin_loop();
+                                    }
+                                    i * j
+                                })
+                                .sum::<usize>()
+                        })
+                        .sum::<usize>()
+                });
+            }
+            tx.send(total).unwrap();
+        });
+        let total = rx.recv_timeout(std::time::Duration::from_secs(120)).expect("executions stalled");
+        // Σ_i Σ_j i·j over 8 × 4 = 28 · 6 per execution.
+        assert_eq!(total, 20000 * 28 * 6);
     }
 }
