@@ -845,6 +845,7 @@ fn implicit_gemm(
         && (geom.out_hw[0] == 1 || yh == geom.out_hw[1] * yw)
         && (geom.batch == 1 || yn >= pixels * yw))
         .then_some(yw);
+    let tail = TailFinish { epi, y: out.0 as usize };
     try_for_units(
         parallel,
         tasks,
@@ -880,15 +881,9 @@ fn implicit_gemm(
                 // the next image after all pixels.
                 let c = unsafe { std::slice::from_raw_parts_mut(out.0.add(at), len) };
                 let args = GemmArgs::new(mb, cout_g, k, a, Rhs::Packed(&packed[g]), MatMut::new(c, px, 1));
-                gemm_f32(args.epilogue(e).threads(gemm_threads))?;
-                if epi.has_tail() {
-                    for r in 0..mb {
-                        for (o, v) in c[r * px..][..cout_g].iter_mut().enumerate() {
-                            *v = epi.finish(*v, at + r * px + o);
-                        }
-                    }
-                }
-                return Ok(());
+                // The tail per finished tile, as on the 1×1 path.
+                let finish: Option<&dyn Finish<f32>> = epi.has_tail().then_some(&tail);
+                return gemm_f32(args.epilogue(e).threads(gemm_threads).finish(finish));
             }
             // The tile's layout follows the output's: channel-contiguous or pixel-contiguous.
             let out_channels_inner = geom.y_strides[1] <= geom.y_strides[3];
