@@ -273,3 +273,63 @@ fn a_value_read_by_a_closure_stays_computed_channels_first() {
     let (convs, _) = layout_of(&m, "conv_layout=nhwc");
     assert_eq!(convs, vec![3, 3, 3, 1, 3]);
 }
+
+/// Two inverted-residual blocks whose depthwise convolutions read 112×112 planes (the size from
+/// which `block::MIN_PIXELS` fuses them): the head's block with its residual (stride 1), then
+/// 1×1 16→32 → depthwise 3×3/2 → 1×1 32→8 without one, down to 56×56.
+fn band_blocks(n: usize) -> Module {
+    let mut body = inverted_residual(n, 112);
+    body += &conv(20, 8, n, 16, 32, 1, 1, 1, 112);
+    body += &bias_relu6(21, 20, n, 32, 112);
+    body += &conv(22, 21, n, 32, 32, 3, 2, 32, 112);
+    body += &bias_relu6(23, 22, n, 32, 56);
+    body += &conv(24, 23, n, 32, 8, 1, 1, 1, 56);
+    let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},3,224,224]) {{\n{body}  return %24\n}}\n");
+    parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// The plan's lines for block steps.
+fn blocks_of(m: &Module, config: &str) -> Vec<String> {
+    let plan = JitBackend::new(config).unwrap().compile_stages(m.clone()).unwrap().plan;
+    plan.lines().filter(|l| l.contains("conv block")).map(str::to_string).collect()
+}
+
+#[test]
+fn inverted_residual_blocks_run_band_by_band_and_agree_with_the_interpreter() {
+    for n in [1, 2, 3] {
+        let m = band_blocks(n);
+        let x = Buffer::from_slice(&floats_vec(n * 3 * 224 * 224, n + 11, 2.0), &[n, 3, 224, 224]).unwrap();
+        // One thread (bands in order), two and three (an image's rows in parts when the images
+        // do not split evenly), the blocks off, and channels-last blocks.
+        agree(
+            &m,
+            &[x],
+            &[
+                "jit:parallelism=1",
+                "jit:parallelism=2",
+                "jit:parallelism=3",
+                "jit:parallelism=2,conv_blocks=off",
+                "jit:parallelism=1,conv_layout=nhwc",
+                "jit:parallelism=2,conv_layout=nhwc",
+            ],
+        );
+        for cfg in ["parallelism=1", "parallelism=2", "parallelism=2,conv_layout=nhwc"] {
+            let blocks = blocks_of(&m, cfg);
+            assert_eq!(blocks.len(), 2, "{cfg}, batch {n}: {blocks:?}");
+            assert!(blocks[0].contains("residual") && blocks[1].contains("/[2, 2]"), "{blocks:?}");
+        }
+        assert!(blocks_of(&m, "parallelism=1,conv_blocks=off").is_empty());
+    }
+}
+
+#[test]
+fn a_block_intermediate_read_elsewhere_keeps_the_three_steps() {
+    // The depthwise result (%6) is also returned: the block would have to write it.
+    let n = 1;
+    let body = inverted_residual(n, 112);
+    let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},3,224,224]) {{\n{body}  return %8, %6\n}}\n");
+    let m = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(blocks_of(&m, "parallelism=1").is_empty());
+    let x = Buffer::from_slice(&floats_vec(3 * 224 * 224, 4, 2.0), &[n, 3, 224, 224]).unwrap();
+    agree(&m, &[x], &["jit:parallelism=2"]);
+}

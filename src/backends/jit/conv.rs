@@ -270,6 +270,16 @@ impl ImageConv {
         self.filter.size_bytes()
     }
 
+    /// The geometry of one image.
+    pub(crate) fn geom(&self) -> &ConvGeom {
+        &self.geom
+    }
+
+    /// Whether the epilogue adds a residual (the step's operand 2).
+    pub(crate) fn has_residual(&self) -> bool {
+        self.tail.residual
+    }
+
     /// One image: `x` and `residual` its operands' elements, `y` its result's, on the calling
     /// thread.
     pub(crate) fn run(&self, x: &[f32], residual: Option<&[f32]>, y: &mut [f32]) -> Result<()> {
@@ -277,6 +287,17 @@ impl ImageConv {
             return Err(Error::invalid(OP, "residual missing or not laid out like the result"));
         }
         convolve(&self.geom, &self.tail, x, &self.filter, residual, y, None)
+    }
+
+    /// Part of one image, on the calling thread: `geom` is this convolution's with other planes
+    /// and strides (a band of rows, scratch layouts; the channels, kernel and layout unchanged,
+    /// as the prepared filter requires), the residual (read when the tail has one) laid out like
+    /// `y`. [`conv2d_f32`] checks `geom` against the slices.
+    pub(crate) fn run_as(&self, geom: &ConvGeom, x: &[f32], residual: Option<&[f32]>, y: &mut [f32]) -> Result<()> {
+        if self.tail.residual && residual.is_none() {
+            return Err(Error::invalid(OP, "residual missing"));
+        }
+        convolve(geom, &self.tail, x, &self.filter, residual, y, None)
     }
 }
 

@@ -268,6 +268,7 @@ impl JitBackend {
             stream_min_bytes: self.stream_min_bytes,
             winograd: self.opts.winograd,
             conv_chains: self.opts.conv_chains,
+            conv_blocks: self.opts.conv_blocks,
             threads: 1,
         }
     }

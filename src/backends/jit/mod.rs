@@ -38,6 +38,7 @@
 //! ([`crate::backends::interp::InterpExecutable`]) as a whole; its report and `plan.txt` dump
 //! say why.
 
+mod block;
 mod chain;
 mod conv;
 mod conv_backward;

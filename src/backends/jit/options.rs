@@ -23,6 +23,7 @@ pub const OPTIONS: &[&str] = &[
     "winograd",
     "conv_layout",
     "conv_chains",
+    "conv_blocks",
     "spin",
     "specializations",
     "dump",
@@ -141,6 +142,11 @@ pub struct JitOptions {
     /// (`conv_chains=on|off`; default on; `backends::jit::chain`). `off`: every convolution is
     /// its own step, layer by layer (a profile then times each one).
     pub conv_chains: bool,
+    /// Inverted residual blocks (1×1 expansion → depthwise → 1×1 projection over planes of at
+    /// least 28×28) run as one step, band of rows by band of rows, their expanded rows kept in
+    /// the cache (`conv_blocks=on|off`; default on; `backends::jit::block`). `off`: each
+    /// convolution is its own step.
+    pub conv_blocks: bool,
     /// While an execution runs its steps inside its pool, the pool's other threads look for
     /// work between its parallel splits instead of sleeping (`spin=on|off`; default on;
     /// `threads::KeepWarm`): no wake-up latency per split, at the price of those threads
@@ -169,6 +175,7 @@ impl Default for JitOptions {
             winograd: true,
             conv_layout: ConvLayout::Auto,
             conv_chains: true,
+            conv_blocks: true,
             spin: true,
             specializations: DEFAULT_SPECIALIZATIONS,
             dump: None,
@@ -237,6 +244,12 @@ impl JitOptions {
         self
     }
 
+    /// Whether inverted residual blocks run as one step, band by band.
+    pub fn conv_blocks(mut self, on: bool) -> Self {
+        self.conv_blocks = on;
+        self
+    }
+
     /// Whether the pool's other threads spin between an execution's parallel splits.
     pub fn spin(mut self, on: bool) -> Self {
         self.spin = on;
@@ -282,6 +295,7 @@ impl JitOptions {
                 "fallback" => o.fallback = config::parse_choice(NAME, key, v, FALLBACK)?,
                 "winograd" => o.winograd = config::parse_switch(NAME, key, v)?,
                 "conv_chains" => o.conv_chains = config::parse_switch(NAME, key, v)?,
+                "conv_blocks" => o.conv_blocks = config::parse_switch(NAME, key, v)?,
                 "spin" => o.spin = config::parse_switch(NAME, key, v)?,
                 "conv_layout" => o.conv_layout = config::parse_choice(NAME, key, v, CONV_LAYOUT)?,
                 "specializations" => {
@@ -359,6 +373,9 @@ impl fmt::Display for JitOptions {
         if !self.conv_chains {
             items.push("conv_chains=off".into());
         }
+        if !self.conv_blocks {
+            items.push("conv_blocks=off".into());
+        }
         if !self.spin {
             items.push("spin=off".into());
         }
@@ -390,13 +407,14 @@ mod tests {
             .winograd(false)
             .conv_layout(ConvLayout::Keep)
             .conv_chains(false)
+            .conv_blocks(false)
             .spin(false)
             .specializations(3)
             .dump("/tmp/x");
         let s = o.to_string();
         assert_eq!(
             s,
-            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,conv_layout=keep,conv_chains=off,spin=off,specializations=3,dump=/tmp/x"
+            "parallelism=3,while_limit=7,fusion=off,reductions=ordered,streaming_stores=off,fallback=error,winograd=off,conv_layout=keep,conv_chains=off,conv_blocks=off,spin=off,specializations=3,dump=/tmp/x"
         );
         assert_eq!(JitOptions::parse("conv_layout=nhwc").unwrap().conv_layout, ConvLayout::Nhwc);
         assert_eq!(JitOptions::parse(&s).unwrap(), o);
@@ -419,6 +437,7 @@ mod tests {
             ("winograd=2", "winograd"),
             ("conv_layout=nchwc", "conv_layout"),
             ("conv_chains=some", "conv_chains"),
+            ("conv_blocks=some", "conv_blocks"),
             ("spin=fast", "spin"),
             ("specializations=0", "specializations"),
             ("specializations=5000", "4096"),

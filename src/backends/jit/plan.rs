@@ -214,6 +214,8 @@ pub(crate) struct PlanOptions {
     pub winograd: bool,
     /// Consecutive convolutions over large planes run as one step, image by image (`chain`).
     pub conv_chains: bool,
+    /// Inverted residual blocks run as one step, band by band (`block`).
+    pub conv_blocks: bool,
     /// Threads of the pool the plan runs on (set by [`build`]).
     pub threads: usize,
 }
@@ -511,8 +513,9 @@ fn build_function(
         steps.push(step);
     }
 
-    let mut steps =
-        if opts.conv_chains { form_chains(steps, &outputs.iter().copied().collect(), opts.threads) } else { steps };
+    let keep: HashSet<ValueId> = outputs.iter().copied().collect();
+    let steps = if opts.conv_blocks { form_blocks(steps, &keep) } else { steps };
+    let mut steps = if opts.conv_chains { form_chains(steps, &keep, opts.threads) } else { steps };
 
     // Liveness of this function's own values: the last step reading each; returned values are
     // never released, nor are constants of a closure (they are loaded once per execution and a
@@ -891,6 +894,75 @@ fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn
         return Ok(Some(k));
     }
     super::movement::prepare(m, n)
+}
+
+/// Regroups `steps` (one function's, in order): each three consecutive convolutions that form an
+/// inverted residual block ([`super::block`]) become one step. `keep`: values the function returns
+/// (or keeps).
+fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>) -> Vec<Step> {
+    use super::block;
+    let image = |s: &Step| match s {
+        Step::Kernel(k) if k.outputs.len() == 1 => {
+            k.fast.as_deref()?.as_any()?.downcast_ref::<super::conv::ConvKernel>()?.per_image()
+        }
+        _ => None,
+    };
+    // How many steps read each value (a block's intermediates must be read by the block alone).
+    let mut readers: HashMap<ValueId, usize> = HashMap::new();
+    for s in &steps {
+        for v in s.reads() {
+            *readers.entry(v).or_default() += 1;
+        }
+    }
+    let private = |v: ValueId| readers.get(&v) == Some(&1) && !keep.contains(&v);
+    let mut steps: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(steps.len());
+    let mut i = 0;
+    while i < steps.len() {
+        let found = (i + 3 <= steps.len())
+            .then(|| {
+                let k = |j: usize| match &steps[j] {
+                    Some(Step::Kernel(k)) => Some(k),
+                    _ => None,
+                };
+                let (a, b, c) = (k(i)?, k(i + 1)?, k(i + 2)?);
+                let chained = b.inputs[0] == a.outputs[0]
+                    && c.inputs[0] == b.outputs[0]
+                    && private(a.outputs[0])
+                    && private(b.outputs[0]);
+                if !chained {
+                    return None;
+                }
+                let convs =
+                    (image(steps[i].as_ref()?)?, image(steps[i + 1].as_ref()?)?, image(steps[i + 2].as_ref()?)?);
+                block::qualify(&convs.0, &convs.1, &convs.2).then_some(convs)
+            })
+            .flatten();
+        let Some((ea, eb, ec)) = found else {
+            out.push(steps[i].take().expect("each step is taken once"));
+            i += 1;
+            continue;
+        };
+        let Some(Step::Kernel(a)) = steps[i].take() else { unreachable!("checked above") };
+        let Some(Step::Kernel(c)) = steps[i + 2].take() else { unreachable!("checked above") };
+        steps[i + 1] = None;
+        // Run-time operands: the block's input and the projection's residual (filters prepared).
+        let mut inputs = vec![a.inputs[0]];
+        if ec.has_residual() {
+            inputs.extend(c.inputs.get(2).copied());
+        }
+        // The block stands for its expansion (for error messages and profiles).
+        out.push(Step::Kernel(KernelStep {
+            node: a.node,
+            op: a.op,
+            inputs,
+            outputs: c.outputs,
+            out_shapes: c.out_shapes,
+            fast: Some(block::build(ea, eb, ec)),
+        }));
+        i += 3;
+    }
+    out
 }
 
 /// Regroups `steps` (one function's, in order): each run of consecutive convolutions that may

@@ -1,0 +1,426 @@
+//! Inverted residual blocks run band by band: a 1×1 expansion, the depthwise convolution reading
+//! it and the 1×1 projection reading that (MobileNetV2's block, EfficientNet's without its
+//! squeeze) become one step that runs all three over a band of output rows before the next band.
+//!
+//! Layer by layer, the expansion writes a tensor several times wider than the block's input and
+//! output (six times in MobileNetV2: 4.8 MB at 96 channels × 112², 1.8 MB at 144 × 56²) to
+//! memory, the depthwise convolution reads it back and writes another, and the projection reads
+//! that: the three layers are bound by memory bandwidth. Band by band, the expanded rows a band
+//! needs and the band's depthwise result live in two scratch buffers of a few hundred KiB (kept
+//! per thread between executions), from which the next layer reads them while they are in L2.
+//! The expanded rows two consecutive bands share (the depthwise window's overlap) are moved to
+//! the front of the buffer instead of being computed again. Each layer runs on the kernels of
+//! [`crate::kernels::conv`] with the band's geometry (its rows, the scratch's strides), the
+//! prepared filters and epilogues unchanged.
+//!
+//! The output rows of an image split into parts over the thread pool when the images alone do
+//! not split evenly (batch 1): each part computes the few expanded rows at its upper edge that
+//! its neighbour also computes.
+//!
+//! Three consecutive convolution steps form a block ([`qualify`]) when the first is a 1×1
+//! stride-1 convolution without residual, the second a depthwise convolution of its result and
+//! the third a 1×1 stride-1 convolution of that (with or without residual), all channels-first
+//! with dense planes and prepared constant filters, the depthwise input planes at least
+//! [`MIN_PIXELS`] pixels, and neither intermediate value read anywhere else. The jit option
+//! `conv_blocks=off` keeps the three steps.
+
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::ir::dtype::DType;
+use crate::ir::shape::Shape;
+use crate::kernels::conv::ConvGeom;
+use crate::kernels::tensor::Tensor;
+
+use super::conv::ImageConv;
+use super::fast::FastKernel;
+
+const OP: &str = "ConvGeneral";
+
+/// Depthwise input planes of at least this many pixels form blocks. On a 2-vCPU Intel Xeon
+/// (Sapphire Rapids class, 2 MiB of L2 per core), MobileNetV2 at batch 1: the 112×112 block
+/// (16 → 96 → 96/2 → 24) ran 0.90 ms fused against 1.06 ms as three steps (one thread, profiled),
+/// and the model 7.03–7.11 against 7.15–7.23 ms on one thread, 3.97–4.06 against 4.10–4.19 on
+/// two; the 56×56 and 28×28 blocks ran slower fused (0.78–0.88 against 0.76 ms at 56×56,
+/// 0.65–0.70 against 0.56 ms for the two at 28×28): their expanded tensors (1.8 MB and less)
+/// stay in that L2 layer by layer, and the kernels run less efficiently on bands than on whole
+/// planes.
+pub(crate) const MIN_PIXELS: usize = 112 * 112;
+
+/// Bytes the scratch of one band (its expanded rows and its depthwise result) may take: the
+/// band's rows are chosen so that both stay in a core's L2 cache with the layers' filters
+/// (MobileNetV2's 112×112 block, 4 output rows of 56 per band: 0.97 ms at 256 KiB, 0.90 at
+/// 512 KiB, 0.96 at 1 MiB).
+const BAND_BYTES: usize = 512 << 10;
+
+/// Whether `expand`, `dw` and `project` (each the image kernel of consecutive steps, `dw` reading
+/// `expand`'s result and `project` reading `dw`'s) can run as one block.
+pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv) -> bool {
+    let (a, b, c) = (expand.geom(), dw.geom(), project.geom());
+    // Dense images, channels-first or (all three) channels-last.
+    let last = a.x_strides[1] == 1;
+    let dense = |s: [usize; 4], c: usize, hw: [usize; 2]| s[1..] == strides(last, c, hw[0], hw[1])[1..];
+    let planes =
+        |g: &ConvGeom| dense(g.x_strides, g.in_channels, g.in_hw) && dense(g.y_strides, g.out_channels, g.out_hw);
+    let pointwise = |g: &ConvGeom| {
+        g.kernel_hw == [1, 1] && g.stride == [1, 1] && g.pad == [0, 0] && g.groups == 1 && g.in_hw == g.out_hw
+    };
+    let c6 = a.out_channels;
+    // Every output row of the depthwise convolution reads at least one input row (no band lies
+    // wholly in the padding).
+    let reach = (b.kernel_hw[0].max(1) - 1) * b.dilation[0] + 1;
+    let rows_inside = b.pad[0] < reach && (b.out_hw[0].max(1) - 1) * b.stride[0] < b.in_hw[0] + b.pad[0];
+    expand.images == dw.images
+        && dw.images == project.images
+        && [a, b, c].iter().all(|g| planes(g))
+        && pointwise(a)
+        && pointwise(c)
+        && !expand.has_residual()
+        && !dw.has_residual()
+        && b.is_depthwise()
+        && b.in_channels == c6
+        && b.out_channels == c6
+        && b.in_hw == a.out_hw
+        && c.in_channels == c6
+        && c.in_hw == b.out_hw
+        && b.in_hw[0] * b.in_hw[1] >= MIN_PIXELS
+        && rows_inside
+        && c6 > 0
+        && b.out_hw[1] > 0
+}
+
+/// A task's scratch: the expanded rows of a band's window (`[channel][cap][width]`), the
+/// band's depthwise result (`[channel][band][out width]`), and where rows are split over tasks,
+/// the band's projection and its residual (`[out channel][band][out width]`).
+#[derive(Default)]
+struct Set {
+    e: Vec<f32>,
+    d: Vec<f32>,
+    p: Vec<f32>,
+    r: Vec<f32>,
+}
+
+/// Where a task's results go.
+enum Out<'a> {
+    /// Rows `first..` of an image's result (all of its channels), the task's alone: the whole
+    /// image (`first` = 0), or a part of a channels-last one.
+    Image { y: &'a mut [f32], first: usize },
+    /// Some rows of a channels-first image whose other rows other tasks write.
+    Rows(Rows),
+}
+
+/// An image's result that tasks share, each writing its own rows of every channel.
+struct Rows {
+    /// Its first element.
+    at: *mut f32,
+    /// Its elements.
+    len: usize,
+}
+
+// SAFETY: a `Rows` is only written through `Rows::write`, at rows that belong to one task (the
+// parts of an image partition its output rows), and read by no task.
+unsafe impl Send for Rows {}
+
+impl Rows {
+    /// Copies `vals` to elements `at..at + vals.len()`.
+    fn write(&mut self, at: usize, vals: &[f32]) {
+        assert!(at + vals.len() <= self.len, "conv block: rows outside the result");
+        // SAFETY: the range lies inside the image's result (asserted) and belongs to the rows of
+        // the calling task, which no other task writes or reads (see the `Send` impl).
+        unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), self.at.add(at), vals.len()) }
+    }
+}
+
+/// The block's kernel.
+struct BlockKernel {
+    expand: ImageConv,
+    dw: ImageConv,
+    project: ImageConv,
+    /// Output rows of the depthwise convolution per band.
+    band: usize,
+    /// Whether the operands are channels-last (else channels-first).
+    channels_last: bool,
+    /// Rows of expanded input per channel in the scratch (a band's window).
+    cap: usize,
+    /// Scratch per task, kept between executions.
+    sets: Mutex<Vec<Set>>,
+    desc: String,
+}
+
+/// The step running the block `expand` → `dw` → `project` (they [`qualify`]).
+pub(crate) fn build(expand: ImageConv, dw: ImageConv, project: ImageConv) -> Box<dyn FastKernel> {
+    let b = dw.geom();
+    let (w, wo, c6) = (b.in_hw[1], b.out_hw[1], b.out_channels);
+    let reach = (b.kernel_hw[0] - 1) * b.dilation[0] + 1;
+    let cap_of = |rows: usize| (rows - 1) * b.stride[0] + reach;
+    let bytes = |rows: usize| 4 * c6 * (cap_of(rows) * w + rows * wo);
+    // The most rows within the budget (at least one, at most the plane).
+    let mut band = 1;
+    while band < b.out_hw[0] && bytes(band + 1) <= BAND_BYTES {
+        band += 1;
+    }
+    let cap = cap_of(band);
+    let desc = format!(
+        "conv block, band by band ({} images, bands of {band} of {} rows, {} bytes of scratch per task): {}; {}; {}",
+        expand.images,
+        b.out_hw[0],
+        bytes(band),
+        expand.desc,
+        dw.desc,
+        project.desc
+    );
+    tracing::debug!(target: "tensorjit::jit", kernel = %desc, "conv block");
+    let channels_last = b.x_strides[1] == 1;
+    Box::new(BlockKernel { expand, dw, project, band, cap, channels_last, sets: Mutex::new(vec![]), desc })
+}
+
+impl BlockKernel {
+    /// Output rows `rows.0..rows.1` of one image: `x` the image's input, `res` its residual
+    /// (when the projection adds one), `out` where its result goes, `set` the task's scratch.
+    fn part(
+        &self,
+        x: &[f32],
+        res: Option<&[f32]>,
+        out: &mut Out<'_>,
+        rows: (usize, usize),
+        set: &mut Set,
+    ) -> Result<()> {
+        let Set { e, d, p: pbuf, r: rbuf } = set;
+        let (a, b, c) = (self.expand.geom(), self.dw.geom(), self.project.geom());
+        let last = self.channels_last;
+        let [h, w] = b.in_hw;
+        let [ho, wo] = b.out_hw;
+        let (s, p, c6, cap, co) = (b.stride[0], b.pad[0], b.out_channels, self.cap, c.out_channels);
+        let reach = (b.kernel_hw[0] - 1) * b.dilation[0] + 1;
+        let (se, sd) = (strides(last, c6, cap, w), strides(last, c6, self.band, wo));
+        // Expanded rows held in `e` (absolute rows lo..hi, from the window's row 0).
+        let mut held: Option<(usize, usize)> = None;
+        let mut o0 = rows.0;
+        while o0 < rows.1 {
+            let o1 = (o0 + self.band).min(rows.1);
+            let lo = (o0 * s).saturating_sub(p);
+            let hi = ((o1 - 1) * s + reach).saturating_sub(p).min(h);
+            // Rows still held from the previous band move to the window's front.
+            let start = match held {
+                Some((plo, phi)) if (plo..phi).contains(&lo) => {
+                    if lo > plo {
+                        let planes = if last { 1 } else { c6 };
+                        for ch in 0..planes {
+                            let at = ch * se[1];
+                            e.copy_within(at + (lo - plo) * se[2]..at + (phi - plo) * se[2], at);
+                        }
+                    }
+                    phi
+                }
+                _ => lo,
+            };
+            if hi > start {
+                let g = ConvGeom { in_hw: [hi - start, w], out_hw: [hi - start, w], y_strides: se, ..a.clone() };
+                self.expand.run_as(
+                    &one_image(last, g),
+                    &x[start * a.x_strides[2]..],
+                    None,
+                    &mut e[(start - lo) * se[2]..],
+                )?;
+            }
+            held = Some((lo, hi.max(start)));
+            let g = ConvGeom {
+                in_hw: [hi - lo, w],
+                out_hw: [o1 - o0, wo],
+                pad: [p.saturating_sub(o0 * s), b.pad[1]],
+                x_strides: se,
+                y_strides: sd,
+                ..b.clone()
+            };
+            self.dw.run_as(&one_image(last, g), e, None, d)?;
+            let band_geom = |y_strides: [usize; 4]| {
+                let g = ConvGeom { in_hw: [o1 - o0, wo], out_hw: [o1 - o0, wo], x_strides: sd, y_strides, ..c.clone() };
+                one_image(last, g)
+            };
+            let row = c.y_strides[2];
+            match out {
+                Out::Image { y, first } => {
+                    let r = res.map(|r| &r[o0 * row..]);
+                    self.project.run_as(&band_geom(c.y_strides), d, r, &mut y[(o0 - *first) * row..])?;
+                }
+                Out::Rows(y) => {
+                    // Channels-first rows of an image other tasks also write: the band's result
+                    // in the scratch (its residual copied there, laid out like it), then its rows
+                    // copied into each channel's plane.
+                    let n = (o1 - o0) * wo;
+                    let band = self.band * wo;
+                    if let Some(r) = res {
+                        for ch in 0..co {
+                            rbuf[ch * band..][..n].copy_from_slice(&r[ch * ho * wo + o0 * wo..][..n]);
+                        }
+                    }
+                    let g = band_geom([co * band, band, wo, 1]);
+                    self.project.run_as(&g, d, res.map(|_| &rbuf[..]), pbuf)?;
+                    for ch in 0..co {
+                        y.write(ch * ho * wo + o0 * wo, &pbuf[ch * band..][..n]);
+                    }
+                }
+            }
+            o0 = o1;
+        }
+        Ok(())
+    }
+}
+
+/// `g` with image strides that span its rows (one image: what the channels-last kernels take as
+/// dense), when `last`.
+fn one_image(last: bool, mut g: ConvGeom) -> ConvGeom {
+    if last {
+        g.x_strides[0] = g.in_hw[0] * g.x_strides[2];
+        g.y_strides[0] = g.out_hw[0] * g.y_strides[2];
+    }
+    g
+}
+
+/// Strides (image, channel, row, column) of a dense `[c][h][w]` image, `[h][w][c]` when `last`.
+fn strides(last: bool, c: usize, h: usize, w: usize) -> [usize; 4] {
+    if last { [h * w * c, 1, w * c, c] } else { [c * h * w, h * w, w, 1] }
+}
+
+impl FastKernel for BlockKernel {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+
+    fn run(&self, inputs: &[Tensor], out_shapes: &[Shape], pool: Option<&rayon::ThreadPool>) -> Result<Vec<Tensor>> {
+        super::fast::run_via_into(self, inputs, out_shapes, pool)
+    }
+
+    fn writes_into(&self) -> bool {
+        true
+    }
+
+    fn run_into(&self, inputs: &[Tensor], outs: &mut [Tensor], pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        let residual = self.project.has_residual();
+        let [out] = outs else {
+            return Err(Error::invalid(OP, format!("conv block: expected 1 result, got {}", outs.len())));
+        };
+        if inputs.len() != 1 + usize::from(residual) {
+            return Err(Error::invalid(
+                OP,
+                format!("conv block: {} operands, expected {}", inputs.len(), 1 + usize::from(residual)),
+            ));
+        }
+        let images = self.expand.images;
+        let whole = |t: &Tensor, len: usize| {
+            t.shape.dtype == DType::Float32
+                && t.data.len() == t.shape.num_elements() * 4
+                && t.shape.num_elements() == len * images
+        };
+        let (x_len, y_len) = (self.expand.x_len, self.project.y_len);
+        for (k, t) in inputs.iter().enumerate() {
+            if !whole(t, if k == 0 { x_len } else { y_len }) {
+                return Err(Error::invalid(
+                    OP,
+                    format!("conv block operand {k} {} has {} bytes", t.shape, t.data.len()),
+                ));
+            }
+        }
+        if !whole(out, y_len) {
+            return Err(Error::invalid(OP, format!("conv block result {} has {} bytes", out.shape, out.data.len())));
+        }
+        let x = inputs[0].typed::<f32>();
+        let res = inputs.get(1).map(|t| t.typed::<f32>());
+        let b = self.dw.geom();
+        let ho = b.out_hw[0];
+        let threads = pool.map_or(1, |p| p.current_num_threads().max(1));
+        // Images that do not split evenly over the threads: each image's rows in parts.
+        let parts = if threads > 1 && !images.is_multiple_of(threads) && images < 4 * threads {
+            threads.min(ho.div_ceil(self.band)).max(1)
+        } else {
+            1
+        };
+        let e_len = b.out_channels * self.cap * b.in_hw[1];
+        let d_len = b.out_channels * self.band * b.out_hw[1];
+        let p_len = if parts > 1 && !self.channels_last {
+            self.project.geom().out_channels * self.band * b.out_hw[1]
+        } else {
+            0
+        };
+        let r_len = if residual { p_len } else { 0 };
+        let take = || {
+            let mut set = self.sets.lock().map_or_else(|_| None, |mut s| s.pop()).unwrap_or_default();
+            for (v, n) in [(&mut set.e, e_len), (&mut set.d, d_len), (&mut set.p, p_len), (&mut set.r, r_len)] {
+                if v.len() != n {
+                    *v = vec![0.0; n];
+                }
+            }
+            set
+        };
+        let give = |set: Set| {
+            if let Ok(mut s) = self.sets.lock() {
+                s.push(set);
+            }
+        };
+        let image = |img: usize| (&x[img * x_len..(img + 1) * x_len], res.map(|r| &r[img * y_len..(img + 1) * y_len]));
+        let y = out.typed_mut::<f32>();
+        if parts == 1 {
+            // Whole images per task.
+            let one = |(img, ys): (usize, &mut [f32])| -> Result<()> {
+                let mut set = take();
+                let (xs, rs) = image(img);
+                let done = self.part(xs, rs, &mut Out::Image { y: ys, first: 0 }, (0, ho), &mut set);
+                give(set);
+                done
+            };
+            return match pool {
+                Some(p) if threads > 1 && images > 1 => {
+                    p.install(|| y.par_chunks_mut(y_len).enumerate().with_max_len(1).try_for_each(one))
+                }
+                _ => y.chunks_mut(y_len).enumerate().try_for_each(one),
+            };
+        }
+        let bounds = |k: usize| ho * k / parts;
+        if self.channels_last {
+            // Each part's rows are one run of the image's result: the tasks' slices.
+            let row = self.project.geom().y_strides[2];
+            let mut pieces: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(images * parts);
+            for (img, mut ys) in y.chunks_mut(y_len).enumerate() {
+                for k in 0..parts {
+                    let (head, tail) = ys.split_at_mut((bounds(k + 1) - bounds(k)) * row);
+                    pieces.push((img, k, head));
+                    ys = tail;
+                }
+            }
+            let one = |(img, k, ys): &mut (usize, usize, &mut [f32])| -> Result<()> {
+                let mut set = take();
+                let (xs, rs) = image(*img);
+                let first = bounds(*k);
+                let done = self.part(xs, rs, &mut Out::Image { y: ys, first }, (first, bounds(*k + 1)), &mut set);
+                give(set);
+                done
+            };
+            return match pool {
+                Some(p) if threads > 1 => p.install(|| pieces.par_iter_mut().with_max_len(1).try_for_each(one)),
+                _ => pieces.iter_mut().try_for_each(one),
+            };
+        }
+        // Channels-first: unit u is image u / parts, its output rows part u % parts.
+        let base = y.as_mut_ptr() as usize;
+        let one = |u: usize| -> Result<()> {
+            let (img, k) = (u / parts, u % parts);
+            let mut set = take();
+            let (xs, rs) = image(img);
+            // Points inside `y` (img < images, `y` holds images · y_len elements, checked above).
+            let at = (base as *mut f32).wrapping_add(img * y_len);
+            let mut rows = Out::Rows(Rows { at, len: y_len });
+            let done = self.part(xs, rs, &mut rows, (bounds(k), bounds(k + 1)), &mut set);
+            give(set);
+            done
+        };
+        let units = images * parts;
+        match pool {
+            Some(p) if threads > 1 && units > 1 => {
+                p.install(|| (0..units).into_par_iter().with_max_len(1).try_for_each(one))
+            }
+            _ => (0..units).try_for_each(one),
+        }
+    }
+}
