@@ -2,7 +2,7 @@
 //! IR-text convnet blocks written NCHW, as ONNX imports them: the optimised module must hold
 //! the chosen convolutions channels-last with no transpose left inside the chain (bias adds,
 //! clamps, residual adds, max pooling and a global average pool carried over), keep a lone
-//! convolution or large planes channels-first, and compute what the interpreter computes on the
+//! convolution, or large planes of two images or more, channels-first, and compute what the interpreter computes on the
 //! module as written (the oracle) with every option value, on 1 and 2 threads.
 //!
 //! Tolerance: the jit convolutions sum in another order than the interpreter, so results agree
@@ -155,21 +155,32 @@ fn chains_run_channels_last_and_agree_with_the_interpreter() {
     assert_eq!(layout_of(&m, ""), (vec![3, 3, 3, 3], 0));
 }
 
-#[test]
-fn large_planes_and_lone_convolutions_keep_their_layout() {
-    // A 32×32 image with 8 channels: 1024 pixels per plane > 4 · 8 (auto keeps NCHW).
-    let n = 1;
+/// A 3×3 convolution and a depthwise one on `n` images of 32×32 with 8 channels (1024 pixels
+/// per plane > 4 · 8: large planes).
+fn large_planes(n: usize) -> Module {
     let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
     body += &conv(1, 0, n, 8, 8, 3, 1, 1, 32);
     body += &bias_relu6(2, 1, n, 8, 32);
     body += &conv(3, 2, n, 8, 8, 3, 1, 8, 32);
-    let text = format!("module @t\nfunc @main(%0 \"x\": f32[1,8,32,32]) {{\n{body}  return %3\n}}\n");
-    let big = parse_module(&text).unwrap();
+    let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},8,32,32]) {{\n{body}  return %3\n}}\n");
+    parse_module(&text).unwrap()
+}
+
+#[test]
+fn large_planes_and_lone_convolutions_keep_their_layout() {
+    // Two images: auto keeps the large planes NCHW.
+    let big = large_planes(2);
     assert_eq!(layout_of(&big, ""), (vec![1, 1], 0));
     // nhwc takes them, with one transpose back to the NCHW result.
     assert_eq!(layout_of(&big, "conv_layout=nhwc"), (vec![3, 3], 1));
-    let x = Buffer::from_slice(&floats_vec(8 * 32 * 32, 3, 1.0), &[1, 8, 32, 32]).unwrap();
+    let x = Buffer::from_slice(&floats_vec(2 * 8 * 32 * 32, 3, 1.0), &[2, 8, 32, 32]).unwrap();
     agree(&big, &[x], &["jit:parallelism=1", "jit:parallelism=2,conv_layout=nhwc"]);
+    // One image: auto takes every convolution channels-last, as nhwc does; keep keeps them.
+    let one = large_planes(1);
+    assert_eq!(layout_of(&one, ""), (vec![3, 3], 1));
+    assert_eq!(layout_of(&one, "conv_layout=keep"), (vec![1, 1], 0));
+    let x = Buffer::from_slice(&floats_vec(8 * 32 * 32, 3, 1.0), &[1, 8, 32, 32]).unwrap();
+    agree(&one, &[x], &["jit:parallelism=1", "jit:parallelism=2", "jit:parallelism=2,conv_layout=keep"]);
 
     // One convolution whose result is returned: nothing to gain, even with small planes.
     let text = format!(
@@ -181,7 +192,7 @@ fn large_planes_and_lone_convolutions_keep_their_layout() {
 }
 
 /// A channels-first inverted-residual block on 32×32 planes (large: `conv_layout=auto` keeps
-/// it NCHW, and each plane holds at least `chain::MIN_PIXELS` pixels) after a stem on 64×64,
+/// it NCHW from two images on, and each plane holds at least `chain::MIN_PIXELS` pixels) after a stem on 64×64,
 /// then a stride-2 convolution down to 16×16 and two on those (planes below `MIN_PIXELS`, above
 /// `MIN_SMALL_PIXELS`): stem 3→16 (s2) → 1×1 16→32 → depthwise 3×3 → 1×1 32→16 + residual (the
 /// stem's result) → 3×3/2 16→16 → 1×1 16→64 (a 4 KB filter against 80 KB of activations per

@@ -248,7 +248,7 @@ impl JitBackend {
     /// cheap passes fold the transposed constants.
     fn conv_layout(&self, module: &mut Module, ctx: &mut PassCtx) -> Result<()> {
         let layout: Option<fn(&mut Module) -> Result<bool>> = match self.opts.conv_layout {
-            ConvLayout::Auto => Some(passes::layout::run_small_planes),
+            ConvLayout::Auto => Some(passes::layout::run_auto),
             ConvLayout::Nhwc => Some(passes::layout::run_all),
             _ => None,
         };
