@@ -7,7 +7,9 @@
 //! matrices `[cin × cout]`, each packed for the GEMM. A call splits the tiles (across images,
 //! tile rows and tile columns) into blocks; per block the input transform writes 36 matrices
 //! `V[ξ] = [tiles × cin]`, 36 GEMMs give `M[ξ] = V[ξ]·U[ξ]`, and the output transform, the bias
-//! and the rest of the epilogue write each tile straight to the output. The transforms run on
+//! and the rest of the epilogue write each tile straight to the output (a call with few tiles
+//! under a large transformed filter runs as one block whose 36 GEMMs, not its tiles, are split
+//! over the threads: [`split_gemms`]). The transforms run on
 //! 16 channels at a time (one vector), whatever the layout: the gather of a patch reads the
 //! input through its strides (NCHW, NHWC, …) and gives zeros for the convolution's padding;
 //! output pixels of edge tiles past the output are computed on zeros and not written.
@@ -15,6 +17,8 @@
 //! Measured error against an f64 direct convolution on ResNet-18's 3×3 shapes
 //! (`tests::error_on_resnet_shapes`, docs/configuration.md): at most about 1e-5 of the output's
 //! largest magnitude and 2.3e-6 of Σ|x·w| per output, 15–30× the implicit GEMM's.
+
+use rayon::prelude::*;
 
 use super::{ConvEpilogue, ConvGeom, OP, OutPtr, for_chunks, try_for_units};
 use crate::error::{Error, Result};
@@ -40,6 +44,16 @@ const WIDE_FILTER_SERIAL: usize = 16 << 20;
 /// Most f32 elements of one block's V and M for wide filters: 7 MiB, within the 8 MiB a
 /// buffer of the per-thread scratch pool may hold (a larger one would be allocated per call).
 const WIDE_ELEMS: usize = 7 << 18;
+
+/// Most tiles per thread for which a call under a large transformed filter (not [`Wide::No`])
+/// runs as one block with its 36 GEMMs split over the threads ([`split_gemms`]) instead of a
+/// block per thread: with so few tiles, blocks per thread are small or uneven (ResNet-18's 256
+/// channels at 14², one image: 16 tiles, cut 14 + 2) and each reads the whole filter. On a
+/// 2-vCPU Intel Xeon (Sapphire Rapids class), two threads, alternated: ResNet-18 at batch 1
+/// 13.05–13.46 ms against 13.87–14.77 with blocks per thread (its 256-channel 14² layers 0.83–0.88
+/// against 1.17–1.35 ms each), at batch 8 74.3–75.1 against 79.5–80.3 ms (the 512-channel 7²
+/// layers: 32 tiles).
+const SPLIT_TILES: usize = 16;
 
 /// How a convolution's tiles are blocked, by the size of its transformed filter ([`wide`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,6 +290,11 @@ pub(super) fn conv(
     } else {
         (x, geom)
     };
+    if wide != Wide::No && threads > 1 && tiles <= large && tiles <= SPLIT_TILES * threads {
+        let tiling = Tiling { rows, cols, per_block: tiles };
+        let args = Block { isa, geom, x, f, epi, out, tiling: &tiling, t0: 0, n: tiles, gemm_threads: 1 };
+        return split_gemms(&args, threads);
+    }
     try_for_units(blocks_parallel, blocks, Scratch::new, |buf, b| {
         let t0 = b * tiling.per_block;
         let n = tiling.per_block.min(tiles - t0);
@@ -391,23 +410,41 @@ fn block_avx2(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
 /// One block: tiles `t0..t0 + n`. The transforms are separate multiplies and adds (never fused),
 /// so every ISA's body gives the same bits.
 #[inline(always)]
-fn block(
-    &Block { isa, geom, x, f, epi, out, tiling, t0, n, gemm_threads }: &Block<'_>,
-    buf: &mut Scratch,
-) -> Result<()> {
-    let (cin, cout) = (geom.in_channels, geom.out_channels);
-    let cout_pad = cout.next_multiple_of(L);
-    // Channels-first output with dense rows: each tile's 16 channels are transposed and written
-    // as rows of 4 pixels per channel ([`store_planes`]); other layouts go through `ytile`.
-    let planes = geom.y_strides[1] != 1 && geom.y_strides[3] == 1;
+fn block(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
+    let (cin, cout, n) = (args.geom.in_channels, args.geom.out_channels, args.n);
     let (v_len, m_len) = (36 * n * cin, 36 * n * cout);
-    let ytile_len = if planes { 0 } else { 16 * cout_pad };
-    let (v, rest) = buf.get(v_len + m_len + ytile_len).split_at_mut(v_len);
+    let (v, rest) = buf.get(v_len + m_len + ytile_len(args.geom)).split_at_mut(v_len);
     let (m, ytile) = rest.split_at_mut(m_len);
+    transform_in(args, v, 0..n);
+    for (xi, u) in args.f.u.iter().enumerate() {
+        let a = MatRef::row_major(&v[xi * n * cin..][..n * cin], cin);
+        let c = MatMut::row_major(&mut m[xi * n * cout..][..n * cout], cout);
+        gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(u), c).threads(args.gemm_threads))?;
+    }
+    transform_out(args, m, ytile, 0..n);
+    Ok(())
+}
+
+/// Whether the output is channels-first with dense rows: each tile's 16 channels are then
+/// transposed and written as rows of 4 pixels per channel ([`store_planes`]); other layouts go
+/// through a tile buffer of [`ytile_len`] values.
+fn planes(geom: &ConvGeom) -> bool {
+    geom.y_strides[1] != 1 && geom.y_strides[3] == 1
+}
+
+/// Values of the output tile buffer ([`planes`]).
+fn ytile_len(geom: &ConvGeom) -> usize {
+    if planes(geom) { 0 } else { 16 * geom.out_channels.next_multiple_of(L) }
+}
+
+/// The input transform of the block's tiles `t0 + j`, j in `js`, into `v` (`[36][n][cin]`).
+#[inline(always)]
+fn transform_in(&Block { geom, x, tiling, t0, n, .. }: &Block<'_>, v: &mut [f32], js: std::ops::Range<usize>) {
+    let cin = geom.in_channels;
     let mut d = [[0.0f32; L]; 36];
     let mut t = [[0.0f32; L]; 36];
     let mut tmp = [[0.0f32; L]; 36];
-    for j in 0..n {
+    for j in js {
         let (img, oy, ox) = tiling.origin(t0 + j);
         for c0 in (0..cin).step_by(L) {
             let lanes = L.min(cin - c0);
@@ -426,15 +463,24 @@ fn block(
             }
         }
     }
-    for (xi, u) in f.u.iter().enumerate() {
-        let a = MatRef::row_major(&v[xi * n * cin..][..n * cin], cin);
-        let c = MatMut::row_major(&mut m[xi * n * cout..][..n * cout], cout);
-        gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(u), c).threads(gemm_threads))?;
-    }
+}
+
+/// The output transform, bias and epilogue of the block's tiles `t0 + j`, j in `js`, from `m`
+/// (`[36][n][cout]`) into the output (`ytile`: [`ytile_len`] values of scratch).
+#[inline(always)]
+fn transform_out(
+    &Block { isa, geom, epi, out, tiling, t0, n, .. }: &Block<'_>,
+    m: &[f32],
+    ytile: &mut [f32],
+    js: std::ops::Range<usize>,
+) {
+    let cout = geom.out_channels;
+    let cout_pad = cout.next_multiple_of(L);
+    let planes = planes(geom);
     let mut mt = [[0.0f32; L]; 36];
     let mut yt = [[0.0f32; L]; 16];
     let mut tmp_out = [[0.0f32; L]; 24];
-    for j in 0..n {
+    for j in js {
         let (img, oy, ox) = tiling.origin(t0 + j);
         for o0 in (0..cout).step_by(L) {
             let lanes = L.min(cout - o0);
@@ -466,6 +512,74 @@ fn block(
             store(geom, epi, out, ytile, cout_pad, img, oy, ox);
         }
     }
+}
+
+/// One transform of [`split_gemms`]: the input transform into `v`, or the output transform from
+/// `m` with the tile buffer `ytile`, of the block's tiles in the range.
+enum Phase<'b> {
+    In(&'b mut [f32], std::ops::Range<usize>),
+    Out(&'b [f32], &'b mut [f32], std::ops::Range<usize>),
+}
+
+#[inline(always)]
+fn phase(args: &Block<'_>, p: Phase<'_>) {
+    match p {
+        Phase::In(v, js) => transform_in(args, v, js),
+        Phase::Out(m, ytile, js) => transform_out(args, m, ytile, js),
+    }
+}
+
+/// [`phase`] compiled with AVX-512F enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn phase_avx512(args: &Block<'_>, p: Phase<'_>) {
+    phase(args, p)
+}
+
+/// [`phase`] compiled with AVX2 and FMA enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn phase_avx2(args: &Block<'_>, p: Phase<'_>) {
+    phase(args, p)
+}
+
+/// [`phase`] on the block's ISA.
+fn run_phase(args: &Block<'_>, p: Phase<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if args.isa == FusedIsa::Avx512 {
+        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
+        return unsafe { phase_avx512(args, p) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if args.isa.avx2() {
+        // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
+        return unsafe { phase_avx2(args, p) };
+    }
+    phase(args, p)
+}
+
+/// All of a call's tiles as one block whose 36 GEMMs, not its tiles, are split over the threads
+/// (few tiles under a large transformed filter; see [`SPLIT_TILES`]): the input transform on the
+/// calling thread, the GEMMs `M[ξ] = V[ξ]·U[ξ]` one per task (each thread reads its share of
+/// the filter), then the output transform with the tiles split over the threads.
+fn split_gemms(args: &Block<'_>, threads: usize) -> Result<()> {
+    let (cin, cout, n) = (args.geom.in_channels, args.geom.out_channels, args.n);
+    let mut buf = Scratch::new();
+    let (v, m) = buf.get(36 * n * (cin + cout)).split_at_mut(36 * n * cin);
+    run_phase(args, Phase::In(v, 0..n));
+    let v = &*v;
+    m.par_chunks_mut((n * cout).max(1)).zip(args.f.u.par_iter()).enumerate().with_max_len(1).try_for_each(
+        |(xi, (mc, u))| {
+            let a = MatRef::row_major(&v[xi * n * cin..][..n * cin], cin);
+            gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(u), MatMut::row_major(mc, cout)).threads(1))
+        },
+    )?;
+    let m = &*m;
+    let per = n.div_ceil(threads).max(1);
+    (0..n.div_ceil(per)).into_par_iter().with_max_len(1).for_each_init(Scratch::new, |ys, k| {
+        let ytile = ys.get(ytile_len(args.geom));
+        run_phase(args, Phase::Out(m, ytile, k * per..n.min((k + 1) * per)));
+    });
     Ok(())
 }
 
@@ -843,27 +957,43 @@ mod tests {
     }
 
     /// Filters too large for the caches ([`wide`]): on one thread (two blocks of tiles one after
-    /// the other, each GEMM on this thread) and on two (a block per thread; one block with the
-    /// GEMMs split over the pool), against the f64 loop.
+    /// the other, each GEMM on this thread) and on two (a block per thread; one block with each
+    /// GEMM split over the pool; few tiles: one block with its 36 GEMMs spread over the pool,
+    /// [`split_gemms`]), against the f64 loop.
     #[test]
     fn wide_filters_match_direct_loop() {
         let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let mut rng = Lcg(29);
+        // (batch, channels, input size, pool, blocking, blocks: None for `split_gemms`, NHWC).
         let cases = [
-            (3, 172, [28, 28], None, Wide::Serial, 2),
-            (2, 200, [10, 10], Some(&two), Wide::PerThread, 2),
-            (2, 352, [6, 6], Some(&two), Wide::Serial, 1),
+            (3, 172, [28, 28], None, Wide::Serial, Some(2), false),
+            (2, 200, [28, 28], Some(&two), Wide::PerThread, Some(2), false),
+            (2, 352, [20, 20], Some(&two), Wide::Serial, Some(1), false),
+            // Few tiles: one block, its GEMMs split over the threads (channels not a multiple
+            // of 16, edge tiles, both layouts).
+            (2, 200, [10, 10], Some(&two), Wide::PerThread, None, false),
+            (1, 180, [13, 9], Some(&two), Wide::PerThread, None, true),
+            (1, 352, [6, 6], Some(&two), Wide::Serial, None, false),
         ];
-        for (batch, c, hw, pool, how, blocks) in cases {
+        for (batch, c, hw, pool, how, blocks, nhwc) in cases {
             let threads = if pool.is_some() { 2 } else { 1 };
             assert_eq!(wide(c, c, threads), how);
-            let geom = geometry(batch, c, c, hw, 1, false);
+            let geom = geometry(batch, c, c, hw, 1, nhwc);
             let tiles = batch * geom.out_hw[0].div_ceil(4) * geom.out_hw[1].div_ceil(4);
             let mut per_block = WIDE_ELEMS / (36 * 2 * c) / 14 * 14;
             if how == Wide::PerThread {
                 per_block = per_block.min(tiles.div_ceil(threads).next_multiple_of(14));
             }
-            assert_eq!(tiles.div_ceil(per_block), blocks, "{geom:?}");
+            match blocks {
+                Some(b) => {
+                    assert!(threads == 1 || tiles > SPLIT_TILES * threads, "{geom:?}");
+                    assert_eq!(tiles.div_ceil(per_block), b, "{geom:?}");
+                }
+                None => {
+                    let large = WIDE_ELEMS / (36 * 2 * c) / 14 * 14;
+                    assert!(threads > 1 && tiles <= SPLIT_TILES * threads && tiles <= large, "{geom:?}");
+                }
+            }
             let x: Vec<f32> = (0..batch * c * hw[0] * hw[1]).map(|_| rng.next()).collect();
             let w: Vec<f32> = (0..c * c * 9).map(|_| rng.next()).collect();
             let len = batch * c * geom.out_hw[0] * geom.out_hw[1];
