@@ -716,6 +716,8 @@ mod tests {
                 bias_row: if combo & 4 != 0 { brow.as_ptr() } else { std::ptr::null() },
                 bias_col: if combo & 8 != 0 { bcol.as_ptr() } else { std::ptr::null() },
                 colsum: std::ptr::null(),
+                pf: std::ptr::null(),
+                pf_lines: 0,
             };
             let (mut want, mut got) = (c0.clone(), c0.clone());
             // SAFETY: C has R rows of 40 >= 32 columns; the biases cover R rows / 32 columns;

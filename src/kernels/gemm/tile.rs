@@ -87,8 +87,23 @@ macro_rules! simd_tile {
                             // A packed panel: contiguous, the hardware prefetchers follow it.
                             // (Only panels read in place, rows a page or more apart, are copied.)
                             debug_assert!(t.b_copy.is_null());
-                            for _ in 0..t.kgroups {
-                                step!($ars);
+                            if t.pf.is_null() {
+                                for _ in 0..t.kgroups {
+                                    step!($ars);
+                                }
+                            } else {
+                                // The driver's share of the next panel, one line per step
+                                // (the driver keeps shares within the steps).
+                                let lines = t.pf_lines.min(t.kgroups);
+                                let mut pf = t.pf;
+                                for _ in 0..lines {
+                                    $crate::kernels::gemm::tile::prefetch_l2(pf);
+                                    pf = pf.wrapping_add(64);
+                                    step!($ars);
+                                }
+                                for _ in lines..t.kgroups {
+                                    step!($ars);
+                                }
                             }
                         } else {
                             // B rows read in place (the direct path) come from L2/L3 a row stride
@@ -211,6 +226,18 @@ pub(crate) fn prefetch_span(p: *const u8, bytes: usize) {
         prefetch_read(p.wrapping_add(off));
     }
     prefetch_read(p.wrapping_add(bytes - 1));
+}
+
+/// A read prefetch into L2 (a hint: never faults, any address); a no-op off x86-64.
+#[inline(always)]
+pub(crate) fn prefetch_l2(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch instructions do not access memory architecturally and never fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// A read prefetch into L1 (a hint: never faults, any address); a no-op off x86-64.

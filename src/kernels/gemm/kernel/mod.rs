@@ -43,6 +43,10 @@ pub(crate) struct TileArgs<PA, PB, T> {
     pub bias_col: *const T,
     /// Per-column integer correction (VNNI's unsigned offset); null for other kernels.
     pub colsum: *const i32,
+    /// When non-null, `pf_lines` cache lines from here (the next B panel) to fetch into L2 while
+    /// the k loop runs, spread over its steps (a hint; tiles that do not prefetch ignore it).
+    pub pf: *const u8,
+    pub pf_lines: usize,
 }
 
 /// A tile function. # Safety: pointers valid for the extents in [`TileArgs`], the CPU has the
