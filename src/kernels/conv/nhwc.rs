@@ -623,19 +623,31 @@ fn depthwise_on(
     let mut per_task = TASK_WORK.div_ceil(per_row.max(1)).max(1);
     let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
     let units = rows.div_ceil(per_task);
+    // Channel parts per row, each a run of whole CB-channel blocks (the scalar channels past
+    // the last vector with the last part).
+    let blocks = vec_c.div_ceil(CB).max(1);
+    let mut parts = 1;
     if !units.is_multiple_of(threads) && units < 16 * threads {
         // Few units that do not split evenly over the threads: fewer rows per unit (14 rows of
         // 384 channels at 14×14, one image: 7 units of 2 rows; now 14 of one).
         per_task = (rows / (units.div_ceil(threads) * threads)).max(1);
+        // Still uneven (fewer rows than threads, or an odd number of rows): each row's channels
+        // in parts too (7 rows of 960 channels at 7×7 split 4 against 3 rows on two threads,
+        // 1.16× one thread; now 14 half rows).
+        if !rows.div_ceil(per_task).is_multiple_of(threads) && blocks >= threads {
+            parts = threads;
+        }
     }
+    let part = |k: usize| (blocks * k / parts * CB, if k + 1 == parts { c } else { blocks * (k + 1) / parts * CB });
     for_units(
         parallel,
-        rows.div_ceil(per_task),
+        rows.div_ceil(per_task) * parts,
         1,
         || (),
         |_, u| {
+            let (u, k) = (u / parts, u % parts);
             for row in u * per_task..rows.min((u + 1) * per_task) {
-                job.row(row / oh, row % oh);
+                job.row(row / oh, row % oh, part(k));
             }
         },
     );
@@ -732,8 +744,9 @@ impl Body for DwTile<'_> {
 }
 
 impl DwJob<'_> {
-    /// Output row `oy` of image `img`.
-    fn row(&self, img: usize, oy: usize) {
+    /// Output row `oy` of image `img`, channels `chans.0..chans.1` (`chans.0` a multiple of
+    /// [`CB`], `chans.1` one too or `c`).
+    fn row(&self, img: usize, oy: usize, chans: (usize, usize)) {
         let g = self.geom;
         let c = g.out_channels;
         let ([ih, iw], [kh, kw], [oh, ow]) = (g.in_hw, g.kernel_hw, g.out_hw);
@@ -756,7 +769,7 @@ impl DwJob<'_> {
         for ox in (lo..tiles_end).step_by(R).chain(short) {
             let n = if ox + R <= hi { R } else { R4 };
             let first: [usize; R] = std::array::from_fn(|r| ((ox + r.min(n - 1)) * sx - px) * c);
-            self.pixels(rows, far, self.inner.as_slice(), &first, n, y0 + ox * c, vec_c);
+            self.pixels(rows, far, self.inner.as_slice(), &first, n, y0 + ox * c, vec_c, chans);
         }
         tiles_end += short.map_or(0, |_| R4);
         for ox in (0..lo).chain(tiles_end..ow) {
@@ -767,14 +780,14 @@ impl DwJob<'_> {
                     taps.push((kx, ix * c));
                 }
             }
-            self.pixels(rows, far, taps.as_slice(), &[0; R], 1, y0 + ox * c, vec_c);
+            self.pixels(rows, far, taps.as_slice(), &[0; R], 1, y0 + ox * c, vec_c, chans);
         }
     }
 
     /// `n` (`R`, `R4` or 1) consecutive output pixels from output index `y` on, pixel r's window
     /// columns at `first[r]` plus each tap's offset in `taps` (kernel column, offset), over the
-    /// window rows `rows` (the largest row index `far`): whole vectors of channels up to
-    /// `vec_c`, then the rest one value at a time.
+    /// window rows `rows` (the largest row index `far`), channels `chans.0..chans.1`: whole
+    /// vectors of channels below `vec_c`, then the rest one value at a time.
     #[allow(clippy::too_many_arguments)]
     fn pixels(
         &self,
@@ -785,12 +798,14 @@ impl DwJob<'_> {
         n: usize,
         y: usize,
         vec_c: usize,
+        chans: (usize, usize),
     ) {
         let c = self.geom.out_channels;
+        let (from, to) = (chans.0, chans.1.min(c));
         let reach = taps.iter().map(|&(_, o)| o).max().unwrap_or(0) + first.iter().copied().max().unwrap_or(0);
         let yat: [usize; R] = std::array::from_fn(|r| y + r * c);
-        for c0 in (0..vec_c).step_by(CB) {
-            let chans = CB.min(vec_c - c0);
+        for c0 in (from..vec_c.min(to)).step_by(CB) {
+            let chans = CB.min(vec_c.min(to) - c0);
             // Every read: a window row inside the image, a column inside, a channel < c.
             assert!(far + reach + c0 + chans <= self.x.len(), "depthwise tile out of bounds");
             let t = DwTile {
@@ -812,7 +827,7 @@ impl DwJob<'_> {
             unsafe { dispatch(self.isa, &t, chans) };
         }
         for (r, &f) in first.iter().enumerate().take(n) {
-            for ch in vec_c..c {
+            for ch in vec_c.max(from)..to {
                 let mut s = self.bias.map_or(0.0, |b| b[ch]);
                 for &(row, ky) in rows {
                     for &(kx, off) in taps {
@@ -1114,6 +1129,9 @@ mod tests {
             Case { cin: 40, in_hw: [7, 7], ..DW },
             Case { cin: 3, ..DW },
             Case { cin: 200, in_hw: [5, 19], ..DW },
+            // Odd rows on two threads: each row's channels in two parts (whole blocks, the
+            // scalar channels in the last).
+            Case { cin: 130, in_hw: [7, 7], ..DW },
             // Kernel larger than the input with padding, a 1×1 image, no padding, dilation,
             // asymmetric padding, 5×5, 1-D rows.
             Case { in_hw: [2, 2], k: [5, 5], pads: [[2, 2], [2, 2]], ..DW },
