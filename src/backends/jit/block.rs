@@ -424,3 +424,90 @@ impl FastKernel for BlockKernel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::backends::jit::conv::{self, ConvKernel};
+    use crate::backends::jit::fast::Packed;
+    use crate::backends::jit::shared::Accounting;
+    use crate::ir::module::NodeId;
+    use crate::ir::op::Op;
+    use crate::ir::text::parse_module;
+
+    /// `%dst = conv_general %x, W` (NCHW, OIHW, constant weights `%dst+100`) on `hw`² planes.
+    fn conv(dst: usize, x: usize, cin: usize, cout: usize, k: usize, groups: usize, hw: usize) -> String {
+        let n = cout * (cin / groups) * k * k;
+        let data: Vec<String> = (0..n).map(|i| format!("{:?}", ((i * 37 % 23) as f32 - 11.0) / 16.0)).collect();
+        format!(
+            "  %{w} = constant [{d}] : f32[{cout},{cig},{k},{k}]\n  %{dst} = conv_general %{x}, %{w}, \
+             input=(0,1,[2,3]), kernel=(1,0,[2,3]), output=(0,1,[2,3]), strides=[1,1], \
+             padding=[({p},{p}),({p},{p})], input_dilations=[1,1], kernel_dilations=[1,1], \
+             channel_groups={groups}, batch_groups=1 : f32[1,{cout},{hw},{hw}]\n",
+            w = dst + 100,
+            d = data.join(", "),
+            cig = cin / groups,
+            p = k / 2,
+        )
+    }
+
+    /// The block 4 → 8 → depthwise 3×3 → 4 over one 112×112 image, and its three image kernels.
+    fn block() -> (Box<dyn FastKernel>, [ImageConv; 3]) {
+        let body = conv(1, 0, 4, 8, 1, 1, 112) + &conv(2, 1, 8, 8, 3, 8, 112) + &conv(3, 2, 8, 4, 1, 1, 112);
+        let m = parse_module(&format!("module @t\nfunc @main(%0 \"x\": f32[1,4,112,112]) {{\n{body}  return %3\n}}\n"))
+            .unwrap();
+        let convs: Vec<NodeId> =
+            m.functions[0].body.iter().copied().filter(|&n| matches!(m.node(n).op, Op::ConvGeneral { .. })).collect();
+        let mut packed = Packed(HashMap::new());
+        let mut acct = Accounting::default();
+        for &n in &convs {
+            let job = conv::pack_job(&m, n, false).unwrap();
+            packed.0.insert(n, (job.run)(&mut acct).unwrap());
+        }
+        let image = |n: NodeId| {
+            let k = conv::prepare(&m, n, &packed).unwrap();
+            k.as_any().unwrap().downcast_ref::<ConvKernel>().unwrap().per_image().unwrap()
+        };
+        let images = [image(convs[0]), image(convs[1]), image(convs[2])];
+        assert!(qualify(&images[0], &images[1], &images[2]));
+        let [a, b, c] = [image(convs[0]), image(convs[1]), image(convs[2])];
+        (build(a, b, c), images)
+    }
+
+    #[test]
+    fn runs_like_its_three_convolutions_and_refuses_bad_operands() {
+        let (k, [a, b, c]) = block();
+        let shape = |c: i64| Shape::new(DType::Float32, &[1, c, 112, 112]);
+        let xs: Vec<f32> = (0..4 * 112 * 112).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
+        let x = Tensor::from_vec(shape(4), &xs).unwrap();
+        // The three convolutions one after the other, whole planes.
+        let (mut e, mut d, mut want) = (vec![0.0; 8 * 112 * 112], vec![0.0; 8 * 112 * 112], vec![0.0; 4 * 112 * 112]);
+        a.run(&xs, None, &mut e).unwrap();
+        b.run(&e, None, &mut d).unwrap();
+        c.run(&d, None, &mut want).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for p in [None, Some(&pool)] {
+            let mut out = [Tensor::zeros(shape(4))];
+            k.run_into(std::slice::from_ref(&x), &mut out, p).unwrap();
+            let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+            for (i, (g, w)) in out[0].typed::<f32>().iter().zip(&want).enumerate() {
+                assert!((g - w).abs() <= 1e-5 * scale, "element {i}: {g} vs {w}");
+            }
+        }
+        // Bad operands and results are errors naming the op, not panics.
+        let mut out = [Tensor::zeros(shape(4))];
+        let wrong = Tensor::from_vec(shape(3), &xs[..3 * 112 * 112]).unwrap();
+        let f64s = Tensor::from_vec(Shape::new(DType::Float64, &[1, 4, 112, 112]), &vec![0f64; 4 * 112 * 112]).unwrap();
+        for inputs in [vec![], vec![x.clone(), x.clone()], vec![wrong], vec![f64s]] {
+            let e = k.run_into(&inputs, &mut out, None).unwrap_err();
+            assert!(e.to_string().contains("ConvGeneral"), "{e}");
+        }
+        for mut outs in [vec![], vec![Tensor::zeros(shape(3))], vec![Tensor::zeros(shape(4)), Tensor::zeros(shape(4))]]
+        {
+            let e = k.run_into(std::slice::from_ref(&x), &mut outs, None).unwrap_err();
+            assert!(e.to_string().contains("ConvGeneral"), "{e}");
+        }
+    }
+}
