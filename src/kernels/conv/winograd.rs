@@ -291,26 +291,13 @@ pub(super) fn conv(
         (x, geom)
     };
     if wide != Wide::No && threads > 1 && tiles <= large && tiles <= SPLIT_TILES * threads {
-        let tiling = Tiling { rows, cols, per_block: tiles };
         let args = Block { isa, geom, x, f, epi, out, tiling: &tiling, t0: 0, n: tiles, gemm_threads: 1 };
         return split_gemms(&args, threads);
     }
     try_for_units(blocks_parallel, blocks, Scratch::new, |buf, b| {
         let t0 = b * tiling.per_block;
         let n = tiling.per_block.min(tiles - t0);
-        let args = Block { isa, geom, x, f, epi, out, tiling: &tiling, t0, n, gemm_threads };
-        #[cfg(target_arch = "x86_64")]
-        if isa == FusedIsa::Avx512 {
-            // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
-            return unsafe { block_avx512(&args, buf) };
-        }
-        #[cfg(target_arch = "x86_64")]
-        if isa.avx2() {
-            // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
-            return unsafe { block_avx2(&args, buf) };
-        }
-        let _ = isa;
-        block(&args, buf)
+        block(&Block { isa, geom, x, f, epi, out, tiling: &tiling, t0, n, gemm_threads }, buf)
     })
 }
 
@@ -393,36 +380,27 @@ struct Block<'a> {
     gemm_threads: usize,
 }
 
-/// [`block`] compiled with AVX-512F enabled: the transforms' 16-lane values are one register.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn block_avx512(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
-    block(args, buf)
-}
-
-/// [`block`] compiled with AVX2 and FMA enabled (two 8-lane registers per value).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn block_avx2(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
-    block(args, buf)
-}
-
-/// One block: tiles `t0..t0 + n`. The transforms are separate multiplies and adds (never fused),
-/// so every ISA's body gives the same bits.
-#[inline(always)]
+/// One block: tiles `t0..t0 + n`: the input transform, the 36 GEMMs one after the other (each on
+/// `gemm_threads`), the output transform.
 fn block(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
     let (cin, cout, n) = (args.geom.in_channels, args.geom.out_channels, args.n);
     let (v_len, m_len) = (36 * n * cin, 36 * n * cout);
     let (v, rest) = buf.get(v_len + m_len + ytile_len(args.geom)).split_at_mut(v_len);
     let (m, ytile) = rest.split_at_mut(m_len);
-    transform_in(args, v, 0..n);
-    for (xi, u) in args.f.u.iter().enumerate() {
-        let a = MatRef::row_major(&v[xi * n * cin..][..n * cin], cin);
-        let c = MatMut::row_major(&mut m[xi * n * cout..][..n * cout], cout);
-        gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(u), c).threads(args.gemm_threads))?;
+    run_phase(args, Phase::In(v, 0..n));
+    for (xi, mc) in m.chunks_exact_mut((n * cout).max(1)).take(36).enumerate() {
+        product(args, v, xi, mc, args.gemm_threads)?;
     }
-    transform_out(args, m, ytile, 0..n);
+    run_phase(args, Phase::Out(m, ytile, 0..n));
     Ok(())
+}
+
+/// `M[ξ] = V[ξ]·U[ξ]` for the block's `n` tiles into `mc` (`n × cout`), on `threads`
+/// ([`GemmArgs::threads`]).
+fn product(args: &Block<'_>, v: &[f32], xi: usize, mc: &mut [f32], threads: usize) -> Result<()> {
+    let (cin, cout, n) = (args.geom.in_channels, args.geom.out_channels, args.n);
+    let a = MatRef::row_major(&v[xi * n * cin..][..n * cin], cin);
+    gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(&args.f.u[xi]), MatMut::row_major(mc, cout)).threads(threads))
 }
 
 /// Whether the output is channels-first with dense rows: each tile's 16 channels are then
@@ -514,8 +492,9 @@ fn transform_out(
     }
 }
 
-/// One transform of [`split_gemms`]: the input transform into `v`, or the output transform from
-/// `m` with the tile buffer `ytile`, of the block's tiles in the range.
+/// One transform of a block: the input transform into `v`, or the output transform from `m` with
+/// the tile buffer `ytile`, of the block's tiles in the range. The transforms are separate
+/// multiplies and adds (never fused), so every ISA's body gives the same bits.
 enum Phase<'b> {
     In(&'b mut [f32], std::ops::Range<usize>),
     Out(&'b [f32], &'b mut [f32], std::ops::Range<usize>),
@@ -529,14 +508,14 @@ fn phase(args: &Block<'_>, p: Phase<'_>) {
     }
 }
 
-/// [`phase`] compiled with AVX-512F enabled.
+/// [`phase`] compiled with AVX-512F enabled: the transforms' 16-lane values are one register.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn phase_avx512(args: &Block<'_>, p: Phase<'_>) {
     phase(args, p)
 }
 
-/// [`phase`] compiled with AVX2 and FMA enabled.
+/// [`phase`] compiled with AVX2 and FMA enabled (two 8-lane registers per value).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn phase_avx2(args: &Block<'_>, p: Phase<'_>) {
@@ -568,12 +547,11 @@ fn split_gemms(args: &Block<'_>, threads: usize) -> Result<()> {
     let (v, m) = buf.get(36 * n * (cin + cout)).split_at_mut(36 * n * cin);
     run_phase(args, Phase::In(v, 0..n));
     let v = &*v;
-    m.par_chunks_mut((n * cout).max(1)).zip(args.f.u.par_iter()).enumerate().with_max_len(1).try_for_each(
-        |(xi, (mc, u))| {
-            let a = MatRef::row_major(&v[xi * n * cin..][..n * cin], cin);
-            gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(u), MatMut::row_major(mc, cout)).threads(1))
-        },
-    )?;
+    m.par_chunks_mut((n * cout).max(1))
+        .take(36)
+        .enumerate()
+        .with_max_len(1)
+        .try_for_each(|(xi, mc)| product(args, v, xi, mc, 1))?;
     let m = &*m;
     let per = n.div_ceil(threads).max(1);
     (0..n.div_ceil(per)).into_par_iter().with_max_len(1).for_each_init(Scratch::new, |ys, k| {
