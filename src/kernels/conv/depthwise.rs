@@ -42,7 +42,7 @@ use std::cell::RefCell;
 
 pub(super) mod blocked;
 
-use super::{ConvEpilogue, ConvGeom, OutPtr, clamp_nan, copy_strided, for_units};
+use super::{ConvEpilogue, ConvGeom, OutPtr, clamp_nan, copy_strided, for_units, uneven};
 use crate::error::Result;
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Activation;
@@ -134,7 +134,7 @@ fn depthwise_on(
         // cut into parts, a multiple of the threads units in all (MobileNetV2's 144 channels
         // at 56×56: 9 blocks, 5 against 4 per thread; now 18 half-planes).
         let units = geom.batch * nb;
-        let parts = if !units.is_multiple_of(threads) && units < 16 * threads { threads.min(oh.max(1)) } else { 1 };
+        let parts = if uneven(units, threads) { threads.min(oh.max(1)) } else { 1 };
         let min_len = (TASK_WORK * parts / (oh * ow * geom.taps() * l).max(1)).max(1);
         for_units(parallel, units * parts, min_len, Kept::take, |scratch, u| {
             dispatch(isa, &job, Path::Blocked { blocks: nb, parts }, u, scratch);

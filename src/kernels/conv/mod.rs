@@ -52,6 +52,13 @@ pub(super) fn for_units<S>(
     }
 }
 
+/// Whether `units` tasks are few and do not split evenly over `threads` (fewer than 16 per
+/// thread and not a multiple of them): the kernels then cut their work finer so that each
+/// thread gets an equal share (batch 1 on two threads).
+pub(super) fn uneven(units: usize, threads: usize) -> bool {
+    !units.is_multiple_of(threads) && units < 16 * threads
+}
+
 /// `f((i, chunk))` on every `len`-value chunk of `xs` (the last may be shorter), over the
 /// current rayon pool when `parallel`.
 pub(super) fn for_chunks(parallel: bool, xs: &mut [f32], len: usize, f: impl Fn((usize, &mut [f32])) + Sync + Send) {

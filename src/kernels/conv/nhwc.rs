@@ -25,7 +25,7 @@
 //! channel block in turn) and by output rows (depthwise).
 
 use super::depthwise::{Lanes, Portable};
-use super::{ConvEpilogue, ConvGeom, OP, OutPtr, for_units};
+use super::{ConvEpilogue, ConvGeom, OP, OutPtr, for_units, uneven};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Activation;
@@ -358,7 +358,7 @@ fn pointwise_on(
     // Few chunks for the threads: (chunk, block) units, else whole chunks.
     let split_blocks = blocks > 1 && chunks < 4 * threads;
     let units = if split_blocks { chunks * blocks } else { chunks };
-    if !units.is_multiple_of(threads) && units < 16 * threads {
+    if uneven(units, threads) {
         // Units that do not split evenly over the threads: the pixels cut into a multiple of the
         // threads chunks (MobileNetV2's 96 → 576 channels at 14×14, one image: 9 units, 5
         // against 4 per thread; now 18).
@@ -627,7 +627,7 @@ fn depthwise_on(
     // the last vector with the last part).
     let blocks = vec_c.div_ceil(CB).max(1);
     let mut parts = 1;
-    if !units.is_multiple_of(threads) && units < 16 * threads {
+    if uneven(units, threads) {
         // Few units that do not split evenly over the threads: fewer rows per unit (14 rows of
         // 384 channels at 14×14, one image: 7 units of 2 rows; now 14 of one).
         per_task = (rows / (units.div_ceil(threads) * threads)).max(1);
