@@ -896,17 +896,32 @@ fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn
     super::movement::prepare(m, n)
 }
 
+/// The image kernels of `three` consecutive steps when they form an inverted residual block
+/// ([`super::block::qualify`]): each reads the previous one's result, which `private` says no
+/// other step reads.
+fn block_at(
+    three: &[Option<Step>],
+    private: impl Fn(ValueId) -> bool,
+) -> Option<(super::conv::ImageConv, super::conv::ImageConv, super::conv::ImageConv)> {
+    let kernel = |j: usize| match &three[j] {
+        Some(Step::Kernel(k)) if k.outputs.len() == 1 => Some(k),
+        _ => None,
+    };
+    let (a, b, c) = (kernel(0)?, kernel(1)?, kernel(2)?);
+    let chained =
+        b.inputs[0] == a.outputs[0] && c.inputs[0] == b.outputs[0] && private(a.outputs[0]) && private(b.outputs[0]);
+    if !chained {
+        return None;
+    }
+    let image = |k: &KernelStep| k.fast.as_deref()?.as_any()?.downcast_ref::<super::conv::ConvKernel>()?.per_image();
+    let convs = (image(a)?, image(b)?, image(c)?);
+    super::block::qualify(&convs.0, &convs.1, &convs.2).then_some(convs)
+}
+
 /// Regroups `steps` (one function's, in order): each three consecutive convolutions that form an
 /// inverted residual block ([`super::block`]) become one step. `keep`: values the function returns
 /// (or keeps).
 fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>) -> Vec<Step> {
-    use super::block;
-    let image = |s: &Step| match s {
-        Step::Kernel(k) if k.outputs.len() == 1 => {
-            k.fast.as_deref()?.as_any()?.downcast_ref::<super::conv::ConvKernel>()?.per_image()
-        }
-        _ => None,
-    };
     // How many steps read each value (a block's intermediates must be read by the block alone).
     let mut readers: HashMap<ValueId, usize> = HashMap::new();
     for s in &steps {
@@ -919,25 +934,7 @@ fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>) -> Vec<Step> {
     let mut out = Vec::with_capacity(steps.len());
     let mut i = 0;
     while i < steps.len() {
-        let found = (i + 3 <= steps.len())
-            .then(|| {
-                let k = |j: usize| match &steps[j] {
-                    Some(Step::Kernel(k)) => Some(k),
-                    _ => None,
-                };
-                let (a, b, c) = (k(i)?, k(i + 1)?, k(i + 2)?);
-                let chained = b.inputs[0] == a.outputs[0]
-                    && c.inputs[0] == b.outputs[0]
-                    && private(a.outputs[0])
-                    && private(b.outputs[0]);
-                if !chained {
-                    return None;
-                }
-                let convs =
-                    (image(steps[i].as_ref()?)?, image(steps[i + 1].as_ref()?)?, image(steps[i + 2].as_ref()?)?);
-                block::qualify(&convs.0, &convs.1, &convs.2).then_some(convs)
-            })
-            .flatten();
+        let found = steps.get(i..i + 3).and_then(|three| block_at(three, private));
         let Some((ea, eb, ec)) = found else {
             out.push(steps[i].take().expect("each step is taken once"));
             i += 1;
@@ -958,7 +955,7 @@ fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>) -> Vec<Step> {
             inputs,
             outputs: c.outputs,
             out_shapes: c.out_shapes,
-            fast: Some(block::build(ea, eb, ec)),
+            fast: Some(super::block::build(ea, eb, ec)),
         }));
         i += 3;
     }
