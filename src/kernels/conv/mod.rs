@@ -868,7 +868,16 @@ fn implicit_gemm(
             let tile = tile.get(if direct_rows.is_none() { mb * cout_g } else { 0 });
             // Row-major patches for channels-last inputs, column-major (pixels contiguous) otherwise.
             let a = if geom.channels_last() {
-                im2col_rows(geom, x, img, g, p0, mb, cols);
+                if gemm_threads == 0 && mb > 1 {
+                    // The GEMM runs on every thread: so does its im2col, rows split over them
+                    // (ResNet-18's 512-channel 7×7 layers at batch 1 read 49 × 4608 values).
+                    let per = mb.div_ceil(threads);
+                    cols[..mb * k].par_chunks_mut(per * k).enumerate().for_each(|(i, c)| {
+                        im2col_rows(geom, x, img, g, p0 + i * per, c.len() / k, c);
+                    });
+                } else {
+                    im2col_rows(geom, x, img, g, p0, mb, cols);
+                }
                 MatRef::row_major(cols, k)
             } else {
                 im2col_cols(geom, x, img, g, p0, mb, cols);
@@ -1278,9 +1287,11 @@ mod tests {
             check(&mut rng, 2, 1, 3, 300, [20, 21], [1, 1], [1, 1], [0, 0], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 2, 1, 3, 5, [9, 75], [3, 3], [2, 2], [1, 1], [1, 1], nhwc, None);
             // A filter larger than LARGE_FILTER_BYTES (128 × 9 × 256 floats) on the implicit
-            // GEMM (too few tiles for Winograd): whole-image blocks, each GEMM on both threads
-            // (one image) or the images over the threads (three).
+            // GEMM (too few tiles for Winograd): whole-image blocks, each GEMM and (channels-last)
+            // its im2col on both threads (one image) or the images over the threads (three).
             check(&mut rng, 1, 1, 128, 256, [5, 6], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, Some(&pool));
+            // Pixels that do not split evenly over the threads' im2col rows (18 + 17).
+            check(&mut rng, 1, 1, 128, 256, [5, 7], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 3, 1, 128, 256, [3, 4], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 1, 1, 128, 256, [5, 6], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
             // Kernel larger than the input with padding; 1x1 image; zero batch; empty output.
