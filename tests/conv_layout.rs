@@ -1,8 +1,8 @@
-//! The jit's channels-last layout pass (`conv_layout=auto|keep|nhwc`, `passes::layout`) on
+//! The jit's channels-last layout pass (`conv_layout=auto|keep|nhwc|small`, `passes::layout`) on
 //! IR-text convnet blocks written NCHW, as ONNX imports them: the optimised module must hold
 //! the chosen convolutions channels-last with no transpose left inside the chain (bias adds,
 //! clamps, residual adds, max pooling and a global average pool carried over), keep a lone
-//! convolution, or large planes of two images or more, channels-first, and compute what the interpreter computes on the
+//! convolution (and with `conv_layout=small` large planes) channels-first, and compute what the interpreter computes on the
 //! module as written (the oracle) with every option value, on 1 and 2 threads.
 //!
 //! Tolerance: the jit convolutions sum in another order than the interpreter, so results agree
@@ -168,13 +168,14 @@ fn large_planes(n: usize) -> Module {
 
 #[test]
 fn large_planes_and_lone_convolutions_keep_their_layout() {
-    // Two images: auto keeps the large planes NCHW.
+    // Two images: the small-planes rule keeps the large planes NCHW.
     let big = large_planes(2);
-    assert_eq!(layout_of(&big, ""), (vec![1, 1], 0));
-    // nhwc takes them, with one transpose back to the NCHW result.
+    assert_eq!(layout_of(&big, "conv_layout=small"), (vec![1, 1], 0));
+    // auto and nhwc take them, with one transpose back to the NCHW result.
+    assert_eq!(layout_of(&big, ""), (vec![3, 3], 1));
     assert_eq!(layout_of(&big, "conv_layout=nhwc"), (vec![3, 3], 1));
     let x = Buffer::from_slice(&floats_vec(2 * 8 * 32 * 32, 3, 1.0), &[2, 8, 32, 32]).unwrap();
-    agree(&big, &[x], &["jit:parallelism=1", "jit:parallelism=2,conv_layout=nhwc"]);
+    agree(&big, &[x], &["jit:parallelism=1", "jit:parallelism=2,conv_layout=nhwc", "jit:conv_layout=small"]);
     // One image: auto takes every convolution channels-last, as nhwc does; keep keeps them.
     let one = large_planes(1);
     assert_eq!(layout_of(&one, ""), (vec![3, 3], 1));
@@ -191,8 +192,8 @@ fn large_planes_and_lone_convolutions_keep_their_layout() {
     assert_eq!(layout_of(&lone, ""), (vec![1], 0));
 }
 
-/// A channels-first inverted-residual block on 32×32 planes (large: `conv_layout=auto` keeps
-/// it NCHW from two images on, and each plane holds at least `chain::MIN_PIXELS` pixels) after a stem on 64×64,
+/// A channels-first inverted-residual block on 32×32 planes (large: `conv_layout=small` keeps
+/// it NCHW, `auto` makes it channels-last; each plane holds at least `chain::MIN_PIXELS` pixels) after a stem on 64×64,
 /// then a stride-2 convolution down to 16×16 and two on those (planes below `MIN_PIXELS`, above
 /// `MIN_SMALL_PIXELS`): stem 3→16 (s2) → 1×1 16→32 → depthwise 3×3 → 1×1 32→16 + residual (the
 /// stem's result) → 3×3/2 16→16 → 1×1 16→64 (a 4 KB filter against 80 KB of activations per
@@ -230,6 +231,7 @@ fn large_plane_convolutions_run_image_by_image_and_agree_with_the_interpreter() 
                 "jit:parallelism=3",
                 "jit:parallelism=2,conv_chains=off",
                 "jit:parallelism=1,conv_layout=nhwc",
+                "jit:parallelism=2,conv_layout=small",
             ],
         );
         // The five convolutions reading 32×32 planes or more and the 16×16 one with the small
@@ -248,8 +250,10 @@ fn large_plane_convolutions_run_image_by_image_and_agree_with_the_interpreter() 
         // Three threads: only a batch of 3 splits evenly (and none holds 4 images per thread).
         assert_eq!(chain_of(&m, "parallelism=3").is_some(), n == 3);
         assert_eq!(chain_of(&m, "parallelism=1,conv_chains=off"), None);
-        // Channels-last (every convolution NHWC): a chain as well.
+        // Channels-last (every convolution NHWC): a chain as well; so with the large planes
+        // channels-first.
         assert!(chain_of(&m, "parallelism=1,conv_layout=nhwc").is_some());
+        assert!(chain_of(&m, "parallelism=1,conv_layout=small").is_some());
     }
 }
 

@@ -86,18 +86,6 @@ pub enum Policy {
     SmallPlanes,
     /// Every NCHW convolution.
     All,
-    /// Every NCHW convolution of a function whose convolutions all hold one image, else
-    /// [`Policy::SmallPlanes`]. At batch 1 the channels-last kernels split an image's rows
-    /// evenly over the threads and fill their vectors with channels at every plane size, while
-    /// the channels-first ones split few planes or channel blocks. On a 2-vCPU Intel Xeon
-    /// (Sapphire Rapids class), batch 1, against the small-planes rule (with the stem writing
-    /// channels-last through its row transpose), 3 to 5 rounds alternated, ms: MobileNetV2
-    /// 6.19–6.72 against 6.54–7.01 on one thread, 3.49–3.73 against 3.85–4.11 on two;
-    /// ResNet-18 25.50–27.71 against 27.37–29.08 on one, 15.81–16.59 against 17.20–17.76 on two.
-    /// At batch 8 neither layout won on both thread counts (MobileNetV2 all channels-last
-    /// 50.6–53.3 against 52.8–53.9 ms on one thread, 27.6 against 26.1–27.6 on two), so larger
-    /// batches keep the small-planes rule.
-    Auto,
 }
 
 /// Whether node `n`'s output planes are small for its channel count: at most [`PLANE_RATIO`]
@@ -117,11 +105,7 @@ const PLANE_RATIO: i64 = 4;
 /// The convolutions of `body` to rewrite (module docs: input with a twin, or result reaching
 /// another convolution of the set through elementwise ops).
 fn chosen(m: &Module, body: &[NodeId], policy: Policy) -> HashSet<NodeId> {
-    let one_image = || {
-        let mut convs = body.iter().filter(|&&n| nchw_conv(m, n)).peekable();
-        convs.peek().is_some() && convs.all(|&n| m.shape(m.node(n).outputs[0]).dims.first() == Some(&1))
-    };
-    let all = policy == Policy::All || (policy == Policy::Auto && one_image());
+    let all = policy == Policy::All;
     let convs: HashSet<NodeId> =
         body.iter().copied().filter(|&n| nchw_conv(m, n) && (all || small_planes(m, n))).collect();
     // Values that may have a twin: conv results and elementwise or pooling results of them
@@ -165,9 +149,9 @@ pub fn run(m: &mut Module, policy: Policy) -> Result<bool> {
     Ok(changed)
 }
 
-/// [`run`] with [`Policy::Auto`] (a pipeline pass).
-pub fn run_auto(m: &mut Module) -> Result<bool> {
-    run(m, Policy::Auto)
+/// [`run`] with [`Policy::SmallPlanes`] (a pipeline pass).
+pub fn run_small(m: &mut Module) -> Result<bool> {
+    run(m, Policy::SmallPlanes)
 }
 
 /// [`run`] with [`Policy::All`] (a pipeline pass).

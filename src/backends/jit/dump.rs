@@ -248,8 +248,8 @@ impl JitBackend {
     /// cheap passes fold the transposed constants.
     fn conv_layout(&self, module: &mut Module, ctx: &mut PassCtx) -> Result<()> {
         let layout: Option<fn(&mut Module) -> Result<bool>> = match self.opts.conv_layout {
-            ConvLayout::Auto => Some(passes::layout::run_auto),
-            ConvLayout::Nhwc => Some(passes::layout::run_all),
+            ConvLayout::Auto | ConvLayout::Nhwc => Some(passes::layout::run_all),
+            ConvLayout::Small => Some(passes::layout::run_small),
             _ => None,
         };
         if let Some(pass) = layout
