@@ -104,9 +104,9 @@ impl StemFilter {
         }
         // The channels-in-lanes copy only for the filters that kernel takes.
         let cpad = cout.next_multiple_of(LANES_CB);
-        let small = cout <= LANES_MAX && taps * cpad * 4 <= LANES_WEIGHT_BYTES;
+        let small = (1..=LANES_MAX).contains(&cout) && taps * cpad * 4 <= LANES_WEIGHT_BYTES;
         let mut lanes = vec![0.0f32; if small { taps * cpad } else { 0 }];
-        for (t, row) in lanes.chunks_exact_mut(cpad).enumerate() {
+        for (t, row) in lanes.chunks_exact_mut(cpad.max(1)).enumerate() {
             let (i, y, x) = (t / (kh * kw), t / kw % kh, t % kw);
             for (c, v) in row.iter_mut().enumerate().take(cout) {
                 *v = at(c, i, y, x);
@@ -1107,6 +1107,17 @@ mod tests {
         ] {
             check(&mut rng, case, parts, &two);
         }
+    }
+
+    #[test]
+    fn packs_a_filter_without_output_channels() {
+        // A convolution with no output channels still gets a filter (and computes nothing).
+        let f = StemFilter::new(3, 0, 3, 3, |_, _, _, _| 1.0);
+        assert_eq!(f.size_bytes(), 0);
+        let g = Case { cout: 0, k: [3, 3], pads: [[1, 1], [1, 1]], ..STEM }.geom();
+        let filter = ConvFilter::new(&g, &[], [1, 1, 1, 1]).unwrap();
+        let x = vec![1.0f32; 3 * 30 * 37];
+        conv2d_f32(&g, &x, &filter, &ConvEpilogue::default(), &mut [], None).unwrap();
     }
 
     #[test]
