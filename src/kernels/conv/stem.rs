@@ -107,9 +107,9 @@ impl StemFilter {
         let small = (1..=LANES_MAX).contains(&cout) && taps * cpad * 4 <= LANES_WEIGHT_BYTES;
         let mut lanes = vec![0.0f32; if small { taps * cpad } else { 0 }];
         for (t, row) in lanes.chunks_exact_mut(cpad.max(1)).enumerate() {
-            let (i, y, x) = (t / (kh * kw), t / kw % kh, t % kw);
+            // Channel c of tap t lies in block c / CB's strip t.
             for (c, v) in row.iter_mut().enumerate().take(cout) {
-                *v = at(c, i, y, x);
+                *v = w[(c / CB * taps + t) * CB + c % CB];
             }
         }
         StemFilter { cout, taps, w, lanes, rows: None }
@@ -202,14 +202,15 @@ fn conv_on(
         return Err(Error::invalid(OP, format!("the packed filter is not one for {} channels", geom.out_channels)));
     }
     let isa = isa.checked();
-    let fused = fused_epilogue(isa, geom, epi);
+    let fused =
+        fused_epilogue(isa, geom, epi).map(|x| Fused { lanes: x.via_row && x.wide && !f.lanes.is_empty(), ..x });
     let job = Job { geom, x, f, epi, out, rows, isa, fused };
     let [oh, ow] = geom.out_hw;
     let units = geom.batch * oh;
     let min_len = (TASK_WORK / (ow * geom.out_channels * f.taps).max(1)).max(1);
     let tile_len = {
         let (lanes, vecs, chans) = shape(isa);
-        let row = if fused.is_some_and(|f| f.via_row) { ow * geom.out_channels } else { 0 };
+        let row = if fused.is_some_and(|f| f.via_row && !f.lanes) { ow * geom.out_channels } else { 0 };
         (vecs * lanes * chans).max(row)
     };
     // Both scratch buffers come from the per-thread pool (no allocation once warm); `fill`
@@ -249,6 +250,9 @@ struct Fused {
     /// Channels-last output: each output row is computed channels-first into the tile scratch
     /// and transposed into place ([`Job::unit_via_row`]).
     via_row: bool,
+    /// Channels-last output on AVX-512 with a filter small enough for the channels-in-lanes
+    /// kernel ([`Job::unit_lanes`]), which runs instead of the transposing one.
+    lanes: bool,
 }
 
 /// Which fused kernel takes `geom` with `epi` on `isa` (already checked), if any: contiguous
@@ -272,7 +276,7 @@ fn fused_epilogue(isa: FusedIsa, geom: &ConvGeom, epi: &ConvEpilogue<'_>) -> Opt
     // Channels innermost in the output (and more than one, or the test below holds anyway).
     let via_row = geom.y_strides[3] != 1 && geom.y_strides[1] == 1;
     let ok = (geom.y_strides[3] == 1 || via_row) && epi.residual.is_none() && plain_clamp;
-    ok.then_some(Fused { wide, relu, clamp: epi.clamp, via_row })
+    ok.then_some(Fused { wide, relu, clamp: epi.clamp, via_row, lanes: false })
 }
 
 /// The tile shape of each ISA: (f32 lanes per vector, most vectors, most channels).
@@ -288,7 +292,12 @@ impl Job<'_> {
     fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut [f32]) {
         self.fill(n, oy, buf);
         #[cfg(target_arch = "x86_64")]
-        if let Some(Fused { wide, relu, clamp, via_row }) = self.fused {
+        if let Some(fused @ Fused { wide, relu, clamp, via_row, lanes }) = self.fused {
+            if lanes {
+                // SAFETY: `lanes` is set only with `wide`, after `FusedIsa::checked` confirmed
+                // AVX-512 on this CPU.
+                return unsafe { self.unit_lanes_avx512(n, oy, buf, fused) };
+            }
             if via_row {
                 return self.unit_via_row(n, oy, buf, tile, wide, relu, clamp);
             }
@@ -412,10 +421,6 @@ impl Job<'_> {
     ) {
         let g = self.geom;
         let (ow, cout) = (g.out_hw[1], g.out_channels);
-        if wide && !self.f.lanes.is_empty() {
-            // SAFETY: `wide` is set only after `FusedIsa::checked` confirmed AVX-512 on this CPU.
-            return unsafe { self.unit_lanes_avx512(n, oy, buf, Fused { wide, relu, clamp, via_row: true }) };
-        }
         let row = &mut tile[..ow * cout];
         let flat = ConvGeom { y_strides: [0, ow, 0, 1], ..g.clone() };
         let job = Job { geom: &flat, out: OutPtr(row.as_mut_ptr()), ..*self };
