@@ -1,18 +1,57 @@
 //! ConvGeneral on the "jit" backend's convolution kernels: results against a direct f64 loop written
 //! here, for NCHW/OIHW and NHWC/HWIO layouts, 1-D and 2-D, strides, paddings (both sides),
 //! kernel dilations, channel groups and depthwise convolutions, with the kernel as a parameter
-//! (packed per execution) and as a constant (packed at compile time), on 1 and 3 threads; and
-//! the plan dump naming the kernel.
+//! (packed per execution) and as a constant (packed at compile time), on 1 and 3 threads; the
+//! same convolutions in BF16 and F16 (computed in f32, the result rounded once); and the plan
+//! dump naming the kernel.
 //!
 //! Run with `cargo test --test jit_conv`.
 
 #[path = "common/jit.rs"]
 mod jit_support;
 
+use half::{bf16, f16};
 use jit_support::{backend, compile, run};
 use tensorjit::api::ConvConfig;
+use tensorjit::backends::jit::JitExecutable;
 use tensorjit::ir::op::ConvAxes;
-use tensorjit::{Buffer, DType, Shape};
+use tensorjit::{Buffer, Element, Shape};
+
+/// An element type the convolutions run in: the test's values (multiples of 1/8 in [-1, 1])
+/// are exact in each, and so is every product and partial sum in f32, so the f64 sum rounded
+/// once to the type is the exact result of the catalogue's "compute in f32, round once".
+trait Elem: Element + Copy + std::fmt::Debug {
+    fn of(v: f32) -> Self;
+    /// The bit pattern (compared exactly).
+    fn bits(self) -> u32;
+}
+
+impl Elem for f32 {
+    fn of(v: f32) -> Self {
+        v
+    }
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
+}
+
+impl Elem for bf16 {
+    fn of(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn bits(self) -> u32 {
+        self.to_bits().into()
+    }
+}
+
+impl Elem for f16 {
+    fn of(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    fn bits(self) -> u32 {
+        self.to_bits().into()
+    }
+}
 
 /// One convolution: NCHW-style sizes plus the layouts used to store them.
 #[derive(Clone, Debug)]
@@ -108,6 +147,10 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
 }
 
 fn check(c: &Case, threads: usize) {
+    check_as::<f32>(c, threads)
+}
+
+fn check_as<T: Elem>(c: &Case, threads: usize) {
     let cl = c.channels_last;
     let (cin, cout) = (c.cin_g * c.groups, c.cout_g * c.groups);
     let out = c.out();
@@ -126,18 +169,19 @@ fn check(c: &Case, threads: usize) {
         batch_groups: 1,
     };
     let b = backend(&format!("parallelism={threads}"));
-    let xs = Shape::from_usize(DType::Float32, &xd);
-    let ks = Shape::from_usize(DType::Float32, &kd);
+    let xs = Shape::from_usize(T::DTYPE, &xd);
+    let ks = Shape::from_usize(T::DTYPE, &kd);
+    let (xt, kt): (Vec<T>, Vec<T>) = (x.iter().map(|&v| T::of(v)).collect(), k.iter().map(|&v| T::of(v)).collect());
     let e = compile(&b, |f| {
         let xv = f.parameter("x", xs.clone())?;
-        let kv = if c.constant_kernel { f.constant(&k, &kd)? } else { f.parameter("k", ks.clone())? };
+        let kv = if c.constant_kernel { f.constant(&kt, &kd)? } else { f.parameter("k", ks.clone())? };
         Ok(vec![f.conv_general(xv, kv, &cfg)?])
     });
-    let mut inputs = vec![Buffer::from_slice(&x, &xd).unwrap()];
+    let mut inputs = vec![Buffer::from_slice(&xt, &xd).unwrap()];
     if !c.constant_kernel {
-        inputs.push(Buffer::from_slice(&k, &kd).unwrap());
+        inputs.push(Buffer::from_slice(&kt, &kd).unwrap());
     }
-    let got = run(&e, &inputs)[0].to_vec::<f32>().unwrap();
+    let got = run(&e, &inputs)[0].to_vec::<T>().unwrap();
     assert_eq!(got.len(), yd.iter().product::<usize>(), "{c:?}");
     for n in 0..c.batch {
         for o in 0..cout {
@@ -160,7 +204,13 @@ fn check(c: &Case, threads: usize) {
                     }
                 }
                 let v = got[index(n, o, &p, &yd, cl, false)];
-                assert_eq!(v as f64, want, "{c:?} threads {threads} at n={n} o={o} {p:?}");
+                let want = T::of(want as f32);
+                assert_eq!(
+                    v.bits(),
+                    want.bits(),
+                    "{:?} {c:?} threads {threads} at n={n} o={o} {p:?}: {v:?} vs {want:?}",
+                    T::DTYPE
+                );
             }
         }
     }
@@ -182,8 +232,8 @@ fn case2(batch: usize, groups: usize, cin_g: usize, cout_g: usize, input: [usize
     }
 }
 
-#[test]
-fn convolutions_match_direct_loop_in_both_layouts() {
+/// The cases of both layouts, each with its kernel as a parameter and as a constant.
+fn cases() -> Vec<Case> {
     let mut cases = vec![
         // 3x3 same padding, 1x1 projection, ResNet's strided 7x7 stem (small), dilation.
         Case { padding: vec![(1, 1), (1, 1)], ..case2(2, 1, 5, 7, [6, 5], [3, 3]) },
@@ -212,18 +262,35 @@ fn convolutions_match_direct_loop_in_both_layouts() {
     ];
     cases.extend(cases.clone().into_iter().map(|c| Case { channels_last: true, ..c }));
     cases.extend(cases.clone().into_iter().map(|c| Case { constant_kernel: true, ..c }));
-    for (i, c) in cases.iter().enumerate() {
+    cases
+}
+
+#[test]
+fn convolutions_match_direct_loop_in_both_layouts() {
+    for (i, c) in cases().iter().enumerate() {
         check(c, if i % 2 == 0 { 1 } else { 3 });
     }
 }
 
 #[test]
-fn plan_runs_conv_on_the_conv_kernel() {
-    let dir = std::env::temp_dir().join(format!("tensorjit-jit-conv-plan-{}", std::process::id()));
+fn half_precision_convolutions_round_the_f32_result_once() {
+    // The f32 cases, and a 3x3 with 16 channels (the Winograd kernel where the filter is constant).
+    let wide = Case { padding: vec![(1, 1), (1, 1)], ..case2(1, 1, 16, 16, [8, 8], [3, 3]) };
+    let mut all = cases();
+    all.extend([wide.clone(), Case { channels_last: true, constant_kernel: true, ..wide }]);
+    for (i, c) in all.iter().enumerate() {
+        check_as::<bf16>(c, if i % 2 == 0 { 1 } else { 3 });
+        check_as::<f16>(c, if i % 2 == 0 { 3 } else { 1 });
+    }
+}
+
+/// Compiles the 3×3 pad-1 convolution of an `[1, 8, 6, 6]` NCHW input of `T` with a constant
+/// `[16, 8, 3, 3]` filter, with the plan dump on: the executable and the plan's ConvGeneral line.
+fn conv_plan<T: Elem>(tag: &str) -> (JitExecutable, String) {
+    let dir = std::env::temp_dir().join(format!("tensorjit-jit-conv-plan-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let b = backend(&format!("dump={}", dir.display()));
-    let c = Case { padding: vec![(1, 1), (1, 1)], constant_kernel: true, ..case2(1, 1, 8, 16, [6, 6], [3, 3]) };
-    let k = values(16 * 8 * 9, 2);
+    let k: Vec<T> = values(16 * 8 * 9, 2).into_iter().map(T::of).collect();
     let cfg = ConvConfig {
         axes: axes(2, false),
         strides: vec![1, 1],
@@ -234,7 +301,7 @@ fn plan_runs_conv_on_the_conv_kernel() {
         batch_groups: 1,
     };
     let e = compile(&b, |f| {
-        let x = f.parameter("x", Shape::new(DType::Float32, &[1, 8, 6, 6]))?;
+        let x = f.parameter("x", Shape::new(T::DTYPE, &[1, 8, 6, 6]))?;
         let kv = f.constant(&k, &[16, 8, 3, 3])?;
         Ok(vec![f.conv_general(x, kv, &cfg)?])
     });
@@ -243,6 +310,24 @@ fn plan_runs_conv_on_the_conv_kernel() {
     let plan = std::fs::read_to_string(sub[0].join("plan.txt")).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let line = plan.lines().find(|l| l.contains("kernel ConvGeneral")).unwrap_or_else(|| panic!("{plan}"));
-    assert!(line.contains("implicit gemm") && line.contains("packed"), "{line}");
+    (e, line.to_string())
+}
+
+#[test]
+fn plan_runs_half_precision_conv_on_the_conv_kernel() {
+    let (e, line) = conv_plan::<bf16>("bf16");
+    assert!(line.contains("conv bf16 (in f32)") && line.contains("packed"), "{line}");
+    // A warm execution's result is the same as the first's (the scratch is reused).
+    let x: Vec<bf16> = values(8 * 36, 1).into_iter().map(bf16::from_f32).collect();
+    let input = [Buffer::from_slice(&x, &[1, 8, 6, 6]).unwrap()];
+    let first = run(&e, &input)[0].to_vec::<bf16>().unwrap();
+    assert_eq!(run(&e, &input)[0].to_vec::<bf16>().unwrap(), first);
+}
+
+#[test]
+fn plan_runs_conv_on_the_conv_kernel() {
+    let (_, line) = conv_plan::<f32>("f32");
+    assert!(line.contains("conv f32 ") && line.contains("implicit gemm") && line.contains("packed"), "{line}");
+    let c = Case { padding: vec![(1, 1), (1, 1)], constant_kernel: true, ..case2(1, 1, 8, 16, [6, 6], [3, 3]) };
     check(&c, 2);
 }

@@ -3,7 +3,8 @@
 //! (windows 1..4, strides 1..3, uneven padding, window dilation, windows larger than the input,
 //! 1x1 images, empty batches and empty outputs), values with ties, ±0, −∞ and NaNs of two
 //! payloads, on 1 and 3 threads; and the plan dump naming the kernel. Max/Min and SelectAndScatter
-//! must be bit-identical; Sum too (same summation order), with NaNs compared as NaN.
+//! must be bit-identical; Sum too (same summation order), with NaNs compared as NaN. BF16 and
+//! F16 ReduceWindow (f32 inside the jit's kernel, rounded once) against the interpreter too.
 //!
 //! Run with `cargo test --test jit_pool`.
 
@@ -113,6 +114,29 @@ fn check(c: &Case, kind: &str, rng: &mut Lcg, threads: usize) {
     assert_eq!(bits(&got, kind == "sum"), bits(&want, kind == "sum"), "{kind} {c:?}\n{text}");
 }
 
+/// [`check`] for a ReduceWindow of BF16 or F16 (`ty` as the IR text spells it): the values
+/// rounded to the type, the results compared bit for bit (a Sum's NaNs as one NaN).
+fn check_half(c: &Case, kind: &str, rng: &mut Lcg, threads: usize, ty: &str) {
+    let (jit, interp) = backends(threads);
+    let text = c.module(kind).replace("f32[", &format!("{ty}["));
+    let x = values(rng, c.dims.iter().product());
+    let input = match ty {
+        "bf16" => Buffer::from_slice(&x.iter().map(|&v| half::bf16::from_f32(v)).collect::<Vec<_>>(), &c.dims),
+        _ => Buffer::from_slice(&x.iter().map(|&v| half::f16::from_f32(v)).collect::<Vec<_>>(), &c.dims),
+    }
+    .unwrap();
+    let got = jit.compile(parse_module(&text).unwrap()).unwrap().execute(&[&input], &[]).unwrap();
+    let want = interp.compile(parse_module(&text).unwrap()).unwrap().execute(&[&input], &[]).unwrap();
+    let widened = |b: &Buffer| -> Vec<f32> {
+        match ty {
+            "bf16" => b.to_vec::<half::bf16>().unwrap().iter().map(|v| v.to_f32()).collect(),
+            _ => b.to_vec::<half::f16>().unwrap().iter().map(|v| v.to_f32()).collect(),
+        }
+    };
+    let (got, want) = (widened(&got[0]), widened(&want[0]));
+    assert_eq!(bits(&got, kind == "sum"), bits(&want, kind == "sum"), "{ty} {kind} {c:?}\n{text}");
+}
+
 /// A random 2-D (NCHW or NHWC) or 1-D case.
 fn random_case(rng: &mut Lcg) -> Case {
     let spatial = 1 + rng.next(2);
@@ -206,6 +230,28 @@ fn plan(module: &str) -> String {
     let plan = std::fs::read_to_string(sub[0].join("plan.txt")).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     plan
+}
+
+#[test]
+fn half_precision_reduce_window_matches_interp() {
+    let mut rng = Lcg(0x5eed_0016);
+    for i in 0..40 {
+        let c = random_case(&mut rng);
+        for kind in ["max", "min", "sum"] {
+            check_half(&c, kind, &mut rng, if i % 2 == 0 { 1 } else { 3 }, "bf16");
+            check_half(&c, kind, &mut rng, if i % 2 == 0 { 3 } else { 1 }, "f16");
+        }
+    }
+    // ResNet's max pool, channels-last, and a global average pool's sum.
+    let resnet = case(&[1, 16, 16, 64], &[1, 3, 3, 1], &[1, 2, 2, 1], &[(0, 0), (1, 1), (1, 1), (0, 0)]);
+    check_half(&resnet, "max", &mut rng, 2, "bf16");
+    let global = case(&[2, 8, 7, 7], &[1, 1, 7, 7], &[1, 1, 1, 1], &[(0, 0); 4]);
+    check_half(&global, "sum", &mut rng, 2, "f16");
+    let p = plan(&resnet.module("max").replace("f32[", "bf16["));
+    assert!(p.contains("maxpool bf16 (in f32) 1x16x16x64 3x3 /2 pad 1 nhwc"), "{p}");
+    // A half-precision SelectAndScatter keeps the reference kernel.
+    let s = case(&[2, 6, 6, 8], &[1, 2, 2, 1], &[1, 2, 2, 1], &[(0, 0); 4]);
+    assert!(!plan(&s.module("select_max").replace("f32[", "bf16[")).contains("maxpool"));
 }
 
 #[test]

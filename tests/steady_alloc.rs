@@ -50,6 +50,11 @@ fn inputs(exe: &dyn Executable) -> Vec<Buffer> {
                     let v: Vec<f32> = (0..n).map(|i| ((i * 7919 % 2001) as f32 / 1000.0) - 1.0).collect();
                     Buffer::from_slice(&v, &dims).unwrap()
                 }
+                DType::BFloat16 => {
+                    let v: Vec<half::bf16> =
+                        (0..n).map(|i| half::bf16::from_f32(((i * 7919 % 2001) as f32 / 1000.0) - 1.0)).collect();
+                    Buffer::from_slice(&v, &dims).unwrap()
+                }
                 DType::Int64 => Buffer::from_slice(&vec![1i64; n], &dims).unwrap(),
                 DType::Int32 => Buffer::from_slice(&vec![1i32; n], &dims).unwrap(),
                 d => panic!("no input generator for {d:?}"),
@@ -181,13 +186,22 @@ fn encoder(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
     })
 }
 
-/// NCHW `maxpool2x2(relu(conv3x3(x, w) + bias))`: x [1, 16, 32, 32], 32 output channels, pad 1.
-fn convnet(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
+/// NCHW `maxpool2x2(relu(conv3x3(x, w) + bias))`: x [1, 16, 32, 32], 32 output channels, pad 1;
+/// f32, or bf16 throughout with `bf16` (the convolution and the pool in f32 scratch).
+fn convnet(b: &Arc<dyn Backend>, bf16: bool) -> Arc<dyn Executable> {
     let (c, o, hw) = (16i64, 32i64, 32i64);
+    let typed = |f: &Function, v: Vec<f32>, dims: &[usize]| {
+        if bf16 {
+            f.constant(&v.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>(), dims).unwrap()
+        } else {
+            f.constant(&v, dims).unwrap()
+        }
+    };
+    let shape = |dims: &[i64]| Shape::new(if bf16 { DType::BFloat16 } else { DType::Float32 }, dims);
     compile(b, "convnet", |f| {
-        let x = f.parameter("x", f32s(&[1, c, hw, hw])).unwrap();
-        let w = f.constant(&det((o * c * 9) as usize, 5), &[o as usize, c as usize, 3, 3]).unwrap();
-        let bias = f.constant(&det(o as usize, 6), &[o as usize]).unwrap();
+        let x = f.parameter("x", shape(&[1, c, hw, hw])).unwrap();
+        let w = typed(f, det((o * c * 9) as usize, 5), &[o as usize, c as usize, 3, 3]);
+        let bias = typed(f, det(o as usize, 6), &[o as usize]);
         let axes = ConvAxes {
             input_batch: 0,
             input_channels: 1,
@@ -209,8 +223,9 @@ fn convnet(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
             batch_groups: 1,
         };
         let y = f.conv_general(x, w, &cfg).unwrap();
-        let y = f.add(y, f.broadcast_in_dim(bias, &f32s(&[1, o, hw, hw]), &[1]).unwrap()).unwrap();
-        let y = f.max(y, f.scalar(0f32).unwrap()).unwrap();
+        let y = f.add(y, f.broadcast_in_dim(bias, &shape(&[1, o, hw, hw]), &[1]).unwrap()).unwrap();
+        let zero = if bf16 { f.scalar(half::bf16::ZERO) } else { f.scalar(0f32) };
+        let y = f.max(y, zero.unwrap()).unwrap();
         vec![f.reduce_window(y, ArithReduce::Max, &[1, 1, 2, 2], &[1, 1, 2, 2], &[], &[], &[]).unwrap()]
     })
 }
@@ -305,11 +320,16 @@ fn steady_state_allocations_per_execution() {
     concurrent_rounds_allocate_nothing(&*exe, &r);
 
     // 3. The encoder layer (GEMMs, flash attention reading q/k/v from one projection, layer
-    // norm loops) and 4. the convnet block (Winograd convolution with its epilogue, max pool):
-    // their kernels write into the memory plan's slots, so `execute_into` allocates nothing
-    // either, and `execute` at most its results' bookkeeping (their bytes may come from the
-    // process buffer pool).
-    for (name, exe) in [("encoder layer minilm b1 s128", encoder(&b)), ("convnet block", convnet(&b))] {
+    // norm loops) and 4. the convnet block (Winograd convolution with its epilogue, max pool;
+    // in bf16 too, whose convolution and pool widen into per-thread f32 scratch kept between
+    // executions): their kernels write into the memory plan's slots, so `execute_into`
+    // allocates nothing either, and `execute` at most its results' bookkeeping (their bytes may
+    // come from the process buffer pool).
+    for (name, exe) in [
+        ("encoder layer minilm b1 s128", encoder(&b)),
+        ("convnet block", convnet(&b, false)),
+        ("convnet block bf16", convnet(&b, true)),
+    ] {
         let (c, r) = measure(name, &*exe);
         assert_writes_into_slots(name, c, &r);
     }

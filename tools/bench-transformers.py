@@ -10,6 +10,8 @@ release CLI:
     python3 tools/bench-transformers.py                         # the whole matrix (hours)
     python3 tools/bench-transformers.py --models minilm --batches 1,8 --seqs 128 --threads 1 \\
         --rounds 2 --json /tmp/tf.json                          # a subset (minutes)
+    python3 tools/bench-transformers.py --frameworks tensorjit,ort_plain,ort_opt,torch,tensorjit_bf16,torch_bf16
+                                                                # bf16 beside f32
 
 Models (exports are made on first use and kept):
   minilm  all-MiniLM-L6-v2 (real weights): ~/.cache/tensorjit-bench/models/minilm_l6_v2.onnx and
@@ -30,6 +32,15 @@ Frameworks per figure (model, batch, sequence, threads):
   ort_opt    onnxruntime on the transformer-optimised export.
   torch      torch eager: transformers' BertModel / GPT2Model with the same configuration and
              random weights (MiniLM: its real weights), under inference_mode, torch threads T.
+  tensorjit_bf16, torch_bf16 (only with --frameworks): the same with bf16 weights and activations;
+             tensorjit on MODEL's bf16 export (MODELS_DIR/NAME-torchscript-bf16/model.onnx, made on
+             first use: the f32 export's model cast with `.to(torch.bfloat16)`), torch with the
+             model cast the same way (oneDNN's AMX / AVX512-BF16 kernels). Both tensorjit figures
+             are compared with the best f32 peer (the issue's goals); with tensorjit_bf16 the table
+             also gives the smallest cosine between the outputs of the bf16 export and of its f32
+             twin (model-f32.onnx beside it, the same module exported before the cast; tensorjit
+             runs both on the figure's inputs): over sequences of mean-pooled hidden states
+             (sentence embeddings) and over single tokens.
 Every figure of every framework runs in a fresh process pinned with taskset (1 thread: CPU 0;
 2 threads: CPUs 0,1) with OMP/MKL/OpenBLAS thread variables set (benchutil.child_env), and its
 peak RSS is read from the kernel (GNU time's %M for that process, else os.wait4). Rounds alternate the frameworks
@@ -56,12 +67,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FRAMEWORKS = ("tensorjit", "ort_plain", "ort_opt", "torch")
+FRAMEWORKS = ("tensorjit", "ort_plain", "ort_opt", "torch", "tensorjit_bf16", "torch_bf16")
+# Run unless --frameworks says otherwise: the f32 matrix.
+DEFAULT_FRAMEWORKS = FRAMEWORKS[:4]
+# The peers each tensorjit figure is compared with (the issue's goal: f32 and bf16 tensorjit
+# against the best f32 peer); torch_bf16 is shown beside them.
+F32_PEERS = ("ort_plain", "ort_opt", "torch")
 MODEL_INPUTS = {
     "minilm": ("input_ids", "attention_mask"),
     "bert": ("input_ids", "attention_mask", "token_type_ids"),
     "gpt2": ("input_ids", "attention_mask"),
 }
+# The bf16 exports (and their f32 twins) come from tools/onnx-models.py's build, whose MiniLM takes
+# token types as BERT does.
+BF16_INPUTS = {"minilm": MODEL_INPUTS["bert"], "bert": MODEL_INPUTS["bert"], "gpt2": MODEL_INPUTS["gpt2"]}
 HIDDEN = {"minilm": 384, "bert": 768, "gpt2": 768}
 
 
@@ -122,6 +141,34 @@ def ensure_exports(name, models_dir, mc):
     return plain, opt, info
 
 
+def bf16_paths(name, models_dir):
+    """The bf16 export of `name` (weights and activations bf16) and its f32 twin."""
+    d = Path(models_dir) / f"{name}-torchscript-bf16"
+    return d / "model.onnx", d / "model-f32.onnx"
+
+
+def ensure_bf16_export(name, models_dir):
+    """Makes the bf16 export of `name` when missing: tools/onnx-models.py's build of the model
+    (MiniLM's real weights; BERT's and GPT-2's random ones) cast with `.to(torch.bfloat16)` before
+    the TorchScript export, so that every initializer, activation and the output are bf16; and
+    its f32 twin, exported from the same module before the cast (the reference of the cosine
+    check: the same weights, whatever torch version made the plain export)."""
+    path, twin = bf16_paths(name, models_dir)
+    if not (path.exists() and twin.exists()):
+        import numpy as np
+        import torch
+
+        tool = onnx_models_tool()
+        w = tool.build(name, np.random.default_rng(7))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        tool.export(w, "torchscript", twin)
+        w.module = w.module.to(torch.bfloat16)
+        tool.export(w, "torchscript", path)
+        print(f"exported {name} (bf16 and its f32 twin) in {time.time() - t0:.0f}s -> {path}", flush=True)
+    return path
+
+
 # ---- one figure of one framework, in a child process ---------------------------------------
 
 
@@ -144,7 +191,7 @@ def child_main(a):
         plain, opt = model_paths(name, a.models_dir, mc)
         sess = ort.InferenceSession(str(plain if fw == "ort_plain" else opt), so, providers=["CPUExecutionProvider"])
         call = lambda: sess.run(None, feeds)  # noqa: E731
-    elif fw == "torch":
+    elif fw in ("torch", "torch_bf16"):
         import torch
 
         torch.set_num_threads(nthreads)
@@ -162,6 +209,9 @@ def child_main(a):
 
             model = GPT2Model(GPT2Config(use_cache=False))
         model.eval()
+        if fw == "torch_bf16":
+            # oneDNN's bf16 kernels (AMX tiles or AVX512-BF16 where the CPU has them).
+            model = model.to(torch.bfloat16)
         tfeeds = {k: torch.from_numpy(v) for k, v in feeds.items()}
 
         def call():
@@ -208,11 +258,11 @@ def taskset(nthreads):
 def measure(fw, name, batch, seq, nthreads, reps, inputs, a, bu):
     """One figure of one framework in a fresh pinned process: dict with median/best seconds."""
     env = bu.child_env(nthreads)
-    if fw == "tensorjit":
-        plain = inputs["_model"]
+    if fw in ("tensorjit", "tensorjit_bf16"):
+        plain = inputs["_model" if fw == "tensorjit" else "_model_bf16"]
         cmd = taskset(nthreads) + [a.tensorjit, "--json", "bench", str(plain), "-r", str(reps), "-w", "2",
                                    "-b", f"jit:parallelism={nthreads}"]
-        for k in MODEL_INPUTS[name]:
+        for k in (MODEL_INPUTS if fw == "tensorjit" else BF16_INPUTS)[name]:
             cmd += ["-i", f"{k}={inputs[k]}"]
     else:
         cmd = taskset(nthreads) + [sys.executable, __file__, "--child", fw, name, str(batch), str(seq),
@@ -226,7 +276,7 @@ def measure(fw, name, batch, seq, nthreads, reps, inputs, a, bu):
         msg = (err.strip().splitlines() or [out.strip()[-300:]])[-1][:300]
         return {"error": f"exit {rc}: {msg}", "rss_mb": rss, "wall_s": wall}
     rep = json.loads(lines[-1])
-    if fw == "tensorjit":
+    if fw in ("tensorjit", "tensorjit_bf16"):
         if not rep.get("ok", False):
             return {"error": str(rep.get("error"))[:300], "rss_mb": rss, "wall_s": wall}
         return {"median_s": rep["repeat"]["median_ms"] / 1e3, "best_s": rep["repeat"]["min_ms"] / 1e3,
@@ -238,12 +288,12 @@ def figure(name, batch, seq, nthreads, frameworks, a, bu, mc, paths):
     """All frameworks at one (model, batch, seq, threads), alternating over the rounds."""
     import numpy as np
 
-    plain, _opt = paths
+    plain, _opt, bf16 = paths
     tmp = Path(tempfile.mkdtemp(prefix="tj-bench-"))
     ids, mask = mc.fake_batch(batch, seq)
     arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    inputs = {"_model": plain}
-    for k in MODEL_INPUTS[name]:
+    inputs = {"_model": plain, "_model_bf16": bf16, "_model_twin": bf16 and bf16_paths(name, a.models_dir)[1]}
+    for k in arrays:
         inputs[k] = tmp / f"{k}.npy"
         np.save(inputs[k], arrays[k])
     # The forward count: about target_s of work per process, from one tensorjit execution.
@@ -262,9 +312,8 @@ def figure(name, batch, seq, nthreads, frameworks, a, bu, mc, paths):
             shown = f"{r['median_s'] * 1e3:.2f} ms" if "median_s" in r else r["error"]
             print(f"  {name} B={batch} S={seq} T={nthreads} round {rnd + 1} {fw}: {shown}, "
                   f"peak RSS {r['rss_mb']:.0f} MiB", file=sys.stderr, flush=True)
-    for p in tmp.iterdir():
-        p.unlink()
-    tmp.rmdir()
+    cosine = bf16_cosine(name, nthreads, inputs, a, tmp) if "tensorjit_bf16" in frameworks else None
+    shutil.rmtree(tmp)
     tokens = batch * seq
     rec = {"model": name, "batch": batch, "seq": seq, "threads": nthreads, "reps": reps, "frameworks": {}}
     for fw, rs in runs.items():
@@ -274,18 +323,47 @@ def figure(name, batch, seq, nthreads, frameworks, a, bu, mc, paths):
             best = min(r["median_s"] for r in ok)
             f.update(median_s=best, tokens_per_s=tokens / best,
                      round_medians_ms=[round(r["median_s"] * 1e3, 3) for r in ok])
-            if fw == "tensorjit":
+            if fw.startswith("tensorjit"):
                 f["compile_ms"] = statistics.median(r["compile_ms"] for r in ok)
         else:
             f["error"] = rs[-1].get("error") if rs else "not run"
         rec["frameworks"][fw] = f
-    tj = rec["frameworks"].get("tensorjit", {}).get("tokens_per_s")
-    peers = [f["tokens_per_s"] for fw, f in rec["frameworks"].items() if fw != "tensorjit" and "tokens_per_s" in f]
-    if tj and peers:
-        rec["best_peer"] = max((f["tokens_per_s"], fw) for fw, f in rec["frameworks"].items()
-                               if fw != "tensorjit" and "tokens_per_s" in f)[1]
-        rec["ratio_vs_best_peer"] = tj / max(peers)
+    if cosine is not None:
+        rec["bf16_cosine"] = cosine
+    peers = [(f["tokens_per_s"], fw) for fw, f in rec["frameworks"].items() if fw in F32_PEERS and "tokens_per_s" in f]
+    if peers:
+        best, rec["best_peer"] = max(peers)
+        for fw, key in (("tensorjit", "ratio_vs_best_peer"), ("tensorjit_bf16", "bf16_ratio_vs_best_f32_peer")):
+            tj = rec["frameworks"].get(fw, {}).get("tokens_per_s")
+            if tj:
+                rec[key] = tj / best
     return rec
+
+
+def bf16_cosine(name, nthreads, inputs, a, tmp):
+    """How close the bf16 export's output is to the f32 one's on this figure's inputs (tensorjit
+    runs both): the smallest cosine over the sequences of their mean-pooled hidden states (a
+    sentence embedding) and over single tokens. None when either run fails."""
+    import numpy as np
+
+    outs = []
+    for key in ("_model_twin", "_model_bf16"):
+        out = tmp / f"out{key}"
+        cmd = [a.tensorjit, "run", str(inputs[key]), "--out", str(out), "-b", f"jit:parallelism={nthreads}"]
+        for k in BF16_INPUTS[name]:
+            cmd += ["-i", f"{k}={inputs[k]}"]
+        if subprocess.run(cmd, capture_output=True).returncode != 0:
+            return None
+        y = np.load(out / "out0.npy")
+        if y.dtype == np.uint16:  # a bf16 output is written as its bit patterns (outputs.txt says so)
+            y = (y.astype(np.uint32) << 16).view(np.float32)
+        outs.append(y.astype(np.float64))
+    f32, b16 = outs
+
+    def cos(x, y):
+        return (x * y).sum(-1) / np.maximum(np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1), 1e-30)
+
+    return {"sentence_min": float(cos(f32.mean(1), b16.mean(1)).min()), "token_min": float(cos(f32, b16).min())}
 
 
 def markdown(records, frameworks):
@@ -293,7 +371,11 @@ def markdown(records, frameworks):
         return f"{f['tokens_per_s']:,.0f}" if "tokens_per_s" in f else "error"
 
     head = ["model", "batch", "seq", "threads"] + [f"{fw} tok/s" for fw in frameworks]
-    head += ["tensorjit / best peer", "tensorjit compile ms", "peak RSS MiB (" + " / ".join(frameworks) + ")"]
+    head += ["tensorjit / best peer"]
+    bf16 = "tensorjit_bf16" in frameworks
+    if bf16:
+        head += ["tensorjit_bf16 / best f32 peer", "bf16 cosine (sentence / token)"]
+    head += ["tensorjit compile ms", "peak RSS MiB (" + " / ".join(frameworks) + ")"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
         fws = r["frameworks"]
@@ -302,7 +384,13 @@ def markdown(records, frameworks):
         rss = " / ".join(f"{fws[fw]['rss_mb']:.0f}" if fws[fw].get("rss_mb") else "–" for fw in frameworks)
         row = [r["model"], str(r["batch"]), str(r["seq"]), str(r["threads"])]
         row += [tok(fws[fw]) for fw in frameworks]
-        row += [ratio, f"{comp:,.0f}" if comp is not None else "–", rss]
+        row += [ratio]
+        if bf16:
+            r16 = r.get("bf16_ratio_vs_best_f32_peer")
+            c = r.get("bf16_cosine")
+            row += [f"{r16:.2f} ({r['best_peer']})" if r16 else "–",
+                    f"{c['sentence_min']:.5f} / {c['token_min']:.5f}" if c else "–"]
+        row += [f"{comp:,.0f}" if comp is not None else "–", rss]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -317,7 +405,8 @@ def main():
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--seqs", default="128,384")
     ap.add_argument("--threads", default="1,2", help="1 and/or 2 (1: taskset -c 0; 2: taskset -c 0,1)")
-    ap.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    ap.add_argument("--frameworks", default=",".join(DEFAULT_FRAMEWORKS),
+                    help="comma list of " + ", ".join(FRAMEWORKS) + " (the last two: bf16 weights and activations)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per figure (best median kept)")
     ap.add_argument("--reps", type=int, default=0, help="forwards per process (0: from --target-s)")
     ap.add_argument("--target-s", type=float, default=3.0, help="about this much timed work per process")
@@ -353,10 +442,13 @@ def main():
             raise SystemExit(f"unknown model {name!r} (known: {', '.join(MODEL_INPUTS)})")
         plain, opt, info = ensure_exports(name, a.models_dir, mc)
         exports[name] = {"plain": str(plain), "ort_opt": str(opt), **info}
+        bf16 = ensure_bf16_export(name, a.models_dir) if "tensorjit_bf16" in frameworks else None
+        if bf16:
+            exports[name]["bf16"] = str(bf16)
         for s in ints(a.seqs):
             for b in ints(a.batches):
                 for t in threads:
-                    records.append(figure(name, b, s, t, frameworks, a, bu, mc, (plain, opt)))
+                    records.append(figure(name, b, s, t, frameworks, a, bu, mc, (plain, opt, bf16)))
     table = markdown(records, frameworks)
     print(table)
     if a.json:

@@ -3,6 +3,15 @@
 //! Winograd F(4×4, 3×3) for constant 3×3 stride-1 filters unless `winograd=off`, the direct
 //! depthwise kernel, or the direct kernel for few input channels).
 //!
+//! BF16 and F16 convolutions (input, kernel and result of one of those types) run on the same
+//! kernels in f32, as the catalogue's §9 computes a half-precision op: a constant filter is
+//! widened once when it is packed, the input (and a kernel computed at run time) is widened into
+//! f32 scratch at each execution, and the f32 result is rounded once into the output (to nearest
+//! even). The scratch is kept per thread between executions, so a warm execution allocates
+//! nothing. Image chains, inverted residual blocks and merged epilogues stay f32-only: a
+//! half-precision bias add or activation after the convolution is its own step, rounded as the
+//! graph says.
+//!
 //! The node's dimension numbers become element strides of the input, kernel and output, so every
 //! layout (NCHW, NHWC, OIHW, HWIO, transposed outputs) runs without a copy. A constant kernel is
 //! rearranged and packed once at compile time (a [`PackJob`], with the GEMM weights) and shared
@@ -15,11 +24,13 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
+use crate::ir::dtype::Element;
 use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::conv::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32};
 use crate::kernels::gemm::Activation;
+use crate::kernels::half::HalfFloat;
 use crate::kernels::movement::row_major_strides;
 use crate::kernels::tensor::Tensor;
 use crate::memory::f32s;
@@ -29,8 +40,9 @@ use super::shared::Accounting;
 
 const OP: &str = "ConvGeneral";
 
-/// The geometry and kernel strides of node `n` when it is a ConvGeneral this module can run.
-fn analyse(m: &Module, n: NodeId) -> Option<(ConvGeom, [usize; 4])> {
+/// The geometry, kernel strides and element type (F32, BF16 or F16, the same for the input, the
+/// kernel and the result) of node `n` when it is a ConvGeneral this module can run.
+fn analyse(m: &Module, n: NodeId) -> Option<(ConvGeom, [usize; 4], DType)> {
     let node = m.node(n);
     let Op::ConvGeneral { axes, strides, padding, input_dilations, kernel_dilations, channel_groups, batch_groups } =
         &node.op
@@ -41,8 +53,10 @@ fn analyse(m: &Module, n: NodeId) -> Option<(ConvGeom, [usize; 4])> {
         return None;
     }
     let (xs, ks, ys) = (m.shape(node.inputs[0]), m.shape(node.inputs[1]), m.shape(node.outputs[0]));
-    let f32s = [xs, ks, ys].iter().all(|s| s.dtype == DType::Float32 && !s.is_dynamic());
-    if !f32s
+    let dtype = xs.dtype;
+    let typed = matches!(dtype, DType::Float32 | DType::BFloat16 | DType::Float16)
+        && [xs, ks, ys].iter().all(|s| s.dtype == dtype && !s.is_dynamic());
+    if !typed
         || !(1..=2).contains(&axes.input_spatial.len())
         || input_dilations.iter().any(|&d| d != 1)
         || *batch_groups > 1
@@ -53,22 +67,22 @@ fn analyse(m: &Module, n: NodeId) -> Option<(ConvGeom, [usize; 4])> {
     // geometry, or one `validate` rejects: the reference kernel reports those nodes' errors.
     let (geom, wstrides) = geometry(axes, strides, padding, kernel_dilations, *channel_groups, xs, ks, ys)?;
     geom.validate(xs.num_elements(), ys.num_elements()).ok()?;
-    Some((geom, wstrides))
+    Some((geom, wstrides, dtype))
 }
 
-/// The filter job of node `n`: a ConvGeneral this module runs whose kernel is an F32 constant,
-/// rearranged and packed once ([`PackJob`]); for the Winograd kernel where `winograd` allows it
-/// and the shape qualifies.
+/// The filter job of node `n`: a ConvGeneral this module runs whose kernel is a constant (F32,
+/// or BF16/F16 widened to f32), rearranged and packed once ([`PackJob`]); for the Winograd kernel
+/// where `winograd` allows it and the shape qualifies.
 pub(crate) fn pack_job(m: &Module, n: NodeId, winograd: bool) -> Option<PackJob> {
-    let (geom, wstrides) = analyse(m, n)?;
+    let (geom, wstrides, dtype) = analyse(m, n)?;
     let k = m.node(n).inputs[1];
     let bytes = m.constant_data(k)?;
-    if bytes.len() != m.shape(k).num_elements() * 4 {
+    if Some(bytes.len()) != m.shape(k).byte_size() {
         return None;
     }
-    let tag = format!("conv-filter {:?} {:?} {:?} winograd={winograd}", m.shape(k).dims, geom, wstrides);
+    let tag = format!("conv-filter {dtype:?} {:?} {:?} {:?} winograd={winograd}", m.shape(k).dims, geom, wstrides);
     let make = move |w: &[f32]| ConvFilter::with_winograd(&geom, w, wstrides, winograd);
-    Some(filter_job(n, bytes.clone(), tag, ConvFilter::size_bytes, make))
+    Some(typed_filter_job(n, bytes.clone(), dtype, tag, ConvFilter::size_bytes, make))
 }
 
 /// The [`PackJob`] preparing node `n`'s constant f32 filter `source` with `make`, through the
@@ -80,10 +94,36 @@ pub(crate) fn filter_job<T: std::any::Any + Send + Sync>(
     size: fn(&T) -> usize,
     make: impl Fn(&[f32]) -> Result<T> + Send + 'static,
 ) -> PackJob {
+    typed_filter_job(n, source, DType::Float32, tag, size, make)
+}
+
+/// [`filter_job`] for a filter whose elements are `dtype` (F32, BF16 or F16), widened to f32
+/// before `make` sees them.
+fn typed_filter_job<T: std::any::Any + Send + Sync>(
+    n: NodeId,
+    source: Arc<Vec<u8>>,
+    dtype: DType,
+    tag: String,
+    size: fn(&T) -> usize,
+    make: impl Fn(&[f32]) -> Result<T> + Send + 'static,
+) -> PackJob {
     let run = move |acct: &mut Accounting| -> Result<Prepared> {
-        Ok(super::shared::shared(&source, tag, size, || make(&f32s(&source)), acct)?)
+        let prepare = || match dtype {
+            DType::BFloat16 => make(&widened(&source, half::bf16::from_bits)),
+            DType::Float16 => make(&widened(&source, half::f16::from_bits)),
+            _ => make(&f32s(&source)),
+        };
+        Ok(super::shared::shared(&source, tag, size, prepare, acct)?)
     };
     PackJob { node: n, run: Box::new(run) }
+}
+
+/// The half-precision elements stored in `bytes` (little-endian bit patterns), widened to f32.
+fn widened<H: HalfFloat>(bytes: &[u8], from_bits: fn(u16) -> H) -> Vec<f32> {
+    let halves: Vec<H> = bytes.chunks_exact(2).map(|b| from_bits(u16::from_le_bytes([b[0], b[1]]))).collect();
+    let mut out = vec![0.0; halves.len()];
+    H::widen(&halves, &mut out, false);
+    out
 }
 
 /// What a merged step computes after the convolution: `clamp(act(conv + bias + residual))`, the
@@ -133,13 +173,15 @@ pub(crate) fn prepare(m: &Module, n: NodeId, packed: &Packed) -> Option<Box<dyn 
 
 /// [`prepare`] with an epilogue (`tail`; a bias of the wrong length gives no kernel).
 pub(crate) fn prepare_with(m: &Module, n: NodeId, packed: &Packed, tail: Tail) -> Option<Box<dyn FastKernel>> {
-    let (geom, wstrides) = analyse(m, n)?;
+    let (geom, wstrides, dtype) = analyse(m, n)?;
     if tail.bias.as_ref().is_some_and(|b| b.len() != geom.out_channels) {
         return None;
     }
     let filter = packed.get::<ConvFilter>(n);
     let mut desc = format!(
-        "conv f32 {}x{}x{}x{} * {}x{} /{:?} -> {} ch, {} groups",
+        "conv {}{} {}x{}x{}x{} * {}x{} /{:?} -> {} ch, {} groups",
+        dtype.short_name(),
+        if dtype == DType::Float32 { "" } else { " (in f32)" },
         geom.batch,
         geom.in_channels,
         geom.in_hw[0],
@@ -159,7 +201,7 @@ pub(crate) fn prepare_with(m: &Module, n: NodeId, packed: &Packed, tail: Tail) -
     }
     desc += &tail.describe();
     let prepacked = if filter.is_some() { vec![1] } else { vec![] };
-    Some(Box::new(ConvKernel { geom, wstrides, filter, prepacked, desc, tail }))
+    Some(Box::new(ConvKernel { geom, wstrides, dtype, filter, prepacked, desc, tail }))
 }
 
 /// The kernel's geometry from the node's dimension numbers, and the kernel's strides in
@@ -229,6 +271,17 @@ pub(crate) fn view(s: &Shape, first: usize, second: usize, spatial: &[usize]) ->
 /// Checks that there are `operands` operands and one result, and that each operand in `check` is
 /// f32 with all its bytes.
 pub(crate) fn check_operands(inputs: &[Tensor], out_shapes: &[Shape], operands: usize, check: &[usize]) -> Result<()> {
+    check_typed_operands(inputs, out_shapes, operands, check, DType::Float32)
+}
+
+/// [`check_operands`] for operands of `dtype`.
+fn check_typed_operands(
+    inputs: &[Tensor],
+    out_shapes: &[Shape],
+    operands: usize,
+    check: &[usize],
+    dtype: DType,
+) -> Result<()> {
     if inputs.len() != operands || out_shapes.len() != 1 {
         return Err(Error::invalid(
             OP,
@@ -237,7 +290,7 @@ pub(crate) fn check_operands(inputs: &[Tensor], out_shapes: &[Shape], operands: 
     }
     for &i in check {
         let t = &inputs[i];
-        if t.shape.dtype != DType::Float32 || t.data.len() != t.shape.num_elements() * 4 {
+        if t.shape.dtype != dtype || Some(t.data.len()) != t.shape.byte_size() {
             return Err(Error::invalid(OP, format!("operand {i} {} has {} bytes", t.shape, t.data.len())));
         }
     }
@@ -329,6 +382,8 @@ fn convolve(
 pub(crate) struct ConvKernel {
     geom: ConvGeom,
     wstrides: [usize; 4],
+    /// The operands' and the result's element type: F32, or BF16/F16 computed in f32.
+    dtype: DType,
     filter: Option<Arc<ConvFilter>>,
     prepacked: Vec<usize>,
     desc: String,
@@ -339,6 +394,9 @@ impl ConvKernel {
     /// The kernel for one image, when its filter is a prepared constant and its input and result
     /// hold their images one after another.
     pub(crate) fn per_image(&self) -> Option<ImageConv> {
+        if self.dtype != DType::Float32 {
+            return None;
+        }
         let g = &self.geom;
         let filter = self.filter.clone()?;
         let dims = |c: usize, hw: [usize; 2]| c.checked_mul(hw[0])?.checked_mul(hw[1]);
@@ -387,14 +445,30 @@ impl FastKernel for ConvKernel {
             return Err(Error::invalid(OP, format!("expected 1 result, got {}", outs.len())));
         };
         let operands = 2 + usize::from(self.tail.residual);
-        check_operands(
+        check_typed_operands(
             inputs,
             std::slice::from_ref(&out.shape),
             operands,
             if self.filter.is_some() { &[0] } else { &[0, 1] },
+            self.dtype,
         )?;
-        if out.shape.dtype != DType::Float32 || Some(out.data.len()) != out.shape.byte_size() {
+        if out.shape.dtype != self.dtype || Some(out.data.len()) != out.shape.byte_size() {
             return Err(Error::invalid(OP, format!("result buffer of {} bytes for {}", out.data.len(), out.shape)));
+        }
+        if let Some(r) = inputs.get(2).filter(|_| self.tail.residual)
+            && (r.shape.dtype != self.dtype
+                || r.shape.dims != out.shape.dims
+                || Some(r.data.len()) != r.shape.byte_size())
+        {
+            return Err(Error::invalid(
+                OP,
+                format!("residual {} ({} bytes) for an output {}", r.shape, r.data.len(), out.shape),
+            ));
+        }
+        match self.dtype {
+            DType::BFloat16 => return self.run_half::<half::bf16>(inputs, out, pool),
+            DType::Float16 => return self.run_half::<half::f16>(inputs, out, pool),
+            _ => {}
         }
         let x = &inputs[0];
         let built;
@@ -405,22 +479,97 @@ impl FastKernel for ConvKernel {
                 &built
             }
         };
-        let residual = match inputs.get(2) {
-            Some(r) if self.tail.residual => {
-                if r.shape.dtype != DType::Float32
-                    || r.shape.dims != out.shape.dims
-                    || r.data.len() != r.shape.num_elements() * 4
-                {
-                    return Err(Error::invalid(
-                        OP,
-                        format!("residual {} ({} bytes) for an output {}", r.shape, r.data.len(), out.shape),
-                    ));
-                }
-                Some(r.typed::<f32>())
-            }
-            _ => None,
-        };
+        let residual = inputs.get(2).filter(|_| self.tail.residual).map(|r| r.typed::<f32>());
         let y = Arc::make_mut(&mut out.data).typed_mut::<f32>();
         convolve(&self.geom, &self.tail, x.typed::<f32>(), filter, residual, y, pool)
+    }
+}
+
+impl ConvKernel {
+    /// [`FastKernel::run_into`] for BF16/F16 operands (checked by the caller): the input, a kernel
+    /// computed at run time and the residual widened into f32 scratch, the f32 convolution, and
+    /// one rounding of its result into `out`.
+    fn run_half<H: HalfFloat + Element>(
+        &self,
+        inputs: &[Tensor],
+        out: &mut Tensor,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<()> {
+        let mut scratch = HalfScratch::take();
+        let HalfScratch([x32, y32, r32]) = &mut *scratch;
+        let widen = |t: &Tensor, to: &mut Vec<f32>| {
+            let src = t.typed::<H>();
+            to.resize(src.len(), 0.0);
+            H::widen(src, to, true);
+        };
+        let built;
+        let filter = match &self.filter {
+            Some(f) => f.as_ref(),
+            None => {
+                let mut w = Vec::new();
+                widen(&inputs[1], &mut w);
+                built = ConvFilter::new(&self.geom, &w, self.wstrides)?;
+                &built
+            }
+        };
+        let y = Arc::make_mut(&mut out.data).typed_mut::<H>();
+        let mut body = || -> Result<()> {
+            widen(&inputs[0], x32);
+            let residual = match inputs.get(2).filter(|_| self.tail.residual) {
+                Some(r) => {
+                    widen(r, r32);
+                    Some(&r32[..])
+                }
+                None => None,
+            };
+            y32.resize(y.len(), 0.0);
+            convolve(&self.geom, &self.tail, x32, filter, residual, y32, pool)?;
+            H::round(y32, y, true);
+            Ok(())
+        };
+        // Inside the pool, the conversions split over its threads as well.
+        match pool {
+            Some(p) => p.install(body),
+            None => body(),
+        }
+    }
+}
+
+/// The f32 scratch of a half-precision convolution or pooling step on one thread (input, result,
+/// residual), kept between executions so that a warm execution allocates nothing. Taken out of
+/// the thread's slot for the duration of a call: a call that starts on the same thread while
+/// another waits in the pool (work stealing) finds the slot empty and makes its own.
+pub(crate) struct HalfScratch(pub(crate) [Vec<f32>; 3]);
+
+thread_local! {
+    static HALF_SCRATCH: std::cell::Cell<Option<Box<HalfScratch>>> = const { std::cell::Cell::new(None) };
+}
+
+impl HalfScratch {
+    pub(crate) fn take() -> Kept {
+        Kept(Some(HALF_SCRATCH.with(|s| s.take()).unwrap_or_else(|| Box::new(HalfScratch(Default::default())))))
+    }
+}
+
+/// A taken [`HalfScratch`], put back into the thread's slot when dropped.
+pub(crate) struct Kept(Option<Box<HalfScratch>>);
+
+impl std::ops::Deref for Kept {
+    type Target = HalfScratch;
+    fn deref(&self) -> &HalfScratch {
+        self.0.as_deref().expect("taken until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Kept {
+    fn deref_mut(&mut self) -> &mut HalfScratch {
+        self.0.as_deref_mut().expect("taken until dropped")
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let kept = self.0.take();
+        HALF_SCRATCH.with(|s| s.set(kept));
     }
 }

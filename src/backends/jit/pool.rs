@@ -1,18 +1,22 @@
 //! Fast kernel for pooling nodes of the "jit" plan (see [`super::fast`]): f32 ReduceWindow
 //! (Max, Min, Sum) and SelectAndScatter (Max, Min) whose window spans at most two axes run on
 //! [`crate::kernels::pool`] (max/average pooling and its gradient, NCHW, NHWC and 1-D).
+//! BF16 and F16 ReduceWindow run there too, in f32: the operand widened into f32 scratch, the
+//! result rounded once (the catalogue's §9: f32 accumulation, one rounding; Max and Min are
+//! exact either way), bit-identical to the reference kernel.
 //!
 //! The node's operand is viewed as `[outer, H, mid, W, inner]` around its windowed axes, so
 //! every layout runs without a copy. Input dilation, three or more windowed axes, Product, other
-//! dtypes and dynamic shapes keep the reference kernel, as do attributes the reference rejects
-//! (it reports those nodes' errors).
+//! dtypes (half-precision SelectAndScatter among them) and dynamic shapes keep the reference
+//! kernel, as do attributes the reference rejects (it reports those nodes' errors).
 
 use crate::error::{Error, Result};
-use crate::ir::dtype::DType;
+use crate::ir::dtype::{DType, Element};
 use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{ArithReduce, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::fused::FusedIsa;
+use crate::kernels::half::HalfFloat;
 use crate::kernels::pool::{PoolGeom, PoolKind, reduce_window_f32, select_and_scatter_f32};
 use crate::kernels::tensor::Tensor;
 
@@ -45,7 +49,10 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Option<Box<dyn FastKernel>> {
     if scatter {
         shapes.push(m.shape(node.inputs[1]));
     }
-    if shapes.iter().any(|s| s.dtype != DType::Float32 || s.is_dynamic()) {
+    // F32, or a half type throughout for ReduceWindow.
+    let dtype = x.dtype;
+    let typed = dtype == DType::Float32 || (!scatter && matches!(dtype, DType::BFloat16 | DType::Float16));
+    if !typed || shapes.iter().any(|s| s.dtype != dtype || s.is_dynamic()) {
         return None;
     }
     let (geom, counts) = geometry(x, window, strides, in_dil, win_dil, padding)?;
@@ -56,7 +63,7 @@ pub(crate) fn prepare(m: &Module, n: NodeId) -> Option<Box<dyn FastKernel>> {
         return None;
     }
     let desc = describe(kind, scatter, x, &geom);
-    Some(Box::new(PoolKernel { geom, kind, scatter, isa: FusedIsa::selected(), desc }))
+    Some(Box::new(PoolKernel { geom, kind, scatter, dtype, isa: FusedIsa::selected(), desc }))
 }
 
 /// The `[outer, H, mid, W, inner]` view of an operand of shape `x` under the window attributes,
@@ -123,9 +130,11 @@ fn describe(kind: PoolKind, scatter: bool, x: &Shape, g: &PoolGeom) -> String {
     let dims: Vec<String> = x.udims().iter().map(|d| d.to_string()).collect();
     let pair = |v: [usize; 2]| if v[0] == v[1] { v[0].to_string() } else { format!("{}x{}", v[0], v[1]) };
     format!(
-        "{}pool{} f32 {} {}x{} /{} pad {}{} {}",
+        "{}pool{} {}{} {} {}x{} /{} pad {}{} {}",
         kind.name(),
         if scatter { " select-and-scatter" } else { "" },
+        x.dtype.short_name(),
+        if x.dtype == DType::Float32 { "" } else { " (in f32)" },
         dims.join("x"),
         g.window[0],
         g.window[1],
@@ -140,6 +149,8 @@ struct PoolKernel {
     geom: PoolGeom,
     kind: PoolKind,
     scatter: bool,
+    /// F32, or BF16/F16 (ReduceWindow only) computed in f32.
+    dtype: DType,
     isa: FusedIsa,
     desc: String,
 }
@@ -160,6 +171,11 @@ impl PoolKernel {
     }
 
     fn compute(&self, inputs: &[Tensor], out: &mut Tensor, pool: Option<&rayon::ThreadPool>) -> Result<()> {
+        match self.dtype {
+            DType::BFloat16 => return self.compute_half::<half::bf16>(inputs, out, pool),
+            DType::Float16 => return self.compute_half::<half::f16>(inputs, out, pool),
+            _ => {}
+        }
         let g = &self.geom;
         let x = self.operand(inputs, 0, g.in_len())?;
         let want = if self.scatter { g.in_len() } else { g.out_len() };
@@ -173,6 +189,42 @@ impl PoolKernel {
             select_and_scatter_f32(g, self.kind, x, src, y, pool)
         } else {
             reduce_window_f32(self.isa, g, self.kind, x, y, pool)
+        }
+    }
+
+    /// [`Self::compute`] for a BF16/F16 ReduceWindow: the operand widened into f32 scratch, the
+    /// f32 kernel, its result rounded once into `out`.
+    fn compute_half<H: HalfFloat + Element>(
+        &self,
+        inputs: &[Tensor],
+        out: &mut Tensor,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<()> {
+        let g = &self.geom;
+        let t = inputs.first().ok_or_else(|| Error::invalid(self.op(), "missing operand 0"))?;
+        let n = t.shape.num_elements();
+        if t.shape.dtype != self.dtype || Some(t.data.len()) != t.shape.byte_size() || Some(n) != g.in_len() {
+            return Err(Error::invalid(self.op(), format!("operand 0 {} with {} bytes", t.shape, t.data.len())));
+        }
+        let m = out.shape.num_elements();
+        if out.shape.dtype != self.dtype || Some(out.data.len()) != out.shape.byte_size() || Some(m) != g.out_len() {
+            return Err(Error::invalid(self.op(), format!("result {} with {} bytes", out.shape, out.data.len())));
+        }
+        let mut scratch = super::conv::HalfScratch::take();
+        let super::conv::HalfScratch([x32, y32, _]) = &mut *scratch;
+        let y = out.typed_mut::<H>();
+        let mut body = || -> Result<()> {
+            x32.resize(n, 0.0);
+            H::widen(t.typed::<H>(), x32, true);
+            y32.resize(m, 0.0);
+            reduce_window_f32(self.isa, g, self.kind, x32, y32, pool)?;
+            H::round(y32, y, true);
+            Ok(())
+        };
+        // Inside the pool, the conversions split over its threads as well.
+        match pool {
+            Some(p) => p.install(body),
+            None => body(),
         }
     }
 }
