@@ -7,7 +7,9 @@
 //!
 //! Tolerance: the jit convolution sums in another order than the interpreter (GEMM blocking),
 //! and folded batch norms round once instead of per op, so results agree to 1e-4 relative to
-//! the output's magnitude, not bit for bit.
+//! the output's magnitude, not bit for bit. BF16 and F16 epilogues merge too (bias, residual,
+//! ReLU, clamp): their results must equal the unmerged plan's bit for bit (the loop rounds after
+//! every op, and so does the merged step).
 //!
 //! Run with `cargo test --test conv_fusion`.
 
@@ -80,13 +82,36 @@ impl Conv {
     /// The module: parameters x and r (a residual of the output's shape), then `body` (which
     /// may use `{out}` for the output type) returning `%ret`.
     fn module(&self, body: &str, ret: &str) -> Module {
+        self.module_as(body, ret, "f32")
+    }
+
+    /// [`Conv::module`] with every tensor of element type `ty` instead of f32.
+    fn module_as(&self, body: &str, ret: &str, ty: &str) -> Module {
         let text = format!(
             "module @t\nfunc @main(%0 \"x\": {x}, %1 \"r\": {out}) {{\n{body}  return {ret}\n}}\n",
             x = self.dims(self.cin),
             out = self.out(),
             body = body.replace("{out}", &self.out()),
-        );
+        )
+        .replace("f32[", &format!("{ty}["));
         parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    /// [`Conv::inputs`] rounded to `ty` (`bf16` or `f16`).
+    fn inputs_as(&self, ty: &str) -> Vec<Buffer> {
+        self.inputs()
+            .iter()
+            .map(|b| {
+                let (v, dims) = (b.to_vec::<f32>().unwrap(), b.dims().to_vec());
+                match ty {
+                    "bf16" => {
+                        Buffer::from_slice(&v.iter().map(|&x| half::bf16::from_f32(x)).collect::<Vec<_>>(), &dims)
+                    }
+                    _ => Buffer::from_slice(&v.iter().map(|&x| half::f16::from_f32(x)).collect::<Vec<_>>(), &dims),
+                }
+                .unwrap()
+            })
+            .collect()
     }
 
     fn inputs(&self) -> Vec<Buffer> {
@@ -245,6 +270,54 @@ fn activations_fuse() {
             let m = c.module(&body, ret);
             fused(&m, want);
             agree(&m, &c.inputs());
+        }
+    }
+}
+
+/// The result bytes of `m` on the jit with `threads` threads.
+fn jit_bytes(m: &Module, inputs: &[Buffer], threads: usize) -> Vec<Vec<u8>> {
+    let refs: Vec<&Buffer> = inputs.iter().collect();
+    let exe = tensorjit::new_with_config(&format!("jit:parallelism={threads}")).unwrap().compile(m.clone()).unwrap();
+    exe.execute(&refs, &[]).unwrap().iter().map(|b| b.to_bytes().unwrap()).collect()
+}
+
+#[test]
+fn half_precision_epilogues_fuse_and_round_as_the_loop() {
+    for ty in ["bf16", "f16"] {
+        for c in [NCHW, NHWC, Conv { nhwc: true, cin: 8, cout: 8, groups: 8 }] {
+            let (conv, bias) = (c.conv(2, 0, 1), c.bias(4, 2));
+            let relu6 = format!(
+                "{conv}{bias}{RELU}  %3 = add %4, %2 : {{out}}\n  %5 = max %3, %50 : {{out}}\n  %6 = min %5, %51 : {{out}}\n"
+            );
+            let residual = format!(
+                "{conv}{bias}{RELU}  %3 = add %2, %4 : {{out}}\n  %5 = add %3, %1 : {{out}}\n  %6 = max %5, %50 : {{out}}\n"
+            );
+            let down = format!(
+                "{conv}{bias}{}{}{RELU}  %3 = add %2, %4 : {{out}}\n  %8 = add %7, %9 : {{out}}\n  %10 = add %3, %8 : {{out}}\n  %11 = max %10, %50 : {{out}}\n",
+                c.conv(7, 0, 5),
+                c.bias(9, 6)
+            );
+            for (body, ret, want, conv_values) in [
+                (relu6, "%6", "bias + clamp [0, 6]", "%2"),
+                (residual, "%6", "bias + residual + relu", "%2"),
+                (down, "%11", "bias + residual + relu", "%2, %7"),
+            ] {
+                let m = c.module_as(&body, ret, ty);
+                fused(&m, want);
+                // Returning the convolutions' own results too keeps the loops: the unmerged plan.
+                let kept = c.module_as(&body, &format!("{ret}, {conv_values}"), ty);
+                assert!(plan(&kept).contains("loop cluster"), "{}", plan(&kept));
+                let inputs = c.inputs_as(ty);
+                for threads in [1, 2] {
+                    let (got, unmerged) = (jit_bytes(&m, &inputs, threads), jit_bytes(&kept, &inputs, threads));
+                    assert_eq!(got[0], unmerged[0], "{ty} {want} threads {threads}");
+                }
+            }
+            // Other activations of a half type stay out of the conv step (they round inside):
+            // the bias merges, the logistic runs on its own.
+            let sig = format!("{conv}{bias}  %3 = add %2, %4 : {{out}}\n  %5 = logistic %3 : {{out}}\n");
+            let p = plan(&c.module_as(&sig, "%5", ty));
+            assert!(p.contains("epilogue bias") && !p.contains("sigmoid"), "{p}");
         }
     }
 }

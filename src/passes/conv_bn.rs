@@ -22,8 +22,8 @@ use crate::ir::shape::Shape;
 use crate::memory::f32s;
 use crate::passes::rewrite::Edits;
 
-/// The f32 data of `v` when it is a constant, or a `BroadcastInDim` of one (then also that
-/// node), whose axes other than `keep` (an axis of `dims`) have size 1 once broadcast to `dims`
+/// The data of `v` as f32 (a BF16/F16 constant widened exactly) when it is a constant, or a
+/// `BroadcastInDim` of one (then also that node), whose axes other than `keep` (an axis of `dims`) have size 1 once broadcast to `dims`
 /// (a scalar, or a constant of `dims`' rank; through the broadcast's axes otherwise).
 pub(crate) fn constant_along(
     m: &Module,
@@ -31,13 +31,20 @@ pub(crate) fn constant_along(
     dims: &[i64],
     keep: Option<usize>,
 ) -> Option<(Vec<f32>, Option<NodeId>)> {
+    // F32 data, or BF16/F16 widened (exactly) to f32.
     let floats = |v: ValueId| -> Option<Vec<f32>> {
         let s = m.shape(v);
         let bytes = m.constant_data(v)?;
-        if s.dtype != DType::Float32 || s.is_dynamic() || bytes.len() != s.num_elements() * 4 {
+        if s.is_dynamic() || Some(bytes.len()) != s.byte_size() {
             return None;
         }
-        Some(f32s(bytes).into_owned())
+        let halves = |to: fn(u16) -> f32| bytes.chunks_exact(2).map(|b| to(u16::from_le_bytes([b[0], b[1]]))).collect();
+        match s.dtype {
+            DType::Float32 => Some(f32s(bytes).into_owned()),
+            DType::BFloat16 => Some(halves(|b| half::bf16::from_bits(b).to_f32())),
+            DType::Float16 => Some(halves(|b| half::f16::from_bits(b).to_f32())),
+            _ => None,
+        }
     };
     let ok = |axis: usize, d: i64| d == 1 || (Some(axis) == keep && dims.get(axis) == Some(&d));
     if let Some(data) = floats(v) {

@@ -8,9 +8,11 @@
 //! widened once when it is packed, the input (and a kernel computed at run time) is widened into
 //! f32 scratch at each execution, and the f32 result is rounded once into the output (to nearest
 //! even). The scratch is kept per thread between executions, so a warm execution allocates
-//! nothing. Image chains, inverted residual blocks and merged epilogues stay f32-only: a
-//! half-precision bias add or activation after the convolution is its own step, rounded as the
-//! graph says.
+//! nothing. A merged epilogue (`super::merge`: bias, residual, ReLU, clamp) is applied to the
+//! f32 result as the half-typed loop it replaces computes it: the sum rounded to the half type
+//! after the convolution, after the bias add and after the residual add, then the ReLU and the
+//! clamp (exact on half values), so the results are the unmerged plan's bit for bit. Image
+//! chains and inverted residual blocks stay f32-only.
 //!
 //! The node's dimension numbers become element strides of the input, kernel and output, so every
 //! layout (NCHW, NHWC, OIHW, HWIO, transposed outputs) runs without a copy. A constant kernel is
@@ -523,8 +525,13 @@ impl ConvKernel {
                 None => None,
             };
             y32.resize(y.len(), 0.0);
-            convolve(&self.geom, &self.tail, x32, filter, residual, y32, pool)?;
-            H::round(y32, y, true);
+            if self.tail == Tail::default() {
+                convolve(&self.geom, &self.tail, x32, filter, None, y32, pool)?;
+                H::round(y32, y, true);
+            } else {
+                convolve(&self.geom, &Tail::default(), x32, filter, None, y32, pool)?;
+                finish_half(&self.tail, self.geom.y_strides[1], y32, residual, y, pool.is_some());
+            }
             Ok(())
         };
         // Inside the pool, the conversions split over its threads as well.
@@ -532,6 +539,80 @@ impl ConvKernel {
             Some(p) => p.install(body),
             None => body(),
         }
+    }
+}
+
+/// Values per piece of [`finish_half`] (a piece of f32 scratch and its half-typed output stay
+/// in L1 through the piece's passes).
+const HALF_PIECE: usize = 4096;
+
+/// The merged tail of a half-precision convolution over its f32 result `y32`, as the half-typed
+/// loop computes it: `r(conv)`, `r(· + bias)`, `r(· + residual)`, then the ReLU and the clamp,
+/// into `y` (`r`: rounding to `H`, to nearest even). `cs` is the output's channel stride; the
+/// pieces split over the current pool when `parallel`.
+fn finish_half<H: HalfFloat>(
+    tail: &Tail,
+    cs: usize,
+    y32: &mut [f32],
+    residual: Option<&[f32]>,
+    y: &mut [H],
+    parallel: bool,
+) {
+    use rayon::prelude::*;
+    let round = H::serial_rounding();
+    let epi = ConvEpilogue { activation: tail.activation, clamp: tail.clamp, ..Default::default() };
+    let piece = |(k, (v, h)): (usize, (&mut [f32], &mut [H]))| {
+        let start = k * HALF_PIECE;
+        // `v` takes the value of `h` after each rounding.
+        let settle = |v: &mut [f32], h: &mut [H]| {
+            round(v, h);
+            H::widen(h, v, false);
+        };
+        settle(v, h);
+        if let Some(b) = tail.bias.as_deref() {
+            add_bias(v, start, b, cs);
+            settle(v, h);
+        }
+        if let Some(r) = residual.filter(|_| tail.residual) {
+            v.iter_mut().zip(&r[start..]).for_each(|(v, r)| *v += r);
+            settle(v, h);
+        }
+        epi.activate_slice(v);
+        round(v, h);
+    };
+    let n = y32.len().min(y.len());
+    let (y32, y) = (&mut y32[..n], &mut y[..n]);
+    if parallel && n > HALF_PIECE && rayon::current_num_threads() > 1 {
+        y32.par_chunks_mut(HALF_PIECE).zip(y.par_chunks_mut(HALF_PIECE)).enumerate().for_each(piece);
+    } else {
+        y32.chunks_mut(HALF_PIECE).zip(y.chunks_mut(HALF_PIECE)).enumerate().for_each(piece);
+    }
+}
+
+/// Adds each value's channel bias to `vals`, output elements `start..` of a dense output whose
+/// channel axis has stride `cs` (the channel of element `i` is `(i / cs) % bias.len()`).
+fn add_bias(vals: &mut [f32], start: usize, bias: &[f32], cs: usize) {
+    let c = bias.len();
+    if c == 0 || cs == 0 {
+        return;
+    }
+    if cs == 1 {
+        // Channels innermost: the rest of the first row, then whole rows.
+        let k = start % c;
+        let (first, rest) = vals.split_at_mut((c - k).min(vals.len()));
+        first.iter_mut().zip(&bias[k..]).for_each(|(v, b)| *v += b);
+        for row in rest.chunks_mut(c) {
+            row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+        }
+        return;
+    }
+    // Runs of one channel.
+    let (mut i, mut at) = (0, start);
+    while i < vals.len() {
+        let run = (cs - at % cs).min(vals.len() - i);
+        let b = bias[(at / cs) % c];
+        vals[i..i + run].iter_mut().for_each(|v| *v += b);
+        (i, at) = (i + run, at + run);
     }
 }
 
@@ -571,5 +652,27 @@ impl Drop for Kept {
     fn drop(&mut self) {
         let kept = self.0.take();
         HALF_SCRATCH.with(|s| s.set(kept));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::add_bias;
+
+    #[test]
+    fn bias_follows_the_channel_of_every_element() {
+        for (cs, c) in [(1, 1), (1, 4), (1, 5), (3, 4), (7, 2), (100, 8)] {
+            let bias: Vec<f32> = (0..c).map(|k| (k * 10 + 1) as f32).collect();
+            for start in [0, 1, 2, 3, 5, 17, 4096] {
+                for len in [0, 1, 4, 9, 30, 801] {
+                    let mut vals = vec![0.5f32; len];
+                    add_bias(&mut vals, start, &bias, cs);
+                    for (j, v) in vals.iter().enumerate() {
+                        let ch = ((start + j) / cs) % c;
+                        assert_eq!(*v, 0.5 + (ch * 10 + 1) as f32, "cs {cs} c {c} start {start} element {j}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -39,7 +39,10 @@
 //!   orders (`(conv + residual) + bias`), GELU and HardSwish forms stay in their loop. The adds
 //!   happen in the loop's order, so the results are the unmerged plan's bit for bit, except that
 //!   the activations are the GEMM epilogue's (`kernels::gemm::act_f32`, within a few ulps of the
-//!   compiled loop's).
+//!   compiled loop's). BF16/F16 outputs merge the bias, the residual, the ReLU and the clamp (not
+//!   the other activations, which a half-typed loop rounds inside): the conv step rounds to the
+//!   half type wherever the loop does (after the convolution and after each add), so those
+//!   results are the unmerged plan's bit for bit too.
 //!
 //! A merge happens only when the merged fast kernel exists (otherwise the reference kernel would
 //! run the first op alone) and the intermediate value is used by no other function and, for the
@@ -381,6 +384,8 @@ struct EpilogueMatch<'a> {
     used: Vec<NodeId>,
     /// The output's dims, and its channel axis and channel count once a convolution is known.
     dims: Vec<i64>,
+    /// The output's element type (F32, BF16 or F16; a residual must have it too).
+    dtype: DType,
 }
 
 /// A convolution term of the sum: the conv node, its bias and the add that applies it.
@@ -565,8 +570,7 @@ fn match_conv_epilogue(em: &mut EpilogueMatch<'_>, y: ValueId, taken: &HashMap<N
     }
     let (add, Op::Binary(BinaryOp::Add), &[a, b]) = em.member(cur)? else { return None };
     em.take(add, None);
-    let full =
-        |em: &EpilogueMatch<'_>, v: ValueId| em.m.shape(v).dims == em.dims && em.m.shape(v).dtype == DType::Float32;
+    let full = |em: &EpilogueMatch<'_>, v: ValueId| em.m.shape(v).dims == em.dims && em.m.shape(v).dtype == em.dtype;
     let (ta, tb) = (em.conv_term(a, taken), em.conv_term(b, taken));
     let (main, residual, inner) = match (ta, tb) {
         // Two conv terms: the later one is the main conv, the earlier one writes its sum.
@@ -608,10 +612,12 @@ fn epilogue_into_conv(
     if cl.kernel.reduce.is_some() || !cl.absorbed.is_empty() || out.skips(Item::Cluster(ci)) {
         return;
     }
-    if m.shape(y).dtype != DType::Float32 || m.shape(y).is_dynamic() {
+    let dtype = m.shape(y).dtype;
+    if !matches!(dtype, DType::Float32 | DType::BFloat16 | DType::Float16) || m.shape(y).is_dynamic() {
         return;
     }
     let mut em = EpilogueMatch {
+        dtype,
         m,
         f,
         members: cl.nodes.iter().copied().collect(),
@@ -621,6 +627,11 @@ fn epilogue_into_conv(
         dims: m.shape(y).dims.clone(),
     };
     let Some(mg) = match_conv_epilogue(&mut em, y, &out.steps) else { return };
+    // A half-typed loop rounds after every op; the conv step reproduces that for the adds, the
+    // ReLU and the clamp (`conv::Tail` on BF16/F16), not for the other activations.
+    if dtype != DType::Float32 && !matches!(mg.activation, GemmActivation::None | GemmActivation::Relu) {
+        return;
+    }
     // Every member is part of the match (nothing else is computed), each once.
     let used: HashSet<NodeId> = em.used.iter().copied().collect();
     if used.len() != em.used.len() || used != em.members {

@@ -513,7 +513,7 @@ impl ConvEpilogue<'_> {
     /// The activation and the clamp over `vals` (outputs with the bias and the residual already
     /// added): one vectorised pass each (inlined, so fixed-length blocks unroll fully).
     #[inline(always)]
-    fn activate_slice(&self, vals: &mut [f32]) {
+    pub(crate) fn activate_slice(&self, vals: &mut [f32]) {
         match self.activation {
             Activation::None => {}
             // As `act_f32`: NaN and −0 stay.
