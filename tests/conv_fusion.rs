@@ -26,6 +26,8 @@ use tensorjit::{Buffer, DType};
 #[derive(Clone, Copy)]
 struct Conv {
     nhwc: bool,
+    /// Rows and columns of the image.
+    hw: usize,
     cin: usize,
     cout: usize,
     groups: usize,
@@ -34,12 +36,13 @@ struct Conv {
 const N: usize = 2;
 const HW: usize = 10;
 
-const NCHW: Conv = Conv { nhwc: false, cin: 4, cout: 8, groups: 1 };
-const NHWC: Conv = Conv { nhwc: true, cin: 4, cout: 8, groups: 1 };
+const NCHW: Conv = Conv { nhwc: false, hw: HW, cin: 4, cout: 8, groups: 1 };
+const NHWC: Conv = Conv { nhwc: true, hw: HW, cin: 4, cout: 8, groups: 1 };
 
 impl Conv {
     fn dims(&self, c: usize) -> String {
-        if self.nhwc { format!("f32[{N},{HW},{HW},{c}]") } else { format!("f32[{N},{c},{HW},{HW}]") }
+        let hw = self.hw;
+        if self.nhwc { format!("f32[{N},{hw},{hw},{c}]") } else { format!("f32[{N},{c},{hw},{hw}]") }
     }
 
     fn out(&self) -> String {
@@ -115,9 +118,10 @@ impl Conv {
     }
 
     fn inputs(&self) -> Vec<Buffer> {
-        let shape = |c: usize| -> Vec<usize> { if self.nhwc { vec![N, HW, HW, c] } else { vec![N, c, HW, HW] } };
-        let x = floats_vec(N * self.cin * HW * HW, 7, 2.0);
-        let r = floats_vec(N * self.cout * HW * HW, 11, 2.0);
+        let hw = self.hw;
+        let shape = |c: usize| -> Vec<usize> { if self.nhwc { vec![N, hw, hw, c] } else { vec![N, c, hw, hw] } };
+        let x = floats_vec(N * self.cin * hw * hw, 7, 2.0);
+        let r = floats_vec(N * self.cout * hw * hw, 11, 2.0);
         vec![Buffer::from_slice(&x, &shape(self.cin)).unwrap(), Buffer::from_slice(&r, &shape(self.cout)).unwrap()]
     }
 }
@@ -284,7 +288,11 @@ fn jit_bytes(m: &Module, inputs: &[Buffer], threads: usize) -> Vec<Vec<u8>> {
 #[test]
 fn half_precision_epilogues_fuse_and_round_as_the_loop() {
     for ty in ["bf16", "f16"] {
-        for c in [NCHW, NHWC, Conv { nhwc: true, cin: 8, cout: 8, groups: 8 }] {
+        // Channels-last images whose f32 result is larger than a band (2 × 40 × 40 × 32: the
+        // half-precision step runs band by band) too.
+        let big = Conv { nhwc: true, hw: 40, cin: 8, cout: 32, groups: 1 };
+        let big_dw = Conv { nhwc: true, hw: 40, cin: 32, cout: 32, groups: 32 };
+        for c in [NCHW, NHWC, Conv { nhwc: true, hw: HW, cin: 8, cout: 8, groups: 8 }, big, big_dw] {
             let (conv, bias) = (c.conv(2, 0, 1), c.bias(4, 2));
             let relu6 = format!(
                 "{conv}{bias}{RELU}  %3 = add %4, %2 : {{out}}\n  %5 = max %3, %50 : {{out}}\n  %6 = min %5, %51 : {{out}}\n"
@@ -326,7 +334,7 @@ fn half_precision_epilogues_fuse_and_round_as_the_loop() {
 fn grouped_and_depthwise_convs_fuse() {
     for nhwc in [false, true] {
         for (cin, groups) in [(8, 8), (8, 2)] {
-            let c = Conv { nhwc, cin, cout: 8, groups };
+            let c = Conv { nhwc, hw: HW, cin, cout: 8, groups };
             let body = format!(
                 "{}{}{RELU}  %3 = add %2, %4 : {{out}}\n  %5 = max %3, %50 : {{out}}\n  %6 = min %5, %51 : {{out}}\n",
                 c.conv(2, 0, 1),

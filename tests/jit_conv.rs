@@ -278,6 +278,15 @@ fn half_precision_convolutions_round_the_f32_result_once() {
     let wide = Case { padding: vec![(1, 1), (1, 1)], ..case2(1, 1, 16, 16, [8, 8], [3, 3]) };
     let mut all = cases();
     all.extend([wide.clone(), Case { channels_last: true, constant_kernel: true, ..wide }]);
+    // Channels-last images whose f32 result is larger than a band (the steps run band by band):
+    // a padded 3x3 over two images, a strided depthwise one, a strided 1x1 and uneven padding.
+    let banded = |c: Case| Case { channels_last: true, constant_kernel: true, ..c };
+    all.extend([
+        banded(Case { padding: vec![(1, 1), (1, 1)], ..case2(2, 1, 8, 48, [30, 26], [3, 3]) }),
+        banded(Case { stride: vec![2, 2], padding: vec![(1, 1), (1, 1)], ..case2(1, 64, 1, 1, [64, 40], [3, 3]) }),
+        banded(Case { stride: vec![2, 2], ..case2(1, 1, 24, 96, [40, 40], [1, 1]) }),
+        banded(Case { stride: vec![2, 1], padding: vec![(2, 0), (1, 2)], ..case2(1, 1, 5, 64, [70, 30], [5, 3]) }),
+    ]);
     for (i, c) in all.iter().enumerate() {
         check_as::<bf16>(c, if i % 2 == 0 { 1 } else { 3 });
         check_as::<f16>(c, if i % 2 == 0 { 3 } else { 1 });
@@ -285,14 +294,17 @@ fn half_precision_convolutions_round_the_f32_result_once() {
 }
 
 /// Compiles the 3×3 pad-1 convolution of an `[1, 8, 6, 6]` NCHW input of `T` with a constant
-/// `[16, 8, 3, 3]` filter, with the plan dump on: the executable and the plan's ConvGeneral line.
-fn conv_plan<T: Elem>(tag: &str) -> (JitExecutable, String) {
+/// `[16, 8, 3, 3]` filter (channels-last: `[1, 6, 6, 8]` and HWIO `[3, 3, 8, 16]`), with the plan
+/// dump on: the executable and the plan's ConvGeneral line.
+fn conv_plan<T: Elem>(tag: &str, channels_last: bool) -> (JitExecutable, String) {
     let dir = std::env::temp_dir().join(format!("tensorjit-jit-conv-plan-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let b = backend(&format!("dump={}", dir.display()));
     let k: Vec<T> = values(16 * 8 * 9, 2).into_iter().map(T::of).collect();
+    let (xd, kd): (&[i64], &[usize]) =
+        if channels_last { (&[1, 6, 6, 8], &[3, 3, 8, 16]) } else { (&[1, 8, 6, 6], &[16, 8, 3, 3]) };
     let cfg = ConvConfig {
-        axes: axes(2, false),
+        axes: axes(2, channels_last),
         strides: vec![1, 1],
         padding: vec![(1, 1), (1, 1)],
         input_dilations: vec![],
@@ -301,8 +313,8 @@ fn conv_plan<T: Elem>(tag: &str) -> (JitExecutable, String) {
         batch_groups: 1,
     };
     let e = compile(&b, |f| {
-        let x = f.parameter("x", Shape::new(T::DTYPE, &[1, 8, 6, 6]))?;
-        let kv = f.constant(&k, &[16, 8, 3, 3])?;
+        let x = f.parameter("x", Shape::new(T::DTYPE, xd))?;
+        let kv = f.constant(&k, kd)?;
         Ok(vec![f.conv_general(x, kv, &cfg)?])
     });
     assert!(e.uses_compiled_plan());
@@ -315,8 +327,13 @@ fn conv_plan<T: Elem>(tag: &str) -> (JitExecutable, String) {
 
 #[test]
 fn plan_runs_half_precision_conv_on_the_conv_kernel() {
-    let (e, line) = conv_plan::<bf16>("bf16");
+    let (e, line) = conv_plan::<bf16>("bf16", false);
     assert!(line.contains("conv bf16 (in f32)") && line.contains("packed"), "{line}");
+    // Channels-last, one group: on the half-precision GEMM.
+    let (_, nhwc) = conv_plan::<bf16>("bf16-nhwc", true);
+    assert!(nhwc.contains("bf16 gemm (packed"), "{nhwc}");
+    let (_, nhwc) = conv_plan::<f16>("f16-nhwc", true);
+    assert!(nhwc.contains("f16 gemm (packed"), "{nhwc}");
     // A warm execution's result is the same as the first's (the scratch is reused).
     let x: Vec<bf16> = values(8 * 36, 1).into_iter().map(bf16::from_f32).collect();
     let input = [Buffer::from_slice(&x, &[1, 8, 6, 6]).unwrap()];
@@ -326,7 +343,7 @@ fn plan_runs_half_precision_conv_on_the_conv_kernel() {
 
 #[test]
 fn plan_runs_conv_on_the_conv_kernel() {
-    let (_, line) = conv_plan::<f32>("f32");
+    let (_, line) = conv_plan::<f32>("f32", false);
     assert!(line.contains("conv f32 ") && line.contains("implicit gemm") && line.contains("packed"), "{line}");
     let c = Case { padding: vec![(1, 1), (1, 1)], constant_kernel: true, ..case2(1, 1, 8, 16, [6, 6], [3, 3]) };
     check(&c, 2);

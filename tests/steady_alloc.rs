@@ -230,6 +230,47 @@ fn convnet(b: &Arc<dyn Backend>, bf16: bool) -> Arc<dyn Executable> {
     })
 }
 
+/// A bf16 channels-last stage: `maxpool2x2(dw3x3(relu(conv3x3(x) + b1)) + b2)` over x [1, 64, 64,
+/// 16], 32 channels: the first convolution on the half-precision GEMM, the depthwise one band by
+/// band in f32 scratch, both with their epilogues merged.
+fn convnet_nhwc_bf16(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
+    let (c, o, hw) = (16usize, 32usize, 64i64);
+    let bf = |v: Vec<f32>| v.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>();
+    let shape = |dims: &[i64]| Shape::new(DType::BFloat16, dims);
+    let cfg = |groups: i64| ConvConfig {
+        axes: ConvAxes {
+            input_batch: 0,
+            input_channels: 3,
+            input_spatial: vec![1, 2],
+            kernel_input_channels: 2,
+            kernel_output_channels: 3,
+            kernel_spatial: vec![0, 1],
+            output_batch: 0,
+            output_channels: 3,
+            output_spatial: vec![1, 2],
+        },
+        strides: vec![1, 1],
+        padding: vec![(1, 1), (1, 1)],
+        input_dilations: vec![],
+        kernel_dilations: vec![],
+        channel_groups: groups,
+        batch_groups: 1,
+    };
+    compile(b, "convnet nhwc bf16", |f| {
+        let out = shape(&[1, hw, hw, o as i64]);
+        let x = f.parameter("x", shape(&[1, hw, hw, c as i64])).unwrap();
+        let w1 = f.constant(&bf(det(9 * c * o, 5)), &[3, 3, c, o]).unwrap();
+        let w2 = f.constant(&bf(det(9 * o, 7)), &[3, 3, 1, o]).unwrap();
+        let (b1, b2) = (f.constant(&bf(det(o, 6)), &[o]).unwrap(), f.constant(&bf(det(o, 8)), &[o]).unwrap());
+        let y = f.conv_general(x, w1, &cfg(1)).unwrap();
+        let y = f.add(y, f.broadcast_in_dim(b1, &out, &[3]).unwrap()).unwrap();
+        let y = f.max(y, f.scalar(half::bf16::ZERO).unwrap()).unwrap();
+        let y = f.conv_general(y, w2, &cfg(o as i64)).unwrap();
+        let y = f.add(y, f.broadcast_in_dim(b2, &out, &[3]).unwrap()).unwrap();
+        vec![f.reduce_window(y, ArithReduce::Max, &[1, 2, 2, 1], &[1, 2, 2, 1], &[], &[], &[]).unwrap()]
+    })
+}
+
 /// Runs `exe` with `execute_into` on 4 threads at once, in rounds between barriers (so that only
 /// the executions are counted); each thread's results must equal `want`. The executable keeps
 /// one execution state per concurrent execution, made the first time that many overlap, and
@@ -329,6 +370,7 @@ fn steady_state_allocations_per_execution() {
         ("encoder layer minilm b1 s128", encoder(&b)),
         ("convnet block", convnet(&b, false)),
         ("convnet block bf16", convnet(&b, true)),
+        ("convnet stage nhwc bf16", convnet_nhwc_bf16(&b)),
     ] {
         let (c, r) = measure(name, &*exe);
         assert_writes_into_slots(name, c, &r);

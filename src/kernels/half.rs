@@ -116,6 +116,13 @@ pub trait HalfFloat: Copy + Send + Sync + 'static {
     /// The rounding [`HalfFloat::round`] runs on this CPU, on the calling thread, as a function
     /// (chosen once, for callers that round many short pieces).
     fn serial_rounding() -> fn(&[f32], &mut [Self]);
+    /// One value rounded to the type and widened back (`f32(round(v))`, as the slice
+    /// conversions compute it), for loops that round between ops in f32 lanes.
+    fn round_f32(v: f32) -> f32;
+    /// The value of `v`, which [`HalfFloat::round_f32`] has rounded (exact).
+    fn from_rounded(v: f32) -> Self;
+    /// One value widened (as [`HalfFloat::widen`]).
+    fn widen1(self) -> f32;
 }
 
 /// BF16: the branch-free lane arithmetic above, its AVX2 build on the path `FusedIsa` selects.
@@ -128,6 +135,21 @@ impl HalfFloat for bf16 {
     }
     fn serial_rounding() -> fn(&[f32], &mut [bf16]) {
         bf16_rounding(FusedIsa::selected())
+    }
+    #[inline(always)]
+    fn round_f32(v: f32) -> f32 {
+        // Branch-free, so loops over it vectorise.
+        f32::from_bits(u32::from(round_bits(v.to_bits())) << 16)
+    }
+    #[inline(always)]
+    fn from_rounded(v: f32) -> bf16 {
+        bf16::from_bits((v.to_bits() >> 16) as u16)
+    }
+    #[inline(always)]
+    fn widen1(self) -> f32 {
+        let b = u32::from(self.to_bits());
+        let nan = (b & 0x7FFF) > 0x7F80;
+        f32::from_bits((if nan { b | 0x40 } else { b }) << 16)
     }
 }
 
@@ -144,6 +166,18 @@ impl HalfFloat for f16 {
             let n = s.len().min(d.len());
             d[..n].convert_from_f32_slice(&s[..n])
         }
+    }
+    #[inline(always)]
+    fn round_f32(v: f32) -> f32 {
+        f16::from_f32(v).to_f32()
+    }
+    #[inline(always)]
+    fn from_rounded(v: f32) -> f16 {
+        f16::from_f32(v)
+    }
+    #[inline(always)]
+    fn widen1(self) -> f32 {
+        self.to_f32()
     }
 }
 
@@ -369,6 +403,22 @@ mod tests {
                     assert_eq!(g.to_bits(), *w, "{isa:?} parallel {parallel}: {:#010x}", x[i].to_bits());
                 }
             }
+        }
+    }
+
+    #[test]
+    fn one_value_conversions_match_half() {
+        for x in patterns().into_iter().map(f32::from_bits) {
+            let (b, h) = (bf16::from_f32(x), f16::from_f32(x));
+            assert_eq!(bf16::round_f32(x).to_bits(), b.to_f32().to_bits(), "bf16 {:#010x}", x.to_bits());
+            assert_eq!(f16::round_f32(x).to_bits(), h.to_f32().to_bits(), "f16 {:#010x}", x.to_bits());
+            assert_eq!(bf16::from_rounded(bf16::round_f32(x)).to_bits(), b.to_bits(), "bf16 {:#010x}", x.to_bits());
+            assert_eq!(f16::from_rounded(f16::round_f32(x)).to_bits(), h.to_bits(), "f16 {:#010x}", x.to_bits());
+        }
+        for bits in 0..=u16::MAX {
+            let (b, h) = (bf16::from_bits(bits), f16::from_bits(bits));
+            assert_eq!(b.widen1().to_bits(), b.to_f32().to_bits(), "bf16 {bits:#06x}");
+            assert_eq!(h.widen1().to_bits(), h.to_f32().to_bits(), "f16 {bits:#06x}");
         }
     }
 

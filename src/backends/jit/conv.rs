@@ -30,6 +30,7 @@ use crate::ir::dtype::Element;
 use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
+use crate::kernels::conv::half::{HalfFilter, HalfGemm, HalfTail, conv2d_half, finish_rows};
 use crate::kernels::conv::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32};
 use crate::kernels::gemm::Activation;
 use crate::kernels::half::HalfFloat;
@@ -81,6 +82,15 @@ pub(crate) fn pack_job(m: &Module, n: NodeId, winograd: bool) -> Option<PackJob>
     let bytes = m.constant_data(k)?;
     if Some(bytes.len()) != m.shape(k).byte_size() {
         return None;
+    }
+    if dtype != DType::Float32 && crate::kernels::conv::half::qualifies(&geom) {
+        // On the half-precision GEMM (see the module docs).
+        let tag = format!("conv-half-filter {dtype:?} {:?} {geom:?} {wstrides:?}", m.shape(k).dims);
+        let make = move |w: &[f32]| match dtype {
+            DType::BFloat16 => HalfFilter::new::<half::bf16>(&geom, w, wstrides),
+            _ => HalfFilter::new::<half::f16>(&geom, w, wstrides),
+        };
+        return Some(typed_filter_job(n, bytes.clone(), dtype, tag, HalfFilter::size_bytes, make));
     }
     let tag = format!("conv-filter {dtype:?} {:?} {:?} {:?} winograd={winograd}", m.shape(k).dims, geom, wstrides);
     let make = move |w: &[f32]| ConvFilter::with_winograd(&geom, w, wstrides, winograd);
@@ -180,6 +190,7 @@ pub(crate) fn prepare_with(m: &Module, n: NodeId, packed: &Packed, tail: Tail) -
         return None;
     }
     let filter = packed.get::<ConvFilter>(n);
+    let half_filter = packed.get::<HalfFilter>(n).filter(|_| dtype != DType::Float32);
     let mut desc = format!(
         "conv {}{} {}x{}x{}x{} * {}x{} /{:?} -> {} ch, {} groups",
         dtype.short_name(),
@@ -195,6 +206,10 @@ pub(crate) fn prepare_with(m: &Module, n: NodeId, packed: &Packed, tail: Tail) -
         geom.groups,
     );
     match &filter {
+        _ if half_filter.is_some() => {
+            let bytes = half_filter.as_ref().map_or(0, |f| f.size_bytes());
+            desc += &format!(" {} gemm (packed, {bytes} bytes)", dtype.short_name());
+        }
         Some(f) => desc += &format!(" {} (packed, {} bytes)", f.describe(), f.size_bytes()),
         None if geom.is_depthwise() => desc += " depthwise direct",
         None if geom.is_stem() => desc += " stem direct",
@@ -202,8 +217,12 @@ pub(crate) fn prepare_with(m: &Module, n: NodeId, packed: &Packed, tail: Tail) -
         None => desc += " implicit gemm",
     }
     desc += &tail.describe();
-    let prepacked = if filter.is_some() { vec![1] } else { vec![] };
-    Some(Box::new(ConvKernel { geom, wstrides, dtype, filter, prepacked, desc, tail }))
+    let prepacked = if filter.is_some() || half_filter.is_some() { vec![1] } else { vec![] };
+    let mut kernel = ConvKernel { geom, wstrides, dtype, filter, half_filter, prepacked, desc, tail, bands: None };
+    if dtype != DType::Float32 && kernel.half_filter.is_none() {
+        kernel.bands = kernel.half_bands();
+    }
+    Some(Box::new(kernel))
 }
 
 /// The kernel's geometry from the node's dimension numbers, and the kernel's strides in
@@ -386,6 +405,11 @@ pub(crate) struct ConvKernel {
     wstrides: [usize; 4],
     /// The operands' and the result's element type: F32, or BF16/F16 computed in f32.
     dtype: DType,
+    /// A BF16/F16 constant filter packed for the half-precision GEMM (then `filter` is None).
+    half_filter: Option<Arc<HalfFilter>>,
+    /// A BF16/F16 call band by band: the image kernel (no tail) and the output rows of a band
+    /// ([`ConvKernel::half_bands`], decided once).
+    bands: Option<(ImageConv, usize)>,
     filter: Option<Arc<ConvFilter>>,
     prepacked: Vec<usize>,
     desc: String,
@@ -399,6 +423,11 @@ impl ConvKernel {
         if self.dtype != DType::Float32 {
             return None;
         }
+        self.image_conv(self.tail.clone())
+    }
+
+    /// [`Self::per_image`] for any element type, with the epilogue `tail`.
+    fn image_conv(&self, tail: Tail) -> Option<ImageConv> {
         let g = &self.geom;
         let filter = self.filter.clone()?;
         let dims = |c: usize, hw: [usize; 2]| c.checked_mul(hw[0])?.checked_mul(hw[1]);
@@ -409,15 +438,7 @@ impl ConvKernel {
         }
         let geom = ConvGeom { batch: 1, ..g.clone() };
         geom.validate(x_len, y_len).ok()?;
-        Some(ImageConv {
-            geom,
-            filter,
-            tail: self.tail.clone(),
-            images: g.batch,
-            x_len,
-            y_len,
-            desc: self.desc.clone(),
-        })
+        Some(ImageConv { geom, filter, tail, images: g.batch, x_len, y_len, desc: self.desc.clone() })
     }
 }
 
@@ -451,7 +472,7 @@ impl FastKernel for ConvKernel {
             inputs,
             std::slice::from_ref(&out.shape),
             operands,
-            if self.filter.is_some() { &[0] } else { &[0, 1] },
+            if self.filter.is_some() || self.half_filter.is_some() { &[0] } else { &[0, 1] },
             self.dtype,
         )?;
         if out.shape.dtype != self.dtype || Some(out.data.len()) != out.shape.byte_size() {
@@ -488,17 +509,26 @@ impl FastKernel for ConvKernel {
 }
 
 impl ConvKernel {
-    /// [`FastKernel::run_into`] for BF16/F16 operands (checked by the caller): the input, a kernel
-    /// computed at run time and the residual widened into f32 scratch, the f32 convolution, and
-    /// one rounding of its result into `out`.
-    fn run_half<H: HalfFloat + Element>(
+    /// [`FastKernel::run_into`] for BF16/F16 operands (checked by the caller): band by band where
+    /// [`Self::half_bands`] allows, else the input, a kernel computed at run time and the
+    /// residual widened into f32 scratch, the f32 convolution, and its result finished into
+    /// `out` ([`finish_half`], or one rounding when there is no tail).
+    fn run_half<H: HalfFloat + HalfGemm + Element>(
         &self,
         inputs: &[Tensor],
         out: &mut Tensor,
         pool: Option<&rayon::ThreadPool>,
     ) -> Result<()> {
+        let y = Arc::make_mut(&mut out.data).typed_mut::<H>();
+        if let Some((image, rows)) = &self.bands {
+            let res = inputs.get(2).filter(|_| self.tail.residual).map(|r| r.typed::<H>());
+            return self.run_half_bands(image, *rows, inputs[0].typed::<H>(), res, y, pool);
+        }
+        if let Some(f) = &self.half_filter {
+            return self.run_half_gemm(f, inputs, y, pool);
+        }
         let mut scratch = HalfScratch::take();
-        let HalfScratch([x32, y32, r32]) = &mut *scratch;
+        let HalfScratch([x32, y32]) = &mut *scratch;
         let widen = |t: &Tensor, to: &mut Vec<f32>| {
             let src = t.typed::<H>();
             to.resize(src.len(), 0.0);
@@ -514,16 +544,9 @@ impl ConvKernel {
                 &built
             }
         };
-        let y = Arc::make_mut(&mut out.data).typed_mut::<H>();
         let mut body = || -> Result<()> {
             widen(&inputs[0], x32);
-            let residual = match inputs.get(2).filter(|_| self.tail.residual) {
-                Some(r) => {
-                    widen(r, r32);
-                    Some(&r32[..])
-                }
-                None => None,
-            };
+            let residual = inputs.get(2).filter(|_| self.tail.residual).map(|r| r.typed::<H>());
             y32.resize(y.len(), 0.0);
             if self.tail == Tail::default() {
                 convolve(&self.geom, &self.tail, x32, filter, None, y32, pool)?;
@@ -542,25 +565,141 @@ impl ConvKernel {
     }
 }
 
+/// Most f32 values of one band's result in [`ConvKernel::run_half_bands`] (128 KiB: the band's
+/// input, result and residual in f32 stay in L2 beside the filter).
+const HALF_BAND_VALUES: usize = 1 << 15;
+
+/// Filters up to this size run half-precision channels-last convolutions band by band (each
+/// band reads the whole filter again).
+const HALF_BAND_FILTER_BYTES: usize = 256 << 10;
+
+impl ConvKernel {
+    /// A half-precision call on the half-precision GEMM: each block's f32 sums finished into the
+    /// output as they leave it.
+    fn run_half_gemm<H: HalfFloat + HalfGemm + Element>(
+        &self,
+        filter: &HalfFilter,
+        inputs: &[Tensor],
+        y: &mut [H],
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<()> {
+        let x = inputs[0].typed::<H>();
+        let res = inputs.get(2).filter(|_| self.tail.residual).map(|r| r.typed::<H>());
+        let finish = |at: usize, tile: &mut [f32], yb: &mut [H]| {
+            finish_half(&self.tail, 1, tile, res.map(|r| &r[at..]), yb, false);
+        };
+        match pool {
+            Some(p) => p.install(|| conv2d_half(&self.geom, x, filter, y, &finish, true)),
+            None => conv2d_half(&self.geom, x, filter, y, &finish, false),
+        }
+    }
+
+    /// Whether a half-precision call runs band by band, and the output rows of a band: dense
+    /// channels-last images with a prepared filter of at most [`HALF_BAND_FILTER_BYTES`], whose
+    /// f32 result is larger than a band, and whose every band reads at least one input row.
+    /// Layer by layer, the f32 scratch of a whole call (4.8 MB for MobileNetV2's 112 × 112 × 96)
+    /// goes to memory and comes back to be rounded; a band's stays in L2.
+    fn half_bands(&self) -> Option<(ImageConv, usize)> {
+        let g = &self.geom;
+        let [h, w] = g.in_hw;
+        let ([ho, wo], co, ci) = (g.out_hw, g.out_channels, g.in_channels);
+        let dense = |s: [usize; 4], c: usize, w: usize| s[1..] == [1, w * c, c];
+        if !dense(g.x_strides, ci, w) || !dense(g.y_strides, co, wo) || co == 0 || wo == 0 {
+            return None;
+        }
+        let reach = (g.kernel_hw[0].max(1) - 1) * g.dilation[0] + 1;
+        let rows_inside = g.pad[0] < reach && (ho.max(1) - 1) * g.stride[0] < h + g.pad[0];
+        let image = self.image_conv(Tail::default())?;
+        let rows = (HALF_BAND_VALUES / (wo * co)).max(1);
+        (rows_inside && rows < ho && image.filter_bytes() <= HALF_BAND_FILTER_BYTES).then_some((image, rows))
+    }
+
+    /// A half-precision call band by band ([`Self::half_bands`]): each band of `rows` output
+    /// rows of an image widens the input rows its windows read, convolves them into f32 scratch
+    /// on the calling thread and finishes its result ([`finish_half`]: the tail, the rounding)
+    /// while it is in cache; the bands split over the pool.
+    fn run_half_bands<H: HalfFloat + Element>(
+        &self,
+        image: &ImageConv,
+        rows: usize,
+        x: &[H],
+        res: Option<&[H]>,
+        y: &mut [H],
+        pool: Option<&rayon::ThreadPool>,
+    ) -> Result<()> {
+        use rayon::prelude::*;
+        let g = image.geom();
+        let ([h, w], [_, wo], ci, co) = (g.in_hw, g.out_hw, g.in_channels, g.out_channels);
+        let (s, p, reach) = (g.stride[0], g.pad[0], (g.kernel_hw[0].max(1) - 1) * g.dilation[0] + 1);
+        let (x_len, y_len, band_len) = (image.x_len, image.y_len, rows * wo * co);
+        if x.len() < x_len * image.images || y.len() < y_len * image.images {
+            return Err(Error::invalid(OP, format!("{} input and {} result values for {g:?}", x.len(), y.len())));
+        }
+        let band = |i: usize, b: usize, yb: &mut [H]| -> Result<()> {
+            let (o0, n) = (b * rows, yb.len() / (wo * co));
+            let lo = (o0 * s).saturating_sub(p).min(h);
+            let hi = ((o0 + n - 1) * s + reach).saturating_sub(p).min(h).max(lo);
+            let mut scratch = HalfScratch::take();
+            let HalfScratch([x32, y32]) = &mut *scratch;
+            let xs = &x[i * x_len + lo * w * ci..i * x_len + hi * w * ci];
+            x32.resize(xs.len(), 0.0);
+            H::widen(xs, x32, false);
+            let bg = ConvGeom {
+                in_hw: [hi - lo, w],
+                out_hw: [n, wo],
+                pad: [p.saturating_sub(o0 * s), g.pad[1]],
+                x_strides: [(hi - lo) * w * ci, 1, w * ci, ci],
+                y_strides: [n * wo * co, 1, wo * co, co],
+                ..g.clone()
+            };
+            y32.resize(yb.len(), 0.0);
+            image.run_as(&bg, x32, None, y32)?;
+            let r = res.map(|r| &r[i * y_len + o0 * wo * co..][..yb.len()]);
+            finish_half(&self.tail, 1, y32, r, yb, false);
+            Ok(())
+        };
+        let y = &mut y[..y_len * image.images];
+        match pool {
+            Some(p) => p.install(|| {
+                y.par_chunks_mut(y_len).enumerate().try_for_each(|(i, yi)| {
+                    yi.par_chunks_mut(band_len).enumerate().try_for_each(|(b, yb)| band(i, b, yb))
+                })
+            }),
+            None => y
+                .chunks_mut(y_len)
+                .enumerate()
+                .try_for_each(|(i, yi)| yi.chunks_mut(band_len).enumerate().try_for_each(|(b, yb)| band(i, b, yb))),
+        }
+    }
+}
+
 /// Values per piece of [`finish_half`] (a piece of f32 scratch and its half-typed output stay
 /// in L1 through the piece's passes).
 const HALF_PIECE: usize = 4096;
 
 /// The merged tail of a half-precision convolution over its f32 result `y32`, as the half-typed
 /// loop computes it: `r(conv)`, `r(· + bias)`, `r(· + residual)`, then the ReLU and the clamp,
-/// into `y` (`r`: rounding to `H`, to nearest even). `cs` is the output's channel stride; the
-/// pieces split over the current pool when `parallel`.
+/// into `y` (`r`: rounding to `H`, to nearest even); `residual` (read when the tail has one) is
+/// laid out like `y`. `cs` is the output's channel stride; the pieces split over the current pool
+/// when `parallel`.
 fn finish_half<H: HalfFloat>(
     tail: &Tail,
     cs: usize,
     y32: &mut [f32],
-    residual: Option<&[f32]>,
+    residual: Option<&[H]>,
     y: &mut [H],
     parallel: bool,
 ) {
     use rayon::prelude::*;
-    let round = H::serial_rounding();
     let epi = ConvEpilogue { activation: tail.activation, clamp: tail.clamp, ..Default::default() };
+    if cs == 1 && !parallel {
+        // Channels innermost, whole pixels (the GEMM's blocks and the bands): long vectorised
+        // passes, the roundings in f32 lanes.
+        let t = HalfTail { bias: tail.bias.as_deref(), residual: residual.filter(|_| tail.residual), act: epi };
+        finish_rows(&t, y32, y);
+        return;
+    }
+    let round = H::serial_rounding();
     let piece = |(k, (v, h)): (usize, (&mut [f32], &mut [H]))| {
         let start = k * HALF_PIECE;
         // `v` takes the value of `h` after each rounding.
@@ -574,7 +713,10 @@ fn finish_half<H: HalfFloat>(
             settle(v, h);
         }
         if let Some(r) = residual.filter(|_| tail.residual) {
-            v.iter_mut().zip(&r[start..]).for_each(|(v, r)| *v += r);
+            let mut wide = [0f32; HALF_PIECE];
+            let wide = &mut wide[..v.len()];
+            H::widen(&r[start..][..v.len()], wide, false);
+            v.iter_mut().zip(wide.iter()).for_each(|(v, r)| *v += r);
             settle(v, h);
         }
         epi.activate_slice(v);
@@ -616,11 +758,11 @@ fn add_bias(vals: &mut [f32], start: usize, bias: &[f32], cs: usize) {
     }
 }
 
-/// The f32 scratch of a half-precision convolution or pooling step on one thread (input, result,
-/// residual), kept between executions so that a warm execution allocates nothing. Taken out of
+/// The f32 scratch of a half-precision convolution or pooling step on one thread (input and
+/// result), kept between executions so that a warm execution allocates nothing. Taken out of
 /// the thread's slot for the duration of a call: a call that starts on the same thread while
 /// another waits in the pool (work stealing) finds the slot empty and makes its own.
-pub(crate) struct HalfScratch(pub(crate) [Vec<f32>; 3]);
+pub(crate) struct HalfScratch(pub(crate) [Vec<f32>; 2]);
 
 thread_local! {
     static HALF_SCRATCH: std::cell::Cell<Option<Box<HalfScratch>>> = const { std::cell::Cell::new(None) };

@@ -211,7 +211,7 @@ impl PoolKernel {
             return Err(Error::invalid(self.op(), format!("result {} with {} bytes", out.shape, out.data.len())));
         }
         let mut scratch = super::conv::HalfScratch::take();
-        let super::conv::HalfScratch([x32, y32, _]) = &mut *scratch;
+        let super::conv::HalfScratch([x32, y32]) = &mut *scratch;
         let y = out.typed_mut::<H>();
         let mut body = || -> Result<()> {
             x32.resize(n, 0.0);

@@ -21,6 +21,7 @@
 pub mod backward;
 mod depthwise;
 mod direct;
+pub mod half;
 mod nhwc;
 pub(crate) use depthwise::split_pairs;
 mod smallk;
@@ -964,7 +965,15 @@ fn scatter(
 }
 
 /// im2col for channels-last inputs: row r (pixel p0 + r) holds taps × channels.
-fn im2col_rows(geom: &ConvGeom, x: &[f32], img: usize, g: usize, p0: usize, mb: usize, cols: &mut [f32]) {
+fn im2col_rows<T: Copy + Default>(
+    geom: &ConvGeom,
+    x: &[T],
+    img: usize,
+    g: usize,
+    p0: usize,
+    mb: usize,
+    cols: &mut [T],
+) {
     let [sn, _, sh, sw] = geom.x_strides;
     let (cin_g, [kh, kw], ow) = (geom.cin_g(), geom.kernel_hw, geom.out_hw[1]);
     let base = img * sn + g * cin_g;
@@ -977,7 +986,7 @@ fn im2col_rows(geom: &ConvGeom, x: &[f32], img: usize, g: usize, p0: usize, mb: 
                 let dst = &mut row[(ty * kw + tx) * cin_g..][..cin_g];
                 match (iy, geom.src(1, ox, tx)) {
                     (Some(iy), Some(ix)) => dst.copy_from_slice(&x[base + iy * sh + ix * sw..][..cin_g]),
-                    _ => dst.fill(0.0),
+                    _ => dst.fill(T::default()),
                 }
             }
         }

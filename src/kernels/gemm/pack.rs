@@ -56,8 +56,9 @@ pub(crate) unsafe fn pack_panels<TI: Copy, PA: PackFrom<TI>>(
         // Several full panels of contiguous rows (B row-major): walk the source row by row.
         let full =
             if g == 1 && rs == 1 && rows >= 2 * w { pack_cols_rowwise::<TI, PA>(src, cs, rows, kc, w, dst) } else { 0 };
-        // Scratch of `convert_panel` (allocated at its first use).
-        let mut conv: Vec<PA> = Vec::new();
+        // Scratch of `convert_panel`: the thread's, kept between calls (a warm call allocates
+        // nothing).
+        let mut conv = ConvertScratch(CONVERT_SCRATCH.with(|c| c.take()));
         for p in full..rows.div_ceil(w) {
             let r0 = p * w;
             let rw = w.min(rows - r0);
@@ -278,14 +279,26 @@ unsafe fn convert_panel<TI: Copy, PA: PackFrom<TI>>(
     w: usize,
     rw: usize,
     pd: *mut PA,
-    tmp: &mut Vec<PA>,
+    scratch: &mut ConvertScratch,
 ) -> bool {
-    if PA::IDENTITY || size_of::<PA>() != 4 || cs != 1 || rs == 1 || rw == 0 || rw > w {
+    if PA::IDENTITY
+        || size_of::<PA>() != 4
+        || align_of::<PA>() > align_of::<f32>()
+        || cs != 1
+        || rs == 1
+        || rw == 0
+        || rw > w
+    {
         return false;
     }
-    if tmp.len() < w * CONVERT_RUN {
-        tmp.resize(w * CONVERT_RUN, PA::PAD);
+    if scratch.0.len() < w * CONVERT_RUN {
+        scratch.0.resize(w * CONVERT_RUN, 0.0);
     }
+    // SAFETY: the f32 storage is initialised and PA has the size of f32 and at most its
+    // alignment (checked above); PA is a plain 4-byte number (f32 or i32: any bit pattern is a
+    // value), and the view borrows the storage mutably for its whole use.
+    let tmp: &mut [PA] =
+        unsafe { std::slice::from_raw_parts_mut(scratch.0.as_mut_ptr().cast::<PA>(), scratch.0.len()) };
     for k0 in (0..kc).step_by(CONVERT_RUN) {
         let kk = CONVERT_RUN.min(kc - k0);
         // SAFETY: row i < rw, k0 + kk <= kc lie in the source; the panel holds kc * w values
@@ -325,6 +338,21 @@ unsafe fn convert_panel<TI: Copy, PA: PackFrom<TI>>(
 
 /// k values per converted run of [`convert_panel`].
 const CONVERT_RUN: usize = 64;
+
+/// The storage of [`convert_panel`]'s runs on this thread (4-byte values), taken for one
+/// [`pack_panels`] call and put back when it ends.
+pub(crate) struct ConvertScratch(Vec<f32>);
+
+thread_local! {
+    static CONVERT_SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Drop for ConvertScratch {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        CONVERT_SCRATCH.with(|c| c.set(v));
+    }
+}
 
 /// The AVX-512 transposing pack.
 #[cfg(target_arch = "x86_64")]
