@@ -289,10 +289,12 @@ fn jit_bytes(m: &Module, inputs: &[Buffer], threads: usize) -> Vec<Vec<u8>> {
 fn half_precision_epilogues_fuse_and_round_as_the_loop() {
     for ty in ["bf16", "f16"] {
         // Channels-last images whose f32 result is larger than a band (2 × 40 × 40 × 32: the
-        // half-precision step runs band by band) too.
+        // GEMM's blocks, and the depthwise step band by band) too.
         let big = Conv { nhwc: true, hw: 40, cin: 8, cout: 32, groups: 1 };
         let big_dw = Conv { nhwc: true, hw: 40, cin: 32, cout: 32, groups: 32 };
-        for c in [NCHW, NHWC, Conv { nhwc: true, hw: HW, cin: 8, cout: 8, groups: 8 }, big, big_dw] {
+        // Images within a band but a result larger than a piece: finished in parallel chunks.
+        let wide_dw = Conv { nhwc: true, hw: 20, cin: 64, cout: 64, groups: 64 };
+        for c in [NCHW, NHWC, Conv { nhwc: true, hw: HW, cin: 8, cout: 8, groups: 8 }, big, big_dw, wide_dw] {
             let (conv, bias) = (c.conv(2, 0, 1), c.bias(4, 2));
             let relu6 = format!(
                 "{conv}{bias}{RELU}  %3 = add %4, %2 : {{out}}\n  %5 = max %3, %50 : {{out}}\n  %6 = min %5, %51 : {{out}}\n"

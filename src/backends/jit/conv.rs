@@ -510,9 +510,10 @@ impl FastKernel for ConvKernel {
 
 impl ConvKernel {
     /// [`FastKernel::run_into`] for BF16/F16 operands (checked by the caller): band by band where
-    /// [`Self::half_bands`] allows, else the input, a kernel computed at run time and the
-    /// residual widened into f32 scratch, the f32 convolution, and its result finished into
-    /// `out` ([`finish_half`], or one rounding when there is no tail).
+    /// [`Self::half_bands`] allowed it, on the half-precision GEMM where the filter was packed
+    /// for it, else the input (and a kernel computed at run time) widened into f32 scratch, the
+    /// f32 convolution, and its result finished into `out` ([`finish_half`], or one rounding
+    /// when there is no tail).
     fn run_half<H: HalfFloat + HalfGemm + Element>(
         &self,
         inputs: &[Tensor],
@@ -692,11 +693,23 @@ fn finish_half<H: HalfFloat>(
 ) {
     use rayon::prelude::*;
     let epi = ConvEpilogue { activation: tail.activation, clamp: tail.clamp, ..Default::default() };
-    if cs == 1 && !parallel {
-        // Channels innermost, whole pixels (the GEMM's blocks and the bands): long vectorised
-        // passes, the roundings in f32 lanes.
-        let t = HalfTail { bias: tail.bias.as_deref(), residual: residual.filter(|_| tail.residual), act: epi };
-        finish_rows(&t, y32, y);
+    if cs == 1 {
+        // Channels innermost, whole pixels (the GEMM's blocks, the bands, whole channels-last
+        // results): long vectorised passes, the roundings in f32 lanes; in chunks of whole
+        // pixels over the pool when `parallel`.
+        let residual = residual.filter(|_| tail.residual);
+        let c = tail.bias.as_ref().map_or(1, |b| b.len().max(1));
+        let chunk = (HALF_PIECE / c).max(1) * c;
+        let rows = |(k, (v, h)): (usize, (&mut [f32], &mut [H]))| {
+            let t = HalfTail { bias: tail.bias.as_deref(), residual: residual.map(|r| &r[k * chunk..]), act: epi };
+            finish_rows(&t, v, h);
+        };
+        let n = y32.len().min(y.len());
+        if parallel && n > chunk && rayon::current_num_threads() > 1 {
+            y32[..n].par_chunks_mut(chunk).zip(y[..n].par_chunks_mut(chunk)).enumerate().for_each(rows);
+        } else {
+            rows((0, (&mut y32[..n], &mut y[..n])));
+        }
         return;
     }
     let round = H::serial_rounding();
