@@ -42,7 +42,8 @@
 //!   compiled loop's). BF16/F16 outputs merge the bias, the residual, the ReLU and the clamp (not
 //!   the other activations, which a half-typed loop rounds inside): the conv step rounds to the
 //!   half type wherever the loop does (after the convolution and after each add), so those
-//!   results are the unmerged plan's bit for bit too.
+//!   results are the unmerged plan's bit for bit too (with the same lone-ReLU exception for a
+//!   −0 sum as f32).
 //!
 //! A merge happens only when the merged fast kernel exists (otherwise the reference kernel would
 //! run the first op alone) and the intermediate value is used by no other function and, for the

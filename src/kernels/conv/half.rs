@@ -118,16 +118,20 @@ impl HalfFilter {
 }
 
 /// Growable scratch of half-type patches on the calling thread, kept between calls (taken for a
-/// task and put back when dropped, so a warm call allocates nothing).
+/// task and put back when dropped, so a warm call allocates nothing). The thread keeps a few:
+/// rayon may start several tasks of one call on a thread before the first ends.
 struct Cols(Vec<u16>);
 
+/// Most patch buffers one thread keeps.
+const COLS_KEPT: usize = 4;
+
 thread_local! {
-    static COLS: std::cell::Cell<Vec<u16>> = const { std::cell::Cell::new(Vec::new()) };
+    static COLS: std::cell::RefCell<Vec<Vec<u16>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Cols {
     fn take() -> Self {
-        Cols(COLS.with(|c| c.take()))
+        Cols(COLS.with(|c| c.borrow_mut().pop()).unwrap_or_default())
     }
 
     fn get<H: HalfGemm>(&mut self, len: usize) -> &mut [H] {
@@ -141,7 +145,13 @@ impl Cols {
 impl Drop for Cols {
     fn drop(&mut self) {
         let v = std::mem::take(&mut self.0);
-        COLS.with(|c| c.set(v));
+        // A thread being torn down has no slot left: the buffer is simply freed.
+        let _ = COLS.try_with(|c| {
+            let mut kept = c.borrow_mut();
+            if kept.len() < COLS_KEPT {
+                kept.push(v);
+            }
+        });
     }
 }
 
