@@ -181,6 +181,21 @@ impl HalfFloat for f16 {
     }
 }
 
+/// The little-endian values of `dtype` stored in `bytes` (a constant's data) as f32: F32 viewed
+/// where aligned ([`crate::memory::f32s`]), BF16 and F16 widened exactly; `None` for other dtypes.
+pub(crate) fn f32_values(bytes: &[u8], dtype: crate::ir::dtype::DType) -> Option<std::borrow::Cow<'_, [f32]>> {
+    use crate::ir::dtype::DType;
+    fn widened<H: HalfFloat>(bytes: &[u8], from_bits: fn(u16) -> H) -> std::borrow::Cow<'static, [f32]> {
+        bytes.chunks_exact(2).map(|b| from_bits(u16::from_le_bytes([b[0], b[1]])).widen1()).collect()
+    }
+    match dtype {
+        DType::Float32 => Some(crate::memory::f32s(bytes)),
+        DType::BFloat16 => Some(widened(bytes, bf16::from_bits)),
+        DType::Float16 => Some(widened(bytes, f16::from_bits)),
+        _ => None,
+    }
+}
+
 /// Rounds the finished regions of an f32 product into a half-typed output of the same layout
 /// (the [`Finish`] of a bf16/f16 GEMM): a region at element offset `o` of the f32 buffer goes to
 /// offset `o` of the output, rounded as [`HalfFloat::round`], while the GEMM has it in cache.

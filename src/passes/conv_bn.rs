@@ -38,13 +38,7 @@ pub(crate) fn constant_along(
         if s.is_dynamic() || Some(bytes.len()) != s.byte_size() {
             return None;
         }
-        let halves = |to: fn(u16) -> f32| bytes.chunks_exact(2).map(|b| to(u16::from_le_bytes([b[0], b[1]]))).collect();
-        match s.dtype {
-            DType::Float32 => Some(f32s(bytes).into_owned()),
-            DType::BFloat16 => Some(halves(|b| half::bf16::from_bits(b).to_f32())),
-            DType::Float16 => Some(halves(|b| half::f16::from_bits(b).to_f32())),
-            _ => None,
-        }
+        crate::kernels::half::f32_values(bytes, s.dtype).map(std::borrow::Cow::into_owned)
     };
     let ok = |axis: usize, d: i64| d == 1 || (Some(axis) == keep && dims.get(axis) == Some(&d));
     if let Some(data) = floats(v) {

@@ -32,11 +32,10 @@ use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::conv::half::{HalfFilter, HalfGemm, HalfTail, conv2d_half, finish_rows};
 use crate::kernels::conv::{ConvEpilogue, ConvFilter, ConvGeom, conv2d_f32};
-use crate::kernels::gemm::Activation;
-use crate::kernels::half::HalfFloat;
+use crate::kernels::gemm::{Activation, Scratch};
+use crate::kernels::half::{HalfFloat, f32_values};
 use crate::kernels::movement::row_major_strides;
 use crate::kernels::tensor::Tensor;
-use crate::memory::f32s;
 
 use super::fast::{FastKernel, PackJob, Packed, Prepared};
 use super::shared::Accounting;
@@ -120,22 +119,14 @@ fn typed_filter_job<T: std::any::Any + Send + Sync>(
     make: impl Fn(&[f32]) -> Result<T> + Send + 'static,
 ) -> PackJob {
     let run = move |acct: &mut Accounting| -> Result<Prepared> {
-        let prepare = || match dtype {
-            DType::BFloat16 => make(&widened(&source, half::bf16::from_bits)),
-            DType::Float16 => make(&widened(&source, half::f16::from_bits)),
-            _ => make(&f32s(&source)),
+        let prepare = || {
+            let w = f32_values(&source, dtype)
+                .ok_or_else(|| Error::invalid(OP, format!("a {dtype:?} filter is not packed")))?;
+            make(&w)
         };
         Ok(super::shared::shared(&source, tag, size, prepare, acct)?)
     };
     PackJob { node: n, run: Box::new(run) }
-}
-
-/// The half-precision elements stored in `bytes` (little-endian bit patterns), widened to f32.
-fn widened<H: HalfFloat>(bytes: &[u8], from_bits: fn(u16) -> H) -> Vec<f32> {
-    let halves: Vec<H> = bytes.chunks_exact(2).map(|b| from_bits(u16::from_le_bytes([b[0], b[1]]))).collect();
-    let mut out = vec![0.0; halves.len()];
-    H::widen(&halves, &mut out, false);
-    out
 }
 
 /// What a merged step computes after the convolution: `clamp(act(conv + bias + residual))`, the
@@ -528,34 +519,27 @@ impl ConvKernel {
         if let Some(f) = &self.half_filter {
             return self.run_half_gemm(f, inputs, y, pool);
         }
-        let mut scratch = HalfScratch::take();
-        let HalfScratch([x32, y32]) = &mut *scratch;
-        let widen = |t: &Tensor, to: &mut Vec<f32>| {
-            let src = t.typed::<H>();
-            to.resize(src.len(), 0.0);
-            H::widen(src, to, true);
-        };
+        // The thread's pooled f32 scratch (no allocation once warm).
+        let (mut xs, mut ys) = (Scratch::new(), Scratch::new());
         let built;
         let filter = match &self.filter {
             Some(f) => f.as_ref(),
             None => {
-                let mut w = Vec::new();
-                widen(&inputs[1], &mut w);
+                let k = inputs[1].typed::<H>();
+                let mut w = vec![0.0; k.len()];
+                H::widen(k, &mut w, false);
                 built = ConvFilter::new(&self.geom, &w, self.wstrides)?;
                 &built
             }
         };
         let mut body = || -> Result<()> {
-            widen(&inputs[0], x32);
+            let x = inputs[0].typed::<H>();
+            let x32 = xs.get(x.len());
+            H::widen(x, x32, true);
             let residual = inputs.get(2).filter(|_| self.tail.residual).map(|r| r.typed::<H>());
-            y32.resize(y.len(), 0.0);
-            if self.tail == Tail::default() {
-                convolve(&self.geom, &self.tail, x32, filter, None, y32, pool)?;
-                H::round(y32, y, true);
-            } else {
-                convolve(&self.geom, &Tail::default(), x32, filter, None, y32, pool)?;
-                finish_half(&self.tail, self.geom.y_strides[1], y32, residual, y, pool.is_some());
-            }
+            let y32 = ys.get(y.len());
+            convolve(&self.geom, &Tail::default(), x32, filter, None, y32, pool)?;
+            finish_half(&self.tail, self.geom.y_strides[1], y32, residual, y, pool.is_some());
             Ok(())
         };
         // Inside the pool, the conversions split over its threads as well.
@@ -640,10 +624,9 @@ impl ConvKernel {
             let (o0, n) = (b * rows, yb.len() / (wo * co));
             let lo = (o0 * s).saturating_sub(p).min(h);
             let hi = ((o0 + n - 1) * s + reach).saturating_sub(p).min(h).max(lo);
-            let mut scratch = HalfScratch::take();
-            let HalfScratch([x32, y32]) = &mut *scratch;
+            let (mut xbuf, mut ybuf) = (Scratch::new(), Scratch::new());
             let xs = &x[i * x_len + lo * w * ci..i * x_len + hi * w * ci];
-            x32.resize(xs.len(), 0.0);
+            let x32 = xbuf.get(xs.len());
             H::widen(xs, x32, false);
             let bg = ConvGeom {
                 in_hw: [hi - lo, w],
@@ -653,7 +636,7 @@ impl ConvKernel {
                 y_strides: [n * wo * co, 1, wo * co, co],
                 ..g.clone()
             };
-            y32.resize(yb.len(), 0.0);
+            let y32 = ybuf.get(yb.len());
             image.run_as(&bg, x32, None, y32)?;
             let r = res.map(|r| &r[i * y_len + o0 * wo * co..][..yb.len()]);
             finish_half(&self.tail, 1, y32, r, yb, false);
@@ -682,7 +665,7 @@ const HALF_PIECE: usize = 4096;
 /// loop computes it: `r(conv)`, `r(· + bias)`, `r(· + residual)`, then the ReLU and the clamp,
 /// into `y` (`r`: rounding to `H`, to nearest even); `residual` (read when the tail has one) is
 /// laid out like `y`. `cs` is the output's channel stride; the pieces split over the current pool
-/// when `parallel`.
+/// when `parallel`. Without a tail, one rounding.
 fn finish_half<H: HalfFloat>(
     tail: &Tail,
     cs: usize,
@@ -692,6 +675,10 @@ fn finish_half<H: HalfFloat>(
     parallel: bool,
 ) {
     use rayon::prelude::*;
+    if *tail == Tail::default() {
+        H::round(y32, y, parallel);
+        return;
+    }
     let epi = ConvEpilogue { activation: tail.activation, clamp: tail.clamp, ..Default::default() };
     if cs == 1 {
         // Channels innermost, whole pixels (the GEMM's blocks, the bands, whole channels-last
@@ -745,68 +732,19 @@ fn finish_half<H: HalfFloat>(
 }
 
 /// Adds each value's channel bias to `vals`, output elements `start..` of a dense output whose
-/// channel axis has stride `cs` (the channel of element `i` is `(i / cs) % bias.len()`).
+/// channel axis has stride `cs` (the channel of element `i` is `(i / cs) % bias.len()`), run of
+/// one channel by run (channels-innermost results take [`finish_rows`] instead).
 fn add_bias(vals: &mut [f32], start: usize, bias: &[f32], cs: usize) {
     let c = bias.len();
     if c == 0 || cs == 0 {
         return;
     }
-    if cs == 1 {
-        // Channels innermost: the rest of the first row, then whole rows.
-        let k = start % c;
-        let (first, rest) = vals.split_at_mut((c - k).min(vals.len()));
-        first.iter_mut().zip(&bias[k..]).for_each(|(v, b)| *v += b);
-        for row in rest.chunks_mut(c) {
-            row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-        }
-        return;
-    }
-    // Runs of one channel.
     let (mut i, mut at) = (0, start);
     while i < vals.len() {
         let run = (cs - at % cs).min(vals.len() - i);
         let b = bias[(at / cs) % c];
         vals[i..i + run].iter_mut().for_each(|v| *v += b);
         (i, at) = (i + run, at + run);
-    }
-}
-
-/// The f32 scratch of a half-precision convolution or pooling step on one thread (input and
-/// result), kept between executions so that a warm execution allocates nothing. Taken out of
-/// the thread's slot for the duration of a call: a call that starts on the same thread while
-/// another waits in the pool (work stealing) finds the slot empty and makes its own.
-pub(crate) struct HalfScratch(pub(crate) [Vec<f32>; 2]);
-
-thread_local! {
-    static HALF_SCRATCH: std::cell::Cell<Option<Box<HalfScratch>>> = const { std::cell::Cell::new(None) };
-}
-
-impl HalfScratch {
-    pub(crate) fn take() -> Kept {
-        Kept(Some(HALF_SCRATCH.with(|s| s.take()).unwrap_or_else(|| Box::new(HalfScratch(Default::default())))))
-    }
-}
-
-/// A taken [`HalfScratch`], put back into the thread's slot when dropped.
-pub(crate) struct Kept(Option<Box<HalfScratch>>);
-
-impl std::ops::Deref for Kept {
-    type Target = HalfScratch;
-    fn deref(&self) -> &HalfScratch {
-        self.0.as_deref().expect("taken until dropped")
-    }
-}
-
-impl std::ops::DerefMut for Kept {
-    fn deref_mut(&mut self) -> &mut HalfScratch {
-        self.0.as_deref_mut().expect("taken until dropped")
-    }
-}
-
-impl Drop for Kept {
-    fn drop(&mut self) {
-        let kept = self.0.take();
-        HALF_SCRATCH.with(|s| s.set(kept));
     }
 }
 

@@ -16,6 +16,7 @@ use crate::ir::module::{Module, NodeId};
 use crate::ir::op::{ArithReduce, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::fused::FusedIsa;
+use crate::kernels::gemm::Scratch;
 use crate::kernels::half::HalfFloat;
 use crate::kernels::pool::{PoolGeom, PoolKind, reduce_window_f32, select_and_scatter_f32};
 use crate::kernels::tensor::Tensor;
@@ -210,13 +211,13 @@ impl PoolKernel {
         if out.shape.dtype != self.dtype || Some(out.data.len()) != out.shape.byte_size() || Some(m) != g.out_len() {
             return Err(Error::invalid(self.op(), format!("result {} with {} bytes", out.shape, out.data.len())));
         }
-        let mut scratch = super::conv::HalfScratch::take();
-        let super::conv::HalfScratch([x32, y32]) = &mut *scratch;
+        // The thread's pooled f32 scratch (no allocation once warm).
+        let (mut xs, mut ys) = (Scratch::new(), Scratch::new());
         let y = out.typed_mut::<H>();
         let mut body = || -> Result<()> {
-            x32.resize(n, 0.0);
+            let x32 = xs.get(n);
             H::widen(t.typed::<H>(), x32, true);
-            y32.resize(m, 0.0);
+            let y32 = ys.get(m);
             reduce_window_f32(self.isa, g, self.kind, x32, y32, pool)?;
             H::round(y32, y, true);
             Ok(())
