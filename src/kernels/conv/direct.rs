@@ -25,7 +25,7 @@
 //! consecutive pixels per channel.
 
 use super::depthwise::{Lanes, Portable};
-use super::{ConvEpilogue, ConvGeom, OP, OutPtr, copy_strided, for_chunks, for_units};
+use super::{ConvEpilogue, ConvGeom, LineAligned, OP, OutPtr, copy_strided, for_chunks, for_units};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::epilogue::act_f32;
@@ -83,7 +83,7 @@ pub(super) struct DirectFilter {
     cin: usize,
     cout: usize,
     taps: usize,
-    w: Vec<f32>,
+    w: LineAligned,
     /// The staging layout for the geometry the filter was packed for
     /// ([`DirectFilter::laid_out_for`]), so that the executions of a compiled model do not build
     /// it again.
@@ -100,7 +100,7 @@ impl DirectFilter {
         at: impl Fn(usize, usize, usize, usize) -> f32,
     ) -> Self {
         let taps = kh * kw;
-        let mut w = vec![0.0f32; cout.div_ceil(CB) * cin * taps * CB];
+        let mut w = LineAligned::zeros(cout.div_ceil(CB) * cin * taps * CB);
         for (b, block) in w.chunks_exact_mut((cin * taps * CB).max(1)).enumerate() {
             for (k, strip) in block.chunks_exact_mut(CB).enumerate() {
                 let (i, t) = (k / taps, k % taps);

