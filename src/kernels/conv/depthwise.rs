@@ -1125,6 +1125,12 @@ pub(super) trait Lanes: Copy {
     /// `clamp_nan(v, lo, hi)` per lane for bounds that are not NaN; `zlo`, `zhi`: whether the
     /// bound is ±0 (equal values other than zeros have equal bits, so only then do ties matter).
     unsafe fn clamp(self, lo: Self, hi: Self, zlo: bool, zhi: bool) -> Self;
+    /// [`Lanes::clamp`] from +0 to `hi` > 0 (ReLU6): `v > 0 or NaN ? min(hi, v) : +0` per lane.
+    #[inline(always)]
+    unsafe fn clamp_from_zero(self, hi: Self) -> Self {
+        // SAFETY: the caller's contract.
+        unsafe { self.clamp(Self::splat(0.0), hi, true, false) }
+    }
 
     /// Stores the first `n` (1 ..= L) lanes.
     #[inline(always)]
@@ -1267,6 +1273,12 @@ impl Lanes for std::arch::x86_64::__m256 {
             r
         }
     }
+    #[inline(always)]
+    unsafe fn clamp_from_zero(self, hi: Self) -> Self {
+        use std::arch::x86_64::*;
+        // SAFETY: see above. As for `__m512`: the lanes not above +0 masked to +0.
+        unsafe { _mm256_and_ps(_mm256_min_ps(hi, self), _mm256_cmp_ps::<_CMP_NLE_UQ>(self, _mm256_setzero_ps())) }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -1349,6 +1361,13 @@ impl Lanes for std::arch::x86_64::__m512 {
             }
             r
         }
+    }
+    #[inline(always)]
+    unsafe fn clamp_from_zero(self, hi: Self) -> Self {
+        use std::arch::x86_64::*;
+        // SAFETY: see above. Lanes not above +0 (both zeros included: max(+0, −0) is +0) become
+        // +0; the others (NaN among them: `min` returns its second operand then) min(hi, v).
+        unsafe { _mm512_maskz_min_ps(_mm512_cmp_ps_mask::<_CMP_NLE_UQ>(self, _mm512_setzero_ps()), hi, self) }
     }
 }
 

@@ -145,7 +145,7 @@ impl<'a> Tail<'a> {
 unsafe fn store<V: Lanes, const NV: usize, const RR: usize>(
     acc: [[V; NV]; RR],
     rows: usize,
-    at: &[usize; R],
+    at: &[usize],
     chans: usize,
     out: OutPtr,
     tail: &Tail<'_>,
@@ -401,17 +401,40 @@ struct PwJob<'a> {
 }
 
 impl PwJob<'_> {
-    /// The tiles of pixels `ps` for channel blocks `bs`, each tile's blocks in turn (its input
-    /// rows stay in L1 and its output lines are written whole before they leave the cache).
+    /// The tiles of pixels `ps` for channel blocks `bs`: each block's tiles in turn (the block's
+    /// weights stay in L1 over the run of tiles; one dispatch per block).
     fn tiles(&self, ps: std::ops::Range<usize>, bs: std::ops::Range<usize>) {
-        let cin = self.cin;
-        for p0 in ps.clone().step_by(R) {
-            let rows = R.min(ps.end - p0);
-            // Pixels past the end repeat the last one (loaded, not stored).
-            let xat: [usize; R] = std::array::from_fn(|r| self.input_pixel((p0 + r).min(self.pixels - 1)) * cin);
-            for b in bs.clone() {
-                self.tile(&xat, p0, rows, b);
-            }
+        for b in bs {
+            let c0 = b * CB;
+            let run = PwRun { job: self, ps: ps.clone(), b, epi: self.mode() };
+            // SAFETY: the reads are inside `x` (pixels < self.pixels, checked against x's length)
+            // and `w` (block b's cin·CB values); the writes are these pixels' channels of block
+            // b, this unit's alone.
+            unsafe { dispatch(self.isa, &run, CB.min(self.cout - c0)) };
+        }
+    }
+
+    /// The epilogue applied in registers by the whole-tile store (see [`EPI_RES`]), or
+    /// [`EPI_GENERAL`] for one that [`store`] applies.
+    fn mode(&self) -> u8 {
+        let t = self.tail;
+        if !t.in_regs {
+            return EPI_GENERAL;
+        }
+        let act = match t.epi.clamp {
+            // ReLU then a clamp from +0 up: the clamp alone (the ReLU changes nothing it keeps).
+            Some((lo, hi)) if lo == 0.0 && lo.is_sign_positive() && hi > 0.0 => EPI_CLAMP0,
+            Some(_) if t.relu => EPI_RELU_CLAMP,
+            Some(_) => EPI_CLAMP,
+            None if t.relu => EPI_RELU,
+            None => EPI_NONE,
+        };
+        match t.epi.residual {
+            None => act,
+            Some(_) if act == EPI_NONE => EPI_RES,
+            // The residual with an activation: one more constant each would double the code
+            // for forms convnets rarely have (MobileNet's residual adds end a block without one).
+            Some(_) => EPI_GENERAL,
         }
     }
 
@@ -426,75 +449,158 @@ impl PwJob<'_> {
         let (img, q) = (p / (oh * ow), p % (oh * ow));
         (img * ih + q / ow * g.stride[0]) * iw + q % ow * g.stride[1]
     }
+}
 
-    /// The tile of `rows` pixels from `p0` on (input rows at `xat`) for channel block `b`.
-    fn tile(&self, xat: &[usize; R], p0: usize, rows: usize, b: usize) {
-        let (cin, cout) = (self.cin, self.cout);
-        let c0 = b * CB;
-        let chans = CB.min(cout - c0);
-        let yat: [usize; R] = std::array::from_fn(|r| (p0 + r).min(self.pixels - 1) * cout + c0);
-        let tile = PwTile {
-            x: self.x,
-            xat,
-            cin,
-            w: &self.f.w[b * cin * CB..][..cin * CB],
-            bias: self.bias.map(|b| &b[c0..c0 + chans]),
-            rows,
-            yat: &yat,
-            out: self.out,
-            tail: self.tail,
-        };
-        // SAFETY: the reads are inside `x` (pixels < self.pixels, checked against x's length)
-        // and `w` (cin·CB values); the writes are these pixels' channels of block b, this
-        // unit's alone.
-        unsafe { dispatch(self.isa, &tile, chans) };
+/// Whole-tile epilogue codes: the activation in the low bits (none, ReLU, clamp, clamp from +0
+/// to a positive bound, ReLU then clamp) or [`EPI_RES`], the residual alone.
+const EPI_NONE: u8 = 0;
+const EPI_RELU: u8 = 1;
+const EPI_CLAMP: u8 = 2;
+const EPI_CLAMP0: u8 = 3;
+const EPI_RELU_CLAMP: u8 = 4;
+const EPI_RES: u8 = 8;
+/// Any other epilogue: every tile through [`store`].
+const EPI_GENERAL: u8 = 0xff;
+
+/// One pointwise unit's tiles of one channel block.
+struct PwRun<'a> {
+    job: &'a PwJob<'a>,
+    ps: std::ops::Range<usize>,
+    /// The channel block.
+    b: usize,
+    /// The whole-tile epilogue ([`PwJob::mode`]).
+    epi: u8,
+}
+
+impl Body for PwRun<'_> {
+    /// The run's tiles of 3 to 12 pixels × `NV` vectors from channel `h` of the block: sums in
+    /// registers from the bias on, stored with the tail.
+    ///
+    /// # Safety
+    /// The CPU has `V`'s features; `x` holds every pixel row of the run, the block's weights
+    /// hold `h + (cin − 1)·CB + NV·L` values, `bias` (if any) the block's channels, and
+    /// [`store`]'s contract holds for the run's pixels and the block's channels.
+    #[inline(always)]
+    unsafe fn run<V: Lanes, const NV: usize>(&self, h: usize, chans: usize) {
+        // Pixels per tile: about 24 sums in registers (AVX-512 has 32, AVX2 16: 12 sums there),
+        // the more pixels the fewer vectors, so a weight vector serves 6 to 12 pixels.
+        // SAFETY: the caller's contract.
+        unsafe {
+            match (V::L >= 16, NV) {
+                (true, 1 | 2) | (false, 1) => self.rows::<V, NV, 8>(h, chans),
+                (true, 3) => self.rows::<V, NV, 8>(h, chans),
+                (true, _) | (false, 2) => self.rows::<V, NV, 6>(h, chans),
+                (false, 3) => self.rows::<V, NV, 4>(h, chans),
+                (false, _) => self.rows::<V, NV, 3>(h, chans),
+            }
+        }
     }
 }
 
-/// One pointwise tile's operands.
-struct PwTile<'a> {
-    x: &'a [f32],
-    /// Each pixel's input row.
-    xat: &'a [usize; R],
-    cin: usize,
-    /// From the tile's first channel: input channel i's weights at `w[i·CB..]`.
-    w: &'a [f32],
-    /// From the tile's first channel (at least its channels).
-    bias: Option<&'a [f32]>,
-    /// Pixels stored, and each one's first output index.
-    rows: usize,
-    yat: &'a [usize; R],
-    out: OutPtr,
-    tail: &'a Tail<'a>,
-}
-
-impl Body for PwTile<'_> {
-    /// `R` pixels × `NV` vectors from channel `h` of the tile, summed in registers and stored
-    /// with the tail.
+impl PwRun<'_> {
+    /// [`Body::run`] in tiles of `RR` pixels.
     ///
     /// # Safety
-    /// The CPU has `V`'s features; `x` holds every pixel row `xat[r]..xat[r] + cin`, `w` holds
-    /// `h + (cin − 1)·CB + NV·L` values, `bias` (if any) `h + chans`, and [`store`]'s contract
-    /// holds.
+    /// As for [`Body::run`].
     #[inline(always)]
-    unsafe fn run<V: Lanes, const NV: usize>(&self, h: usize, chans: usize) {
-        // SAFETY: the caller's contract throughout.
+    unsafe fn rows<V: Lanes, const NV: usize, const RR: usize>(&self, h: usize, chans: usize) {
+        // SAFETY: the caller's contract.
         unsafe {
-            let (x, w) = (self.x.as_ptr(), self.w.as_ptr().add(h));
-            let bias = self.bias.map(|b| &b[h..]);
+            match self.epi {
+                EPI_NONE => self.tiles::<V, NV, RR, EPI_NONE>(h, chans),
+                EPI_RELU => self.tiles::<V, NV, RR, EPI_RELU>(h, chans),
+                EPI_CLAMP => self.tiles::<V, NV, RR, EPI_CLAMP>(h, chans),
+                EPI_CLAMP0 => self.tiles::<V, NV, RR, EPI_CLAMP0>(h, chans),
+                EPI_RELU_CLAMP => self.tiles::<V, NV, RR, EPI_RELU_CLAMP>(h, chans),
+                EPI_RES => self.tiles::<V, NV, RR, EPI_RES>(h, chans),
+                _ => self.tiles::<V, NV, RR, EPI_GENERAL>(h, chans),
+            }
+        }
+    }
+
+    /// [`Body::run`] in tiles of `RR` pixels with the whole-tile epilogue `EPI` (a constant: no
+    /// test per vector).
+    ///
+    /// # Safety
+    /// As for [`Body::run`].
+    #[inline(always)]
+    unsafe fn tiles<V: Lanes, const NV: usize, const RR: usize, const EPI: u8>(&self, h: usize, chans: usize) {
+        let j = self.job;
+        let (cin, cout, pixels) = (j.cin, j.cout, j.pixels);
+        let c0 = self.b * CB + h;
+        // The whole-tile store applies this epilogue; any other goes through `store`.
+        let whole = EPI != EPI_GENERAL;
+        // Lanes of the last vector (a masked one when the block's channels end inside it).
+        let last = chans - (NV - 1) * V::L;
+        // SAFETY: the caller's contract throughout: every pixel index is below `pixels` (the
+        // last one repeated past the end, loaded but not stored), every channel inside the
+        // block.
+        unsafe {
+            let (x, w) = (j.x.as_ptr(), j.f.w.as_ptr().add(self.b * cin * CB + h));
+            let bias = j.bias.map(|b| &b[c0..]);
             let bias: [V; NV] = std::array::from_fn(|v| bias_vector(bias, v * V::L, chans));
-            let mut acc = [bias; R];
-            let xp: [*const f32; R] = std::array::from_fn(|r| x.add(self.xat[r]));
-            for i in 0..self.cin {
-                let wv: [V; NV] = std::array::from_fn(|v| V::load(w.add(i * CB + v * V::L)));
-                for (acc, p) in acc.iter_mut().zip(&xp) {
-                    let b = V::splat(*p.add(i));
-                    for (s, &k) in acc.iter_mut().zip(&wv) {
-                        *s = k.fmadd(b, *s);
+            let (lo, hi) = j.tail.epi.clamp.unwrap_or((0.0, 0.0));
+            let bounds = (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0);
+            let res = j.tail.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr());
+            for p0 in self.ps.clone().step_by(RR) {
+                let rows = RR.min(self.ps.end - p0);
+                let xp: [*const f32; RR] =
+                    std::array::from_fn(|r| x.add(j.input_pixel((p0 + r).min(pixels - 1)) * cin));
+                let mut acc = [bias; RR];
+                for i in 0..cin {
+                    let wv: [V; NV] = std::array::from_fn(|v| V::load(w.add(i * CB + v * V::L)));
+                    for (acc, p) in acc.iter_mut().zip(&xp) {
+                        let b = V::splat(*p.add(i));
+                        for (s, &k) in acc.iter_mut().zip(&wv) {
+                            *s = k.fmadd(b, *s);
+                        }
                     }
                 }
+                let yat: [usize; RR] = std::array::from_fn(|r| (p0 + r).min(pixels - 1) * cout + c0);
+                if whole && rows == RR {
+                    store_whole::<V, NV, RR, EPI>(&acc, &yat, last, j.out.0, res, bounds);
+                } else {
+                    store::<V, NV, RR>(acc, rows, &yat, chans, j.out, j.tail);
+                }
             }
-            store::<V, NV, R>(acc, self.rows, &self.yat.map(|i| i + h), chans, self.out, self.tail);
+        }
+    }
+}
+
+/// Stores a whole tile's sums (`RR` pixels, `NV` vectors each, the last one's first `last`
+/// lanes) at `at` with the epilogue `EPI`: straight-line code, every sum used from its register.
+///
+/// # Safety
+/// The CPU has `V`'s features; every index `at[r] + c` (c < (NV − 1)·L + last) is inside the
+/// output (and the residual `res`, when `EPI` has [`EPI_RES`]) and written by this unit alone.
+#[inline(always)]
+unsafe fn store_whole<V: Lanes, const NV: usize, const RR: usize, const EPI: u8>(
+    acc: &[[V; NV]; RR],
+    at: &[usize; RR],
+    last: usize,
+    out: *mut f32,
+    res: *const f32,
+    (lo, hi, zlo, zhi): (V, V, bool, bool),
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        for (sums, &at) in acc.iter().zip(at) {
+            for (v, &sum) in sums.iter().enumerate() {
+                let i = at + v * V::L;
+                let n = if v + 1 == NV { last } else { V::L };
+                let mut s = sum;
+                if EPI == EPI_RES {
+                    s = s.add(if n == V::L { V::load(res.add(i)) } else { V::load_masked(res.add(i), V::mask(0, n)) });
+                }
+                s = match EPI {
+                    EPI_RELU => s.relu(),
+                    EPI_CLAMP => s.clamp(lo, hi, zlo, zhi),
+                    EPI_CLAMP0 => s.clamp_from_zero(hi),
+                    EPI_RELU_CLAMP => s.relu().clamp(lo, hi, zlo, zhi),
+                    _ => s,
+                };
+                s.store_first(out.add(i), n);
+            }
         }
     }
 }
@@ -1007,8 +1113,80 @@ mod tests {
             // No images.
             Case { batch: 0, ..PW },
         ] {
+            // Every whole-tile epilogue (ReLU then clamp, the clamp from +0 with and without
+            // the ReLU, the ReLU, the residual alone, nothing) and a general one.
             check(&mut rng, case, ALL_PARTS, &two);
             check(&mut rng, case, (true, false, Activation::Relu, Some((0.0, 6.0))), &two);
+            check(&mut rng, case, (true, false, Activation::None, Some((0.0, 0.5))), &two);
+            check(&mut rng, case, (false, false, Activation::Relu, None), &two);
+            check(&mut rng, case, (true, true, Activation::None, None), &two);
+            check(&mut rng, case, (false, false, Activation::None, None), &two);
+            check(&mut rng, case, (true, true, Activation::None, Some((0.0, 6.0))), &two);
+        }
+    }
+
+    /// The ReLU6 clamp of the whole-tile store, bit for bit on special values: zeros of both
+    /// signs and negatives to +0, NaN of both signs kept, the bound and above to the bound.
+    #[test]
+    fn clamp_from_zero_is_exact_on_every_isa() {
+        let v = [
+            -0.0f32,
+            0.0,
+            -3.0,
+            0.5,
+            7.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            6.0,
+            1e-45,
+            -1e-45,
+            5.999,
+            6.001,
+            0.25,
+            -0.25,
+        ];
+        let want = [0.0f32, 0.0, 0.0, 0.5, 6.0, 6.0, 0.0, f32::NAN, f32::NAN, 6.0, 1e-45, 0.0, 5.999, 6.0, 0.25, 0.0];
+        let compare = |got: &[f32], what: &str| {
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let ok = if w.is_nan() { g.is_nan() } else { g.to_bits() == w.to_bits() };
+                assert!(ok, "{what}: clamp_from_zero({}) = {g:?}, want {w:?}", v[i]);
+            }
+        };
+        /// Clamps `v` a vector of `V` at a time.
+        unsafe fn clamp_all<V: Lanes>(v: &[f32; 16]) -> [f32; 16] {
+            let mut out = [0.0f32; 16];
+            // SAFETY: the caller's contract (V's features); 16 values, whole vectors of them.
+            unsafe {
+                for c in (0..16).step_by(V::L) {
+                    V::load(v.as_ptr().add(c)).clamp_from_zero(V::splat(6.0)).store(out.as_mut_ptr().add(c));
+                }
+            }
+            out
+        }
+        // SAFETY: the portable lanes need no CPU feature.
+        compare(&unsafe { clamp_all::<Portable>(&v) }, "portable");
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2(v: &[f32; 16]) -> [f32; 16] {
+                // SAFETY: the caller checked AVX2 and FMA.
+                unsafe { clamp_all::<std::arch::x86_64::__m256>(v) }
+            }
+            #[target_feature(enable = "avx512f")]
+            unsafe fn avx512(v: &[f32; 16]) -> [f32; 16] {
+                // SAFETY: the caller checked AVX-512F.
+                unsafe { clamp_all::<std::arch::x86_64::__m512>(v) }
+            }
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                // SAFETY: checked just above.
+                compare(&unsafe { avx2(&v) }, "avx2");
+            }
+            if is_x86_feature_detected!("avx512f") {
+                // SAFETY: checked just above.
+                compare(&unsafe { avx512(&v) }, "avx512");
+            }
         }
     }
 
@@ -1167,7 +1345,7 @@ mod tests {
                 pads: if depthwise { [[pick(3, 0), pick(3, 0)], [pick(3, 0), pick(3, 0)]] } else { [[0, 0], [0, 0]] },
                 dil: [pick(2, 1), pick(2, 1)],
             };
-            let clamp = [None, Some((-0.25, 0.5)), Some((f32::NAN, 1.0))][pick(3, 0)];
+            let clamp = [None, Some((-0.25, 0.5)), Some((f32::NAN, 1.0)), Some((0.0, 0.75))][pick(4, 0)];
             let parts = (pick(2, 0) == 1, pick(2, 0) == 1, acts[pick(4, 0)], clamp);
             check(&mut rng, case, parts, &two);
         }
