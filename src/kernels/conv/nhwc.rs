@@ -113,6 +113,30 @@ impl<'a> Tail<'a> {
         Tail { epi, in_regs, relu: in_regs && epi.activation == Activation::Relu }
     }
 
+    /// The epilogue applied in registers by the whole-tile store (see [`EPI_RES`]), or
+    /// [`EPI_GENERAL`] for one that [`store`] applies.
+    fn mode(&self) -> u8 {
+        let t = self;
+        if !t.in_regs {
+            return EPI_GENERAL;
+        }
+        let act = match t.epi.clamp {
+            // ReLU then a clamp from +0 up: the clamp alone (the ReLU changes nothing it keeps).
+            Some((lo, hi)) if lo == 0.0 && lo.is_sign_positive() && hi > 0.0 => EPI_CLAMP0,
+            Some(_) if t.relu => EPI_RELU_CLAMP,
+            Some(_) => EPI_CLAMP,
+            None if t.relu => EPI_RELU,
+            None => EPI_NONE,
+        };
+        match t.epi.residual {
+            None => act,
+            Some(_) if act == EPI_NONE => EPI_RES,
+            // The residual with an activation: one more constant each would double the code
+            // for forms convnets rarely have (MobileNet's residual adds end a block without one).
+            Some(_) => EPI_GENERAL,
+        }
+    }
+
     /// The per-value tail over `chans` channels from each index of `at` (stored sums).
     ///
     /// # Safety
@@ -406,35 +430,11 @@ impl PwJob<'_> {
     fn tiles(&self, ps: std::ops::Range<usize>, bs: std::ops::Range<usize>) {
         for b in bs {
             let c0 = b * CB;
-            let run = PwRun { job: self, ps: ps.clone(), b, epi: self.mode() };
+            let run = PwRun { job: self, ps: ps.clone(), b, epi: self.tail.mode() };
             // SAFETY: the reads are inside `x` (pixels < self.pixels, checked against x's length)
             // and `w` (block b's cin·CB values); the writes are these pixels' channels of block
             // b, this unit's alone.
             unsafe { dispatch(self.isa, &run, CB.min(self.cout - c0)) };
-        }
-    }
-
-    /// The epilogue applied in registers by the whole-tile store (see [`EPI_RES`]), or
-    /// [`EPI_GENERAL`] for one that [`store`] applies.
-    fn mode(&self) -> u8 {
-        let t = self.tail;
-        if !t.in_regs {
-            return EPI_GENERAL;
-        }
-        let act = match t.epi.clamp {
-            // ReLU then a clamp from +0 up: the clamp alone (the ReLU changes nothing it keeps).
-            Some((lo, hi)) if lo == 0.0 && lo.is_sign_positive() && hi > 0.0 => EPI_CLAMP0,
-            Some(_) if t.relu => EPI_RELU_CLAMP,
-            Some(_) => EPI_CLAMP,
-            None if t.relu => EPI_RELU,
-            None => EPI_NONE,
-        };
-        match t.epi.residual {
-            None => act,
-            Some(_) if act == EPI_NONE => EPI_RES,
-            // The residual with an activation: one more constant each would double the code
-            // for forms convnets rarely have (MobileNet's residual adds end a block without one).
-            Some(_) => EPI_GENERAL,
         }
     }
 
@@ -468,7 +468,7 @@ struct PwRun<'a> {
     ps: std::ops::Range<usize>,
     /// The channel block.
     b: usize,
-    /// The whole-tile epilogue ([`PwJob::mode`]).
+    /// The whole-tile epilogue ([`Tail::mode`]).
     epi: u8,
 }
 
@@ -869,16 +869,53 @@ impl DwJob<'_> {
         let y0 = (img * oh + oy) * ow * c;
         let ((lo, hi), vec_c) = (self.cols, self.vec_c);
         // Tiles of R inside columns, then one of R4 when that many are left (a 7-wide row's 5
-        // inside columns); then the other columns one pixel at a time.
-        let mut tiles_end = lo + (hi - lo) / R * R;
+        // inside columns): their whole vectors of channels one dispatch per channel block, the
+        // other channels one value at a time; then the other columns one pixel at a time.
+        let tiles_end = lo + (hi - lo) / R * R;
         let short = (hi - tiles_end >= R4).then_some(tiles_end);
-        for ox in (lo..tiles_end).step_by(R).chain(short) {
-            let n = if ox + R <= hi { R } else { R4 };
-            let first: [usize; R] = std::array::from_fn(|r| ((ox + r.min(n - 1)) * sx - px) * c);
-            self.pixels(rows, far, self.inner.as_slice(), &first, n, y0 + ox * c, vec_c, chans);
+        let inside = tiles_end + short.map_or(0, |_| R4);
+        if inside > lo {
+            let (from, to) = (chans.0, chans.1.min(c));
+            let taps = self.inner.as_slice();
+            // The last inside pixel's first window column; its last tap's offset.
+            let reach = ((inside - 1) * sx - px) * c + taps.iter().map(|&(_, o)| o).max().unwrap_or(0);
+            for c0 in (from..vec_c.min(to)).step_by(CB) {
+                let chans = CB.min(vec_c.min(to) - c0);
+                // Every read: a window row inside the image, a column inside, a channel < c.
+                assert!(far + reach + c0 + chans <= self.x.len(), "depthwise row out of bounds");
+                let run = DwRun {
+                    x: self.x,
+                    rows,
+                    taps,
+                    kw,
+                    c,
+                    c0,
+                    tiles: (lo, tiles_end),
+                    short,
+                    step: sx * c,
+                    first: lo * sx - px,
+                    lo,
+                    y0,
+                    w: &self.w[c0..],
+                    bias: self.bias.map(|b| &b[c0..c0 + chans]),
+                    out: self.out,
+                    tail: self.tail,
+                    epi: self.tail.mode(),
+                };
+                // SAFETY: the reads were asserted inside `x` above, the weights hold taps × c
+                // values from channel c0 < c, and the writes are this row's pixels (this unit's
+                // alone).
+                unsafe { dispatch(self.isa, &run, chans) };
+            }
+            if vec_c.max(from) < to {
+                for ox in (lo..tiles_end).step_by(R).chain(short) {
+                    let n = if ox + R <= hi { R } else { R4 };
+                    let first: [usize; R] = std::array::from_fn(|r| ((ox + r.min(n - 1)) * sx - px) * c);
+                    self.pixels(rows, far, taps, &first, n, y0 + ox * c, vec_c, (vec_c.max(from), to));
+                }
+            }
         }
-        tiles_end += short.map_or(0, |_| R4);
-        for ox in (0..lo).chain(tiles_end..ow) {
+        for ox in (0..lo).chain(inside..ow) {
             // The taps whose column is inside, at their input column × channels.
             let mut taps = Pairs::new();
             for kx in 0..kw {
@@ -948,6 +985,141 @@ impl DwJob<'_> {
             }
         }
     }
+}
+
+/// The inside tiles of one depthwise output row for one channel block: tiles of [`R`] pixels
+/// from output column `tiles.0` to `tiles.1`, then one of [`R4`] at `short`, all in one dispatch.
+struct DwRun<'a> {
+    x: &'a [f32],
+    /// As for [`DwTile`].
+    rows: &'a [(usize, usize)],
+    taps: &'a [(usize, usize)],
+    kw: usize,
+    c: usize,
+    /// The block's first channel.
+    c0: usize,
+    tiles: (usize, usize),
+    short: Option<usize>,
+    /// Input values from one output column's window to the next (stride × channels), and the
+    /// first window column of output column `lo`.
+    step: usize,
+    first: usize,
+    lo: usize,
+    /// The row's first output index.
+    y0: usize,
+    /// Taps' weights from channel c0: tap t at `w[t·c..]`.
+    w: &'a [f32],
+    /// From channel c0 (at least the block's channels).
+    bias: Option<&'a [f32]>,
+    out: OutPtr,
+    tail: &'a Tail<'a>,
+    /// The whole-tile epilogue ([`Tail::mode`]).
+    epi: u8,
+}
+
+impl Body for DwRun<'_> {
+    /// The run's tiles, `NV` vectors from channel `h` of the block.
+    ///
+    /// # Safety
+    /// As for [`dw_tile`], for every tile of the run and channels `h..h + chans` of the block.
+    #[inline(always)]
+    unsafe fn run<V: Lanes, const NV: usize>(&self, h: usize, chans: usize) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self.epi {
+                EPI_NONE => self.tiles::<V, NV, EPI_NONE>(h, chans),
+                EPI_RELU => self.tiles::<V, NV, EPI_RELU>(h, chans),
+                EPI_CLAMP => self.tiles::<V, NV, EPI_CLAMP>(h, chans),
+                EPI_CLAMP0 => self.tiles::<V, NV, EPI_CLAMP0>(h, chans),
+                EPI_RELU_CLAMP => self.tiles::<V, NV, EPI_RELU_CLAMP>(h, chans),
+                EPI_RES => self.tiles::<V, NV, EPI_RES>(h, chans),
+                _ => self.tiles::<V, NV, EPI_GENERAL>(h, chans),
+            }
+        }
+    }
+}
+
+impl DwRun<'_> {
+    /// [`Body::run`] with the whole-tile epilogue `EPI`.
+    ///
+    /// # Safety
+    /// As for [`Body::run`].
+    #[inline(always)]
+    unsafe fn tiles<V: Lanes, const NV: usize, const EPI: u8>(&self, h: usize, chans: usize) {
+        let (c, c0) = (self.c, self.c0 + h);
+        // Lanes of the last vector (a masked one when the block's channels end inside it).
+        let last = chans - (NV - 1) * V::L;
+        let (lo, hi) = self.tail.epi.clamp.unwrap_or((0.0, 0.0));
+        // SAFETY: the caller's contract throughout.
+        unsafe {
+            let bounds = (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0);
+            let res = self.tail.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr());
+            let bias = self.bias.map(|b| &b[h..]);
+            let bias: [V; NV] = std::array::from_fn(|v| bias_vector(bias, v * V::L, chans));
+            let (x, w) = (self.x.as_ptr().add(c0), self.w.as_ptr().add(h));
+            // Output column `ox`'s first window column × channels, and its first output index.
+            let col = |ox: usize| (self.first * c) + (ox - self.lo) * self.step;
+            let yat = |ox: usize| self.y0 + ox * c + c0;
+            for ox in (self.tiles.0..self.tiles.1).step_by(R) {
+                let acc = dw_sums::<V, NV, R>(x, w, bias, self.rows, self.taps, self.kw, c, col(ox), self.step);
+                let at: [usize; R] = std::array::from_fn(|r| yat(ox) + r * c);
+                if EPI == EPI_GENERAL {
+                    store::<V, NV, R>(acc, R, &at, chans, self.out, self.tail);
+                } else {
+                    store_whole::<V, NV, R, EPI>(&acc, &at, last, self.out.0, res, bounds);
+                }
+            }
+            if let Some(ox) = self.short {
+                let acc = dw_sums::<V, NV, R4>(x, w, bias, self.rows, self.taps, self.kw, c, col(ox), self.step);
+                let at: [usize; R4] = std::array::from_fn(|r| yat(ox) + r * c);
+                if EPI == EPI_GENERAL {
+                    store::<V, NV, R4>(acc, R4, &at, chans, self.out, self.tail);
+                } else {
+                    store_whole::<V, NV, R4, EPI>(&acc, &at, last, self.out.0, res, bounds);
+                }
+            }
+        }
+    }
+}
+
+/// The sums of `RR` consecutive inside pixels × `NV` vectors from `bias`: pixel r's window
+/// columns from `x + col + r·step` (plus each tap's offset), over the window rows `rows`.
+///
+/// # Safety
+/// The CPU has `V`'s features; every read `rows[j].0 + col + r·step + taps[k].1 + v·L` (+ L)
+/// from `x` is inside the input, and `w` holds `(taps − 1)·c + NV·L` values.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn dw_sums<V: Lanes, const NV: usize, const RR: usize>(
+    x: *const f32,
+    w: *const f32,
+    bias: [V; NV],
+    rows: &[(usize, usize)],
+    taps: &[(usize, usize)],
+    kw: usize,
+    c: usize,
+    col: usize,
+    step: usize,
+) -> [[V; NV]; RR] {
+    let mut acc = [bias; RR];
+    // SAFETY: the caller's contract.
+    unsafe {
+        for &(row, ky) in rows {
+            let xr = x.add(row + col);
+            for &(kx, off) in taps {
+                let wt = w.add((ky * kw + kx) * c);
+                let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
+                let xk = xr.add(off);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let p = xk.add(r * step);
+                    for (v, (s, &k)) in acc.iter_mut().zip(&wv).enumerate() {
+                        *s = V::load(p.add(v * V::L)).fmadd(k, *s);
+                    }
+                }
+            }
+        }
+    }
+    acc
 }
 
 /// `RR` pixels × `NV` vectors of a depthwise tile from channel `h` on, summed in registers and
@@ -1320,9 +1492,19 @@ mod tests {
             Case { k: [5, 5], pads: [[2, 2], [2, 2]], in_hw: [9, 20], ..DW },
             Case { k: [1, 3], in_hw: [1, 30], pads: [[0, 0], [1, 1]], ..DW },
             Case { batch: 0, ..DW },
+            // Channels ending inside a vector (a masked last vector in the whole-tile store), and
+            // with scalar channels past the vectors; a row of exactly one short tile inside.
+            Case { cin: 24, ..DW },
+            Case { cin: 37, in_hw: [6, 7], ..DW },
         ] {
+            // As in `pointwise_matches_naive_loop`: every whole-tile epilogue and a general one.
             check(&mut rng, case, ALL_PARTS, &two);
             check(&mut rng, case, (true, false, Activation::Relu, Some((0.0, 6.0))), &two);
+            check(&mut rng, case, (true, false, Activation::None, Some((0.0, 0.5))), &two);
+            check(&mut rng, case, (false, false, Activation::Relu, None), &two);
+            check(&mut rng, case, (true, true, Activation::None, None), &two);
+            check(&mut rng, case, (false, false, Activation::None, None), &two);
+            check(&mut rng, case, (true, true, Activation::None, Some((0.0, 6.0))), &two);
         }
     }
 
