@@ -104,7 +104,7 @@ impl StemFilter {
         }
         // The channels-in-lanes copy only for the filters that kernel takes.
         let cpad = cout.next_multiple_of(LANES_CB);
-        let small = (1..=LANES_MAX).contains(&cout) && taps * cpad * 4 <= LANES_WEIGHT_BYTES;
+        let small = (1..=LANES_MAX).contains(&cout) && taps * lanes_block(cpad) * 4 <= LANES_WEIGHT_BYTES;
         let mut lanes = LineAligned::zeros(if small { taps * cpad } else { 0 });
         for (t, row) in lanes.chunks_exact_mut(cpad.max(1)).enumerate() {
             // Channel c of tap t lies in block c / CB's strip t.
@@ -445,7 +445,8 @@ impl Job<'_> {
 
     /// The kernel for a channels-last output with the channels in the vector lanes: output row
     /// `oy` of image `n` from the filled scratch `buf`, in tiles of `R` output pixels × `NV`
-    /// vectors of channels (every channel of the row, at most [`LANES_MAX`]) whose accumulators
+    /// vectors of channels (channels `c0..c0 + NV·L` of the row's at most [`LANES_MAX`], those
+    /// past the output's last not stored) whose accumulators
     /// start at the bias; per tap, `NV` weight vectors and one broadcast input value per pixel.
     /// The ReLU and the clamp are applied in registers and each pixel's channels stored in place,
     /// with no transpose. The sums are the channels-first kernel's (the same fused multiply-adds
@@ -458,7 +459,14 @@ impl Job<'_> {
     /// channels-last output: `yc` = 1); `NV` vectors hold every output channel.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn unit_lanes<V: Lanes, const NV: usize, const R: usize>(&self, n: usize, oy: usize, buf: &[f32], f: Fused) {
+    unsafe fn unit_lanes<V: Lanes, const NV: usize, const R: usize>(
+        &self,
+        n: usize,
+        oy: usize,
+        buf: &[f32],
+        f: Fused,
+        c0: usize,
+    ) {
         let (g, relu, clamp) = (self.geom, f.relu, f.clamp);
         let (ow, cout) = (g.out_hw[1], g.out_channels);
         let cpad = cout.next_multiple_of(LANES_CB);
@@ -469,7 +477,8 @@ impl Job<'_> {
         assert!(
             self.rows.last + ow <= buf.len()
                 && self.f.lanes.len() == offs.len() * cpad
-                && cpad <= NV * V::L
+                && c0 + NV * V::L <= cpad
+                && c0 < cout
                 && yc == 1
                 && ow > 0,
             "stem scratch, filter or output layout"
@@ -482,12 +491,14 @@ impl Job<'_> {
         unsafe {
             let bounds = clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
             let bias: [V; NV] = std::array::from_fn(|v| {
-                let b = |c: usize| self.epi.bias.and_then(|b| b.get(v * V::L + c).copied()).unwrap_or(0.0);
+                let b = |c: usize| self.epi.bias.and_then(|b| b.get(c0 + v * V::L + c).copied()).unwrap_or(0.0);
                 let vals: [f32; 16] = std::array::from_fn(|c| if c < V::L { b(c) } else { 0.0 });
                 V::load(vals.as_ptr())
             });
-            let last = cout - (cout.div_ceil(V::L) - 1) * V::L;
-            let vecs = cout.div_ceil(V::L);
+            // The block's channels c0..c0 + NV·L, the last ones past `cout` not stored.
+            let cend = cout.min(c0 + NV * V::L);
+            let vecs = (cend - c0).div_ceil(V::L);
+            let last = cend - c0 - (vecs - 1) * V::L;
             let mut ox0 = 0;
             while ox0 < ow {
                 let m = R.min(ow - ox0);
@@ -495,7 +506,7 @@ impl Job<'_> {
                 let col: [usize; R] = std::array::from_fn(|r| (ox0 + r).min(ow - 1));
                 let mut acc = [bias; R];
                 for (t, &off) in offs.iter().enumerate() {
-                    let wt = w.add(t * cpad);
+                    let wt = w.add(t * cpad + c0);
                     let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
                     let xt = xs.add(off);
                     for (acc, &c) in acc.iter_mut().zip(&col) {
@@ -511,7 +522,7 @@ impl Job<'_> {
                     if r >= m {
                         continue;
                     }
-                    let dst = self.out.0.add(n * yn + oy * yh + (ox0 + r) * yw);
+                    let dst = self.out.0.add(n * yn + oy * yh + (ox0 + r) * yw + c0);
                     for (v, &a) in acc.iter().enumerate() {
                         if v >= vecs {
                             continue;
@@ -532,8 +543,9 @@ impl Job<'_> {
         }
     }
 
-    /// [`Job::unit_lanes`] on AVX-512: up to 21 accumulators (5 pixels × 4 vectors for 49 to 64
-    /// channels, 7 × 3, 10 × 2, 16 × 1; with 24, some were stored to the stack at every tap).
+    /// [`Job::unit_lanes`] on AVX-512, one pass over the row per block of [`lanes_block`]
+    /// channels: up to 21 accumulators (10 pixels × 2 vectors, 7 × 3, 16 × 1; with 24, some were
+    /// stored to the stack at every tap).
     ///
     /// # Safety
     /// As for [`Job::unit_lanes`], with AVX-512F.
@@ -541,13 +553,16 @@ impl Job<'_> {
     #[target_feature(enable = "avx512f")]
     unsafe fn unit_lanes_avx512(&self, n: usize, oy: usize, buf: &[f32], f: Fused) {
         use std::arch::x86_64::__m512;
-        // SAFETY: the caller's contract; each arm's vectors hold every channel (≤ LANES_MAX).
+        let cpad = self.geom.out_channels.next_multiple_of(LANES_CB);
+        // SAFETY: the caller's contract; each call's vectors are a whole block of the padded
+        // channels (`lanes_block` divides `cpad`).
         unsafe {
-            match self.geom.out_channels.div_ceil(16) {
-                1 => self.unit_lanes::<__m512, 1, 16>(n, oy, buf, f),
-                2 => self.unit_lanes::<__m512, 2, 10>(n, oy, buf, f),
-                3 => self.unit_lanes::<__m512, 3, 7>(n, oy, buf, f),
-                _ => self.unit_lanes::<__m512, 4, 5>(n, oy, buf, f),
+            for c0 in (0..cpad).step_by(lanes_block(cpad)) {
+                match lanes_block(cpad) / 16 {
+                    1 => self.unit_lanes::<__m512, 1, 16>(n, oy, buf, f, c0),
+                    2 => self.unit_lanes::<__m512, 2, 10>(n, oy, buf, f, c0),
+                    _ => self.unit_lanes::<__m512, 3, 7>(n, oy, buf, f, c0),
+                }
             }
         }
     }
@@ -715,11 +730,26 @@ const LANES_CB: usize = 16;
 /// Most output channels of [`Job::unit_lanes`] (four AVX-512 vectors).
 const LANES_MAX: usize = 4 * LANES_CB;
 
-/// Largest filter (bytes, as [`Job::unit_lanes`] reads it) that kernel takes: every tile reads
-/// the whole filter, which must stay in L1 beside the row scratch. MobileNetV2's stem (27 taps ×
-/// 32 channels, 3.5 KB) ran 0.26 ms against 0.34 on the transposing kernel (batch 1, one core of
-/// a 2-vCPU Intel Xeon); ResNet-18's (147 taps × 64 channels, 38 KB) 3.6–3.9 ms against 2.0–2.1.
-const LANES_WEIGHT_BYTES: usize = 16 << 10;
+/// Channels of one pass of [`Job::unit_lanes`] over a row for `cpad` (a multiple of
+/// [`LANES_CB`], at most [`LANES_MAX`]) padded channels: a whole-vector block that divides them,
+/// so that a block's weights stay in L1 (ResNet's 64 channels in blocks of 32).
+fn lanes_block(cpad: usize) -> usize {
+    if cpad.is_multiple_of(32) {
+        32
+    } else if cpad == 48 {
+        48
+    } else {
+        LANES_CB
+    }
+}
+
+/// Largest block of the filter (bytes, as [`Job::unit_lanes`] reads it: taps × [`lanes_block`]
+/// channels) that kernel takes: every tile reads its block's whole filter, which must stay in L1
+/// beside the row scratch. MobileNetV2's stem (27 taps × 32 channels, 3.5 KB) ran 0.26 ms against
+/// 0.34 on the transposing kernel (batch 1, one core of a 2-vCPU Intel Xeon); ResNet-18's (147
+/// taps × 64 channels, 38 KB) ran 3.6–3.9 ms against 2.0–2.1 as one block, and 1.65–1.78 against
+/// 1.89–2.11 in two blocks of 32 channels (18.4 KB each; blocks of 16 channels: 1.84–1.86).
+const LANES_WEIGHT_BYTES: usize = 20 << 10;
 
 /// The channel step of the fused kernels' tiles (divides [`CB`]; MobileNet's 32 channels are 8
 /// whole steps).
@@ -1064,7 +1094,8 @@ mod tests {
             Case { nhwc: [false, true], cout: 64, in_hw: [6, 70], ..base },
             // Channels-last outputs with the channels in the lanes (3×3 filters, small enough):
             // three vectors (40 channels) over rows of 23 pixels (three tiles of 7 and one of 2),
-            // four (64) over rows of 12 (two tiles of 5 and one of 2).
+            // four (64: two blocks of two) over rows of 12 (a tile of 10 and one of 2). ResNet's
+            // 7×7 filter with 64 channels (two blocks) is the one above.
             Case { nhwc: [false, true], cout: 40, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [5, 45], ..base },
             Case { nhwc: [false, true], cout: 64, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [4, 23], ..base },
             Case { batch: 0, ..base },
