@@ -121,8 +121,7 @@ impl<'a> Tail<'a> {
             return EPI_GENERAL;
         }
         let act = match t.epi.clamp {
-            // ReLU then a clamp from +0 up: the clamp alone (the ReLU changes nothing it keeps).
-            Some((lo, hi)) if lo == 0.0 && lo.is_sign_positive() && hi > 0.0 => EPI_CLAMP0,
+            _ if t.clamps_from_zero() => EPI_CLAMP0,
             Some(_) if t.relu => EPI_RELU_CLAMP,
             Some(_) => EPI_CLAMP,
             None if t.relu => EPI_RELU,
@@ -135,6 +134,12 @@ impl<'a> Tail<'a> {
             // for forms convnets rarely have (MobileNet's residual adds end a block without one).
             Some(_) => EPI_GENERAL,
         }
+    }
+
+    /// Whether the clamp is from +0 to a positive bound (ReLU6): [`Lanes::clamp_from_zero`], a
+    /// ReLU before it changing nothing the clamp keeps.
+    fn clamps_from_zero(&self) -> bool {
+        matches!(self.epi.clamp, Some((lo, hi)) if lo == 0.0 && lo.is_sign_positive() && hi > 0.0)
     }
 
     /// The per-value tail over `chans` channels from each index of `at` (stored sums).
@@ -242,6 +247,7 @@ pub(super) unsafe fn finish_rows(epi: &ConvEpilogue<'_>, rows: &Rows) {
 /// # Safety
 /// [`finish_rows`]' contract.
 unsafe fn finish_rows_on(isa: FusedIsa, epi: &ConvEpilogue<'_>, rows: &Rows) {
+    #[cfg(target_arch = "x86_64")]
     let tail = Tail::of(epi);
     let Rows { rows: count, n, src, srs, dst, drs, res } = *rows;
     // SAFETY: the caller's contract; the ISA is checked on this CPU.
@@ -291,12 +297,14 @@ unsafe fn run_tail_avx2(tail: &Tail<'_>, rows: &Rows) {
 ///
 /// # Safety
 /// The CPU has `V`'s features; [`finish_rows`]' contract; `tail` is [`Tail::in_regs`].
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn run_tail<V: Lanes>(tail: &Tail<'_>, r: &Rows) {
     // SAFETY: every access is to the first `n` values of a row of `src`, `dst` or `res` (the
     // caller's contract); each vector is read before it is stored.
     unsafe {
         let bounds = tail.epi.clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
+        let clamp0 = tail.clamps_from_zero();
         for row in 0..r.rows {
             let (src, dst) = (r.src.add(row * r.srs), r.dst.add(row * r.drs));
             let res = r.res.map(|p| p.add(row * r.drs));
@@ -307,11 +315,15 @@ unsafe fn run_tail<V: Lanes>(tail: &Tail<'_>, r: &Rows) {
                 if let Some(p) = res {
                     v = v.add(load(p.add(i)));
                 }
-                if tail.relu {
-                    v = v.relu();
-                }
-                if let Some((lo, hi, zlo, zhi)) = bounds {
-                    v = v.clamp(lo, hi, zlo, zhi);
+                if let (true, Some((_, hi, _, _))) = (clamp0, bounds) {
+                    v = v.clamp_from_zero(hi);
+                } else {
+                    if tail.relu {
+                        v = v.relu();
+                    }
+                    if let Some((lo, hi, zlo, zhi)) = bounds {
+                        v = v.clamp(lo, hi, zlo, zhi);
+                    }
                 }
                 v.store_first(dst.add(i), m);
             }
