@@ -10,19 +10,23 @@
 //! vector by the tap's weight vector, with no masked lanes at the planes' edges (the lanes are
 //! channels, not columns).
 //!
-//! A tile is [`R`] output pixels × up to 64 channels (4 AVX-512 vectors, or 8 AVX2 ones in two
-//! halves), its sums in registers from the bias on. Pointwise: per input channel, one load per
-//! weight vector (the filter packed once as `[64-channel block][cin][64]`) and one broadcast per
-//! pixel. Depthwise: per tap, one weight vector per 16 channels (the `[taps][channels]` filter)
+//! A tile is a few output pixels × up to 64 channels, its sums in registers from the bias on
+//! (about 24 on AVX-512, 12 on AVX2). Pointwise: 6 pixels × 4 AVX-512 vectors, 8 × 1–3 (AVX2:
+//! 3–8 pixels × 1–4 vectors); per input channel, one load per weight vector (the filter packed
+//! once, on a cache line, as `[64-channel block][cin][64]`) and one broadcast per pixel.
+//! Depthwise: [`R`] (then [`R4`]) pixels; per tap, one weight vector per 16 channels (the
+//! `[taps][channels]` filter)
 //! and one input vector per pixel; a tile's pixels are consecutive in one output row whose
 //! windows stay inside the columns, the row's edge pixels one at a time with the taps outside
 //! skipped, the rows outside the image skipped for the whole tile. Channels past the last whole
 //! vector (a count that is no multiple of the vector width) take a scalar loop.
 //!
-//! The residual, a ReLU and a clamp are applied in registers before the one store; other
-//! activations (and NaN clamp bounds) per value after it. Work is split over the threads by
-//! pixel ranges (pointwise: chunks whose input rows stay in L2, each chunk's tiles for every
-//! channel block in turn) and by output rows (depthwise).
+//! The residual, a ReLU and a clamp are applied in registers before the one store — for whole
+//! tiles by straight-line code whose epilogue is a constant of the compiled tile loop
+//! ([`Tail::mode`]) — other activations (and NaN clamp bounds) per value after it. Work is split
+//! over the threads by pixel ranges (pointwise: chunks whose input rows stay in L2, each chunk's
+//! channel blocks in turn, a block's tiles in one call) and by output rows (depthwise: a row's
+//! inside tiles in one call per channel block).
 
 use super::depthwise::{Lanes, Portable};
 use super::{ConvEpilogue, ConvGeom, LineAligned, OP, OutPtr, for_units, uneven};
