@@ -823,7 +823,8 @@ impl Pairs {
     }
 }
 
-/// One depthwise tile's operands: the image's input rows under the window and the tile's pixels.
+/// One depthwise edge pixel's operands (the inside tiles run through [`DwRun`]): the image's
+/// input rows under the window and the taps inside the columns.
 struct DwTile<'a> {
     x: &'a [f32],
     /// Index of (image, input row, column 0, channel 0) for each window row inside the image,
@@ -834,11 +835,10 @@ struct DwTile<'a> {
     /// Kernel columns; channels per pixel.
     kw: usize,
     c: usize,
-    /// Pixels (`R`, `R4` or 1); each one's first window column × channels, plus the tile's
-    /// first channel; each one's first output index.
-    n: usize,
-    cols: &'a [usize; R],
-    yat: &'a [usize; R],
+    /// The pixel's first window column × channels and its first output index, each plus the
+    /// tile's first channel.
+    col: usize,
+    y: usize,
     /// Taps' weights from channel c0: tap t at `w[t·c..]`.
     w: &'a [f32],
     /// From channel c0 (at least the tile's channels).
@@ -848,19 +848,21 @@ struct DwTile<'a> {
 }
 
 impl Body for DwTile<'_> {
-    /// The tile's `n` pixels × `NV` vectors from channel `h` on.
+    /// The pixel's `NV` vectors from channel `h` on, summed in registers and stored with the tail.
     ///
     /// # Safety
-    /// As for [`dw_tile`], for channels `h..h + chans`.
+    /// The CPU has `V`'s features; every read `rows[j].0 + col + h + taps[k].1 + v·L` (+ L) is
+    /// inside `x`, `w` holds `h + (taps − 1)·c + NV·L` values, `bias` (if any) `h + chans`, and
+    /// [`store`]'s contract holds for channels `h..h + chans` of the pixel.
     #[inline(always)]
     unsafe fn run<V: Lanes, const NV: usize>(&self, h: usize, chans: usize) {
         // SAFETY: the caller's contract.
         unsafe {
-            match self.n {
-                R => dw_tile::<V, NV, R>(self, h, chans),
-                R4 => dw_tile::<V, NV, R4>(self, h, chans),
-                _ => dw_tile::<V, NV, 1>(self, h, chans),
-            }
+            let bias = self.bias.map(|b| &b[h..]);
+            let bias: [V; NV] = std::array::from_fn(|v| bias_vector(bias, v * V::L, chans));
+            let (x, w) = (self.x.as_ptr().add(h), self.w.as_ptr().add(h));
+            let acc = dw_sums::<V, NV, 1>(x, w, bias, self.rows, self.taps, self.kw, self.c, self.col, 0);
+            store::<V, NV, 1>(acc, 1, &[self.y + h], chans, self.out, self.tail);
         }
     }
 }
@@ -946,7 +948,8 @@ impl DwJob<'_> {
     /// `n` (`R`, `R4` or 1) consecutive output pixels from output index `y` on, pixel r's window
     /// columns at `first[r]` plus each tap's offset in `taps` (kernel column, offset), over the
     /// window rows `rows` (the largest row index `far`), channels `chans.0..chans.1`: whole
-    /// vectors of channels below `vec_c`, then the rest one value at a time.
+    /// vectors of channels below `vec_c` (for an edge pixel, `n` = 1: the inside tiles' vectors
+    /// run through [`DwRun`]), then the rest one value at a time.
     #[allow(clippy::too_many_arguments)]
     fn pixels(
         &self,
@@ -963,6 +966,7 @@ impl DwJob<'_> {
         let (from, to) = (chans.0, chans.1.min(c));
         let reach = taps.iter().map(|&(_, o)| o).max().unwrap_or(0) + first.iter().copied().max().unwrap_or(0);
         let yat: [usize; R] = std::array::from_fn(|r| y + r * c);
+        debug_assert!(n == 1 || from >= vec_c.min(to), "depthwise vectors of one pixel only");
         for c0 in (from..vec_c.min(to)).step_by(CB) {
             let chans = CB.min(vec_c.min(to) - c0);
             // Every read: a window row inside the image, a column inside, a channel < c.
@@ -973,9 +977,8 @@ impl DwJob<'_> {
                 taps,
                 kw: self.geom.kernel_hw[1],
                 c,
-                n,
-                cols: &first.map(|v| v + c0),
-                yat: &yat.map(|i| i + c0),
+                col: first[0] + c0,
+                y: yat[0] + c0,
                 w: &self.w[c0..],
                 bias: self.bias.map(|b| &b[c0..c0 + chans]),
                 out: self.out,
@@ -1138,39 +1141,6 @@ unsafe fn dw_sums<V: Lanes, const NV: usize, const RR: usize>(
     acc
 }
 
-/// `RR` pixels × `NV` vectors of a depthwise tile from channel `h` on, summed in registers and
-/// stored with the tail.
-///
-/// # Safety
-/// The CPU has `V`'s features; every read `rows[j].0 + cols[r] + h + taps[k].1 + v·L` (+ L) is
-/// inside `x`, `w` holds `h + (taps − 1)·c + NV·L` values, `bias` (if any) `h + chans`, and
-/// [`store`]'s contract holds.
-#[inline(always)]
-unsafe fn dw_tile<V: Lanes, const NV: usize, const RR: usize>(t: &DwTile<'_>, h: usize, chans: usize) {
-    // SAFETY: the caller's contract throughout.
-    unsafe {
-        let (x, w) = (t.x.as_ptr().add(h), t.w.as_ptr().add(h));
-        let bias = t.bias.map(|b| &b[h..]);
-        let bias: [V; NV] = std::array::from_fn(|v| bias_vector(bias, v * V::L, chans));
-        let mut acc = [bias; RR];
-        for &(row, ky) in t.rows {
-            let xr = x.add(row);
-            for &(kx, off) in t.taps {
-                let wt = w.add((ky * t.kw + kx) * t.c);
-                let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
-                let xk = xr.add(off);
-                for (acc, &col) in acc.iter_mut().zip(t.cols) {
-                    let p = xk.add(col);
-                    for (v, (s, &k)) in acc.iter_mut().zip(&wv).enumerate() {
-                        *s = V::load(p.add(v * V::L)).fmadd(k, *s);
-                    }
-                }
-            }
-        }
-        store::<V, NV, RR>(acc, RR, &t.yat.map(|i| i + h), chans, t.out, t.tail);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::tests::{Lcg, Operands, Parts, strides};
@@ -1269,6 +1239,18 @@ mod tests {
 
     const ALL_PARTS: Parts = (true, true, Activation::Relu, Some((-0.5, 0.7)));
 
+    /// Every whole-tile epilogue (ReLU then clamp, the clamp from +0 with and without the ReLU,
+    /// the ReLU, the residual alone, nothing) and a general one (residual and clamp).
+    const EPILOGUES: [Parts; 7] = [
+        ALL_PARTS,
+        (true, false, Activation::Relu, Some((0.0, 6.0))),
+        (true, false, Activation::None, Some((0.0, 0.5))),
+        (false, false, Activation::Relu, None),
+        (true, true, Activation::None, None),
+        (false, false, Activation::None, None),
+        (true, true, Activation::None, Some((0.0, 6.0))),
+    ];
+
     /// A MobileNetV2 14×14 layer, small; the other cases change a few fields.
     const PW: Case = Case {
         batch: 2,
@@ -1301,15 +1283,9 @@ mod tests {
             // No images.
             Case { batch: 0, ..PW },
         ] {
-            // Every whole-tile epilogue (ReLU then clamp, the clamp from +0 with and without
-            // the ReLU, the ReLU, the residual alone, nothing) and a general one.
-            check(&mut rng, case, ALL_PARTS, &two);
-            check(&mut rng, case, (true, false, Activation::Relu, Some((0.0, 6.0))), &two);
-            check(&mut rng, case, (true, false, Activation::None, Some((0.0, 0.5))), &two);
-            check(&mut rng, case, (false, false, Activation::Relu, None), &two);
-            check(&mut rng, case, (true, true, Activation::None, None), &two);
-            check(&mut rng, case, (false, false, Activation::None, None), &two);
-            check(&mut rng, case, (true, true, Activation::None, Some((0.0, 6.0))), &two);
+            for parts in EPILOGUES {
+                check(&mut rng, case, parts, &two);
+            }
         }
     }
 
@@ -1513,14 +1489,9 @@ mod tests {
             Case { cin: 24, ..DW },
             Case { cin: 37, in_hw: [6, 7], ..DW },
         ] {
-            // As in `pointwise_matches_naive_loop`: every whole-tile epilogue and a general one.
-            check(&mut rng, case, ALL_PARTS, &two);
-            check(&mut rng, case, (true, false, Activation::Relu, Some((0.0, 6.0))), &two);
-            check(&mut rng, case, (true, false, Activation::None, Some((0.0, 0.5))), &two);
-            check(&mut rng, case, (false, false, Activation::Relu, None), &two);
-            check(&mut rng, case, (true, true, Activation::None, None), &two);
-            check(&mut rng, case, (false, false, Activation::None, None), &two);
-            check(&mut rng, case, (true, true, Activation::None, Some((0.0, 6.0))), &two);
+            for parts in EPILOGUES {
+                check(&mut rng, case, parts, &two);
+            }
         }
     }
 
