@@ -105,10 +105,15 @@ impl StemFilter {
         // The channels-in-lanes copy only for the filters that kernel takes.
         let cpad = cout.next_multiple_of(LANES_CB);
         let small = (1..=LANES_MAX).contains(&cout) && taps * lanes_block(cpad) * 4 <= LANES_WEIGHT_BYTES;
+        // Block-major: each pass's block of `lanes_block` channels holds its taps' weights
+        // contiguously (rows of the whole padded width put every tap a few lines apart, in the
+        // same few L1 sets).
         let mut lanes = LineAligned::zeros(if small { taps * cpad } else { 0 });
-        for (t, row) in lanes.chunks_exact_mut(cpad.max(1)).enumerate() {
-            // Channel c of tap t lies in block c / CB's strip t.
-            for (c, v) in row.iter_mut().enumerate().take(cout) {
+        let bw = lanes_block(cpad);
+        for (i, v) in lanes.iter_mut().enumerate() {
+            let (c, t) = (i / (taps * bw) * bw + i % bw, i / bw % taps);
+            if c < cout {
+                // Channel c of tap t lies in block c / CB's strip t.
                 *v = w[(c / CB * taps + t) * CB + c % CB];
             }
         }
@@ -478,6 +483,7 @@ impl Job<'_> {
             self.rows.last + ow <= buf.len()
                 && self.f.lanes.len() == offs.len() * cpad
                 && c0 + NV * V::L <= cpad
+                && NV * V::L == lanes_block(cpad)
                 && c0 < cout
                 && yc == 1
                 && ow > 0,
@@ -485,7 +491,7 @@ impl Job<'_> {
         );
         let (xs, w) = (buf.as_ptr(), self.f.lanes.as_ptr());
         // SAFETY: the caller's contract (features) throughout; the loads are inside `buf` and
-        // `w` (asserted above); the stores are pixels ox0..ox0 + m of output row `oy` of image
+        // `w` (asserted above); the stores are pixels below ow of output row `oy` of image
         // `n`, each one's channels 0..cout (yc = 1), which `validate` checked to lie in the output
         // and only this task writes.
         unsafe {
@@ -499,30 +505,28 @@ impl Job<'_> {
             let cend = cout.min(c0 + NV * V::L);
             let vecs = (cend - c0).div_ceil(V::L);
             let last = cend - c0 - (vecs - 1) * V::L;
+            // The block's weights: a row of NV·L per tap.
+            let w = w.add(c0 * offs.len());
             let mut ox0 = 0;
             while ox0 < ow {
-                let m = R.min(ow - ox0);
-                // Pixels past the row's end repeat its last one (read, not stored).
-                let col: [usize; R] = std::array::from_fn(|r| (ox0 + r).min(ow - 1));
-                let mut acc = [bias; R];
-                for (t, &off) in offs.iter().enumerate() {
-                    let wt = w.add(t * cpad + c0);
-                    let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
-                    let xt = xs.add(off);
-                    for (acc, &c) in acc.iter_mut().zip(&col) {
-                        let x = V::splat(*xt.add(c));
-                        for (a, &k) in acc.iter_mut().zip(&wv) {
-                            *a = x.fmadd(k, *a);
-                        }
-                    }
-                }
+                // The tile's first pixel: `ox0`, or for a row's short last tile `ow - R` (the
+                // pixels before `ox0` summed again and not stored), so that every tap reads the
+                // tile's input columns at constant offsets from one address; rows shorter than a
+                // tile repeat their last pixel instead (read, not stored).
+                let (first, acc) = if ow >= R {
+                    let first = ox0.min(ow - R);
+                    (first, lanes_sums::<V, NV, R, false>(offs, w, xs, first, ow, bias))
+                } else {
+                    (ox0, lanes_sums::<V, NV, R, true>(offs, w, xs, ox0, ow, bias))
+                };
                 // Every tile pixel in a loop of constant length (the accumulators stay in
-                // registers), the ones past the row's end skipped.
+                // registers), the ones outside ox0..ow skipped.
                 for (r, acc) in acc.iter().enumerate() {
-                    if r >= m {
+                    let ox = first + r;
+                    if ox < ox0 || ox >= ow {
                         continue;
                     }
-                    let dst = self.out.0.add(n * yn + oy * yh + (ox0 + r) * yw + c0);
+                    let dst = self.out.0.add(n * yn + oy * yh + ox * yw + c0);
                     for (v, &a) in acc.iter().enumerate() {
                         if v >= vecs {
                             continue;
@@ -544,8 +548,10 @@ impl Job<'_> {
     }
 
     /// [`Job::unit_lanes`] on AVX-512, one pass over the row per block of [`lanes_block`]
-    /// channels: up to 21 accumulators (10 pixels × 2 vectors, 7 × 3, 16 × 1; with 24, some were
-    /// stored to the stack at every tap).
+    /// channels: up to 28 accumulators (14 pixels × 2 vectors, 7 × 3, 16 × 1). The tile's pixels
+    /// are read at constant offsets from one address per tap, so no general register holds a
+    /// pixel's column (with one per pixel, 24 accumulators spilled at every tap); ResNet's 112-pixel
+    /// rows are 8 whole tiles.
     ///
     /// # Safety
     /// As for [`Job::unit_lanes`], with AVX-512F.
@@ -560,7 +566,7 @@ impl Job<'_> {
             for c0 in (0..cpad).step_by(lanes_block(cpad)) {
                 match lanes_block(cpad) / 16 {
                     1 => self.unit_lanes::<__m512, 1, 16>(n, oy, buf, f, c0),
-                    2 => self.unit_lanes::<__m512, 2, 10>(n, oy, buf, f, c0),
+                    2 => self.unit_lanes::<__m512, 2, 14>(n, oy, buf, f, c0),
                     _ => self.unit_lanes::<__m512, 3, 7>(n, oy, buf, f, c0),
                 }
             }
@@ -729,6 +735,44 @@ const LANES_CB: usize = 16;
 
 /// Most output channels of [`Job::unit_lanes`] (four AVX-512 vectors).
 const LANES_MAX: usize = 4 * LANES_CB;
+
+/// The sums of one [`Job::unit_lanes`] tile: `R` pixels of an output row from column `first`
+/// (`CLAMP`: columns past `ow - 1` read column `ow - 1`), `NV` vectors of channels from the
+/// block's weights `w` (one row of `NV` vectors per tap), starting at `bias`. Without `CLAMP` the
+/// pixels are columns `first..first + R`, read at constant offsets from each tap's address.
+///
+/// # Safety
+/// The CPU has `V`'s features; for every tap offset `off`, `xs[off + first..off + first + R]`
+/// (without `CLAMP`) or `xs[off + first..off + ow]` (with it) and `w[..offs.len() · NV·L]` are
+/// readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lanes_sums<V: Lanes, const NV: usize, const R: usize, const CLAMP: bool>(
+    offs: &[usize],
+    w: *const f32,
+    xs: *const f32,
+    first: usize,
+    ow: usize,
+    bias: [V; NV],
+) -> [[V; NV]; R] {
+    let mut acc = [bias; R];
+    // SAFETY: the reads are the ones the caller's contract names.
+    unsafe {
+        for (t, &off) in offs.iter().enumerate() {
+            let wt = w.add(t * NV * V::L);
+            let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
+            let xt = xs.add(off + first);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let c = if CLAMP { (first + r).min(ow - 1) - first } else { r };
+                let x = V::splat(*xt.add(c));
+                for (a, &k) in acc.iter_mut().zip(&wv) {
+                    *a = x.fmadd(k, *a);
+                }
+            }
+        }
+    }
+    acc
+}
 
 /// Channels of one pass of [`Job::unit_lanes`] over a row for `cpad` (a multiple of
 /// [`LANES_CB`], at most [`LANES_MAX`]) padded channels: a whole-vector block that divides them,
@@ -1092,12 +1136,17 @@ mod tests {
             // channels over 35 columns).
             Case { nhwc: [false, true], cout: 32, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [9, 64], ..base },
             Case { nhwc: [false, true], cout: 64, in_hw: [6, 70], ..base },
+            // ResNet's rows of 112 pixels: eight whole tiles of 14.
+            Case { nhwc: [false, true], cout: 64, in_hw: [3, 224], ..base },
             // Channels-last outputs with the channels in the lanes (3×3 filters, small enough):
-            // three vectors (40 channels) over rows of 23 pixels (three tiles of 7 and one of 2),
-            // four (64: two blocks of two) over rows of 12 (a tile of 10 and one of 2). ResNet's
-            // 7×7 filter with 64 channels (two blocks) is the one above.
+            // three vectors (40 channels) over rows of 23 pixels (three tiles of 7 and a last one
+            // from pixel 16, over the third), four (64: two blocks of two) over rows of 12 (shorter
+            // than a tile of 14: its last pixel repeated), two over rows of exactly one tile.
+            // ResNet's 7×7 filter with 64 channels (two blocks) is the one above (rows of 35:
+            // tiles from pixels 0, 14 and 21).
             Case { nhwc: [false, true], cout: 40, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [5, 45], ..base },
             Case { nhwc: [false, true], cout: 64, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [4, 23], ..base },
+            Case { nhwc: [false, true], cout: 32, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [3, 28], ..base },
             Case { batch: 0, ..base },
         ];
         for case in cases {
