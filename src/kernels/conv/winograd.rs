@@ -41,13 +41,15 @@ fn block_elems() -> usize {
 }
 
 /// Tiles per block when `tiles` tiles in blocks of at most `small` split over `threads > 1`
-/// threads: at least two blocks per thread, the block count a multiple of the thread count and
-/// the blocks as even as whole tiles allow. Blocks of a multiple of 14 (the AVX-512 microkernel's
-/// rows) left the threads unequal shares: ResNet's 64 channels at 56², one image, 196 tiles in
-/// blocks of 42 (three on one thread, two on the other) took 0.55–0.62 ms on two threads of a
-/// Xeon (2 MiB L2) where four blocks of 49 take 0.49–0.50 (six of 33: 0.52).
+/// threads: the block count a multiple of the thread count, the blocks as even as whole tiles
+/// allow. Blocks of a multiple of 14 (the AVX-512 microkernel's rows) left the threads unequal
+/// shares: ResNet's 64 channels at 56², one image, 196 tiles in blocks of 42 (three on one
+/// thread, two on the other) took 0.55–0.62 ms on two threads of a Xeon (2 MiB L2) where four
+/// blocks of 49 take 0.49–0.50 (six of 33: 0.52). Smaller blocks cost more than they balance
+/// (each block's 36 GEMMs read the whole transformed filter): its 128 channels at 28², 49 tiles,
+/// 0.34–0.35 ms in two blocks of 25, 0.38–0.41 in four of 13, 0.57–0.58 in seven of 7.
 fn even_blocks(tiles: usize, small: usize, threads: usize) -> usize {
-    let blocks = tiles.div_ceil(small.max(1)).max(2 * threads).next_multiple_of(threads.max(1));
+    let blocks = tiles.div_ceil(small.max(1)).max(threads).next_multiple_of(threads.max(1));
     tiles.div_ceil(blocks).max(1)
 }
 /// Tiles per block: a multiple of the AVX-512 microkernel's 14 rows, within these bounds.
@@ -960,14 +962,14 @@ mod tests {
     #[test]
     fn blocks_split_evenly_over_the_threads() {
         // (tiles, most tiles per block, threads) -> tiles per block, worked by hand: the block
-        // count is at least two per thread and a multiple of the threads.
+        // count is a multiple of the threads, at least one block each.
         for (tiles, small, threads, per) in [
             (196, 84, 2, 49),  // 3 blocks of 84 -> 4 of 49
             (196, 42, 2, 33),  // 5 of 42 -> 6 of 33 (the last 31)
-            (49, 42, 2, 13),   // 2 -> 4: 13, 13, 13, 10
+            (49, 42, 2, 25),   // 2 blocks: 25 and 24
             (1568, 84, 2, 79), // 19 -> 20
-            (7, 28, 2, 2),     // 4 blocks: 2, 2, 2, 1
-            (3, 28, 4, 1),     // fewer tiles than blocks: one tile each
+            (7, 28, 2, 4),     // 1 -> 2 blocks: 4 and 3
+            (3, 28, 4, 1),     // fewer tiles than threads: one tile each
         ] {
             assert_eq!(even_blocks(tiles, small, threads), per, "{tiles} tiles, {small}, {threads} threads");
         }
