@@ -874,7 +874,17 @@ fn implicit_gemm(
             rows = rows.min(pixels.div_ceil(want_blocks).next_multiple_of(16)).max(16);
         }
     }
-    let blocks = pixels.div_ceil(rows);
+    let mut blocks = pixels.div_ceil(rows);
+    if !large_filter && uneven(per_image_tasks * blocks, threads) {
+        // Few tasks that do not split evenly over the threads: a few more, shorter blocks so
+        // that every thread gets as many (ResNet-18's 3×3/2 64 → 128 layer at batch 1: 784 pixels
+        // in 7 blocks of 112, 4 against 3 per thread on two; now 8 of 98).
+        while !(per_image_tasks * blocks).is_multiple_of(threads) && blocks < pixels {
+            blocks += 1;
+        }
+        rows = pixels.div_ceil(blocks).max(1);
+        blocks = pixels.div_ceil(rows);
+    }
     let tasks = geom.batch * geom.groups * blocks;
     // Large filters with too few tasks for the threads: the tasks in turn, each GEMM on them all.
     let (parallel, gemm_threads) = if large_filter && parallel && tasks < threads { (false, 0) } else { (parallel, 1) };
@@ -1337,6 +1347,9 @@ mod tests {
             check(&mut rng, 1, 1, 128, 256, [5, 7], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 3, 1, 128, 256, [3, 4], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, Some(&pool));
             check(&mut rng, 1, 1, 128, 256, [5, 6], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
+            // A 3×3/2 layer on the implicit GEMM at batch 1 whose 7 blocks of 32 pixels become
+            // 8 of 25 for the two threads (channels-last; channels-first may take another path).
+            check(&mut rng, 1, 1, 16, 24, [28, 28], [3, 3], [2, 2], [1, 1], [1, 1], nhwc, Some(&pool));
             // Kernel larger than the input with padding; 1x1 image; zero batch; empty output.
             check(&mut rng, 1, 1, 3, 2, [2, 2], [5, 5], [1, 1], [2, 2], [1, 1], nhwc, None);
             check(&mut rng, 2, 1, 3, 2, [1, 1], [3, 3], [1, 1], [1, 1], [1, 1], nhwc, None);
