@@ -25,8 +25,9 @@
 //! tiles by straight-line code whose epilogue is a constant of the compiled tile loop
 //! ([`Tail::mode`]) — other activations (and NaN clamp bounds) per value after it. Work is split
 //! over the threads by pixel ranges (pointwise: chunks whose input rows stay in L2, each chunk's
-//! channel blocks in turn, a block's tiles in one call) and by output rows (depthwise: a row's
-//! inside tiles in one call per channel block).
+//! channel blocks in turn, a block's tiles in one call; at least four units per thread where the
+//! pixels allow) and by output rows (depthwise: a row's inside tiles in one call per channel
+//! block).
 
 use super::depthwise::{Lanes, Portable};
 use super::{ConvEpilogue, ConvGeom, LineAligned, OP, OutPtr, for_units, uneven};
