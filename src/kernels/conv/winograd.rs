@@ -52,7 +52,9 @@ fn even_blocks(tiles: usize, small: usize, threads: usize) -> usize {
     let blocks = tiles.div_ceil(small.max(1)).max(threads).next_multiple_of(threads.max(1));
     tiles.div_ceil(blocks).max(1)
 }
-/// Tiles per block: a multiple of the AVX-512 microkernel's 14 rows, within these bounds.
+
+/// Tiles per block on one thread: a multiple of the AVX-512 microkernel's 14 rows, within these
+/// bounds (on several threads, [`even_blocks`] cuts them evenly).
 const MIN_TILES: usize = 28;
 const MAX_TILES: usize = 14 * 16;
 
@@ -957,8 +959,6 @@ mod tests {
         }
     }
 
-    /// Filters too large for the caches ([`wide`]): on one thread (two blocks of tiles one after
-    /// the other, each GEMM on this thread) and on two (a block per thread; one block with each
     #[test]
     fn blocks_split_evenly_over_the_threads() {
         // (tiles, most tiles per block, threads) -> tiles per block, worked by hand: the block
@@ -975,6 +975,8 @@ mod tests {
         }
     }
 
+    /// Filters too large for the caches ([`wide`]): on one thread (two blocks of tiles one after
+    /// the other, each GEMM on this thread) and on two (a block per thread; one block with each
     /// GEMM split over the pool; few tiles: one block with its 36 GEMMs spread over the pool,
     /// [`split_gemms`]), against the f64 loop.
     #[test]
