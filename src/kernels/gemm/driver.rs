@@ -254,8 +254,22 @@ pub(crate) fn run<TI, PA, PB, T>(
     // threads, alternated): BERT-base 1 x 128 55.1-56.5 -> 53.5-54.4 ms, MiniLM 1 x 128
     // 7.46-7.54 -> 7.12-7.23 ms. Only with at least four column panels per thread.
     let few_rows = prepacked && m <= FEW_ROWS && n >= parts * fam.nr * 4;
-    let split_m = m >= parts * fam.mr * 2 && !few_rows && (m >= n || prepacked || n < parts * fam.nr);
-    let split_n = !split_m && n >= parts * fam.nr;
+    let mut split_m = m >= parts * fam.mr * 2 && !few_rows && (m >= n || prepacked || n < parts * fam.nr);
+    let mut split_n = !split_m && n >= parts * fam.nr;
+    // Column panels that do not split evenly over the threads (MobileNetV2's 960 → 160 1×1 at
+    // 7×7, one image: 49 rows, 5 panels, 3 against 2): the rows instead, when the slowest
+    // thread's estimated share is smaller that way (25 + 24 rows: 5 × 25 against 3 × 49 row
+    // steps).
+    let panels = n.div_ceil(fam.nr);
+    if split_n && !few_rows && m >= parts * fam.mr && !panels.is_multiple_of(parts) {
+        let lanes = super::lanes(fam);
+        let by_cols = panels.div_ceil(parts) as f64 * fam.rows_cost(m, lanes);
+        let rows = split_rows(fam, m, parts);
+        let by_rows = panels as f64 * rows.pieces().map(|(_, l)| fam.rows_cost(l, lanes)).fold(0.0, f64::max);
+        if by_rows < by_cols {
+            (split_m, split_n) = (true, false);
+        }
+    }
     if parts <= 1 || !(split_m || split_n) {
         // SAFETY: the job was validated by the entry point.
         unsafe { run_serial(fam, job, bsrc, 0, blocking) };
