@@ -60,6 +60,17 @@ pub(super) fn uneven(units: usize, threads: usize) -> bool {
     !units.is_multiple_of(threads) && units < 16 * threads
 }
 
+/// The block length that cuts `len` items into at least `blocks` nearly equal blocks whose count
+/// times `per` (tasks per block index: images, groups) is a multiple of `threads`, at most `len`
+/// blocks: every thread gets as many blocks.
+pub(super) fn even_split(len: usize, blocks: usize, per: usize, threads: usize) -> usize {
+    let mut b = blocks.max(1);
+    while !(per * b).is_multiple_of(threads.max(1)) && b < len {
+        b += 1;
+    }
+    len.div_ceil(b).max(1)
+}
+
 /// `f((i, chunk))` on every `len`-value chunk of `xs` (the last may be shorter), over the
 /// current rayon pool when `parallel`.
 pub(super) fn for_chunks(parallel: bool, xs: &mut [f32], len: usize, f: impl Fn((usize, &mut [f32])) + Sync + Send) {
@@ -879,10 +890,7 @@ fn implicit_gemm(
         // Few tasks that do not split evenly over the threads: a few more, shorter blocks so
         // that every thread gets as many (ResNet-18's 3×3/2 64 → 128 layer at batch 1: 784 pixels
         // in 7 blocks of 112, 4 against 3 per thread on two; now 8 of 98).
-        while !(per_image_tasks * blocks).is_multiple_of(threads) && blocks < pixels {
-            blocks += 1;
-        }
-        rows = pixels.div_ceil(blocks).max(1);
+        rows = even_split(pixels, blocks, per_image_tasks, threads);
         blocks = pixels.div_ceil(rows);
     }
     let tasks = geom.batch * geom.groups * blocks;

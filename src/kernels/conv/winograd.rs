@@ -20,7 +20,7 @@
 
 use rayon::prelude::*;
 
-use super::{ConvEpilogue, ConvGeom, OP, OutPtr, for_chunks, try_for_units};
+use super::{ConvEpilogue, ConvGeom, OP, OutPtr, even_split, for_chunks, try_for_units};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
 use crate::kernels::gemm::{GemmArgs, MatMut, MatRef, PackedB, Rhs, Scratch, gemm_f32};
@@ -49,8 +49,7 @@ fn block_elems() -> usize {
 /// (each block's 36 GEMMs read the whole transformed filter): its 128 channels at 28², 49 tiles,
 /// 0.34–0.35 ms in two blocks of 25, 0.38–0.41 in four of 13, 0.57–0.58 in seven of 7.
 fn even_blocks(tiles: usize, small: usize, threads: usize) -> usize {
-    let blocks = tiles.div_ceil(small.max(1)).max(threads).next_multiple_of(threads.max(1));
-    tiles.div_ceil(blocks).max(1)
+    even_split(tiles, tiles.div_ceil(small.max(1)).max(threads), 1, threads)
 }
 
 /// Tiles per block on one thread: a multiple of the AVX-512 microkernel's 14 rows, within these

@@ -261,13 +261,14 @@ pub(crate) fn run<TI, PA, PB, T>(
     // thread's estimated share is smaller that way (25 + 24 rows: 5 × 25 against 3 × 49 row
     // steps).
     let panels = n.div_ceil(fam.nr);
+    let mut rows = None;
     if split_n && !few_rows && m >= parts * fam.mr && !panels.is_multiple_of(parts) {
         let lanes = super::lanes(fam);
         let by_cols = panels.div_ceil(parts) as f64 * fam.rows_cost(m, lanes);
-        let rows = split_rows(fam, m, parts);
-        let by_rows = panels as f64 * rows.pieces().map(|(_, l)| fam.rows_cost(l, lanes)).fold(0.0, f64::max);
+        let split = split_rows(fam, m, parts);
+        let by_rows = panels as f64 * split.pieces().map(|(_, l)| fam.rows_cost(l, lanes)).fold(0.0, f64::max);
         if by_rows < by_cols {
-            (split_m, split_n) = (true, false);
+            (split_m, split_n, rows) = (true, false, Some(split));
         }
     }
     if parts <= 1 || !(split_m || split_n) {
@@ -275,7 +276,11 @@ pub(crate) fn run<TI, PA, PB, T>(
         unsafe { run_serial(fam, job, bsrc, 0, blocking) };
         return;
     }
-    let split = if split_m { split_rows(fam, m, parts) } else { Split::even(n, parts, fam.nr) };
+    let split = match rows {
+        Some(split) => split,
+        None if split_m => split_rows(fam, m, parts),
+        None => Split::even(n, parts, fam.nr),
+    };
     (0..split.count()).into_par_iter().for_each(|i| {
         let (s, l) = split.piece(i);
         let sub = if split_m { job.sub(s, l, 0, n) } else { job.sub(0, m, s, l) };
