@@ -314,6 +314,95 @@ fn channels_last_pooling_sums_vectorise_across_outputs() {
     }
 }
 
+/// One reduction across outputs runs four vectors of outputs side by side (independent sums),
+/// then the vectors past the last group of four one at a time; groups that straddle two images
+/// (36 channels: nine vectors of f32 per image) and the chunk boundaries of two threads must
+/// not mix their sums. Each output is still its channel's sequential sum, bit for bit: f32 (four
+/// lanes), f64 (two) and i32 (wrapping) sums over H and W of channels-last inputs, including
+/// MobileNetV2's global average pool (7 × 7 × 1280).
+#[test]
+fn single_reductions_across_outputs_run_vectors_in_groups() {
+    for (n, h, w, c, cfg) in [
+        (3usize, 2usize, 3usize, 36usize, ""),
+        (1, 7, 7, 1280, ""),
+        (1, 7, 7, 1280, "parallelism=2"),
+        (5, 3, 2, 52, "parallelism=2"),
+    ] {
+        let dims = [n as i64, h as i64, w as i64, c as i64];
+        let xs: Vec<f32> = (0..n * h * w * c).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * 1.37).collect();
+        let xd: Vec<f64> = xs.iter().map(|&v| f64::from(v) * 1.0e-3 + 1.0).collect();
+        let xi: Vec<i32> = (0..n * h * w * c).map(|i| ((i * 2_654_435_761) % 4_294_967_291) as i32).collect();
+        let e = compile(&backend(cfg), |f| {
+            let x = param(f, "x", DType::Float32, &dims);
+            let t = f.max(x, f.scalar(0f32)?)?;
+            Ok(vec![f.reduce(ReduceKind::Sum, t, &[1, 2])?])
+        });
+        assert_eq!(e.num_fused_reductions(), 1, "{cfg}");
+        let sums = run(&e, &[Buffer::from_slice(&xs, &[n, h, w, c]).unwrap()])[0].to_vec::<f32>().unwrap();
+        let ed = compile(&backend(cfg), |f| {
+            let x = param(f, "x", DType::Float64, &dims);
+            Ok(vec![f.reduce(ReduceKind::Sum, f.mul(x, f.scalar(2f64)?)?, &[1, 2])?])
+        });
+        let sd = run(&ed, &[Buffer::from_slice(&xd, &[n, h, w, c]).unwrap()])[0].to_vec::<f64>().unwrap();
+        let ei = compile(&backend(cfg), |f| {
+            let x = param(f, "x", DType::Int32, &dims);
+            Ok(vec![f.reduce(ReduceKind::Sum, f.add(x, f.scalar(3i32)?)?, &[1, 2])?])
+        });
+        let si = run(&ei, &[Buffer::from_slice(&xi, &[n, h, w, c]).unwrap()])[0].to_vec::<i32>().unwrap();
+        for img in 0..n {
+            for ch in 0..c {
+                let at = |p: usize| (img * h * w + p) * c + ch;
+                let want = (0..h * w).fold(0f32, |a, p| a + xs[at(p)].max(0.0));
+                let got = sums[img * c + ch];
+                assert_eq!(got.to_bits(), want.to_bits(), "{cfg} {c}: image {img} channel {ch}: {got} vs {want}");
+                let want = (0..h * w).fold(0f64, |a, p| a + xd[at(p)] * 2.0);
+                assert_eq!(sd[img * c + ch].to_bits(), want.to_bits(), "{cfg} {c} f64: image {img} channel {ch}");
+                let want = (0..h * w).fold(0i32, |a, p| a.wrapping_add(xi[at(p)].wrapping_add(3)));
+                assert_eq!(si[img * c + ch], want, "{cfg} {c} i32: image {img} channel {ch}");
+            }
+        }
+    }
+}
+
+/// Strided inputs of a reduction across outputs: a bias broadcast over the pixels (its offset
+/// steps by 0 from one reduced position to the next), a transposed operand summed over one axis
+/// (steps by a constant: the transposed axis' stride), and one summed over two axes whose
+/// offsets do not step evenly (computed from the element index at every position). Each output
+/// is its sequential sum, bit for bit.
+#[test]
+fn strided_inputs_of_reductions_across_outputs() {
+    let (n, h, w, c) = (3usize, 5usize, 4usize, 24usize);
+    let p: Vec<f32> = (0..n * w * h * c).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * 0.73).collect();
+    let bias: Vec<f32> = (0..c).map(|i| (i as f32 * 0.37).sin()).collect();
+    // p is [n, w, h, c]; t = transpose(p) is [n, h, w, c].
+    let tp = |img: usize, y: usize, x: usize, ch: usize| p[((img * w + x) * h + y) * c + ch];
+    for (axes, cfg) in [(vec![1usize], ""), (vec![1, 2], ""), (vec![1], "parallelism=2")] {
+        let e = compile(&backend(cfg), |f| {
+            let x = param(f, "p", DType::Float32, &[n as i64, w as i64, h as i64, c as i64]);
+            let t = f.transpose(x, &[0, 2, 1, 3])?;
+            let b = f.constant(&bias, &[1, 1, 1, c])?;
+            Ok(vec![f.reduce(ReduceKind::Sum, f.add(t, b)?, &axes)?])
+        });
+        assert_eq!(e.num_fused_reductions(), 1, "{axes:?}");
+        let got = run(&e, &[Buffer::from_slice(&p, &[n, w, h, c]).unwrap()])[0].to_vec::<f32>().unwrap();
+        for img in 0..n {
+            for ch in 0..c {
+                if axes.len() == 1 {
+                    for x in 0..w {
+                        let want = (0..h).fold(0f32, |a, y| a + (tp(img, y, x, ch) + bias[ch]));
+                        let g = got[(img * w + x) * c + ch];
+                        assert_eq!(g.to_bits(), want.to_bits(), "{axes:?} {cfg}: {img} {x} {ch}: {g} vs {want}");
+                    }
+                } else {
+                    let want = (0..h * w).fold(0f32, |a, q| a + (tp(img, q / w, q % w, ch) + bias[ch]));
+                    let g = got[img * c + ch];
+                    assert_eq!(g.to_bits(), want.to_bits(), "{axes:?}: {img} {ch}: {g} vs {want}");
+                }
+            }
+        }
+    }
+}
+
 /// Half types reduced over a leading axis with trailing axes of whole vectors (the path that
 /// computes a vector of outputs at a time): accumulated in f32, rounded once per output.
 #[test]

@@ -34,7 +34,12 @@
 //! the reduction's identity, combined in f32 for halves, stored once). When the reduced
 //! elements of an output are contiguous (`inner == 1`) and the kernel vectorises, that loop is
 //! vectorised with one vector accumulator per unrolled copy, folded lane by lane at the end;
-//! float Sum/Product do so only when not `ordered` (vector partial sums reassociate).
+//! float Sum/Product do so only when not `ordered` (vector partial sums reassociate). When the
+//! kept axes after the reduced block hold whole vectors (`inner` a multiple of the lanes: a
+//! channels-last pooling), a vector of consecutive outputs is reduced at a time instead, each
+//! lane in element order (so bit-identical to the ordered sum), four vectors side by side
+//! (independent add chains), with the element index and the offsets of strided inputs that
+//! step evenly carried by the loop rather than divided out at every reduced position.
 //!
 //! # Semantics
 //!
@@ -399,6 +404,19 @@ fn strided_offset(b: &mut FunctionBuilder, ptr: Type, i: Value, dims: &[i64], st
 /// Emits the body for one element (lanes = 1) or one vector at flat index `i`, stores the plain
 /// outputs there and returns every register's value.
 fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Result<Vec<Value>, String> {
+    emit_body_at(cg, k, tys, s, i, &[])
+}
+
+/// [`emit_body`] with the element offsets of some strided inputs given (`offsets[n]`, computed by
+/// the caller from `i`) instead of derived from `i`.
+fn emit_body_at(
+    cg: &mut Cg,
+    k: &LoopKernel,
+    tys: &[Ty],
+    s: &Setup,
+    i: Value,
+    offsets: &[Option<Value>],
+) -> Result<Vec<Value>, String> {
     let ptr = cg.ptr;
     let mut regs: Vec<Value> = Vec::with_capacity(k.insts.len());
     for inst in &k.insts {
@@ -410,7 +428,10 @@ fn emit_body(cg: &mut Cg, k: &LoopKernel, tys: &[Ty], s: &Setup, i: Value) -> Re
                     (Access::Strided { dims, strides }, _) => {
                         // Vector form (see `vector_lanes`): the lanes share one run of the
                         // innermost axis, read contiguously or as one broadcast element.
-                        let off = strided_offset(cg.b, ptr, i, dims, strides);
+                        let off = match offsets.get(*n) {
+                            Some(&Some(off)) => off,
+                            _ => strided_offset(cg.b, ptr, i, dims, strides),
+                        };
                         let off = cg.b.ins().imul_imm(off, ty.bytes() as i64);
                         let addr = cg.b.ins().iadd(s.in_ptrs[*n], off);
                         if cg.lanes > 1 && strides.last() == Some(&0) {
