@@ -227,6 +227,32 @@ fn relu6_fuses_as_max_min_and_as_clamp() {
     }
 }
 
+/// ReLU6 bounds as `clamp` of broadcast scalars shared by two convolutions (as a builder writes
+/// them once, or CSE leaves them): each loop computes its own copy of the broadcasts, so both
+/// epilogues merge and no step writes the broadcasts out.
+#[test]
+fn clamps_sharing_broadcast_bounds_fuse_into_both_convs() {
+    for nhwc in [true, false] {
+        let c = Conv { nhwc, hw: HW, cin: 8, cout: 8, groups: 1 };
+        let body = format!(
+            "{}{}{RELU}  %60 = broadcast_in_dim %50, shape={{out}}, axes=[] : {{out}}\n  \
+             %61 = broadcast_in_dim %51, shape={{out}}, axes=[] : {{out}}\n  %3 = add %2, %4 : {{out}}\n  \
+             %5 = clamp %60, %3, %61 : {{out}}\n{}{}  %7 = add %6, %8 : {{out}}\n  %9 = clamp %60, %7, %61 : {{out}}\n",
+            c.conv(2, 0, 1),
+            c.bias(4, 2),
+            c.conv(6, 5, 3),
+            c.bias(8, 4)
+        );
+        let m = c.module(&body, "%9");
+        fused(&m, "bias + clamp [0, 6]");
+        let p = plan(&m);
+        let merged =
+            p.lines().filter(|l| l.contains("kernel ConvGeneral") && l.contains("epilogue bias + clamp [0, 6]"));
+        assert_eq!(merged.count(), 2, "{p}");
+        agree(&m, &c.inputs());
+    }
+}
+
 #[test]
 fn residual_block_end_fuses() {
     for c in [NCHW, NHWC] {

@@ -155,6 +155,36 @@ fn chains_run_channels_last_and_agree_with_the_interpreter() {
     assert_eq!(layout_of(&m, ""), (vec![3, 3, 3, 3], 0));
 }
 
+/// Two convolutions whose epilogues read broadcasts rather than constants (as a builder writes
+/// them): ReLU6 as `clamp` of broadcast scalars, and a bias that is a parameter broadcast along
+/// the channels. The broadcasts are re-made channels-last, so the chain has no transpose inside
+/// (one for the result), and the jit agrees with the interpreter.
+#[test]
+fn broadcast_operands_are_carried_channels_last() {
+    let (n, c, hw) = (2, 16, 8);
+    let t = format!("f32[{n},{c},{hw},{hw}]");
+    let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
+    body += &conv(2, 0, n, 3, c, 3, 1, 1, hw);
+    body += &format!(
+        "  %20 = broadcast_in_dim %9000, shape={t}, axes=[] : {t}\n  %21 = broadcast_in_dim %9001, shape={t}, axes=[] : {t}\n  \
+         %22 = broadcast_in_dim %1, shape={t}, axes=[1] : {t}\n  %23 = add %2, %22 : {t}\n  %24 = clamp %20, %23, %21 : {t}\n"
+    );
+    body += &conv(3, 24, n, c, c, 3, 1, 1, hw);
+    body += &format!("  %25 = add %3, %22 : {t}\n  %26 = clamp %20, %25, %21 : {t}\n");
+    let text = format!(
+        "module @t\nfunc @main(%0 \"x\": f32[{n},3,{hw},{hw}], %1 \"b\": f32[{c}]) {{\n{body}  return %26\n}}\n"
+    );
+    let m = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(layout_of(&m, "conv_layout=nhwc"), (vec![3, 3], 1));
+    let x = Buffer::from_slice(&floats_vec(n * 3 * hw * hw, 3, 2.0), &[n, 3, hw, hw]).unwrap();
+    let b = Buffer::from_slice(&floats_vec(c, 4, 1.0), &[c]).unwrap();
+    agree(
+        &m,
+        &[x, b],
+        &["jit:parallelism=1,conv_layout=nhwc", "jit:parallelism=2,conv_layout=nhwc", "jit:parallelism=1"],
+    );
+}
+
 /// A 3×3 convolution and a depthwise one on `n` images of 32×32 with 8 channels (1024 pixels
 /// per plane > 4 · 8: large planes).
 fn large_planes(n: usize) -> Module {

@@ -14,7 +14,8 @@
 //!   (below) gets channels-last output dimension numbers, and reads the input's twin with
 //!   channels-last input dimension numbers when there is one (else the NCHW input in place);
 //! - an elementwise op (unary, binary, clamp, compare, select) with a twin operand gets a twin
-//!   when its other operands are scalars, twins, or constants (transposed by the fold pass);
+//!   when its other operands are scalars, twins, constants (transposed by the fold pass) or
+//!   broadcasts (broadcast again to the channels-last axes);
 //! - a reduction over a twin whose kept axes stay in the same order (global average pooling
 //!   keeps N and C), and a pooling window (ReduceWindow) over a twin, read the twin instead;
 //! - every other reader of a value with a twin (and the function's outputs) reads
@@ -30,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::Result;
 use crate::ir::dtype::DType;
-use crate::ir::module::{FuncId, Module, NodeId, ValueId};
+use crate::ir::module::{FuncId, Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{ConvAxes, Op};
 use crate::ir::shape::Shape;
 
@@ -280,9 +281,11 @@ fn twin_of(
             Some(m.node(c).outputs[0])
         }
         op if elementwise(op) && out_shape.rank() == 4 && inputs.iter().any(|v| twins.contains_key(v)) => {
-            // Every operand: a twin, a scalar, or a rank-4 constant (transposed; folded later).
+            // Every operand: a twin, a scalar, a rank-4 constant (transposed; folded later), or a
+            // rank-4 broadcast (of anything: broadcast again to the twin's axes).
             let mut ins = Vec::with_capacity(inputs.len());
             let mut consts = vec![];
+            let mut broadcasts = vec![];
             for &v in inputs {
                 let s = m.shape(v);
                 if let Some(&t) = twins.get(&v) {
@@ -292,6 +295,9 @@ fn twin_of(
                 } else if s.rank() == 4 && m.constant_data(v).is_some() && !s.is_dynamic() {
                     consts.push((ins.len(), v));
                     ins.push(v);
+                } else if let Some(b) = broadcast_to_twin(m, func, v) {
+                    broadcasts.push((ins.len(), b));
+                    ins.push(v);
                 } else {
                     return None;
                 }
@@ -299,6 +305,10 @@ fn twin_of(
             for (i, v) in consts {
                 let shape = nhwc_shape(m.shape(v));
                 let t = m.add_node(func, Op::Transpose { perm: TO_NHWC.to_vec() }, vec![v], vec![shape]);
+                ins[i] = m.node(t).outputs[0];
+            }
+            for (i, (x, op, shape)) in broadcasts {
+                let t = m.add_node(func, op, vec![x], vec![shape]);
                 ins[i] = m.node(t).outputs[0];
             }
             let e = m.add_node(func, op.clone(), ins, vec![nhwc_shape(&out_shape)]);
@@ -328,6 +338,23 @@ fn twin_of(
         }
         _ => None,
     }
+}
+
+/// When `v` is a static rank-4 `BroadcastInDim` of `x` computed in `func`: `x` and the broadcast
+/// (op and shape) that gives `v`'s channels-last twin from it, each of `x`'s axes sent to the
+/// twin's position of the axis it went to. The ReLU6 bounds a builder writes as broadcast
+/// scalars (`clamp(broadcast 0, x, broadcast 6)`) or a bias broadcast along the channels.
+fn broadcast_to_twin(m: &Module, func: FuncId, v: ValueId) -> Option<(ValueId, Op, Shape)> {
+    let s = m.shape(v);
+    if s.rank() != 4 || s.is_dynamic() || m.value(v).func != func {
+        return None;
+    }
+    let ValueDef::Node { node, .. } = m.value(v).def else { return None };
+    let Op::BroadcastInDim { axes, .. } = &m.node(node).op else { return None };
+    let &[x] = &m.node(node).inputs[..] else { return None };
+    let axes: Option<Vec<usize>> = axes.iter().map(|&a| TO_NCHW.get(a).copied()).collect();
+    let shape = nhwc_shape(s);
+    Some((x, Op::BroadcastInDim { shape: shape.clone(), axes: axes? }, shape))
 }
 
 /// Node `n` as a reduction over a value with a twin whose kept axes keep their order: the

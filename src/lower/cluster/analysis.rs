@@ -186,6 +186,8 @@ pub(super) struct Open {
     pub(super) reduced: HashSet<ValueId>,
     /// The reduction geometry all of the cluster's reductions share.
     pub(super) geom: Option<(usize, usize, usize)>,
+    /// Members that copy a generator an earlier item computed (see `cluster_function`).
+    pub(super) copies: HashSet<NodeId>,
 }
 
 impl Open {

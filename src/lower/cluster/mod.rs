@@ -45,7 +45,12 @@
 //! cluster through a remapping (a transpose or broadcast of a member, or an operand whose dims
 //! differ from its own): then, as for a fusable node with another `len`, the open cluster is
 //! closed and a new one opened. A cluster whose members only move data (transposes, broadcasts,
-//! reshapes, aliases) is dissolved again: its nodes run as single steps. A non-fusable node that reads no value of the open cluster is
+//! reshapes, aliases) is dissolved again: its nodes run as single steps. A broadcast or an iota
+//! (a *generator*: its value comes from values computed before any cluster that reads it) that
+//! an earlier item computed is copied into each later cluster that reads it element for element
+//! rather than written out by the first and read back by the others (CSE leaves one broadcast
+//! of 0 and one of 6 for every ReLU6 of a shape); the original stays only where it is read
+//! (by its own cluster, a single node, or as a result), and a generator step nothing reads goes. A non-fusable node that reads no value of the open cluster is
 //! scheduled before it (it only depends on values computed earlier), so it does not split the
 //! cluster; one that reads a value of the open cluster closes it first. A cluster therefore only
 //! reads values computed before it runs, and no outside node runs between its members. Constants
@@ -208,11 +213,17 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
 
     let mut open: Option<Open> = None;
     let mut groups: Vec<Vec<(NodeId, Fuse)>> = vec![];
+    // Per group: the members that are copies of a generator computed by an earlier item.
+    let mut copies: Vec<HashSet<NodeId>> = vec![];
     let mut schedule = vec![];
-    let close = |open: &mut Option<Open>, groups: &mut Vec<Vec<(NodeId, Fuse)>>, schedule: &mut Vec<Item>| {
+    let close = |open: &mut Option<Open>,
+                 groups: &mut Vec<Vec<(NodeId, Fuse)>>,
+                 copies: &mut Vec<HashSet<NodeId>>,
+                 schedule: &mut Vec<Item>| {
         if let Some(o) = open.take() {
             schedule.push(Item::Cluster(groups.len()));
             groups.push(o.nodes);
+            copies.push(o.copies);
         }
     };
     for &n in &fd.body {
@@ -238,19 +249,38 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
                     // (like any independent node), so it does not split the open cluster.
                     schedule.push(Item::Cluster(groups.len()));
                     groups.push(vec![(n, fz.clone())]);
+                    copies.push(HashSet::new());
                     continue;
                 }
                 if !joins {
-                    close(&mut open, &mut groups, &mut schedule);
+                    close(&mut open, &mut groups, &mut copies, &mut schedule);
                     open = Some(Open {
                         len,
                         nodes: vec![],
                         produced: HashSet::new(),
                         reduced: HashSet::new(),
                         geom: None,
+                        copies: HashSet::new(),
                     });
                 }
                 if let Some(o) = open.as_mut() {
+                    // Generators an earlier item computed (a broadcast shared by several
+                    // clusters, as CSE leaves the bounds of every ReLU6): a copy joins, so the
+                    // value is not written out for this cluster to read back.
+                    for (v, r) in fz.reads() {
+                        if r != Read::Elem || o.produced.contains(&v) || o.nodes.len() + 1 >= MAX_CLUSTER_NODES {
+                            continue;
+                        }
+                        let Some(g) = def_node(m, v) else { continue };
+                        let Some(gz) = fusable.get(&g).filter(|gz| generator(m, g, gz)) else { continue };
+                        let gdims = &m.shape(v).dims;
+                        let fits = m.shape(v).size() == Some(o.len) && (*gdims == shape.dims || o.len == 1);
+                        if fits && o.admits(m, gz, gdims) {
+                            o.nodes.push((g, gz.clone()));
+                            o.copies.insert(g);
+                            o.produced.insert(v);
+                        }
+                    }
                     o.nodes.push((n, fz.clone()));
                     if let Fuse::Reduce { geom, .. } = fz {
                         o.geom = Some(*geom);
@@ -262,13 +292,13 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
             }
             None => {
                 if open.as_ref().is_some_and(reads_open) {
-                    close(&mut open, &mut groups, &mut schedule);
+                    close(&mut open, &mut groups, &mut copies, &mut schedule);
                 }
                 schedule.push(Item::Node(n));
             }
         }
     }
-    close(&mut open, &mut groups, &mut schedule);
+    close(&mut open, &mut groups, &mut copies, &mut schedule);
 
     // A group that only moves data (transposes, broadcasts, reshapes, aliases) gains nothing
     // from a compiled loop: its nodes run as single steps (reference kernels, zero-copy aliases).
@@ -276,17 +306,20 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
         g.iter().all(|(_, fz)| matches!(fz, Fuse::Alias(_) | Fuse::Reshape(_) | Fuse::Remap(..)))
     };
     let mut kept = vec![];
+    let mut kept_copies = vec![];
     let mut renumber_groups = vec![None; groups.len()];
     let mut demoted: Vec<Vec<NodeId>> = vec![vec![]; groups.len()];
-    for (ci, g) in groups.into_iter().enumerate() {
+    for (ci, (g, cp)) in groups.into_iter().zip(copies).enumerate() {
         if moves_only(&g) {
-            demoted[ci] = g.into_iter().map(|(n, _)| n).collect();
+            // Copies need no step of their own: the item that computed them still runs.
+            demoted[ci] = g.into_iter().map(|(n, _)| n).filter(|n| !cp.contains(n)).collect();
         } else {
             renumber_groups[ci] = Some(kept.len());
             kept.push(g);
+            kept_copies.push(cp);
         }
     }
-    let groups = kept;
+    let (mut groups, copies) = (kept, kept_copies);
     let schedule: Vec<Item> = schedule
         .into_iter()
         .flat_map(|it| match it {
@@ -298,14 +331,10 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
         })
         .collect();
 
-    // Values read outside the cluster that defines them: by single nodes, by other clusters, or
-    // returned.
-    let mut owner: HashMap<ValueId, usize> = HashMap::new();
-    for (ci, g) in groups.iter().enumerate() {
-        for (n, _) in g {
-            owner.insert(m.node(*n).outputs[0], ci);
-        }
-    }
+    // Values read outside the cluster that defines them: by single nodes, by clusters that do not
+    // compute them (a copy computes its value for its own cluster), or returned.
+    let produced: Vec<HashSet<ValueId>> =
+        groups.iter().map(|g| g.iter().map(|(n, _)| m.node(*n).outputs[0]).collect()).collect();
     let mut external: HashSet<ValueId> = an.returned.clone();
     for item in &schedule {
         if let Item::Node(n) = item {
@@ -314,15 +343,43 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
     }
     for (ci, g) in groups.iter().enumerate() {
         for (_, fz) in g {
-            external.extend(fz.values().into_iter().filter(|v| owner.get(v) != Some(&ci)));
+            external.extend(fz.values().into_iter().filter(|v| !produced[ci].contains(v)));
         }
     }
+    // Generators whose value no member of their cluster reads and that are not its outputs (the
+    // original of a broadcast every reader of which now has its copy) are left out; so are single
+    // generator steps nothing reads any more.
+    for (ci, g) in groups.iter_mut().enumerate() {
+        let read: HashSet<ValueId> = g.iter().flat_map(|(_, fz)| fz.values()).collect();
+        g.retain(|(n, fz)| {
+            let v = m.node(*n).outputs[0];
+            let output = external.contains(&v) && !copies[ci].contains(n);
+            !generator(m, *n, fz) || output || read.contains(&v)
+        });
+    }
+    let schedule: Vec<Item> = schedule
+        .into_iter()
+        .filter(|it| match *it {
+            Item::Node(n) => {
+                let node = m.node(n);
+                let unread = node.outputs.iter().all(|v| !external.contains(v));
+                !(unread && fusable.get(&n).is_some_and(|fz| generator(m, n, fz)))
+            }
+            Item::Cluster(_) => true,
+        })
+        .collect();
 
     let mut clusters = Vec::with_capacity(groups.len());
     let mut renumber = vec![None; groups.len()];
     for (ci, g) in groups.into_iter().enumerate() {
-        let outputs: Vec<ValueId> =
-            g.iter().map(|(n, _)| m.node(*n).outputs[0]).filter(|v| external.contains(v)).collect();
+        // A copy's value is its cluster's own: the original's item writes it where it is read
+        // outside.
+        let outputs: Vec<ValueId> = g
+            .iter()
+            .filter(|(n, _)| !copies[ci].contains(n))
+            .map(|(n, _)| m.node(*n).outputs[0])
+            .filter(|v| external.contains(v))
+            .collect();
         if outputs.is_empty() {
             continue; // every member is dead
         }
@@ -337,6 +394,17 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
         })
         .collect();
     Clustering { clusters, schedule }
+}
+
+/// Whether node `n` (fusable as `fz`) only generates its value from values computed before any
+/// cluster that reads it: a broadcast (of one element, or read through stride-0 axes) or an
+/// iota. Such a node is copied into every cluster that reads it rather than its value written
+/// out by one cluster and read back by the others.
+fn generator(m: &Module, n: NodeId, fz: &Fuse) -> bool {
+    matches!(
+        (&m.node(n).op, fz),
+        (Op::BroadcastInDim { .. }, Fuse::Alias(_) | Fuse::Remap(..)) | (Op::Iota { .. }, Fuse::Iota { .. })
+    )
 }
 
 /// A human-readable listing of the clusters (for dumps).
@@ -398,6 +466,56 @@ mod tests {
         let m = parse_module(text).expect("parse");
         let c = cluster_function(&m, m.main);
         (m, c)
+    }
+
+    /// A broadcast (CSE shares one per shape: the zero and six bounds of every ReLU6) read by
+    /// two clusters that a non-fusable node separates: each cluster computes its own copy, so
+    /// neither writes the broadcast out and no step materialises it. The same for an iota.
+    #[test]
+    fn generators_shared_by_clusters_are_copied_not_written_out() {
+        let (m, c) = clusters(
+            "module @t\n\nfunc @main(%0 \"x\": f32[3,3], %1 \"b\": f32[3]) {\n  \
+             %2 = constant 0.0 : f32[]\n  %3 = broadcast_in_dim %2, shape=f32[3,3], axes=[] : f32[3,3]\n  \
+             %4 = broadcast_in_dim %1, shape=f32[3,3], axes=[1] : f32[3,3]\n  \
+             %5 = iota shape=f32[3,3], axis=0 : f32[3,3]\n  \
+             %6 = add %0, %4 : f32[3,3]\n  %7 = max %6, %3 : f32[3,3]\n  %8 = add %7, %5 : f32[3,3]\n  \
+             %9 = dot_general %8, %0, lhs_contracting=[1], lhs_batch=[], rhs_contracting=[0], rhs_batch=[] : f32[3,3]\n  \
+             %10 = add %9, %4 : f32[3,3]\n  %11 = max %10, %3 : f32[3,3]\n  %12 = mul %11, %5 : f32[3,3]\n  \
+             return %12\n}\n",
+        );
+        assert_eq!(c.clusters.len(), 2, "{}", describe(&m, &c));
+        for cl in &c.clusters {
+            // One output each (its last value); the broadcasts and the iota are members.
+            assert_eq!(cl.outputs.len(), 1, "{}", describe(&m, &c));
+            let ops: Vec<_> = cl.nodes.iter().map(|&n| m.node(n).op.op_type()).collect();
+            assert_eq!(ops.iter().filter(|o| **o == crate::ir::optype::OpType::BroadcastInDim).count(), 2);
+            assert_eq!(ops.iter().filter(|o| **o == crate::ir::optype::OpType::Iota).count(), 1);
+            // The shared values are read by no kernel: only x, b and (second) the product.
+            assert!(cl.inputs.len() <= 2, "{}", describe(&m, &c));
+        }
+        assert_eq!(c.clusters[0].inputs.len(), 2);
+        // Only the dot runs outside the loops.
+        let nodes: Vec<_> = c.schedule.iter().filter(|it| matches!(it, Item::Node(_))).collect();
+        assert_eq!(nodes.len(), 1, "{:?}", c.schedule);
+    }
+
+    /// A lone broadcast whose two readers are clusters of their own: it runs in each (no
+    /// reference step for the broadcast), and a broadcast a non-fusable node reads is still
+    /// written once, by the cluster that first computes it.
+    #[test]
+    fn a_broadcast_read_outside_any_cluster_is_still_written() {
+        let (m, c) = clusters(
+            "module @t\n\nfunc @main(%0 \"x\": f32[3,3], %1 \"b\": f32[3]) {\n  \
+             %2 = broadcast_in_dim %1, shape=f32[3,3], axes=[1] : f32[3,3]\n  \
+             %3 = add %0, %2 : f32[3,3]\n  \
+             %4 = dot_general %3, %2, lhs_contracting=[1], lhs_batch=[], rhs_contracting=[0], rhs_batch=[] : f32[3,3]\n  \
+             %5 = mul %4, %2 : f32[3,3]\n  return %5\n}\n",
+        );
+        assert_eq!(c.clusters.len(), 2, "{}", describe(&m, &c));
+        let b = m.func(m.main).body[0];
+        let bv = m.node(b).outputs[0];
+        assert!(c.clusters[0].outputs.contains(&bv), "{}", describe(&m, &c));
+        assert!(!c.clusters[1].outputs.contains(&bv) && !c.clusters[1].inputs.contains(&bv), "{}", describe(&m, &c));
     }
 
     #[test]
