@@ -210,6 +210,31 @@ fn if_and_sort_run_on_the_plan() {
     assert_eq!(out[1].to_vec::<f32>().unwrap(), vec![-10.0, 5.0, 20.0, 30.0, 50.0]);
 }
 
+/// Closures that read values of `main` computed by its loops and read nowhere else in `main`
+/// (an elementwise result and a broadcast of a scalar): the loops write them out for the
+/// branch, which computes exp(x) + x, or s + x (s broadcast), worked by hand below.
+#[test]
+fn closures_read_values_of_main_computed_by_loops() {
+    let b = backend("");
+    let e = compile(&b, |f| {
+        let p = param(f, "p", DType::Bool, &[]);
+        let x = param(f, "x", DType::Float32, &[5]);
+        let s = param(f, "s", DType::Float32, &[]);
+        let ex = f.exp(x)?;
+        let sb = f.broadcast_in_dim(s, &Shape::new(DType::Float32, &[5]), &[])?;
+        let then_b = f.closure()?;
+        then_b.return_(&[then_b.add(ex, x)?])?;
+        let else_b = f.closure()?;
+        else_b.return_(&[else_b.add(sb, x)?])?;
+        f.if_(p, &then_b, &else_b)
+    });
+    let xs = [0f32, 1.0, -2.0, 0.5, 3.0];
+    for (p, want) in [(true, xs.map(|v| v.exp() + v)), (false, xs.map(|v| 2.5 + v))] {
+        let out = run(&e, &[Buffer::scalar(p), Buffer::from_slice(&xs, &[5]).unwrap(), Buffer::scalar(2.5f32)]);
+        assert_eq!(out[0].to_vec::<f32>().unwrap(), want.to_vec(), "p = {p}");
+    }
+}
+
 #[test]
 fn concurrent_executions_equal_sequential_ones() {
     const N: usize = 70_001; // large enough to use the pool from every thread

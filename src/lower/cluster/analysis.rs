@@ -47,7 +47,7 @@ pub(super) struct Analysis<'m> {
     pub(super) m: &'m Module,
     /// Number of reads of each value by nodes of the function (with multiplicity).
     pub(super) uses: Vec<u32>,
-    /// Values returned by the function.
+    /// Values returned by the function or read by other functions (closures).
     pub(super) returned: HashSet<ValueId>,
 }
 

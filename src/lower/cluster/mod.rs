@@ -49,13 +49,14 @@
 //! (a *generator*: its value comes from values computed before any cluster that reads it) that
 //! an earlier item computed is copied into each later cluster that reads it element for element
 //! rather than written out by the first and read back by the others (CSE leaves one broadcast
-//! of 0 and one of 6 for every ReLU6 of a shape); the original stays only where it is read
-//! (by its own cluster, a single node, or as a result), and a generator step nothing reads goes. A non-fusable node that reads no value of the open cluster is
-//! scheduled before it (it only depends on values computed earlier), so it does not split the
-//! cluster; one that reads a value of the open cluster closes it first. A cluster therefore only
-//! reads values computed before it runs, and no outside node runs between its members. Constants
-//! are not scheduled (the executor preloads them). Values of a cluster read outside it, or
-//! returned, become kernel outputs.
+//! of 0 and one of 6 for every ReLU6 of a shape); the original stays only where it is read (by
+//! its own cluster, a single node, a closure, or as a result), and a generator step nothing
+//! reads goes. A non-fusable node that reads no value of the open cluster is scheduled before
+//! it (it only depends on values computed earlier), so it does not split the cluster; one that
+//! reads a value of the open cluster (itself or through its closures) closes it first. A cluster therefore only reads values
+//! computed before it runs, and no outside node runs between its members. Constants are not
+//! scheduled (the executor preloads them). Values of a cluster read outside it (by a closure
+//! too), or returned, become kernel outputs.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -194,7 +195,16 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
             uses[v.index()] += 1;
         }
     }
-    let returned: HashSet<ValueId> = fd.outputs.iter().flatten().copied().collect();
+    let mut returned: HashSet<ValueId> = fd.outputs.iter().flatten().copied().collect();
+    // Values of `f` that other functions read by id (a closure reads its ancestors' values):
+    // written out like results, or the closure would find them missing.
+    for (fi, other) in m.functions.iter().enumerate() {
+        if fi == f.index() {
+            continue;
+        }
+        let reads = other.body.iter().flat_map(|&n| m.node(n).inputs.iter()).chain(other.outputs.iter().flatten());
+        returned.extend(reads.copied().filter(|&v| m.value(v).func == f));
+    }
     let an = Analysis { m, uses, returned };
 
     // Comparisons absorbed by a fusable Where (decided up front: it only depends on shapes).
@@ -236,7 +246,10 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
             Fuse::Reshape(x) => open.as_ref().is_some_and(|o| o.produced.contains(x)),
             _ => true,
         });
-        let reads_open = |o: &Open| node.inputs.iter().any(|v| o.produced.contains(v) || o.reduced.contains(v));
+        // A node with closures also reads what they read of this function by id.
+        let captured = if node.op.callees().is_empty() { HashSet::new() } else { read_by_callees(m, f, &node.op) };
+        let reads_open =
+            |o: &Open| node.inputs.iter().chain(&captured).any(|v| o.produced.contains(v) || o.reduced.contains(v));
         match fz {
             Some(fz) => {
                 let shape = iter_shape(m, n, fz);
@@ -394,6 +407,26 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
         })
         .collect();
     Clustering { clusters, schedule }
+}
+
+/// The values of function `f` that the closures and functions `op` refers to read by id, in
+/// their nodes or as their results, nested closures included (each function visited once).
+fn read_by_callees(m: &Module, f: FuncId, op: &Op) -> HashSet<ValueId> {
+    let mut seen: HashSet<FuncId> = HashSet::new();
+    let mut todo = op.callees();
+    let mut read = HashSet::new();
+    while let Some(g) = todo.pop() {
+        if g == f || !seen.insert(g) || g.index() >= m.functions.len() {
+            continue;
+        }
+        let fd = m.func(g);
+        for &n in &fd.body {
+            read.extend(m.node(n).inputs.iter().copied().filter(|&v| m.value(v).func == f));
+            todo.extend(m.node(n).op.callees());
+        }
+        read.extend(fd.outputs.iter().flatten().copied().filter(|&v| m.value(v).func == f));
+    }
+    read
 }
 
 /// Whether node `n` (fusable as `fz`) only generates its value from values computed before any
