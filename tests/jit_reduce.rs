@@ -14,6 +14,11 @@ use jit_support::{backend, compile, run};
 use tensorjit::ir::op::{CompareOp, ReduceKind};
 use tensorjit::{Buffer, DType, Function, Shape, Value};
 
+/// `len` deterministic values in [-scale, scale).
+fn pattern(len: usize, scale: f32) -> Vec<f32> {
+    (0..len).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * scale).collect()
+}
+
 fn param(f: &Function, name: &str, d: DType, dims: &[i64]) -> Value {
     f.parameter(name, Shape::new(d, dims)).expect("parameter")
 }
@@ -196,7 +201,7 @@ fn integer_and_bool_reductions_wrap_and_vectorise_over_long_rows() {
 #[test]
 fn fast_and_ordered_float_sums() {
     let (rows, n) = (37usize, 1013usize);
-    let xs: Vec<f32> = (0..rows * n).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * 1.37).collect();
+    let xs: Vec<f32> = pattern(rows * n, 1.37);
     let build = |f: &Function| -> tensorjit::Result<Vec<Value>> {
         let x = param(f, "x", DType::Float32, &[rows as i64, n as i64]);
         let sq = f.mul(x, x)?;
@@ -288,7 +293,7 @@ fn channels_last_pooling_sums_vectorise_across_outputs() {
         (2, 40, 50, 516, "parallelism=2"),
         (2, 40, 50, 516, "parallelism=2,reductions=ordered"),
     ] {
-        let xs: Vec<f32> = (0..n * h * w * c).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * 1.37).collect();
+        let xs: Vec<f32> = pattern(n * h * w * c, 1.37);
         let bias: Vec<f32> = (0..c).map(|i| (i as f32 * 0.37).sin()).collect();
         let e = compile(&backend(cfg), |f| {
             let x = param(f, "x", DType::Float32, &[n as i64, h as i64, w as i64, c as i64]);
@@ -329,7 +334,7 @@ fn single_reductions_across_outputs_run_vectors_in_groups() {
         (5, 3, 2, 52, "parallelism=2"),
     ] {
         let dims = [n as i64, h as i64, w as i64, c as i64];
-        let xs: Vec<f32> = (0..n * h * w * c).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * 1.37).collect();
+        let xs: Vec<f32> = pattern(n * h * w * c, 1.37);
         let xd: Vec<f64> = xs.iter().map(|&v| f64::from(v) * 1.0e-3 + 1.0).collect();
         let xi: Vec<i32> = (0..n * h * w * c).map(|i| ((i * 2_654_435_761) % 4_294_967_291) as i32).collect();
         let e = compile(&backend(cfg), |f| {
@@ -372,7 +377,7 @@ fn single_reductions_across_outputs_run_vectors_in_groups() {
 #[test]
 fn strided_inputs_of_reductions_across_outputs() {
     let (n, h, w, c) = (3usize, 5usize, 4usize, 24usize);
-    let p: Vec<f32> = (0..n * w * h * c).map(|i| (((i * 7919) % 2003) as f32 / 1001.0 - 1.0) * 0.73).collect();
+    let p: Vec<f32> = pattern(n * w * h * c, 0.73);
     let bias: Vec<f32> = (0..c).map(|i| (i as f32 * 0.37).sin()).collect();
     // p is [n, w, h, c]; t = transpose(p) is [n, h, w, c].
     let tp = |img: usize, y: usize, x: usize, ch: usize| p[((img * w + x) * h + y) * c + ch];

@@ -283,32 +283,26 @@ fn twin_of(
         op if elementwise(op) && out_shape.rank() == 4 && inputs.iter().any(|v| twins.contains_key(v)) => {
             // Every operand: a twin, a scalar, a rank-4 constant (transposed; folded later), or a
             // rank-4 broadcast (of anything: broadcast again to the twin's axes).
+            // The twins of constants and broadcasts are made once every operand qualifies: (operand
+            // index, op, its input).
             let mut ins = Vec::with_capacity(inputs.len());
-            let mut consts = vec![];
-            let mut broadcasts = vec![];
+            let mut made = vec![];
             for &v in inputs {
                 let s = m.shape(v);
                 if let Some(&t) = twins.get(&v) {
                     ins.push(t);
-                } else if s.rank() == 0 {
-                    ins.push(v);
-                } else if s.rank() == 4 && m.constant_data(v).is_some() && !s.is_dynamic() {
-                    consts.push((ins.len(), v));
-                    ins.push(v);
-                } else if let Some(b) = broadcast_to_twin(m, func, v) {
-                    broadcasts.push((ins.len(), b));
-                    ins.push(v);
-                } else {
-                    return None;
+                    continue;
                 }
+                if s.rank() == 4 && m.constant_data(v).is_some() && !s.is_dynamic() {
+                    made.push((ins.len(), Op::Transpose { perm: TO_NHWC.to_vec() }, v));
+                } else if s.rank() != 0 {
+                    let (x, b) = broadcast_to_twin(m, func, v)?;
+                    made.push((ins.len(), b, x));
+                }
+                ins.push(v);
             }
-            for (i, v) in consts {
-                let shape = nhwc_shape(m.shape(v));
-                let t = m.add_node(func, Op::Transpose { perm: TO_NHWC.to_vec() }, vec![v], vec![shape]);
-                ins[i] = m.node(t).outputs[0];
-            }
-            for (i, (x, op, shape)) in broadcasts {
-                let t = m.add_node(func, op, vec![x], vec![shape]);
+            for (i, op, x) in made {
+                let t = m.add_node(func, op, vec![x], vec![nhwc_shape(m.shape(ins[i]))]);
                 ins[i] = m.node(t).outputs[0];
             }
             let e = m.add_node(func, op.clone(), ins, vec![nhwc_shape(&out_shape)]);
@@ -341,10 +335,10 @@ fn twin_of(
 }
 
 /// When `v` is a static rank-4 `BroadcastInDim` of `x` computed in `func`: `x` and the broadcast
-/// (op and shape) that gives `v`'s channels-last twin from it, each of `x`'s axes sent to the
-/// twin's position of the axis it went to. The ReLU6 bounds a builder writes as broadcast
-/// scalars (`clamp(broadcast 0, x, broadcast 6)`) or a bias broadcast along the channels.
-fn broadcast_to_twin(m: &Module, func: FuncId, v: ValueId) -> Option<(ValueId, Op, Shape)> {
+/// that gives `v`'s channels-last twin from it, each of `x`'s axes sent to the twin's position of
+/// the axis it went to. The ReLU6 bounds a builder writes as broadcast scalars
+/// (`clamp(broadcast 0, x, broadcast 6)`) or a bias broadcast along the channels.
+fn broadcast_to_twin(m: &Module, func: FuncId, v: ValueId) -> Option<(ValueId, Op)> {
     let s = m.shape(v);
     if s.rank() != 4 || s.is_dynamic() || m.value(v).func != func {
         return None;
@@ -353,8 +347,7 @@ fn broadcast_to_twin(m: &Module, func: FuncId, v: ValueId) -> Option<(ValueId, O
     let Op::BroadcastInDim { axes, .. } = &m.node(node).op else { return None };
     let &[x] = &m.node(node).inputs[..] else { return None };
     let axes: Option<Vec<usize>> = axes.iter().map(|&a| TO_NCHW.get(a).copied()).collect();
-    let shape = nhwc_shape(s);
-    Some((x, Op::BroadcastInDim { shape: shape.clone(), axes: axes? }, shape))
+    Some((x, Op::BroadcastInDim { shape: nhwc_shape(s), axes: axes? }))
 }
 
 /// Node `n` as a reduction over a value with a twin whose kept axes keep their order: the

@@ -303,9 +303,12 @@ fn build_across(
     let span = b.ins().isub(ve, vs);
     let whole = b.ins().band_imm(span, !(group * lanes - 1));
     let vg = b.ins().iadd(vs, whole);
-    across_vectors(b, (k, tys, setup), red, ptr, lanes, group, (vs, vg), ops)?;
+    // The strided inputs whose offsets advance by a constant per reduced position.
+    let (red_n, inner) = (red.red as i64, red.inner as i64);
+    let steps: Vec<Option<i64>> = k.inputs.iter().map(|a| strided_step(a, red_n, inner)).collect();
+    across_vectors(b, (k, tys, setup), red, (ptr, lanes), (group, &steps), (vs, vg), ops)?;
     if group > 1 {
-        across_vectors(b, (k, tys, setup), red, ptr, lanes, 1, (vg, ve), ops)?;
+        across_vectors(b, (k, tys, setup), red, (ptr, lanes), (1, &steps), (vg, ve), ops)?;
     }
     Ok(())
 }
@@ -337,16 +340,14 @@ const ACROSS_GROUP: i64 = 4;
 
 /// The outputs `from..to` (a multiple of `group · lanes` of them) `group` vectors at a time, for
 /// [`build_across`]. Each vector's element index is a loop variable advanced by `inner` per
-/// reduced position (computed from the output index once, before the loop). Continues in a new
-/// block.
-#[allow(clippy::too_many_arguments)]
+/// reduced position (computed from the output index once, before the loop), and so is the offset
+/// of each strided input with a step in `steps` ([`strided_step`]). Continues in a new block.
 fn across_vectors(
     b: &mut FunctionBuilder,
     (k, tys, setup): (&LoopKernel, &[Ty], &Setup),
     red: &Reduction,
-    ptr: Type,
-    lanes: i64,
-    group: i64,
+    (ptr, lanes): (Type, i64),
+    (group, steps): (i64, &[Option<i64>]),
     (from, to): (Value, Value),
     ops: &[(BinaryOp, Ty)],
 ) -> Result<(), String> {
@@ -366,7 +367,6 @@ fn across_vectors(
     let jv = b.use_var(j);
     // Per output vector: its element index and the element offsets of the strided inputs that
     // advance by a constant per reduced position, each a loop variable.
-    let steps: Vec<Option<i64>> = k.inputs.iter().map(|a| strided_step(a, red_n, inner)).collect();
     let mut idx = Vec::new();
     let mut accs = Vec::new();
     for u in 0..group {
@@ -377,7 +377,7 @@ fn across_vectors(
         let offs: Vec<Option<(Variable, i64)>> = k
             .inputs
             .iter()
-            .zip(&steps)
+            .zip(steps)
             .map(|(a, st)| match (a, st) {
                 (Access::Strided { dims, strides }, Some(st)) => {
                     let o = b.declare_var(ptr);
@@ -401,11 +401,9 @@ fn across_vectors(
             accumulate_at(&mut Cg { b: &mut *b, lanes, ptr }, k, tys, setup, (i, &at), ops, row)?;
             let next = b.ins().iadd_imm(i, inner);
             b.def_var(*v, next);
-            for (o, x) in offs.iter().zip(at) {
-                if let (Some((o, st)), Some(x)) = (o, x) {
-                    let next = b.ins().iadd_imm(x, *st);
-                    b.def_var(*o, next);
-                }
+            for (&(o, st), x) in offs.iter().flatten().zip(at.into_iter().flatten()) {
+                let next = b.ins().iadd_imm(x, st);
+                b.def_var(o, next);
             }
         }
         Ok(())

@@ -196,15 +196,15 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
         }
     }
     let mut returned: HashSet<ValueId> = fd.outputs.iter().flatten().copied().collect();
-    // Values of `f` that other functions read by id (a closure reads its ancestors' values):
-    // written out like results, or the closure would find them missing.
-    for (fi, other) in m.functions.iter().enumerate() {
-        if fi == f.index() {
-            continue;
-        }
-        let reads = other.body.iter().flat_map(|&n| m.node(n).inputs.iter()).chain(other.outputs.iter().flatten());
-        returned.extend(reads.copied().filter(|&v| m.value(v).func == f));
-    }
+    // What each node with closures reads of `f` through them (a closure reads its ancestors'
+    // values by id): written out like results, or the closure would find them missing.
+    let captured: HashMap<NodeId, HashSet<ValueId>> = fd
+        .body
+        .iter()
+        .filter(|&&n| !m.node(n).op.callees().is_empty())
+        .map(|&n| (n, read_by_callees(m, f, &m.node(n).op)))
+        .collect();
+    returned.extend(captured.values().flatten().copied());
     let an = Analysis { m, uses, returned };
 
     // Comparisons absorbed by a fusable Where (decided up front: it only depends on shapes).
@@ -247,9 +247,10 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
             _ => true,
         });
         // A node with closures also reads what they read of this function by id.
-        let captured = if node.op.callees().is_empty() { HashSet::new() } else { read_by_callees(m, f, &node.op) };
-        let reads_open =
-            |o: &Open| node.inputs.iter().chain(&captured).any(|v| o.produced.contains(v) || o.reduced.contains(v));
+        let through_closures = captured.get(&n).into_iter().flatten();
+        let reads_open = |o: &Open| {
+            node.inputs.iter().chain(through_closures.clone()).any(|v| o.produced.contains(v) || o.reduced.contains(v))
+        };
         match fz {
             Some(fz) => {
                 let shape = iter_shape(m, n, fz);
