@@ -319,9 +319,10 @@ fn a_value_read_by_a_closure_stays_computed_channels_first() {
     assert_eq!(convs, vec![3, 3, 3, 1, 3]);
 }
 
-/// Two inverted-residual blocks whose depthwise convolutions read 112×112 planes (the size from
-/// which `block::MIN_PIXELS` fuses them): the head's block with its residual (stride 1), then
-/// 1×1 16→32 → depthwise 3×3/2 → 1×1 32→8 without one, down to 56×56.
+/// Two inverted-residual blocks whose depthwise convolutions read 112×112 planes (expanded
+/// images of 1.6 MB: `conv_blocks=auto` fuses them where that is more than a core's L2 cache,
+/// `on` everywhere): the head's block with its residual (stride 1), then 1×1 16→32 → depthwise
+/// 3×3/2 → 1×1 32→8 without one, down to 56×56.
 fn band_blocks(n: usize) -> Module {
     let mut body = inverted_residual(n, 112);
     body += &conv(20, 8, n, 16, 32, 1, 1, 1, 112);
@@ -350,21 +351,60 @@ fn inverted_residual_blocks_run_band_by_band_and_agree_with_the_interpreter() {
             &m,
             &[x],
             &[
-                "jit:parallelism=1",
-                "jit:parallelism=2",
-                "jit:parallelism=3",
+                "jit:parallelism=1,conv_blocks=on",
+                "jit:parallelism=2,conv_blocks=on",
+                "jit:parallelism=3,conv_blocks=on",
                 "jit:parallelism=2,conv_blocks=off",
-                "jit:parallelism=1,conv_layout=nhwc",
-                "jit:parallelism=2,conv_layout=nhwc",
+                "jit:parallelism=1,conv_layout=nhwc,conv_blocks=on",
+                "jit:parallelism=2,conv_layout=nhwc,conv_blocks=on",
             ],
         );
-        for cfg in ["parallelism=1", "parallelism=2", "parallelism=2,conv_layout=nhwc"] {
+        for cfg in [
+            "parallelism=1,conv_blocks=on",
+            "parallelism=2,conv_blocks=on",
+            "parallelism=2,conv_layout=nhwc,conv_blocks=on",
+        ] {
             let blocks = blocks_of(&m, cfg);
             assert_eq!(blocks.len(), 2, "{cfg}, batch {n}: {blocks:?}");
             assert!(blocks[0].contains("residual") && blocks[1].contains("/[2, 2]"), "{blocks:?}");
         }
         assert!(blocks_of(&m, "parallelism=1,conv_blocks=off").is_empty());
     }
+}
+
+/// A 3×3 convolution 16→16 on `[n, 16, hw, hw]` (which takes the chain channels-last under
+/// `conv_layout=auto`), then one inverted-residual block: 1×1 16→`c6` → depthwise 3×3 → 1×1
+/// `c6`→16, each with bias and ReLU6 but the last.
+fn expansion_block(n: usize, hw: usize, c6: usize) -> Module {
+    let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
+    body += &conv(6, 0, n, 16, 16, 3, 1, 1, hw);
+    body += &conv(1, 6, n, 16, c6, 1, 1, 1, hw);
+    body += &bias_relu6(2, 1, n, c6, hw);
+    body += &conv(3, 2, n, c6, c6, 3, 1, c6, hw);
+    body += &bias_relu6(4, 3, n, c6, hw);
+    body += &conv(5, 4, n, c6, 16, 1, 1, 1, hw);
+    let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},16,{hw},{hw}]) {{\n{body}  return %5\n}}\n");
+    parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+#[test]
+fn auto_blocks_are_those_whose_expanded_image_outgrows_the_l2_cache() {
+    // 8×8 × 32 channels, 8 KiB per image (batch 4: still 8 KiB an image): smaller than any L2
+    // cache; 112×112 × 192 channels, 9.6 MB: larger than any (per-core L2 caches are 0.25 to
+    // 2 MiB on the CPUs tensorjit targets). Channels-first and channels-last alike.
+    // (Nothing here executes the large block: its plan is all the test reads.)
+    for layout in [",conv_layout=keep", ",conv_layout=nhwc"] {
+        let small = expansion_block(4, 8, 32);
+        assert!(blocks_of(&small, &format!("parallelism=1{layout}")).is_empty());
+        assert_eq!(blocks_of(&small, &format!("parallelism=1,conv_blocks=on{layout}")).len(), 1);
+        let large = expansion_block(1, 112, 192);
+        assert_eq!(blocks_of(&large, &format!("parallelism=1{layout}")).len(), 1, "{layout}");
+        assert_eq!(blocks_of(&large, &format!("parallelism=1,conv_blocks=auto{layout}")).len(), 1);
+        assert!(blocks_of(&large, &format!("parallelism=1,conv_blocks=off{layout}")).is_empty());
+    }
+    let small = expansion_block(4, 8, 32);
+    let x = Buffer::from_slice(&floats_vec(4 * 16 * 8 * 8, 3, 2.0), &[4, 16, 8, 8]).unwrap();
+    agree(&small, &[x], &["jit:parallelism=2,conv_blocks=on,conv_layout=keep", "jit:parallelism=1,conv_blocks=on"]);
 }
 
 #[test]
@@ -374,7 +414,7 @@ fn a_block_intermediate_read_elsewhere_keeps_the_three_steps() {
     let body = inverted_residual(n, 112);
     let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},3,224,224]) {{\n{body}  return %8, %6\n}}\n");
     let m = parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    assert!(blocks_of(&m, "parallelism=1").is_empty());
+    assert!(blocks_of(&m, "parallelism=1,conv_blocks=on").is_empty());
     let x = Buffer::from_slice(&floats_vec(3 * 224 * 224, 4, 2.0), &[n, 3, 224, 224]).unwrap();
     agree(&m, &[x], &["jit:parallelism=2"]);
 }

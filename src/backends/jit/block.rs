@@ -20,9 +20,10 @@
 //! Three consecutive convolution steps form a block ([`qualify`]) when the first is a 1×1
 //! stride-1 convolution without residual, the second a depthwise convolution of its result and
 //! the third a 1×1 stride-1 convolution of that (with or without residual), all channels-first
-//! with dense planes and prepared constant filters, the depthwise input planes at least
-//! [`MIN_PIXELS`] pixels, and neither intermediate value read anywhere else. The jit option
-//! `conv_blocks=off` keeps the three steps.
+//! with dense planes and prepared constant filters, and neither intermediate value read anywhere
+//! else. Which of those run as blocks is the jit option `conv_blocks`: by default (`auto`) the
+//! blocks whose expanded image is larger than a core's L2 cache ([`qualify`]'s `min_bytes`),
+//! `on` every one, `off` none.
 
 use std::sync::Mutex;
 
@@ -39,16 +40,6 @@ use super::fast::FastKernel;
 
 const OP: &str = "ConvGeneral";
 
-/// Depthwise input planes of at least this many pixels form blocks. On a 2-vCPU Intel Xeon
-/// (Sapphire Rapids class, 2 MiB of L2 per core), MobileNetV2 at batch 1: the 112×112 block
-/// (16 → 96 → 96/2 → 24) ran 0.90 ms fused against 1.06 ms as three steps (one thread, profiled),
-/// and the model 7.03–7.11 against 7.15–7.23 ms on one thread, 3.97–4.06 against 4.10–4.19 on
-/// two; the 56×56 and 28×28 blocks ran slower fused (0.78–0.88 against 0.76 ms at 56×56,
-/// 0.65–0.70 against 0.56 ms for the two at 28×28): their expanded tensors (1.8 MB and less)
-/// stay in that L2 layer by layer, and the kernels run less efficiently on bands than on whole
-/// planes.
-pub(crate) const MIN_PIXELS: usize = 112 * 112;
-
 /// Bytes the scratch of one band (its expanded rows and its depthwise result) may take: the
 /// band's rows are chosen so that both stay in a core's L2 cache with the layers' filters
 /// (MobileNetV2's 112×112 block, 4 output rows of 56 per band: 0.97 ms at 256 KiB, 0.90 at
@@ -56,8 +47,21 @@ pub(crate) const MIN_PIXELS: usize = 112 * 112;
 const BAND_BYTES: usize = 512 << 10;
 
 /// Whether `expand`, `dw` and `project` (each the image kernel of consecutive steps, `dw` reading
-/// `expand`'s result and `project` reading `dw`'s) can run as one block.
-pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv) -> bool {
+/// `expand`'s result and `project` reading `dw`'s) can run as one block, whose expanded image
+/// (the depthwise input of one image) takes more than `min_bytes`.
+///
+/// The default `min_bytes` is a core's L2 cache (jit `conv_blocks=auto`), from MobileNetV2 at
+/// batch 1 (112², 56² and 28² blocks, expanded images of 4.8 MB, 1.8 MB and 602 KB). On a 2-vCPU
+/// Intel Xeon (Sapphire Rapids class, 2 MiB of L2 per core): the 112² block ran 0.90 ms fused
+/// against 1.06 ms as three steps (one thread, profiled), the model 7.03–7.11 against 7.15–7.23
+/// ms on one thread; the 56² and 28² blocks ran slower fused (0.78–0.88 against 0.76 ms at 56²,
+/// 0.65–0.70 against 0.56 ms for the two at 28²): layer by layer their expanded images stay in
+/// that L2, and the kernels run less efficiently on bands than on whole planes. On a 2-vCPU AMD
+/// EPYC Zen 4 (1 MiB of L2 per core) the 56² blocks win fused (the stride-1 one 736 µs against
+/// 908 as three steps, the stride-2 one 388 against 437; the model 7.19 against 7.51 ms on one
+/// thread, 3.90 against 4.00 on two, best of 10 alternated rounds) and the 28² ones do not
+/// (7.27 ms with them).
+pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv, min_bytes: usize) -> bool {
     let (a, b, c) = (expand.geom(), dw.geom(), project.geom());
     // Dense images, channels-first or (all three) channels-last.
     let last = a.x_strides[1] == 1;
@@ -85,7 +89,7 @@ pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv) -
         && b.in_hw == a.out_hw
         && c.in_channels == c6
         && c.in_hw == b.out_hw
-        && b.in_hw[0] * b.in_hw[1] >= MIN_PIXELS
+        && [b.in_hw[1], c6, size_of::<f32>()].iter().fold(b.in_hw[0], |n, &k| n.saturating_mul(k)) > min_bytes
         && rows_inside
         && c6 > 0
         && b.out_hw[1] > 0
@@ -471,7 +475,11 @@ mod tests {
             k.as_any().unwrap().downcast_ref::<ConvKernel>().unwrap().per_image().unwrap()
         };
         let images = [image(convs[0]), image(convs[1]), image(convs[2])];
-        assert!(qualify(&images[0], &images[1], &images[2]));
+        // The expanded image, 8 channels × 112², takes 401,408 bytes: a block above any smaller
+        // threshold, not from that size on.
+        assert!(qualify(&images[0], &images[1], &images[2], 0));
+        assert!(qualify(&images[0], &images[1], &images[2], 8 * 112 * 112 * 4 - 1));
+        assert!(!qualify(&images[0], &images[1], &images[2], 8 * 112 * 112 * 4));
         let [a, b, c] = [image(convs[0]), image(convs[1]), image(convs[2])];
         (build(a, b, c), images)
     }

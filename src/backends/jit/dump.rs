@@ -268,7 +268,11 @@ impl JitBackend {
             stream_min_bytes: self.stream_min_bytes,
             winograd: self.opts.winograd,
             conv_chains: self.opts.conv_chains,
-            conv_blocks: self.opts.conv_blocks,
+            conv_blocks: match self.opts.conv_blocks {
+                super::ConvBlocks::Off => None,
+                super::ConvBlocks::On => Some(0),
+                _ => Some(crate::kernels::gemm::cache_sizes().l2),
+            },
             threads: 1,
         }
     }

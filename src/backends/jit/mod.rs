@@ -71,7 +71,7 @@ use crate::ir::module::Module;
 pub use exec::JitExecutable;
 pub use loops::PARALLEL_MIN_ELEMENTS;
 pub use options::{
-    ConvLayout, DEFAULT_SPECIALIZATIONS, Fallback, JitOptions, MAX_SPECIALIZATIONS, OPTIONS, Reductions,
+    ConvBlocks, ConvLayout, DEFAULT_SPECIALIZATIONS, Fallback, JitOptions, MAX_SPECIALIZATIONS, OPTIONS, Reductions,
     StreamingStores,
 };
 pub use shared::{ConstantCacheStats, MIN_SHARED_BYTES, constant_cache_stats, wait_for_constant_hashing};

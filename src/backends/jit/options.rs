@@ -60,6 +60,23 @@ pub enum StreamingStores {
     Off,
 }
 
+/// Which inverted residual blocks (1×1 expansion → depthwise → 1×1 projection) run as one step,
+/// band of rows by band of rows (`conv_blocks=auto|on|off`; `backends::jit::block`). Results
+/// agree to rounding either way.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ConvBlocks {
+    /// The blocks whose expanded image (the depthwise convolution's input, per image) is larger
+    /// than a core's L2 cache: layer by layer it would go through L3 between the three steps. The
+    /// default.
+    #[default]
+    Auto,
+    /// Every block that qualifies, whatever its size.
+    On,
+    /// None: each convolution is its own step.
+    Off,
+}
+
 /// What compiling does when part of a module would leave generated code and specialised kernels
 /// (`fallback=allow|error`): a node run by its scalar reference kernel, or the whole module
 /// delegated to the interpreter (dynamic shapes, collectives). The compile report's
@@ -101,6 +118,8 @@ pub enum ConvLayout {
 
 const CONV_LAYOUT: &[(&str, ConvLayout)] =
     &[("auto", ConvLayout::Auto), ("keep", ConvLayout::Keep), ("nhwc", ConvLayout::Nhwc), ("small", ConvLayout::Small)];
+const CONV_BLOCKS: &[(&str, ConvBlocks)] =
+    &[("auto", ConvBlocks::Auto), ("on", ConvBlocks::On), ("off", ConvBlocks::Off)];
 const FALLBACK: &[(&str, Fallback)] = &[("allow", Fallback::Allow), ("error", Fallback::Error)];
 const REDUCTIONS: &[(&str, Reductions)] = &[("fast", Reductions::Fast), ("ordered", Reductions::Ordered)];
 const STREAMING: &[(&str, StreamingStores)] =
@@ -152,11 +171,11 @@ pub struct JitOptions {
     /// (`conv_chains=on|off`; default on; `backends::jit::chain`). `off`: every convolution is
     /// its own step, layer by layer (a profile then times each one).
     pub conv_chains: bool,
-    /// Inverted residual blocks (1×1 expansion → depthwise → 1×1 projection over planes of at
-    /// least 28×28) run as one step, band of rows by band of rows, their expanded rows kept in
-    /// the cache (`conv_blocks=on|off`; default on; `backends::jit::block`). `off`: each
-    /// convolution is its own step.
-    pub conv_blocks: bool,
+    /// Which inverted residual blocks (1×1 expansion → depthwise → 1×1 projection) run as one
+    /// step, band of rows by band of rows, their expanded rows kept in the cache
+    /// (`conv_blocks=auto|on|off`; default auto: those whose expanded image exceeds a core's L2
+    /// cache; `backends::jit::block`).
+    pub conv_blocks: ConvBlocks,
     /// While an execution runs its steps inside its pool, the pool's other threads look for
     /// work between its parallel splits instead of sleeping (`spin=on|off`; default on;
     /// `threads::KeepWarm`): no wake-up latency per split, at the price of those threads
@@ -185,7 +204,7 @@ impl Default for JitOptions {
             winograd: true,
             conv_layout: ConvLayout::Auto,
             conv_chains: true,
-            conv_blocks: true,
+            conv_blocks: ConvBlocks::Auto,
             spin: true,
             specializations: DEFAULT_SPECIALIZATIONS,
             dump: None,
@@ -254,9 +273,9 @@ impl JitOptions {
         self
     }
 
-    /// Whether inverted residual blocks run as one step, band by band.
-    pub fn conv_blocks(mut self, on: bool) -> Self {
-        self.conv_blocks = on;
+    /// Which inverted residual blocks run as one step, band by band.
+    pub fn conv_blocks(mut self, b: ConvBlocks) -> Self {
+        self.conv_blocks = b;
         self
     }
 
@@ -305,7 +324,7 @@ impl JitOptions {
                 "fallback" => o.fallback = config::parse_choice(NAME, key, v, FALLBACK)?,
                 "winograd" => o.winograd = config::parse_switch(NAME, key, v)?,
                 "conv_chains" => o.conv_chains = config::parse_switch(NAME, key, v)?,
-                "conv_blocks" => o.conv_blocks = config::parse_switch(NAME, key, v)?,
+                "conv_blocks" => o.conv_blocks = config::parse_choice(NAME, key, v, CONV_BLOCKS)?,
                 "spin" => o.spin = config::parse_switch(NAME, key, v)?,
                 "conv_layout" => o.conv_layout = config::parse_choice(NAME, key, v, CONV_LAYOUT)?,
                 "specializations" => {
@@ -383,8 +402,8 @@ impl fmt::Display for JitOptions {
         if !self.conv_chains {
             items.push("conv_chains=off".into());
         }
-        if !self.conv_blocks {
-            items.push("conv_blocks=off".into());
+        if self.conv_blocks != ConvBlocks::Auto {
+            items.push(format!("conv_blocks={}", word(CONV_BLOCKS, self.conv_blocks)));
         }
         if !self.spin {
             items.push("spin=off".into());
@@ -417,7 +436,7 @@ mod tests {
             .winograd(false)
             .conv_layout(ConvLayout::Keep)
             .conv_chains(false)
-            .conv_blocks(false)
+            .conv_blocks(ConvBlocks::Off)
             .spin(false)
             .specializations(3)
             .dump("/tmp/x");
@@ -428,6 +447,9 @@ mod tests {
         );
         assert_eq!(JitOptions::parse("conv_layout=nhwc").unwrap().conv_layout, ConvLayout::Nhwc);
         assert_eq!(JitOptions::parse("conv_layout=small").unwrap().conv_layout, ConvLayout::Small);
+        assert_eq!(JitOptions::parse("conv_blocks=on").unwrap().conv_blocks, ConvBlocks::On);
+        assert_eq!(JitOptions::parse("conv_blocks=auto").unwrap().conv_blocks, ConvBlocks::Auto);
+        assert_eq!(JitOptions::parse("").unwrap().conv_blocks, ConvBlocks::Auto);
         assert_eq!(JitOptions::parse(&s).unwrap(), o);
         assert_eq!(JitOptions::parse("parallelism=2,parallelism=shared").unwrap().threads, Threads::Shared);
         assert!(!JitOptions::parse("winograd=off").unwrap().winograd);

@@ -214,8 +214,9 @@ pub(crate) struct PlanOptions {
     pub winograd: bool,
     /// Consecutive convolutions over large planes run as one step, image by image (`chain`).
     pub conv_chains: bool,
-    /// Inverted residual blocks run as one step, band by band (`block`).
-    pub conv_blocks: bool,
+    /// Inverted residual blocks whose expanded image takes more than this many bytes run as one
+    /// step, band by band (`block`); `None`: none do.
+    pub conv_blocks: Option<usize>,
     /// Threads of the pool the plan runs on (set by [`build`]).
     pub threads: usize,
 }
@@ -514,7 +515,10 @@ fn build_function(
     }
 
     let keep: HashSet<ValueId> = outputs.iter().copied().collect();
-    let steps = if opts.conv_blocks { form_blocks(steps, &keep) } else { steps };
+    let steps = match opts.conv_blocks {
+        Some(min_bytes) => form_blocks(steps, &keep, min_bytes),
+        None => steps,
+    };
     let mut steps = if opts.conv_chains { form_chains(steps, &keep, opts.threads) } else { steps };
 
     // Liveness of this function's own values: the last step reading each; returned values are
@@ -897,11 +901,12 @@ fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn
 }
 
 /// The image kernels of `three` consecutive steps when they form an inverted residual block
-/// ([`super::block::qualify`]): each reads the previous one's result, which `private` says no
-/// other step reads.
+/// ([`super::block::qualify`] with `min_bytes`): each reads the previous one's result, which
+/// `private` says no other step reads.
 fn block_at(
     three: &[Option<Step>],
     private: impl Fn(ValueId) -> bool,
+    min_bytes: usize,
 ) -> Option<(super::conv::ImageConv, super::conv::ImageConv, super::conv::ImageConv)> {
     let kernel = |j: usize| match &three[j] {
         Some(Step::Kernel(k)) if k.outputs.len() == 1 => Some(k),
@@ -915,13 +920,13 @@ fn block_at(
     }
     let image = |k: &KernelStep| k.fast.as_deref()?.as_any()?.downcast_ref::<super::conv::ConvKernel>()?.per_image();
     let convs = (image(a)?, image(b)?, image(c)?);
-    super::block::qualify(&convs.0, &convs.1, &convs.2).then_some(convs)
+    super::block::qualify(&convs.0, &convs.1, &convs.2, min_bytes).then_some(convs)
 }
 
 /// Regroups `steps` (one function's, in order): each three consecutive convolutions that form an
-/// inverted residual block ([`super::block`]) become one step. `keep`: values the function returns
-/// (or keeps).
-fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>) -> Vec<Step> {
+/// inverted residual block ([`super::block`]) whose expanded image takes more than `min_bytes`
+/// become one step. `keep`: values the function returns (or keeps).
+fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>, min_bytes: usize) -> Vec<Step> {
     // How many steps read each value (a block's intermediates must be read by the block alone).
     let mut readers: HashMap<ValueId, usize> = HashMap::new();
     for s in &steps {
@@ -934,7 +939,7 @@ fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>) -> Vec<Step> {
     let mut out = Vec::with_capacity(steps.len());
     let mut i = 0;
     while i < steps.len() {
-        let found = steps.get(i..i + 3).and_then(|three| block_at(three, private));
+        let found = steps.get(i..i + 3).and_then(|three| block_at(three, private, min_bytes));
         let Some((ea, eb, ec)) = found else {
             out.push(steps[i].take().expect("each step is taken once"));
             i += 1;
