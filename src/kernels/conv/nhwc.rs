@@ -18,8 +18,11 @@
 //! `[taps][channels]` filter)
 //! and one input vector per pixel; a tile's pixels are consecutive in one output row whose
 //! windows stay inside the columns, the row's edge pixels one at a time with the taps outside
-//! skipped, the rows outside the image skipped for the whole tile. Channels past the last whole
-//! vector (a count that is no multiple of the vector width) take a scalar loop.
+//! skipped, the rows outside the image skipped for the whole tile. Windows 3 columns wide at
+//! stride 1 (MobileNet's 3×3) take [`DwRow3`] instead: tiles of 8 pixels × one vector in which
+//! each input vector is loaded once for the three taps that read it, the edge pixels inside
+//! tiles. Channels past the last whole vector (a count that is no multiple of the vector width)
+//! take a scalar loop.
 //!
 //! The residual, a ReLU and a clamp are applied in registers before the one store — for whole
 //! tiles by straight-line code whose epilogue is a constant of the compiled tile loop
@@ -898,6 +901,45 @@ impl DwJob<'_> {
         let far = rows.iter().map(|&(i, _)| i).max().unwrap_or(0);
         let y0 = (img * oh + oy) * ow * c;
         let ((lo, hi), vec_c) = (self.cols, self.vec_c);
+        if kw == 3 && dx == 1 && sx == 1 {
+            let (from, to) = (chans.0, chans.1.min(c));
+            // Every read: a window row inside the image, a column inside, a channel < c.
+            assert!(far + iw * c <= self.x.len(), "depthwise row out of bounds");
+            for c0 in (from..vec_c.min(to)).step_by(CB) {
+                let n = CB.min(vec_c.min(to) - c0);
+                let run = DwRow3 {
+                    x: self.x,
+                    rows,
+                    c,
+                    c0,
+                    chans: n,
+                    iw,
+                    ow,
+                    px,
+                    y0,
+                    w: &self.w[c0..],
+                    bias: self.bias.map(|b| &b[c0..c0 + n]),
+                    out: self.out,
+                    tail: self.tail,
+                };
+                // SAFETY: the reads were asserted inside `x` above (columns are checked against
+                // the input width), the weights hold 3·kh × c values from channel c0 < c, and the
+                // writes are this row's pixels (this unit's alone).
+                unsafe { run.dispatch(self.isa) };
+            }
+            if vec_c.max(from) < to {
+                for ox in 0..ow {
+                    let mut taps = Pairs::new();
+                    for kx in 0..kw {
+                        if let Some(ix) = (ox + kx).checked_sub(px).filter(|&ix| ix < iw) {
+                            taps.push((kx, ix * c));
+                        }
+                    }
+                    self.pixels(rows, far, taps.as_slice(), &[0; R], 1, y0 + ox * c, vec_c, (vec_c.max(from), to));
+                }
+            }
+            return;
+        }
         // Tiles of R inside columns, then one of R4 when that many are left (a 7-wide row's 5
         // inside columns): their whole vectors of channels one dispatch per channel block, the
         // other channels one value at a time; then the other columns one pixel at a time.
@@ -1110,6 +1152,187 @@ impl DwRun<'_> {
                 }
             }
         }
+    }
+}
+
+/// One output row of a depthwise convolution whose window is 3 columns wide (dilation 1, stride
+/// 1), for one block of whole channel vectors: tiles of 8, 4, 2 and 1 pixels × one
+/// vector, each input vector of a window row loaded once and multiplied by the (up to three)
+/// taps that read it, so that a tile's eight accumulators cost one load per FMA or less (one
+/// weight vector per tap and window row, one input vector per column) where the generic tiles
+/// load every input once per tap. Edge tiles (a window column outside the input) skip those
+/// columns, so a row needs no single-pixel path. The sums add in the generic tiles' order.
+struct DwRow3<'a> {
+    x: &'a [f32],
+    /// As for [`DwTile`].
+    rows: &'a [(usize, usize)],
+    c: usize,
+    /// The block's first channel and channel count (whole vectors).
+    c0: usize,
+    chans: usize,
+    iw: usize,
+    ow: usize,
+    /// The left padding (input column of output column 0's first tap: −px).
+    px: usize,
+    /// The row's first output index.
+    y0: usize,
+    /// Taps' weights from channel c0: tap (ky, kx) at `w[(3·ky + kx)·c..]`.
+    w: &'a [f32],
+    /// From channel c0 (the block's channels).
+    bias: Option<&'a [f32]>,
+    out: OutPtr,
+    tail: &'a Tail<'a>,
+}
+
+impl DwRow3<'_> {
+    /// Runs the row on `isa` (checked on this CPU).
+    ///
+    /// # Safety
+    /// Every input row in `rows` holds `iw · c` values from its index in `x`; `w` holds
+    /// `3·kh·c` values past channel c0 (for `kh` window rows); the block's channels are whole
+    /// vectors of `isa` (multiples of 16 on AVX-512, else 8); the row's outputs (and residual)
+    /// from `y0` are inside the output and written by this unit alone.
+    unsafe fn dispatch(&self, isa: FusedIsa) {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn avx512(r: &DwRow3<'_>) {
+            // SAFETY: the caller's contract.
+            unsafe { r.run::<std::arch::x86_64::__m512>() }
+        }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(r: &DwRow3<'_>) {
+            // SAFETY: the caller's contract.
+            unsafe { r.run::<std::arch::x86_64::__m256>() }
+        }
+        // SAFETY: the caller's contract; `isa` was checked on this CPU.
+        unsafe {
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                FusedIsa::Avx512 => avx512(self),
+                #[cfg(target_arch = "x86_64")]
+                FusedIsa::Avx2 => avx2(self),
+                _ => self.run::<Portable>(),
+            }
+        }
+    }
+
+    /// [`Self::dispatch`]'s body for vectors `V`.
+    ///
+    /// # Safety
+    /// As for [`Self::dispatch`], with `V`'s features.
+    #[inline(always)]
+    unsafe fn run<V: Lanes>(&self) {
+        let (lo, hi) = self.tail.epi.clamp.unwrap_or((0.0, 0.0));
+        // SAFETY: the caller's contract throughout.
+        unsafe {
+            let bounds = (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0);
+            // Tile by tile along the row, each tile's vectors in turn (its pixels' channels are
+            // one run of memory; vector by vector along the whole row was slower on inputs that
+            // come from L3).
+            let mut ox = 0;
+            while ox < self.ow {
+                ox += match self.ow - ox {
+                    8.. => self.tile::<V, 8>(ox, bounds),
+                    4.. => self.tile::<V, 4>(ox, bounds),
+                    2.. => self.tile::<V, 2>(ox, bounds),
+                    _ => self.tile::<V, 1>(ox, bounds),
+                };
+            }
+        }
+    }
+
+    /// Output columns `ox..ox + RR`, the block's vectors one by one: summed, then stored with the
+    /// tail. Returns `RR`.
+    ///
+    /// # Safety
+    /// As for [`Self::run`]; `ox + RR ≤ ow`.
+    #[inline(always)]
+    unsafe fn tile<V: Lanes, const RR: usize>(&self, ox: usize, bounds: (V, V, bool, bool)) -> usize {
+        // Input column of the tile's first window column (negative in the left padding).
+        let first = ox as isize - self.px as isize;
+        let last = first + (RR + 1) as isize;
+        let inside = first >= 0 && last < self.iw as isize;
+        for v in (0..self.chans).step_by(V::L) {
+            // SAFETY: the caller's contract.
+            unsafe { self.vector::<V, RR>(ox, v, first, inside, bounds) };
+        }
+        RR
+    }
+
+    /// [`Self::tile`]'s vector `v`.
+    ///
+    /// # Safety
+    /// As for [`Self::tile`]; `inside` says whether the tile's window columns from `first` are
+    /// all inside the input.
+    #[inline(always)]
+    unsafe fn vector<V: Lanes, const RR: usize>(
+        &self,
+        ox: usize,
+        v: usize,
+        first: isize,
+        inside: bool,
+        bounds: (V, V, bool, bool),
+    ) {
+        // SAFETY: the caller's contract throughout.
+        unsafe {
+            let bias = bias_vector::<V>(self.bias, v, self.chans);
+            let acc = if inside {
+                self.sums::<V, RR, false>(first, v, bias)
+            } else {
+                self.sums::<V, RR, true>(first, v, bias)
+            };
+            let c = self.c;
+            let at: [usize; RR] = std::array::from_fn(|r| self.y0 + (ox + r) * c + self.c0 + v);
+            let acc: [[V; 1]; RR] = std::array::from_fn(|r| [acc[r]]);
+            let res = self.tail.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr());
+            let out = self.out.0;
+            match self.tail.mode() {
+                EPI_NONE => store_whole::<V, 1, RR, EPI_NONE>(&acc, &at, V::L, out, res, bounds),
+                EPI_RELU => store_whole::<V, 1, RR, EPI_RELU>(&acc, &at, V::L, out, res, bounds),
+                EPI_CLAMP => store_whole::<V, 1, RR, EPI_CLAMP>(&acc, &at, V::L, out, res, bounds),
+                EPI_CLAMP0 => store_whole::<V, 1, RR, EPI_CLAMP0>(&acc, &at, V::L, out, res, bounds),
+                EPI_RELU_CLAMP => store_whole::<V, 1, RR, EPI_RELU_CLAMP>(&acc, &at, V::L, out, res, bounds),
+                EPI_RES => store_whole::<V, 1, RR, EPI_RES>(&acc, &at, V::L, out, res, bounds),
+                _ => store::<V, 1, RR>(acc, RR, &at, V::L, self.out, self.tail),
+            }
+        }
+    }
+
+    /// The sums of output columns from the one whose first window column is input column
+    /// `first`, `RR` of them, vector `v`: from `bias`, window row by window row, each input
+    /// column's vector loaded once and multiplied by every tap reading it (column j of the tile
+    /// is tap j − r of pixel r). `EDGE`: skip the columns outside the input.
+    ///
+    /// # Safety
+    /// As for [`Self::tile`]; without `EDGE`, columns `first ..= first + RR + 1` are inside the
+    /// input.
+    #[inline(always)]
+    unsafe fn sums<V: Lanes, const RR: usize, const EDGE: bool>(&self, first: isize, v: usize, bias: V) -> [V; RR] {
+        let c = self.c;
+        let mut acc = [bias; RR];
+        // SAFETY: the caller's contract: every column read is inside the input row (checked
+        // here for edge tiles), every channel below c; the weights as documented.
+        unsafe {
+            for &(row, ky) in self.rows {
+                let wt = self.w.as_ptr().add(3 * ky * c + v);
+                let w3 = [V::load(wt), V::load(wt.add(c)), V::load(wt.add(2 * c))];
+                let xr = self.x.as_ptr().add(row + self.c0 + v);
+                for j in 0..RR + 2 {
+                    let col = first + j as isize;
+                    if EDGE && (col < 0 || col >= self.iw as isize) {
+                        continue;
+                    }
+                    let xin = V::load(xr.add(col as usize * c));
+                    for (kx, &wk) in w3.iter().enumerate() {
+                        if j >= kx && j - kx < RR {
+                            acc[j - kx] = xin.fmadd(wk, acc[j - kx]);
+                        }
+                    }
+                }
+            }
+        }
+        acc
     }
 }
 
@@ -1500,11 +1723,24 @@ mod tests {
             // with scalar channels past the vectors; a row of exactly one short tile inside.
             Case { cin: 24, ..DW },
             Case { cin: 37, in_hw: [6, 7], ..DW },
+            // 3-wide windows at stride 1 (`DwRow3`): two padding columns each side (edge tiles
+            // whose first two or last two columns are outside) and every tile width (23 = 8 + 8
+            // + 4 + 2 + 1); a row narrower than the window; rows dilated, columns not.
+            Case { cin: 48, pads: [[1, 1], [2, 2]], in_hw: [4, 21], ..DW },
+            Case { in_hw: [3, 2], ..DW },
+            Case { dil: [2, 1], pads: [[2, 2], [1, 1]], in_hw: [6, 13], ..DW },
         ] {
             for parts in EPILOGUES {
                 check(&mut rng, case, parts, &two);
             }
         }
+        // An activation applied after the store (`EPI_GENERAL`), on the 3-wide path.
+        check(
+            &mut rng,
+            Case { cin: 40, in_hw: [5, 11], ..DW },
+            (true, true, Activation::Sigmoid, Some((0.1, 0.6))),
+            &two,
+        );
     }
 
     #[test]
