@@ -5,7 +5,9 @@
 //!
 //! One unit is one (image, block of `L` channels). Its scratch holds the block's weights as
 //! `[tap][L]`, the padded input and the output block as `[pixel][L]`. A register block is [`R`]
-//! output columns of one row: each tap loads one weight vector and one input vector per column.
+//! output columns of one row: each tap loads one weight vector and one input vector per column,
+//! except for windows 3 columns wide at stride 1 (whole blocks), where each window row loads its
+//! three weight vectors and each input column once, for the taps of every output that reads it.
 //! The bias starts the accumulators; the rest of the epilogue is applied to each vector of the
 //! transpose back, as the plane paths store theirs ([`Job::store_vec`]). Both transposes are
 //! `L × L` register transposes ([`Transpose`]) over runs of pixels: the whole plane when it is
@@ -242,23 +244,47 @@ impl Job<'_> {
                 }
             }
             let (ibp, wbp, obp) = (strip.as_ptr(), wb.as_ptr(), ob.as_mut_ptr());
+            // 3-wide windows at stride 1: each input vector of a whole block's row is loaded
+            // once for the three taps that read it (one load per 2.4 FMAs instead of 1.1).
+            let three = kw == 3 && dx == 1 && sx == 1;
             for oy in 0..n {
                 for ox0 in (0..ow).step_by(R) {
                     let nr = R.min(ow - ox0);
                     // Columns past the row's end repeat its last one (computed, not stored).
                     let cols: [usize; R] = std::array::from_fn(|r| (ox0 + r).min(ow - 1) * sx * l);
                     let mut acc = [bias; R];
-                    for ty in 0..kh {
-                        let row = (oy * sy + ty * dy) * pw * l;
-                        for tx in 0..kw {
-                            // SAFETY: strip row oy·sy + ty·dy < rows and column ox·sx + tx·dx <
-                            // pw for every output (oy, ox) of the strip and tap (`extent`); the
+                    if three && nr == R {
+                        for ty in 0..kh {
+                            // SAFETY: strip row oy·sy + ty·dy < rows, and columns ox0 + j ≤ ox0 +
+                            // R + 1 ≤ ow + 1 < pw (`extent`: pw ≥ ow + 2 for this window); the
                             // weights hold taps × L values.
                             unsafe {
-                                let wv = S::load(wbp.add((ty * kw + tx) * l));
-                                let q = ibp.add(row + tx * dx * l);
-                                for r in 0..R {
-                                    acc[r] = S::load(q.add(cols[r])).fmadd(wv, acc[r]);
+                                let wt = wbp.add(ty * 3 * l);
+                                let w3 = [S::load(wt), S::load(wt.add(l)), S::load(wt.add(2 * l))];
+                                let q = ibp.add((oy * sy + ty * dy) * pw * l + ox0 * l);
+                                for j in 0..R + 2 {
+                                    let xin = S::load(q.add(j * l));
+                                    for (kx, &wk) in w3.iter().enumerate() {
+                                        if j >= kx && j - kx < R {
+                                            acc[j - kx] = xin.fmadd(wk, acc[j - kx]);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for ty in 0..kh {
+                            let row = (oy * sy + ty * dy) * pw * l;
+                            for tx in 0..kw {
+                                // SAFETY: strip row oy·sy + ty·dy < rows and column ox·sx + tx·dx <
+                                // pw for every output (oy, ox) of the strip and tap (`extent`); the
+                                // weights hold taps × L values.
+                                unsafe {
+                                    let wv = S::load(wbp.add((ty * kw + tx) * l));
+                                    let q = ibp.add(row + tx * dx * l);
+                                    for r in 0..R {
+                                        acc[r] = S::load(q.add(cols[r])).fmadd(wv, acc[r]);
+                                    }
                                 }
                             }
                         }
