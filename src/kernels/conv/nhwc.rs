@@ -921,6 +921,7 @@ impl DwJob<'_> {
                     bias: self.bias.map(|b| &b[c0..c0 + n]),
                     out: self.out,
                     tail: self.tail,
+                    epi: self.tail.mode(),
                 };
                 // SAFETY: the reads were asserted inside `x` above (columns are checked against
                 // the input width), the weights hold 3·kh × c values from channel c0 < c, and the
@@ -929,13 +930,7 @@ impl DwJob<'_> {
             }
             if vec_c.max(from) < to {
                 for ox in 0..ow {
-                    let mut taps = Pairs::new();
-                    for kx in 0..kw {
-                        if let Some(ix) = (ox + kx).checked_sub(px).filter(|&ix| ix < iw) {
-                            taps.push((kx, ix * c));
-                        }
-                    }
-                    self.pixels(rows, far, taps.as_slice(), &[0; R], 1, y0 + ox * c, vec_c, (vec_c.max(from), to));
+                    self.pixel(rows, far, ox, y0, (vec_c.max(from), to));
                 }
             }
             return;
@@ -988,15 +983,24 @@ impl DwJob<'_> {
             }
         }
         for ox in (0..lo).chain(inside..ow) {
-            // The taps whose column is inside, at their input column × channels.
-            let mut taps = Pairs::new();
-            for kx in 0..kw {
-                if let Some(ix) = (ox * sx + kx * dx).checked_sub(px).filter(|&ix| ix < iw) {
-                    taps.push((kx, ix * c));
-                }
-            }
-            self.pixels(rows, far, taps.as_slice(), &[0; R], 1, y0 + ox * c, vec_c, chans);
+            self.pixel(rows, far, ox, y0, chans);
         }
+    }
+
+    /// Output column `ox` of the row whose first output index is `y0`, alone ([`Self::pixels`]
+    /// with the taps whose column is inside the input), channels `chans.0..chans.1`.
+    fn pixel(&self, rows: &[(usize, usize)], far: usize, ox: usize, y0: usize, chans: (usize, usize)) {
+        let g = self.geom;
+        let (c, iw, kw) = (g.out_channels, g.in_hw[1], g.kernel_hw[1]);
+        let (sx, dx, px) = (g.stride[1], g.dilation[1], g.pad[1]);
+        // The taps whose column is inside, at their input column × channels.
+        let mut taps = Pairs::new();
+        for kx in 0..kw {
+            if let Some(ix) = (ox * sx + kx * dx).checked_sub(px).filter(|&ix| ix < iw) {
+                taps.push((kx, ix * c));
+            }
+        }
+        self.pixels(rows, far, taps.as_slice(), &[0; R], 1, y0 + ox * c, self.vec_c, chans);
     }
 
     /// `n` (`R`, `R4` or 1) consecutive output pixels from output index `y` on, pixel r's window
@@ -1182,6 +1186,8 @@ struct DwRow3<'a> {
     bias: Option<&'a [f32]>,
     out: OutPtr,
     tail: &'a Tail<'a>,
+    /// The whole-tile epilogue ([`Tail::mode`]).
+    epi: u8,
 }
 
 impl DwRow3<'_> {
@@ -1287,7 +1293,7 @@ impl DwRow3<'_> {
             let acc: [[V; 1]; RR] = std::array::from_fn(|r| [acc[r]]);
             let res = self.tail.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr());
             let out = self.out.0;
-            match self.tail.mode() {
+            match self.epi {
                 EPI_NONE => store_whole::<V, 1, RR, EPI_NONE>(&acc, &at, V::L, out, res, bounds),
                 EPI_RELU => store_whole::<V, 1, RR, EPI_RELU>(&acc, &at, V::L, out, res, bounds),
                 EPI_CLAMP => store_whole::<V, 1, RR, EPI_CLAMP>(&acc, &at, V::L, out, res, bounds),
