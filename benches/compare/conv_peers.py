@@ -9,7 +9,11 @@ Usage:
 Each shape is one ONNX `Conv` (NCHW, weights as an initializer, no bias) written to a temporary
 directory, so tensorjit and onnxruntime run the same file (tensorjit packs the constant filter
 at compile time, onnxruntime reorders it to its blocked layout at session creation); torch runs
-`F.conv2d` on the same arrays in NCHW and channels_last (oneDNN) and the faster is kept. With
+`F.conv2d` on the same arrays in NCHW and channels_last (oneDNN). tensorjit also runs the shape
+channels-last: the Conv between `Transpose(x, [0, 3, 1, 2])` and `Transpose(y, [0, 2, 3, 1])` (a
+TensorFlow export's form), which its layout pass turns into one channels-last convolution. Each
+layout is compared with the peers in the same layout (onnxruntime, NCHW only, in both), and the
+faster of each side with the faster of the other. With
 --models DIR, ResNet-18 and MobileNetV2 (`DIR/{resnet18,mobilenet_v2}-torchscript/model.onnx`,
 from tools/onnx-models.py) are timed too, tensorjit against onnxruntime, in images/s.
 
@@ -19,8 +23,8 @@ kept (the machine is shared: the best round is the least disturbed). tensorjit: 
 bench FILE -b jit:parallelism=T`, its minimum over the timed executions; the peers: minimum over
 the same number of calls after warm-up. When a C compiler is present, the machine's FMA peak is
 measured beside them (../shared/bench/fma_peak.c if found, else skipped).
-Prints a markdown table: GFLOP/s (convs) or images/s (models) per framework and the ratio of
-tensorjit to the best peer.
+Prints a markdown table: GFLOP/s (convs) or images/s (models) per framework and layout, and the
+ratios of tensorjit to the best peer.
 """
 import argparse
 import json
@@ -60,19 +64,27 @@ def flops(s):
     return 2.0 * n * co * oh * ow * (ci // g) * k * k
 
 
-def write_onnx(path, s, seed=0):
+def write_onnx(path, s, seed=0, nhwc=False):
+    """The shape's Conv; `nhwc`: between Transpose(x, [0, 3, 1, 2]) and Transpose(y, [0, 2, 3, 1]),
+    so that input and output are channels-last (as a TensorFlow export writes it)."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper, save
 
     n, ci, co, h, w, k, st, p, g = s
     oh, ow = out_hw(s)
     wt = np.random.default_rng(seed).uniform(-1, 1, (co, ci // g, k, k)).astype(np.float32)
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], pads=[p] * 4, strides=[st, st], group=g)
+    x, y = ("xt", "yt") if nhwc else ("x", "y")
+    nodes = [helper.make_node("Conv", [x, "w"], [y], kernel_shape=[k, k], pads=[p] * 4, strides=[st, st], group=g)]
+    dims_in, dims_out = [n, ci, h, w], [n, co, oh, ow]
+    if nhwc:
+        nodes.insert(0, helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]))
+        nodes.append(helper.make_node("Transpose", ["yt"], ["y"], perm=[0, 2, 3, 1]))
+        dims_in, dims_out = [n, h, w, ci], [n, oh, ow, co]
     graph = helper.make_graph(
-        [node],
+        nodes,
         "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, ci, h, w])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, co, oh, ow])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims_in)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims_out)],
         initializer=[numpy_helper.from_array(wt, "w")],
     )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -188,6 +200,7 @@ def main():
     for i, name in enumerate(names):
         path = os.path.join(tmp, f"conv{i}.onnx")
         write_onnx(path, SHAPES[name])
+        write_onnx(path.replace(".onnx", "_nhwc.onnx"), SHAPES[name], nhwc=True)
         jobs.append((name, path, SHAPES[name], flops(SHAPES[name]) / 1e9, "GFLOP/s"))
     if a.models:
         import numpy as np
@@ -202,7 +215,7 @@ def main():
     for rnd in range(a.rounds):
         for label, path, shape, work, unit in jobs:
             for t in threads:
-                fws = ["tensorjit", "ort"] + (["torch", "torch_nhwc"] if shape else [])
+                fws = ["tensorjit", "ort"] + (["tensorjit_nhwc", "torch", "torch_nhwc"] if shape else [])
                 if rnd % 2:
                     fws.reverse()
                 for fw in fws:
@@ -215,24 +228,41 @@ def main():
                             j = json.loads(line)
                             if "repeat" in j:
                                 s = j["repeat"]["min_ms"] / 1e3
+                    elif fw == "tensorjit_nhwc":
+                        s = measure("tensorjit", t, path.replace(".onnx", "_nhwc.onnx"), shape, repeat, a.tensorjit)
                     else:
                         s = measure(fw, t, path, shape or {"batch": a.batch}, repeat, a.tensorjit)
                     if s:
-                        key = (label, t, "torch" if fw.startswith("torch") else fw)
-                        best[key] = min(best.get(key, float("inf")), s)
+                        # "torch"/"tensorjit" keep the faster layout, "*_nchw"/"*_nhwc" each one.
+                        one = fw + "_nchw" if fw in ("torch", "tensorjit") else fw
+                        for f in {one, fw.split("_")[0] if fw.startswith(("torch", "tensorjit")) else fw}:
+                            best[(label, t, f)] = min(best.get((label, t, f), float("inf")), s)
             print(f"round {rnd + 1}: {label} done", file=sys.stderr)
     lines = []
     if peak:
         lines.append(f"FMA peak measured beside (median): {peak}\n")
-    lines.append("| shape | threads | unit | tensorjit | onnxruntime | torch | tensorjit / best peer |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("Convolutions: tensorjit and torch in NCHW / NHWC (tensorjit NHWC: the Conv between transposes,")
+    lines.append("absorbed by its layout pass; onnxruntime NCHW); ratios: tensorjit NCHW / best of onnxruntime and torch")
+    lines.append("NCHW, tensorjit NHWC / best of onnxruntime and torch NHWC, best / best.\n")
+    lines.append("| shape | threads | unit | tensorjit | onnxruntime | torch | NCHW | NHWC | best / best |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for label, path, shape, work, unit in jobs:
         for t in threads:
-            rate = {fw: work / best[(label, t, fw)] for fw in ("tensorjit", "ort", "torch") if (label, t, fw) in best}
-            peers = [v for k, v in rate.items() if k != "tensorjit"]
-            ratio = f"{rate['tensorjit'] / max(peers):.2f}" if peers and "tensorjit" in rate else "-"
+            fws = ("tensorjit", "tensorjit_nchw", "tensorjit_nhwc", "ort", "torch", "torch_nchw", "torch_nhwc")
+            rate = {fw: work / best[(label, t, fw)] for fw in fws if (label, t, fw) in best}
+
+            def ratio(tj, peers):
+                got = [rate[p] for p in peers if p in rate]
+                return f"{rate[tj] / max(got):.2f}" if got and tj in rate else "-"
+
             cell = lambda fw: f"{rate[fw]:.1f}" if fw in rate else "-"  # noqa: E731
-            lines.append(f"| {label} | {t} | {unit} | {cell('tensorjit')} | {cell('ort')} | {cell('torch')} | {ratio} |")
+            if shape:
+                tj, torch = (f"{cell(f + '_nchw')} / {cell(f + '_nhwc')}" for f in ("tensorjit", "torch"))
+                nchw, nhwc = ratio("tensorjit_nchw", ("ort", "torch_nchw")), ratio("tensorjit_nhwc", ("ort", "torch_nhwc"))
+            else:
+                tj, torch, nchw, nhwc = cell("tensorjit"), "-", ratio("tensorjit", ("ort",)), "-"
+            both = ratio("tensorjit", ("ort", "torch"))
+            lines.append(f"| {label} | {t} | {unit} | {tj} | {cell('ort')} | {torch} | {nchw} | {nhwc} | {both} |")
     text = "\n".join(lines)
     print(text)
     if a.out:

@@ -23,6 +23,12 @@
 //! - a value that a closure reads by id keeps its node as well (the closure and the other NCHW
 //!   readers read it; the twin feeds the channels-last readers).
 //!
+//! Models written channels-last (a TensorFlow export: `Transpose(x, [0, 3, 1, 2])` before a
+//! convolution, `Transpose(y, [0, 2, 3, 1])` after it) bring their twins with them: the result of
+//! a transpose to NCHW has its operand as its twin, so such a convolution reads the channels-last
+//! tensor in place; the transpose after it reads the transpose back of the convolution's
+//! channels-last result, a pair the simplifier cancels.
+//!
 //! A convolution qualifies when its input has a twin, or its result reaches another qualifying
 //! convolution through elementwise ops and pooling windows: a lone convolution keeps its layout (a transpose back
 //! would cost more than the layout gains). The old nodes are left to dead-code elimination.
@@ -62,6 +68,15 @@ fn nchw_conv(m: &Module, n: NodeId) -> bool {
 /// Whether `op` is computed element by element (operands broadcast by size-1 axes or scalars).
 fn elementwise(op: &Op) -> bool {
     matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Clamp | Op::Compare { .. } | Op::Where)
+}
+
+/// When node `n` is `transpose(x', [0, 3, 1, 2])` of a static rank-4 `x'` (a channels-last
+/// tensor read as NCHW): `x'`, the twin of its result.
+fn seed(m: &Module, n: NodeId) -> Option<ValueId> {
+    let node = m.node(n);
+    let Op::Transpose { perm } = &node.op else { return None };
+    let (&[x], &[_]) = (&node.inputs[..], &node.outputs[..]) else { return None };
+    (perm[..] == TO_NCHW && m.shape(x).rank() == 4 && !m.shape(x).is_dynamic()).then_some(x)
 }
 
 /// Whether `op` carries a twin from its operand to its result: an elementwise op, or a pooling
@@ -114,7 +129,9 @@ fn chosen(m: &Module, body: &[NodeId], policy: Policy) -> HashSet<NodeId> {
     let mut twin: HashSet<ValueId> = HashSet::new();
     for &n in body {
         let node = m.node(n);
-        let from = convs.contains(&n) || (carries(&node.op) && node.inputs.iter().any(|v| twin.contains(v)));
+        let from = convs.contains(&n)
+            || seed(m, n).is_some()
+            || (carries(&node.op) && node.inputs.iter().any(|v| twin.contains(v)));
         if from && node.outputs.len() == 1 && m.shape(node.outputs[0]).rank() == 4 {
             twin.insert(node.outputs[0]);
         }
@@ -172,6 +189,13 @@ fn run_func(m: &mut Module, func: FuncId, policy: Policy, captured: &HashSet<Val
     m.functions[func.index()].body.clear();
     for &n in &body {
         let node = m.node(n).clone();
+        if let Some(t) = seed(m, n).filter(|x| !twins.contains_key(x)) {
+            // The transpose stays for any reader in NCHW (it is its own transpose back).
+            twins.insert(node.outputs[0], t);
+            back.insert(node.outputs[0], node.outputs[0]);
+            m.functions[func.index()].body.push(n);
+            continue;
+        }
         if let Some(out) = twin_of(m, func, n, &node.op, &node.inputs, &convs, &twins) {
             twins.insert(node.outputs[0], out);
             if !captured.contains(&node.outputs[0]) {
