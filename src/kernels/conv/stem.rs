@@ -25,7 +25,10 @@
 //! With a channels-last output of at most 64 channels and a small filter (MobileNet's stem), the
 //! AVX-512 fused kernel puts the channels in the lanes instead ([`Job::unit_lanes`]): tiles of
 //! output pixels × channel vectors, per tap one broadcast input value per pixel, each pixel's
-//! channels stored in place.
+//! channels stored in place. A broadcast needs no neighbouring columns, so where it can that
+//! kernel reads a flat scratch instead of the phases ([`Rows::flat`]): the covered input rows
+//! copied as they lie (a channels-last input's rows one copy each instead of a gather of every
+//! third value per phase), each tap's pixels a constant stride apart.
 
 #[cfg(target_arch = "x86_64")]
 use super::depthwise::Lanes;
@@ -79,8 +82,10 @@ pub(super) struct StemFilter {
     /// (more than [`LANES_MAX`] channels or [`LANES_WEIGHT_BYTES`]).
     lanes: LineAligned,
     /// The scratch layout for the geometry the filter was packed for ([`StemFilter::laid_out_for`]),
-    /// so that the executions of a compiled model do not build it again.
+    /// so that the executions of a compiled model do not build it again; and the flat one
+    /// ([`Rows::flat`]) where that geometry's input takes it.
     rows: Option<Rows>,
+    flat: Option<Rows>,
 }
 
 impl StemFilter {
@@ -117,12 +122,13 @@ impl StemFilter {
                 *v = w[(c / CB * taps + t) * CB + c % CB];
             }
         }
-        StemFilter { cout, taps, w, lanes, rows: None }
+        StemFilter { cout, taps, w, lanes, rows: None, flat: None }
     }
 
     /// The filter with the scratch layout of `geom` kept (another geometry builds its own).
     pub(super) fn laid_out_for(self, geom: &ConvGeom) -> Self {
-        StemFilter { rows: Rows::of(geom), ..self }
+        let flat = (Rows::flat_for(geom) && !self.lanes.is_empty()).then(|| Rows::flat(geom)).flatten();
+        StemFilter { rows: Rows::of(geom), flat, ..self }
     }
 
     /// Bytes held.
@@ -136,9 +142,13 @@ impl StemFilter {
 #[derive(Debug)]
 struct Rows {
     /// What the layout depends on: input channels, kernel height and width, column stride and
-    /// dilation, output width.
-    key: [usize; 6],
+    /// dilation, output width, and whether it is [`Rows::flat`].
+    key: [usize; 7],
+    /// Values per scratch row.
     pw: usize,
+    /// Scratch values from one output column's window to the next's: 1 in the stride phases,
+    /// stride × input channels in the flat layout.
+    step: usize,
     len: usize,
     offs: Vec<usize>,
     /// The largest offset.
@@ -147,8 +157,9 @@ struct Rows {
 
 impl Rows {
     /// What the layout of `geom` depends on.
-    fn key(geom: &ConvGeom) -> [usize; 6] {
-        [geom.in_channels, geom.kernel_hw[0], geom.kernel_hw[1], geom.stride[1], geom.dilation[1], geom.out_hw[1]]
+    fn key(geom: &ConvGeom, flat: bool) -> [usize; 7] {
+        let g = geom;
+        [g.in_channels, g.kernel_hw[0], g.kernel_hw[1], g.stride[1], g.dilation[1], g.out_hw[1], flat as usize]
     }
 
     /// The layout for `geom` (None when its size overflows).
@@ -164,7 +175,47 @@ impl Rows {
             }
         }
         let last = offs.iter().copied().max().unwrap_or(0);
-        Some(Rows { key: Rows::key(geom), pw, len, offs, last })
+        Some(Rows { key: Rows::key(geom, false), pw, step: 1, len, offs, last })
+    }
+
+    /// The flat layout for `geom` (None when its size overflows): the padded input columns that
+    /// the output row's windows cover, copied as the input holds them: for a channels-last input
+    /// one scratch row per kernel row, `[column][channel]`, for a channels-first one a row per
+    /// (channel, kernel row), with the stride phases left interleaved. Tap (ci, ty, tx) of output
+    /// column ox is at its offset plus `ox·sx·inner` (`inner`: input channels, or 1); only the
+    /// channels-in-lanes kernel reads it (one broadcast per value, so the columns need not be
+    /// consecutive).
+    fn flat(geom: &ConvGeom) -> Option<Rows> {
+        let ([kh, kw], [sx, dx], cin) = (geom.kernel_hw, [geom.stride[1], geom.dilation[1]], geom.in_channels);
+        let inner = if Rows::channels_last(geom) { cin } else { 1 };
+        let cols = (geom.out_hw[1].max(1) - 1).checked_mul(sx)?.checked_add((kw.max(1) - 1).checked_mul(dx)?)? + 1;
+        let pw = cols.checked_mul(inner)?;
+        let len = pw.checked_mul(kh)?.checked_mul(cin / inner)?;
+        let mut offs = Vec::with_capacity(cin * kh * kw);
+        for ci in 0..cin {
+            for ty in 0..kh {
+                // Channels-last: row ty, channel ci of each column; else row (ci, ty).
+                let row = if inner == 1 { (ci * kh + ty) * pw } else { ty * pw + ci };
+                offs.extend((0..kw).map(|tx| row + tx * dx * inner));
+            }
+        }
+        let last = offs.iter().copied().max().unwrap_or(0);
+        Some(Rows { key: Rows::key(geom, true), pw, step: sx * inner, len, offs, last })
+    }
+
+    /// Whether `geom`'s input holds each pixel's channels together (channels-last, dense).
+    fn channels_last(geom: &ConvGeom) -> bool {
+        let [_, sc, _, sw] = geom.x_strides;
+        sc == 1 && sw == geom.in_channels
+    }
+
+    /// Whether the channels-in-lanes kernel reads `geom`'s input through the flat layout: dense
+    /// rows (channels-last, or columns adjacent) whose step from one window to the next is one
+    /// the kernel is compiled for ([`Job::unit_lanes_avx512`]: 3 input channels at stride 1 or
+    /// 2 channels-last, stride 2 channels-first).
+    fn flat_for(geom: &ConvGeom) -> bool {
+        let (sx, cin) = (geom.stride[1], geom.in_channels);
+        if Rows::channels_last(geom) { matches!(sx * cin, 3 | 6) } else { geom.x_strides[3] == 1 && sx == 2 }
     }
 }
 
@@ -191,11 +242,19 @@ fn conv_on(
     out: OutPtr,
     parallel: bool,
 ) -> Result<()> {
+    if f.cout != geom.out_channels || f.w.len() != f.cout.div_ceil(CB) * f.taps * CB {
+        return Err(Error::invalid(OP, format!("the packed filter is not one for {} channels", geom.out_channels)));
+    }
+    let isa = isa.checked();
+    let fused =
+        fused_epilogue(isa, geom, epi).map(|x| Fused { lanes: x.via_row && x.wide && !f.lanes.is_empty(), ..x });
+    // The channels-in-lanes kernel reads a channels-last input through the flat layout.
+    let flat = fused.is_some_and(|f| f.lanes) && Rows::flat_for(geom);
     let fresh;
-    let rows = match &f.rows {
-        Some(r) if r.key == Rows::key(geom) => Some(r),
+    let rows = match if flat { &f.flat } else { &f.rows } {
+        Some(r) if r.key == Rows::key(geom, flat) => Some(r),
         _ => {
-            fresh = Rows::of(geom);
+            fresh = if flat { Rows::flat(geom) } else { Rows::of(geom) };
             fresh.as_ref()
         }
     };
@@ -203,12 +262,6 @@ fn conv_on(
     let Some(rows) = rows.filter(|r| geom.groups == 1 && f.taps == r.offs.len() && f.taps > 0) else {
         return Err(Error::invalid(OP, format!("the direct stem kernel does not take {geom:?}")));
     };
-    if f.cout != geom.out_channels || f.w.len() != f.cout.div_ceil(CB) * f.taps * CB {
-        return Err(Error::invalid(OP, format!("the packed filter is not one for {} channels", geom.out_channels)));
-    }
-    let isa = isa.checked();
-    let fused =
-        fused_epilogue(isa, geom, epi).map(|x| Fused { lanes: x.via_row && x.wide && !f.lanes.is_empty(), ..x });
     let job = Job { geom, x, f, epi, out, rows, isa, fused };
     let [oh, ow] = geom.out_hw;
     let units = geom.batch * oh;
@@ -295,7 +348,11 @@ fn shape(isa: FusedIsa) -> (usize, usize, usize) {
 impl Job<'_> {
     /// Output row `oy` of image `n`, every channel.
     fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut [f32]) {
-        self.fill(n, oy, buf);
+        if self.rows.step == 1 {
+            self.fill(n, oy, buf);
+        } else {
+            self.fill_flat(n, oy, buf);
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(fused @ Fused { wide, relu, clamp, via_row, lanes }) = self.fused {
             if lanes {
@@ -464,7 +521,7 @@ impl Job<'_> {
     /// channels-last output: `yc` = 1); `NV` vectors hold every output channel.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn unit_lanes<V: Lanes, const NV: usize, const R: usize>(
+    unsafe fn unit_lanes<V: Lanes, const NV: usize, const R: usize, const S: usize>(
         &self,
         n: usize,
         oy: usize,
@@ -477,10 +534,11 @@ impl Job<'_> {
         let cpad = cout.next_multiple_of(LANES_CB);
         let offs = &self.rows.offs;
         let [yn, yc, yh, yw] = g.y_strides;
-        // Every read stays inside `buf` (columns below ow from each tap's offset, at most `last`)
-        // and the weights (taps rows of cpad); the vectors hold every channel.
+        // Every read stays inside `buf` (columns below ow, S apart, from each tap's offset, at
+        // most `last`) and the weights (taps rows of cpad); the vectors hold every channel.
         assert!(
-            self.rows.last + ow <= buf.len()
+            self.rows.last + (ow.max(1) - 1) * S < buf.len()
+                && self.rows.step == S
                 && self.f.lanes.len() == offs.len() * cpad
                 && c0 + NV * V::L <= cpad
                 && NV * V::L == lanes_block(cpad)
@@ -490,60 +548,48 @@ impl Job<'_> {
             "stem scratch, filter or output layout"
         );
         let (xs, w) = (buf.as_ptr(), self.f.lanes.as_ptr());
-        // SAFETY: the caller's contract (features) throughout; the loads are inside `buf` and
-        // `w` (asserted above); the stores are pixels below ow of output row `oy` of image
-        // `n`, each one's channels 0..cout (yc = 1), which `validate` checked to lie in the output
-        // and only this task writes.
-        unsafe {
-            let bounds = clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
-            let bias: [V; NV] = std::array::from_fn(|v| {
-                let b = |c: usize| self.epi.bias.and_then(|b| b.get(c0 + v * V::L + c).copied()).unwrap_or(0.0);
-                let vals: [f32; 16] = std::array::from_fn(|c| if c < V::L { b(c) } else { 0.0 });
-                V::load(vals.as_ptr())
-            });
-            // The block's channels c0..c0 + NV·L, the last ones past `cout` not stored.
-            let cend = cout.min(c0 + NV * V::L);
-            let vecs = (cend - c0).div_ceil(V::L);
-            let last = cend - c0 - (vecs - 1) * V::L;
-            // The block's weights: a row of NV·L per tap.
-            let w = w.add(c0 * offs.len());
-            let mut ox0 = 0;
-            while ox0 < ow {
-                // The tile's first pixel: `ox0`, or for a row's short last tile `ow - R` (the
-                // pixels before `ox0` summed again and not stored), so that every tap reads the
-                // tile's input columns at constant offsets from one address; rows shorter than a
-                // tile repeat their last pixel instead (read, not stored).
-                let (first, acc) = if ow >= R {
-                    let first = ox0.min(ow - R);
-                    (first, lanes_sums::<V, NV, R, false>(offs, w, xs, first, ow, bias))
+        // The bias of the block's channels, zero past `cout`.
+        let mut bias = [0.0f32; LANES_MAX];
+        for (c, b) in bias.iter_mut().enumerate().take(NV * V::L) {
+            *b = self.epi.bias.and_then(|b| b.get(c0 + c).copied()).unwrap_or(0.0);
+        }
+        // The block's channels c0..c0 + NV·L, the last ones past `cout` not stored.
+        let cend = cout.min(c0 + NV * V::L);
+        let vecs = (cend - c0).div_ceil(V::L);
+        let tile = LanesTile {
+            offs,
+            // SAFETY: the block's weights, a row of NV·L per tap, lie inside the filter
+            // (asserted above: c0 + NV·L ≤ cpad).
+            w: unsafe { w.add(c0 * offs.len()) },
+            xs,
+            ow,
+            bias: &bias,
+            relu,
+            clamp,
+            // SAFETY: channel c0 of output row `oy` of image `n`: inside the output (`validate`).
+            dst: unsafe { self.out.0.add(n * yn + oy * yh + c0) },
+            yw,
+            vecs,
+            last: cend - c0 - (vecs - 1) * V::L,
+        };
+        let mut ox0 = 0;
+        while ox0 < ow {
+            // The tile's first pixel: `ox0`, or for a row's short last tile `ow - R` (the pixels
+            // before `ox0` summed again and not stored), so that every tap reads the tile's input
+            // columns at constant offsets from one address; rows shorter than a tile repeat their
+            // last pixel instead (read, not stored).
+            // SAFETY: the caller's contract (features); the loads are inside `buf` and the
+            // weights (asserted above); the stores are pixels ox0..ow of output row `oy` of image
+            // `n`, each one's channels c0..cend (yc = 1), which `validate` checked to lie in the
+            // output and only this task writes.
+            unsafe {
+                if ow >= R {
+                    tile.run::<V, NV, R, S, false>(ox0.min(ow - R), ox0);
                 } else {
-                    (ox0, lanes_sums::<V, NV, R, true>(offs, w, xs, ox0, ow, bias))
-                };
-                // Every tile pixel in a loop of constant length (the accumulators stay in
-                // registers), the ones outside ox0..ow skipped.
-                for (r, acc) in acc.iter().enumerate() {
-                    let ox = first + r;
-                    if ox < ox0 || ox >= ow {
-                        continue;
-                    }
-                    let dst = self.out.0.add(n * yn + oy * yh + ox * yw + c0);
-                    for (v, &a) in acc.iter().enumerate() {
-                        if v >= vecs {
-                            continue;
-                        }
-                        let mut a = a;
-                        if relu {
-                            a = a.relu();
-                        }
-                        if let Some((lo, hi, zlo, zhi)) = bounds {
-                            a = a.clamp(lo, hi, zlo, zhi);
-                        }
-                        let p = dst.add(v * V::L);
-                        if v + 1 < vecs { a.store(p) } else { a.store_first(p, last) }
-                    }
+                    tile.run::<V, NV, R, S, true>(ox0, ox0);
                 }
-                ox0 += R;
             }
+            ox0 += R;
         }
     }
 
@@ -564,11 +610,17 @@ impl Job<'_> {
         // channels (`lanes_block` divides `cpad`).
         unsafe {
             for c0 in (0..cpad).step_by(lanes_block(cpad)) {
-                match lanes_block(cpad) / 16 {
-                    1 => self.unit_lanes::<__m512, 1, 16>(n, oy, buf, f, c0),
-                    2 => self.unit_lanes::<__m512, 2, 14>(n, oy, buf, f, c0),
-                    _ => self.unit_lanes::<__m512, 3, 7>(n, oy, buf, f, c0),
+                macro_rules! go {
+                    ($($s:literal),*) => {
+                        match (lanes_block(cpad) / 16, self.rows.step) {
+                            $((1, $s) => self.unit_lanes::<__m512, 1, 16, $s>(n, oy, buf, f, c0),
+                              (2, $s) => self.unit_lanes::<__m512, 2, 14, $s>(n, oy, buf, f, c0),
+                              (_, $s) => self.unit_lanes::<__m512, 3, 7, $s>(n, oy, buf, f, c0),)*
+                            (_, s) => unreachable!("stem scratch step {s}"),
+                        }
+                    };
                 }
+                go!(1, 2, 3, 6);
             }
         }
     }
@@ -593,6 +645,33 @@ impl Job<'_> {
     unsafe fn unit_fused_avx512(&self, n: usize, oy: usize, buf: &[f32], relu: bool, clamp: Option<(f32, f32)>) {
         // SAFETY: the caller's contract.
         unsafe { self.unit_fused::<std::arch::x86_64::__m512, 12>(n, oy, buf, relu, clamp) }
+    }
+
+    /// Copies the input rows under output row `oy` of image `n` into `buf` in the flat layout
+    /// ([`Rows::flat`]): each kernel row's padded columns, channels innermost, zeros outside
+    /// the input.
+    fn fill_flat(&self, n: usize, oy: usize, buf: &mut [f32]) {
+        let g = self.geom;
+        let [sn, sc, sh, sw] = g.x_strides;
+        let (kh, cin, pad, iw, pw) = (g.kernel_hw[0], g.in_channels, g.pad[1], g.in_hw[1], self.rows.pw);
+        // Values per column in a row, and the channels a row holds from its first.
+        let (inner, planes) = if Rows::channels_last(g) { (cin, 1) } else { (1, cin) };
+        let cols = pw / inner.max(1);
+        // Padded column j is input column j − pad: inside for lo ≤ j < hi.
+        let (lo, hi) = (pad.min(cols), (iw + pad).clamp(pad.min(cols), cols));
+        for (r, row) in buf.chunks_exact_mut(pw).enumerate().take(kh * planes) {
+            let (ci, ty) = (r / kh, r % kh);
+            let Some(iy) = g.src(0, oy, ty) else {
+                row.fill(0.0);
+                continue;
+            };
+            row[..lo * inner].fill(0.0);
+            row[hi * inner..].fill(0.0);
+            let start = n * sn + ci * sc + iy * sh + (lo - pad) * sw;
+            let vals = (hi - lo) * inner;
+            // Dense: the row's values are consecutive in the input (`flat_for`).
+            row[lo * inner..hi * inner].copy_from_slice(&self.x[start..][..vals]);
+        }
     }
 
     /// Copies the input rows under output row `oy` of image `n` into `buf` (see the module doc).
@@ -736,18 +815,89 @@ const LANES_CB: usize = 16;
 /// Most output channels of [`Job::unit_lanes`] (four AVX-512 vectors).
 const LANES_MAX: usize = 4 * LANES_CB;
 
+/// One [`Job::unit_lanes`] pass's operands: the tap offsets into the row scratch `xs`, the
+/// block's weights `w` (a row of `NV` vectors per tap), its bias and epilogue, and where the
+/// row's first pixel's block of channels goes (`dst`, pixels `yw` apart; `vecs` vectors stored,
+/// the last one's first `last` lanes).
+#[cfg(target_arch = "x86_64")]
+struct LanesTile<'a> {
+    offs: &'a [usize],
+    w: *const f32,
+    xs: *const f32,
+    ow: usize,
+    bias: &'a [f32; LANES_MAX],
+    relu: bool,
+    clamp: Option<(f32, f32)>,
+    dst: *mut f32,
+    yw: usize,
+    vecs: usize,
+    last: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl LanesTile<'_> {
+    /// The tile of `R` pixels from column `first` (see [`lanes_sums`] for `CLAMP`): summed from
+    /// the bias, the ReLU and clamp applied, and its pixels from column `from` below `ow` stored.
+    /// Not inlined, so that the `R × NV` accumulators have the vector registers to themselves:
+    /// inlined into the row loop, the bias and clamp bounds held across it pushed three of the
+    /// 14 × 2 accumulators onto the stack, a load and a store per tap each.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and `V` is its vector (or narrower); [`lanes_sums`]' reads are
+    /// readable for these arguments; the stored pixels' `vecs` vectors lie inside the output.
+    #[inline(never)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn run<V: Lanes, const NV: usize, const R: usize, const S: usize, const CLAMP: bool>(
+        &self,
+        first: usize,
+        from: usize,
+    ) {
+        // SAFETY: the caller's contract throughout.
+        unsafe {
+            let bias: [V; NV] = std::array::from_fn(|v| V::load(self.bias.as_ptr().add(v * V::L)));
+            let acc = lanes_sums::<V, NV, R, S, CLAMP>(self.offs, self.w, self.xs, first, self.ow, bias);
+            let bounds = self.clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
+            // Every tile pixel in a loop of constant length (the accumulators stay in
+            // registers), the ones outside from..ow skipped.
+            for (r, acc) in acc.iter().enumerate() {
+                let ox = first + r;
+                if ox < from || ox >= self.ow {
+                    continue;
+                }
+                let dst = self.dst.add(ox * self.yw);
+                for (v, &a) in acc.iter().enumerate() {
+                    if v >= self.vecs {
+                        continue;
+                    }
+                    let mut a = a;
+                    if self.relu {
+                        a = a.relu();
+                    }
+                    if let Some((lo, hi, zlo, zhi)) = bounds {
+                        a = a.clamp(lo, hi, zlo, zhi);
+                    }
+                    let p = dst.add(v * V::L);
+                    if v + 1 < self.vecs { a.store(p) } else { a.store_first(p, self.last) }
+                }
+            }
+        }
+    }
+}
+
 /// The sums of one [`Job::unit_lanes`] tile: `R` pixels of an output row from column `first`
 /// (`CLAMP`: columns past `ow - 1` read column `ow - 1`), `NV` vectors of channels from the
-/// block's weights `w` (one row of `NV` vectors per tap), starting at `bias`. Without `CLAMP` the
-/// pixels are columns `first..first + R`, read at constant offsets from each tap's address.
+/// block's weights `w` (one row of `NV` vectors per tap), starting at `bias`; column c's value
+/// of a tap is `S` scratch values after column c − 1's (1 in the stride phases, stride × input
+/// channels in the flat layout). Without `CLAMP` the pixels are columns `first..first + R`, read
+/// at constant offsets from each tap's address.
 ///
 /// # Safety
-/// The CPU has `V`'s features; for every tap offset `off`, `xs[off + first..off + first + R]`
-/// (without `CLAMP`) or `xs[off + first..off + ow]` (with it) and `w[..offs.len() · NV·L]` are
-/// readable.
+/// The CPU has `V`'s features; for every tap offset `off`, `xs[off + c·S]` for the columns c
+/// read (`first..first + R` without `CLAMP`, `first..ow` with it) and `w[..offs.len() · NV·L]`
+/// are readable.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn lanes_sums<V: Lanes, const NV: usize, const R: usize, const CLAMP: bool>(
+unsafe fn lanes_sums<V: Lanes, const NV: usize, const R: usize, const S: usize, const CLAMP: bool>(
     offs: &[usize],
     w: *const f32,
     xs: *const f32,
@@ -761,10 +911,10 @@ unsafe fn lanes_sums<V: Lanes, const NV: usize, const R: usize, const CLAMP: boo
         for (t, &off) in offs.iter().enumerate() {
             let wt = w.add(t * NV * V::L);
             let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
-            let xt = xs.add(off + first);
+            let xt = xs.add(off + first * S);
             for (r, acc) in acc.iter_mut().enumerate() {
                 let c = if CLAMP { (first + r).min(ow - 1) - first } else { r };
-                let x = V::splat(*xt.add(c));
+                let x = V::splat(*xt.add(c * S));
                 for (a, &k) in acc.iter_mut().zip(&wv) {
                     *a = x.fmadd(k, *a);
                 }
@@ -1147,6 +1297,41 @@ mod tests {
             Case { nhwc: [false, true], cout: 40, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [5, 45], ..base },
             Case { nhwc: [false, true], cout: 64, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [4, 23], ..base },
             Case { nhwc: [false, true], cout: 32, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [3, 28], ..base },
+            // The channels-in-lanes kernel over the flat scratch: channels-last inputs with three
+            // channels at stride 2 (MobileNet's and ResNet's stems as a channels-last model has
+            // them; rows of 32 pixels, of 12: shorter than a tile, a dilated window with
+            // asymmetric padding) and stride 1 (three vectors, rows of 45), channels-first inputs
+            // at stride 2 (the cases above); at stride 1 the stride phases.
+            Case { nhwc: [true, true], batch: 2, cout: 32, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [9, 64], ..base },
+            Case { nhwc: [true, true], cout: 64, in_hw: [6, 70], ..base },
+            Case { nhwc: [true, true], cout: 64, k: [3, 3], pads: [[1, 1], [1, 1]], in_hw: [4, 23], ..base },
+            Case {
+                nhwc: [true, true],
+                cout: 32,
+                k: [3, 3],
+                dil: [1, 2],
+                pads: [[1, 0], [2, 1]],
+                in_hw: [7, 41],
+                ..base
+            },
+            Case {
+                nhwc: [true, true],
+                cout: 40,
+                k: [3, 3],
+                stride: [1, 1],
+                pads: [[1, 1], [1, 1]],
+                in_hw: [5, 45],
+                ..base
+            },
+            Case {
+                nhwc: [false, true],
+                cout: 32,
+                k: [3, 3],
+                stride: [1, 1],
+                pads: [[1, 1], [1, 1]],
+                in_hw: [4, 30],
+                ..base
+            },
             Case { batch: 0, ..base },
         ];
         for case in cases {
