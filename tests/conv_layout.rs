@@ -421,8 +421,9 @@ fn a_block_intermediate_read_elsewhere_keeps_the_three_steps() {
 
 /// A channels-last model as a TensorFlow export writes it: `x` NHWC, `transpose(x, [0,3,1,2])`,
 /// a depthwise 3×3 convolution with bias and ReLU6, a 1×1 one, `transpose(y, [0,2,3,1])`. With
-/// `also_nchw`, the NCHW view of `x` and the 1×1's NCHW result are returned as well.
-fn channels_last_model(also_nchw: bool) -> Module {
+/// `also_nchw`, the NCHW view of `x` and the 1×1's NCHW result are returned as well; `lone`: the
+/// depthwise convolution (with its epilogue) alone between the transposes.
+fn channels_last_model(also_nchw: bool, lone: bool) -> Module {
     let (n, c, hw) = (2, 16, 6);
     let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
     body += &format!("  %1 = transpose %0, perm=[0,3,1,2] : f32[{n},{c},{hw},{hw}]\n");
@@ -431,6 +432,11 @@ fn channels_last_model(also_nchw: bool) -> Module {
     body += &conv(4, 3, n, c, 8, 1, 1, 1, hw);
     body += &format!("  %5 = transpose %4, perm=[0,2,3,1] : f32[{n},{hw},{hw},8]\n");
     let ret = if also_nchw { "%5, %1, %4" } else { "%5" };
+    if lone {
+        // Only the depthwise convolution, between the two transposes.
+        body = body.replace("%4, perm", "%3, perm").replace(&conv(4, 3, n, c, 8, 1, 1, 1, hw), "");
+        body = body.replace(&format!("f32[{n},{hw},{hw},8]"), &format!("f32[{n},{hw},{hw},{c}]"));
+    }
     let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},{hw},{hw},{c}]) {{\n{body}  return {ret}\n}}\n");
     parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
@@ -440,14 +446,18 @@ fn transposes_around_convolutions_are_absorbed_into_channels_last_ones() {
     let x = Buffer::from_slice(&floats_vec(2 * 6 * 6 * 16, 13, 2.0), &[2, 6, 6, 16]).unwrap();
     let configs = ["jit:parallelism=1", "jit:parallelism=2", "jit:parallelism=1,conv_layout=keep"];
     // Both convolutions read and write the NHWC tensors: no transpose left.
-    let m = channels_last_model(false);
+    let m = channels_last_model(false, false);
     assert_eq!(layout_of(&m, ""), (vec![3, 3], 0));
+    // One convolution alone: the same.
+    let lone = channels_last_model(false, true);
+    assert_eq!(layout_of(&lone, ""), (vec![3], 0));
+    agree(&lone, std::slice::from_ref(&x), &configs);
     // keep: as written.
     assert_eq!(layout_of(&m, "conv_layout=keep"), (vec![1, 1], 2));
     agree(&m, std::slice::from_ref(&x), &configs);
     // NCHW readers too: the transpose to NCHW stays for the one returning it, and the 1×1's NCHW
     // result is made by one transpose back.
-    let m = channels_last_model(true);
+    let m = channels_last_model(true, false);
     assert_eq!(layout_of(&m, ""), (vec![3, 3], 2));
     let refs = [&x];
     let want = tensorjit::new_with_config("interp").unwrap().compile(m.clone()).unwrap().execute(&refs, &[]).unwrap();
