@@ -27,8 +27,8 @@
 //! output pixels × channel vectors, per tap one broadcast input value per pixel, each pixel's
 //! channels stored in place. A broadcast needs no neighbouring columns, so where it can that
 //! kernel reads a flat scratch instead of the phases ([`Rows::flat`]): the covered input rows
-//! copied as they lie (a channels-last input's rows one copy each instead of a gather of every
-//! third value per phase), each tap's pixels a constant stride apart.
+//! copied as they lie (a channels-last input's rows one copy each instead of a strided gather per
+//! channel and phase), each tap's pixels a constant stride apart.
 
 #[cfg(target_arch = "x86_64")]
 use super::depthwise::Lanes;
@@ -142,7 +142,8 @@ impl StemFilter {
 #[derive(Debug)]
 struct Rows {
     /// What the layout depends on: input channels, kernel height and width, column stride and
-    /// dilation, output width, and whether it is [`Rows::flat`].
+    /// dilation, output width, and for [`Rows::flat`] the values per column (1 + inner; 0: the
+    /// phases).
     key: [usize; 7],
     /// Values per scratch row.
     pw: usize,
@@ -159,7 +160,8 @@ impl Rows {
     /// What the layout of `geom` depends on.
     fn key(geom: &ConvGeom, flat: bool) -> [usize; 7] {
         let g = geom;
-        [g.in_channels, g.kernel_hw[0], g.kernel_hw[1], g.stride[1], g.dilation[1], g.out_hw[1], flat as usize]
+        let layout = if flat { 1 + Rows::inner(g) } else { 0 };
+        [g.in_channels, g.kernel_hw[0], g.kernel_hw[1], g.stride[1], g.dilation[1], g.out_hw[1], layout]
     }
 
     /// The layout for `geom` (None when its size overflows).
@@ -187,7 +189,7 @@ impl Rows {
     /// consecutive).
     fn flat(geom: &ConvGeom) -> Option<Rows> {
         let ([kh, kw], [sx, dx], cin) = (geom.kernel_hw, [geom.stride[1], geom.dilation[1]], geom.in_channels);
-        let inner = if Rows::channels_last(geom) { cin } else { 1 };
+        let inner = Rows::inner(geom);
         let cols = (geom.out_hw[1].max(1) - 1).checked_mul(sx)?.checked_add((kw.max(1) - 1).checked_mul(dx)?)? + 1;
         let pw = cols.checked_mul(inner)?;
         let len = pw.checked_mul(kh)?.checked_mul(cin / inner)?;
@@ -207,6 +209,11 @@ impl Rows {
     fn channels_last(geom: &ConvGeom) -> bool {
         let [_, sc, _, sw] = geom.x_strides;
         sc == 1 && sw == geom.in_channels
+    }
+
+    /// Values per column in a flat scratch row: the input channels (channels-last), or 1.
+    fn inner(geom: &ConvGeom) -> usize {
+        if Rows::channels_last(geom) { geom.in_channels } else { 1 }
     }
 
     /// Whether the channels-in-lanes kernel reads `geom`'s input through the flat layout: dense
@@ -655,7 +662,8 @@ impl Job<'_> {
         let [sn, sc, sh, sw] = g.x_strides;
         let (kh, cin, pad, iw, pw) = (g.kernel_hw[0], g.in_channels, g.pad[1], g.in_hw[1], self.rows.pw);
         // Values per column in a row, and the channels a row holds from its first.
-        let (inner, planes) = if Rows::channels_last(g) { (cin, 1) } else { (1, cin) };
+        let inner = Rows::inner(g);
+        let planes = cin / inner.max(1);
         let cols = pw / inner.max(1);
         // Padded column j is input column j − pad: inside for lo ≤ j < hi.
         let (lo, hi) = (pad.min(cols), (iw + pad).clamp(pad.min(cols), cols));
