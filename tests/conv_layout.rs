@@ -429,14 +429,13 @@ fn channels_last_model(also_nchw: bool, lone: bool) -> Module {
     body += &format!("  %1 = transpose %0, perm=[0,3,1,2] : f32[{n},{c},{hw},{hw}]\n");
     body += &conv(2, 1, n, c, c, 3, 1, c, hw);
     body += &bias_relu6(3, 2, n, c, hw);
-    body += &conv(4, 3, n, c, 8, 1, 1, 1, hw);
-    body += &format!("  %5 = transpose %4, perm=[0,2,3,1] : f32[{n},{hw},{hw},8]\n");
-    let ret = if also_nchw { "%5, %1, %4" } else { "%5" };
-    if lone {
-        // Only the depthwise convolution, between the two transposes.
-        body = body.replace("%4, perm", "%3, perm").replace(&conv(4, 3, n, c, 8, 1, 1, 1, hw), "");
-        body = body.replace(&format!("f32[{n},{hw},{hw},8]"), &format!("f32[{n},{hw},{hw},{c}]"));
+    // The value transposed back and its channels: the depthwise result alone, or the 1×1's.
+    let (last, cout) = if lone { (3, c) } else { (4, 8) };
+    if !lone {
+        body += &conv(4, 3, n, c, 8, 1, 1, 1, hw);
     }
+    body += &format!("  %5 = transpose %{last}, perm=[0,2,3,1] : f32[{n},{hw},{hw},{cout}]\n");
+    let ret = if also_nchw { "%5, %1, %4" } else { "%5" };
     let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},{hw},{hw},{c}]) {{\n{body}  return {ret}\n}}\n");
     parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }

@@ -233,9 +233,10 @@ def main():
                     else:
                         s = measure(fw, t, path, shape or {"batch": a.batch}, repeat, a.tensorjit)
                     if s:
-                        # "torch"/"tensorjit" keep the faster layout, "*_nchw"/"*_nhwc" each one.
-                        one = fw + "_nchw" if fw in ("torch", "tensorjit") else fw
-                        for f in {one, fw.split("_")[0] if fw.startswith(("torch", "tensorjit")) else fw}:
+                        # Each layout's figure ("torch" and "tensorjit" run NCHW), and the faster of
+                        # a framework's layouts under its plain name.
+                        layout = {"torch": "torch_nchw", "tensorjit": "tensorjit_nchw"}.get(fw, fw)
+                        for f in {layout, fw.split("_")[0]}:
                             best[(label, t, f)] = min(best.get((label, t, f), float("inf")), s)
             print(f"round {rnd + 1}: {label} done", file=sys.stderr)
     lines = []

@@ -1098,6 +1098,23 @@ impl<S: Lanes> Finish<S> {
     }
 }
 
+/// One input column of a 3-wide stride-1 window row feeding a tile of `R` output columns: column
+/// `j` of the tile's `R + 2` input columns is tap `kx` of output column `j − kx`, so each input
+/// vector `x` is loaded once and multiplied by every weight `w3[kx]` of the row that reads it
+/// (the channels-last rows and the channel-blocked path both sum this way).
+///
+/// # Safety
+/// The CPU has `S`'s features.
+#[inline(always)]
+pub(super) unsafe fn window3_column<S: Lanes, const R: usize>(acc: &mut [S; R], w3: &[S; 3], j: usize, x: S) {
+    for (kx, &wk) in w3.iter().enumerate() {
+        if j >= kx && j - kx < R {
+            // SAFETY: the caller's contract.
+            acc[j - kx] = unsafe { x.fmadd(wk, acc[j - kx]) };
+        }
+    }
+}
+
 /// The f32 vectors of the plane path: `__m256` (AVX2+FMA), `__m512` (AVX-512F) or
 /// [`Portable`] lanes.
 ///

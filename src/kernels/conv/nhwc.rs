@@ -32,7 +32,7 @@
 //! pixels allow) and by output rows (depthwise: a row's inside tiles in one call per channel
 //! block).
 
-use super::depthwise::{Lanes, Portable};
+use super::depthwise::{Lanes, Portable, window3_column};
 use super::{ConvEpilogue, ConvGeom, LineAligned, OP, OutPtr, for_units, uneven};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
@@ -1329,12 +1329,7 @@ impl DwRow3<'_> {
                     if EDGE && (col < 0 || col >= self.iw as isize) {
                         continue;
                     }
-                    let xin = V::load(xr.add(col as usize * c));
-                    for (kx, &wk) in w3.iter().enumerate() {
-                        if j >= kx && j - kx < RR {
-                            acc[j - kx] = xin.fmadd(wk, acc[j - kx]);
-                        }
-                    }
+                    window3_column(&mut acc, &w3, j, V::load(xr.add(col as usize * c)));
                 }
             }
         }

@@ -205,6 +205,11 @@ impl Rows {
         Some(Rows { key: Rows::key(geom, true), pw, step: sx * inner, len, offs, last })
     }
 
+    /// Whether this is a [`Rows::flat`] layout (its key says so), not the stride phases.
+    fn is_flat(&self) -> bool {
+        self.key[6] != 0
+    }
+
     /// Whether `geom`'s input holds each pixel's channels together (channels-last, dense).
     fn channels_last(geom: &ConvGeom) -> bool {
         let [_, sc, _, sw] = geom.x_strides;
@@ -355,10 +360,10 @@ fn shape(isa: FusedIsa) -> (usize, usize, usize) {
 impl Job<'_> {
     /// Output row `oy` of image `n`, every channel.
     fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut [f32]) {
-        if self.rows.step == 1 {
-            self.fill(n, oy, buf);
-        } else {
+        if self.rows.is_flat() {
             self.fill_flat(n, oy, buf);
+        } else {
+            self.fill(n, oy, buf);
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(fused @ Fused { wide, relu, clamp, via_row, lanes }) = self.fused {

@@ -13,7 +13,7 @@
 //! `L × L` register transposes ([`Transpose`]) over runs of pixels: the whole plane when it is
 //! dense, else row by row.
 
-use super::{Finish, Job, Lanes, Portable, Scratch};
+use super::{Finish, Job, Lanes, Portable, Scratch, window3_column};
 
 /// Output columns per register block (independent accumulator chains).
 const R: usize = 8;
@@ -263,12 +263,7 @@ impl Job<'_> {
                                 let w3 = [S::load(wt), S::load(wt.add(l)), S::load(wt.add(2 * l))];
                                 let q = ibp.add((oy * sy + ty * dy) * pw * l + ox0 * l);
                                 for j in 0..R + 2 {
-                                    let xin = S::load(q.add(j * l));
-                                    for (kx, &wk) in w3.iter().enumerate() {
-                                        if j >= kx && j - kx < R {
-                                            acc[j - kx] = xin.fmadd(wk, acc[j - kx]);
-                                        }
-                                    }
+                                    window3_column(&mut acc, &w3, j, S::load(q.add(j * l)));
                                 }
                             }
                         }
