@@ -148,7 +148,8 @@ struct Rows {
     /// Values per scratch row.
     pw: usize,
     /// Scratch values from one output column's window to the next's: 1 in the stride phases,
-    /// stride × input channels in the flat layout.
+    /// stride × input channels in the flat layout (read by the x86 lanes kernel).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     step: usize,
     len: usize,
     offs: Vec<usize>,
