@@ -421,8 +421,8 @@ fn a_block_intermediate_read_elsewhere_keeps_the_three_steps() {
 
 /// A channels-last model as a TensorFlow export writes it: `x` NHWC, `transpose(x, [0,3,1,2])`,
 /// a depthwise 3×3 convolution with bias and ReLU6, a 1×1 one, `transpose(y, [0,2,3,1])`. With
-/// `also_nchw`, the NCHW view of `x` and the 1×1's NCHW result are returned as well; `lone`: the
-/// depthwise convolution (with its epilogue) alone between the transposes.
+/// `also_nchw`, the NCHW view of `x` and the last convolution's NCHW result are returned as well;
+/// `lone`: the depthwise convolution (with its epilogue) alone between the transposes.
 fn channels_last_model(also_nchw: bool, lone: bool) -> Module {
     let (n, c, hw) = (2, 16, 6);
     let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
@@ -435,7 +435,7 @@ fn channels_last_model(also_nchw: bool, lone: bool) -> Module {
         body += &conv(4, 3, n, c, 8, 1, 1, 1, hw);
     }
     body += &format!("  %5 = transpose %{last}, perm=[0,2,3,1] : f32[{n},{hw},{hw},{cout}]\n");
-    let ret = if also_nchw { "%5, %1, %4" } else { "%5" };
+    let ret = if also_nchw { format!("%5, %1, %{last}") } else { "%5".to_string() };
     let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},{hw},{hw},{c}]) {{\n{body}  return {ret}\n}}\n");
     parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
