@@ -175,6 +175,10 @@ fn takes_blocks(geom: &ConvGeom) -> bool {
     !(geom.stride[1] == 1 && (9..=16).contains(&ow))
 }
 
+/// The channel-blocked path of one ISA ([`Job::plane_block_avx512`]).
+#[cfg(target_arch = "x86_64")]
+type BlockFn<'j, 'a> = unsafe fn(&'j Job<'a>, usize, usize, std::ops::Range<usize>, &mut Scratch);
+
 /// What a unit is.
 #[derive(Clone, Copy)]
 enum Path {
@@ -202,6 +206,10 @@ struct Scratch {
     row: Vec<f32>,
     /// Zeros only (never written): the input row that padding rows read (stride-1 planes).
     zeros: Vec<f32>,
+    /// The channel-blocked path's place in its strip of each pixel of a run of narrow rows, and
+    /// the run and strip geometry it was built for.
+    pos: Vec<usize>,
+    pos_key: [usize; 6],
 }
 
 /// Most task scratches one thread keeps, and the largest one it keeps.
@@ -239,7 +247,8 @@ impl std::ops::DerefMut for Kept {
 impl Drop for Kept {
     fn drop(&mut self) {
         let s = &self.0;
-        let bytes = (s.buf.capacity() + s.row.capacity() + s.zeros.capacity()) * 4 + s.taps.capacity() * 16;
+        let bytes = (s.buf.capacity() + s.row.capacity() + s.zeros.capacity()) * 4
+            + (s.taps.capacity() + s.pos.capacity()) * 16;
         if bytes <= KEEP_MAX_BYTES {
             let s = std::mem::take(&mut self.0);
             // During thread teardown the pool may be gone: the scratch is then simply freed.
@@ -387,11 +396,17 @@ impl Job<'_> {
                     if ISA == AVX512 {
                         // SAFETY: the AVX512 body runs only on CPUs with AVX-512F (see
                         // `dispatch`); `depthwise_on` checked the blocked path's conditions.
-                        return unsafe { self.plane_block::<std::arch::x86_64::__m512>(img, cb, rows, scratch) };
+                        // (Called through an opaque pointer: inlined here despite its
+                        // `inline(never)`, the path shared the unit body's registers.)
+                        let f: BlockFn<'_, '_> = std::hint::black_box(Self::plane_block_avx512);
+                        // SAFETY: as above (`f` is `plane_block_avx512`).
+                        return unsafe { f(self, img, cb, rows, scratch) };
                     }
                     if ISA == AVX2 {
                         // SAFETY: the AVX2 body runs only on CPUs with AVX2 and FMA.
-                        return unsafe { self.plane_block::<std::arch::x86_64::__m256>(img, cb, rows, scratch) };
+                        let f: BlockFn<'_, '_> = std::hint::black_box(Self::plane_block_avx2);
+                        // SAFETY: as above (`f` is `plane_block_avx2`).
+                        return unsafe { f(self, img, cb, rows, scratch) };
                     }
                 }
                 // SAFETY: `Portable` needs no CPU feature.
@@ -1097,6 +1112,27 @@ impl<S: Lanes> Finish<S> {
         Finish::Registers { relu, clamp }
     }
 }
+
+/// Runs `$body` for `$i` = 0..16, each copy written out, so that every `$i` is a constant: an
+/// array of vectors read by a loop of variable length stays in memory (its copies become calls
+/// to memcpy), one read at constant indices stays in registers. (A macro, not a function taking
+/// a closure: the closure would be compiled apart, without the caller's target features.)
+macro_rules! each16 {
+    ($i:ident => $body:block) => {{
+        {
+            let $i = 0usize;
+            $body
+        }
+        each16!(@ $i $body 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    }};
+    (@ $i:ident $body:block $($n:literal)*) => {{
+        $({
+            let $i: usize = $n;
+            $body
+        })*
+    }};
+}
+pub(super) use each16;
 
 /// One input column of a 3-wide stride-1 window row feeding a tile of `R` output columns: column
 /// `j` of the tile's `R + 2` input columns is tap `kx` of output column `j − kx`, so each input

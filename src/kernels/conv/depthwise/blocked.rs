@@ -13,7 +13,7 @@
 //! `L × L` register transposes ([`Transpose`]) over runs of pixels: the whole plane when it is
 //! dense, else row by row.
 
-use super::{Finish, Job, Lanes, Portable, Scratch, window3_column};
+use super::{Finish, Job, Lanes, Portable, Scratch, each16, window3_column};
 
 /// Output columns per register block (independent accumulator chains).
 const R: usize = 8;
@@ -139,6 +139,43 @@ struct Run {
 }
 
 impl Job<'_> {
+    /// [`Job::plane_block`] on AVX-512 vectors, compiled as a function of its own: inlined into
+    /// the unit body beside every other path, its loop state lived on the stack.
+    ///
+    /// # Safety
+    /// As [`Job::plane_block`], on a CPU with AVX-512F, AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline(never)]
+    pub(super) unsafe fn plane_block_avx512(
+        &self,
+        img: usize,
+        cb: usize,
+        out_rows: std::ops::Range<usize>,
+        scratch: &mut Scratch,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { self.plane_block::<std::arch::x86_64::__m512>(img, cb, out_rows, scratch) }
+    }
+
+    /// [`Job::plane_block`] on AVX2 vectors, a function of its own (see above).
+    ///
+    /// # Safety
+    /// As [`Job::plane_block`], on a CPU with AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[inline(never)]
+    pub(super) unsafe fn plane_block_avx2(
+        &self,
+        img: usize,
+        cb: usize,
+        out_rows: std::ops::Range<usize>,
+        scratch: &mut Scratch,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { self.plane_block::<std::arch::x86_64::__m256>(img, cb, out_rows, scratch) }
+    }
+
     /// Output rows `out_rows` of channel block `cb` of image `img` on the vectors `S` (see the
     /// module doc).
     ///
@@ -186,11 +223,18 @@ impl Job<'_> {
             scratch.buf.resize(wlen + ilen + olen + 16, 0.0);
         }
         let skew = scratch.buf.as_ptr().align_offset(64).min(16);
+        let (pos, pos_key) = (&mut scratch.pos, &mut scratch.pos_key);
         let (wb, rest) = scratch.buf[skew..].split_at_mut(wlen);
         let (ib, ob) = rest.split_at_mut(ilen);
+        // The block's weights as [tap][L] (lanes past `cn` zero), a vector per tap.
+        assert!(taps * c <= self.w.len() && c0 + cn <= c, "depthwise weights too short");
         for t in 0..taps {
-            for j in 0..l {
-                wb[t * l + j] = if j < cn { self.w[t * c + c0 + j] } else { 0.0 };
+            // SAFETY: weights t·c + c0 .. + cn lie inside `w` (asserted above; masked to the
+            // first cn lanes when the block is partial); `wb` holds taps × L values.
+            unsafe {
+                let src = self.w.as_ptr().add(t * c + c0);
+                let v = if cn == l { S::load(src) } else { S::load_masked(src, S::mask(0, cn)) };
+                v.store(wb[t * l..].as_mut_ptr());
             }
         }
         // SAFETY: the CPU has S's features (the caller's contract); the bias holds `c` values,
@@ -207,6 +251,15 @@ impl Job<'_> {
         let xp = self.x[img * sn + c0 * sc..].as_ptr();
         let [yn, yc, yh, _] = g.y_strides;
         let base = img * yn + c0 * yc;
+        // The next unit's planes (the next channel block of the image, or the next image's
+        // first: `cn` planes on when the input is dense), asked for into L2 while this unit's
+        // multiply-adds run, a share of their lines per output row, when the planes are small
+        // enough to be taken whole: a unit reads its planes as L streams, which the hardware
+        // prefetchers start cold on every unit (best of six alternated runs, one Zen 4 thread,
+        // batch 8: 960 channels at 7² 0.262 → 0.254 ms, 576 at 14² stride 2 0.309 → 0.287).
+        let span = l * sc;
+        let next = (sh == iw && sc == ih * iw && span * 4 <= PREFETCH_BYTES && row_bytes(oh) <= budget)
+            .then(|| (xp.wrapping_add(cn * sc), (span / 16).div_ceil(oh)));
         let left = pl.min(pw);
         let cols_in = iw.min(pw.saturating_sub(pl));
         let end = out_rows.end.min(oh);
@@ -234,83 +287,45 @@ impl Job<'_> {
                     // SAFETY: the caller's contract; `validate` checked the planes' extent (rows
                     // below `ih` of dense rows of `iw`); the strip holds (top + row, pl + col)
                     // for every row < inside and column < cols_in.
-                    unsafe { self.block_in::<S>(xp, sc, cn, run, strip, [pl, pw, cols_in]) };
+                    unsafe {
+                        self.block_in::<S>((xp, sc, cn), run, strip, [pl, pw, cols_in], (&mut *pos, &mut *pos_key))
+                    };
                 } else {
                     for r in 0..inside {
                         let run = Run { at: (iy0 + r) * sh, n: cols_in, row: top + r, wrap: usize::MAX };
                         // SAFETY: as above, one row at a time.
-                        unsafe { self.block_in::<S>(xp, sc, cn, run, strip, [pl, pw, cols_in]) };
+                        unsafe {
+                            self.block_in::<S>((xp, sc, cn), run, strip, [pl, pw, cols_in], (&mut *pos, &mut *pos_key))
+                        };
                     }
                 }
             }
-            let (ibp, wbp, obp) = (strip.as_ptr(), wb.as_ptr(), ob.as_mut_ptr());
-            // 3-wide windows at stride 1: each input vector of a whole block's row is loaded
-            // once for the three taps that read it (one load per 2.4 FMAs instead of 1.1).
-            let three = kw == 3 && dx == 1 && sx == 1;
+            let rows = Rows {
+                ibp: strip.as_ptr(),
+                wbp: wb.as_ptr(),
+                obp: ob.as_mut_ptr(),
+                ow,
+                pw,
+                kernel: [kh, kw],
+                stride: [sy, sx],
+                dilation: [dy, dx],
+                bias,
+                fin: &fin,
+                next: if sr == oh && oy0 == out_rows.start { next } else { None },
+            };
+            // 3-wide stride-1 windows in blocks of 7 columns where they divide the row and 8 do
+            // not (MobileNet's 7-, 14-, 28- and 112-wide planes): every block takes the shared-
+            // load path, none computes columns it does not store. (Other windows keep blocks of
+            // 8: at stride 2 on 7-wide rows, 7 measured slower.)
+            let sevens = kw == 3 && dx == 1 && sx == 1 && ow % R != 0 && ow % 7 == 0;
             for oy in 0..n {
-                for ox0 in (0..ow).step_by(R) {
-                    let nr = R.min(ow - ox0);
-                    // Columns past the row's end repeat its last one (computed, not stored).
-                    let cols: [usize; R] = std::array::from_fn(|r| (ox0 + r).min(ow - 1) * sx * l);
-                    let mut acc = [bias; R];
-                    if three && nr == R {
-                        for ty in 0..kh {
-                            // SAFETY: strip row oy·sy + ty·dy < rows, and columns ox0 + j ≤ ox0 +
-                            // R + 1 ≤ ow + 1 < pw (`extent`: pw ≥ ow + 2 for this window); the
-                            // weights hold taps × L values.
-                            unsafe {
-                                let wt = wbp.add(ty * 3 * l);
-                                let w3 = [S::load(wt), S::load(wt.add(l)), S::load(wt.add(2 * l))];
-                                let q = ibp.add((oy * sy + ty * dy) * pw * l + ox0 * l);
-                                for j in 0..R + 2 {
-                                    window3_column(&mut acc, &w3, j, S::load(q.add(j * l)));
-                                }
-                            }
-                        }
+                // SAFETY: the caller's contract (features); the strip holds the padded input
+                // rows of output rows 0..n, the output block n·ow pixels, the weights taps × L.
+                unsafe {
+                    if sevens {
+                        rows.row::<7>(oy);
                     } else {
-                        for ty in 0..kh {
-                            let row = (oy * sy + ty * dy) * pw * l;
-                            for tx in 0..kw {
-                                // SAFETY: strip row oy·sy + ty·dy < rows and column ox·sx + tx·dx <
-                                // pw for every output (oy, ox) of the strip and tap (`extent`); the
-                                // weights hold taps × L values.
-                                unsafe {
-                                    let wv = S::load(wbp.add((ty * kw + tx) * l));
-                                    let q = ibp.add(row + tx * dx * l);
-                                    for r in 0..R {
-                                        acc[r] = S::load(q.add(cols[r])).fmadd(wv, acc[r]);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    if let &Finish::Registers { relu, clamp } = &fin {
-                        for a in acc.iter_mut().take(nr) {
-                            // SAFETY: the CPU has S's features (the caller's contract).
-                            unsafe {
-                                if relu {
-                                    *a = a.relu();
-                                }
-                                if let Some((lo, hi, zlo, zhi)) = clamp {
-                                    *a = a.clamp(lo, hi, zlo, zhi);
-                                }
-                            }
-                        }
-                    }
-                    // SAFETY: pixels oy·ow + ox0 + r < sr·ow of the output strip for r < nr.
-                    // (Whole blocks are stored register by register: a loop of variable length
-                    // over the spilled block would become a call to memcpy.)
-                    unsafe {
-                        let at = obp.add((oy * ow + ox0) * l);
-                        if nr == R {
-                            for (r, a) in acc.iter().enumerate() {
-                                a.store(at.add(r * l));
-                            }
-                        } else {
-                            for (r, a) in acc.iter().enumerate().take(nr) {
-                                a.store(at.add(r * l));
-                            }
-                        }
+                        rows.row::<R>(oy);
                     }
                 }
             }
@@ -358,7 +373,8 @@ impl Job<'_> {
 
     /// Transposes `run` of the `cn` planes at `xp` (channel stride `sc`) into the padded strip
     /// `ib` (`[pl, pw, cols]`: its left padding, row length, and the input columns it holds), the
-    /// run's first pixel at strip row `run.row`.
+    /// run's first pixel at strip row `run.row`. `pos` and `pos_key`: the strip places of a
+    /// narrow run's pixels and the geometry they were built for, kept between units.
     ///
     /// # Safety
     /// The CPU has `S`'s features; `run` lies inside each of the `cn` planes; pixel (row, col)
@@ -366,12 +382,11 @@ impl Job<'_> {
     #[inline(always)]
     unsafe fn block_in<S: Transpose>(
         &self,
-        xp: *const f32,
-        sc: usize,
-        cn: usize,
+        (xp, sc, cn): (*const f32, usize, usize),
         run: Run,
         ib: &mut [f32],
         [pl, pw, cols]: [usize; 3],
+        (pos, pos_key): (&mut Vec<usize>, &mut [usize; 6]),
     ) {
         let l = S::L;
         // SAFETY: the caller's contract (features).
@@ -408,6 +423,37 @@ impl Job<'_> {
             }
             return;
         }
+        if cols >= run.wrap {
+            // Every pixel lands in the strip: its place from a table (built once per geometry
+            // and kept in the scratch), no branch per pixel.
+            let key = [run.row, run.n, run.wrap, pw, pl, l];
+            if *pos_key != key || pos.len() != run.n {
+                pos.clear();
+                pos.extend((0..run.n).map(|k| ((run.row + k / run.wrap) * pw + pl + k % run.wrap) * l));
+                *pos_key = key;
+            }
+            // The places grow with the pixel: the last is the largest.
+            assert!(pos.last().is_none_or(|&at| at + l <= ib.len()), "depthwise block too short");
+            let dst = ib.as_mut_ptr();
+            let mut p = 0;
+            while p < run.n {
+                let n = l.min(run.n - p);
+                let at = &pos[p..p + n];
+                // SAFETY: the caller's contract: pixels at..at + n of planes 0..cn are inside `x`
+                // (masked to the first n lanes when the run ends); every place + L ≤ ib.len()
+                // (asserted above).
+                unsafe { load_pixels::<S>(&mut v, xp.add(run.at + p), sc, cn, n) };
+                // At constant indices of `v` (see `each16`).
+                each16!(i => {
+                    if let (Some(vi), Some(&a)) = (v.get(i), at.get(i)) {
+                        // SAFETY: as above.
+                        unsafe { vi.store(dst.add(a)) };
+                    }
+                });
+                p += n;
+            }
+            return;
+        }
         let (mut row, mut col) = (run.row, 0);
         let mut p = 0;
         while p < run.n {
@@ -415,18 +461,23 @@ impl Job<'_> {
             // SAFETY: the caller's contract: pixels at..at + n of planes 0..cn are inside `x`
             // (masked to the first n lanes when the run ends).
             unsafe { load_pixels::<S>(&mut v, xp.add(run.at + p), sc, cn, n) };
-            for vi in v.iter().take(n) {
-                if col < cols {
-                    let at = (row * pw + col + pl) * l;
-                    assert!(at + l <= ib.len(), "depthwise block too short");
-                    // SAFETY: checked just above.
-                    unsafe { vi.store(ib.as_mut_ptr().add(at)) };
+            // At constant indices of `v` (see `each16`).
+            each16!(i => {
+                if i < n
+                    && let Some(vi) = v.get(i)
+                {
+                    if col < cols {
+                        let at = (row * pw + col + pl) * l;
+                        assert!(at + l <= ib.len(), "depthwise block too short");
+                        // SAFETY: checked just above.
+                        unsafe { vi.store(ib.as_mut_ptr().add(at)) };
+                    }
+                    col += 1;
+                    if col == run.wrap {
+                        (row, col) = (row + 1, 0);
+                    }
                 }
-                col += 1;
-                if col == run.wrap {
-                    (row, col) = (row + 1, 0);
-                }
-            }
+            });
             p += n;
         }
     }
@@ -452,23 +503,164 @@ impl Job<'_> {
             // The last transpose reads up to L pixels past the block's end: its slack.
             assert!((first + p + l) * l <= ob.len(), "depthwise output block too short");
             // SAFETY: checked just above; the CPU has S's features.
+            // (At constant indices of `v`, see `each16`.)
             unsafe {
-                for (i, vi) in v.iter_mut().enumerate().take(l) {
-                    *vi = S::load(ob.as_ptr().add((first + p + i) * l));
+                let src = ob.as_ptr().add((first + p) * l);
+                for (i, vi) in v.iter_mut().enumerate() {
+                    if i < l {
+                        *vi = S::load(src.add(i * l));
+                    }
                 }
                 S::transpose(&mut v[..l]);
             }
-            for (j, &vj) in v.iter().enumerate().take(cn) {
-                let at = base + j * yc + run.at + p;
-                // SAFETY: the caller's contract: elements at..at + n are this unit's, and dense.
-                unsafe {
-                    match fin {
-                        Finish::Registers { .. } => vj.store_first(self.out.0.add(at), n),
-                        Finish::Spill => self.store_vec(fin, vj, at, n),
+            let out = self.out.0.wrapping_add(base + run.at + p);
+            // SAFETY (each store): the caller's contract: elements at..at + n of the planes
+            // below `cn` are this unit's, and dense.
+            match fin {
+                // At constant indices of `v` (see `each16`), one copy per case: whole vectors,
+                // the masked tail. (With the epilogue's match inside each copy the AVX-512 body
+                // was 137 KB of code: 0.336 against 0.244 ms at 960 channels 7², batch 8, one
+                // Zen 4 thread.)
+                Finish::Registers { .. } if n == l => each16!(j => {
+                    if j < cn
+                        && let Some(&vj) = v.get(j)
+                    {
+                        // SAFETY: see above.
+                        unsafe { vj.store(out.add(j * yc)) };
+                    }
+                }),
+                Finish::Registers { .. } => each16!(j => {
+                    if j < cn
+                        && let Some(&vj) = v.get(j)
+                    {
+                        // SAFETY: see above.
+                        unsafe { vj.store_first(out.add(j * yc), n) };
+                    }
+                }),
+                Finish::Spill => {
+                    for (j, &vj) in v.iter().enumerate().take(cn) {
+                        // SAFETY: see above.
+                        unsafe { self.store_vec(fin, vj, base + j * yc + run.at + p, n) };
                     }
                 }
             }
             p += n;
+        }
+    }
+}
+
+/// One strip's register blocks: the padded input, weights and output block of a unit (see
+/// [`Job::plane_block`]) with the geometry its rows need.
+struct Rows<'f, S: Lanes> {
+    ibp: *const f32,
+    wbp: *const f32,
+    obp: *mut f32,
+    ow: usize,
+    pw: usize,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    bias: S,
+    fin: &'f Finish<S>,
+    /// Lines to ask for: from where, and how many per output row.
+    next: Option<(*const f32, usize)>,
+}
+
+/// Largest span of a channel block's input planes that a unit prefetches for the next.
+const PREFETCH_BYTES: usize = 64 << 10;
+
+/// Asks for the cache line of `p` into L2 (a hint: `p` need not point into a buffer).
+#[inline(always)]
+fn prefetch_l2(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing and never faults; SSE is part of x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+impl<S: Lanes> Rows<'_, S> {
+    /// Output row `oy` of the strip, `B` columns per register block.
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; the strip at `ibp` holds the padded input rows of output row
+    /// `oy` (`extent`), `obp` its `ow` pixels, `wbp` the block's taps × L weights.
+    #[inline(always)]
+    unsafe fn row<const B: usize>(&self, oy: usize) {
+        let l = S::L;
+        let (ibp, wbp, obp, ow, pw) = (self.ibp, self.wbp, self.obp, self.ow, self.pw);
+        let ([kh, kw], [sy, sx], [dy, dx]) = (self.kernel, self.stride, self.dilation);
+        // 3-wide windows at stride 1: each input vector of a whole block's row is loaded once
+        // for the three taps that read it (one load per 2.4 FMAs instead of 1.1).
+        let three = kw == 3 && dx == 1 && sx == 1;
+        if let Some((at, per_row)) = self.next {
+            for k in oy * per_row..(oy + 1) * per_row {
+                prefetch_l2(at.wrapping_add(k * 16));
+            }
+        }
+        for ox0 in (0..ow).step_by(B) {
+            let nr = B.min(ow - ox0);
+            // Columns past the row's end repeat its last one (computed, not stored).
+            let cols: [usize; B] = std::array::from_fn(|r| (ox0 + r).min(ow - 1) * sx * l);
+            let mut acc = [self.bias; B];
+            if three && nr == B {
+                for ty in 0..kh {
+                    // SAFETY: strip row oy·sy + ty·dy < rows, and columns ox0 + j ≤ ox0 + B + 1
+                    // ≤ ow + 1 < pw (`extent`: pw ≥ ow + 2 for this window); the weights hold
+                    // taps × L values.
+                    unsafe {
+                        let wt = wbp.add(ty * 3 * l);
+                        let w3 = [S::load(wt), S::load(wt.add(l)), S::load(wt.add(2 * l))];
+                        let q = ibp.add((oy * sy + ty * dy) * pw * l + ox0 * l);
+                        for j in 0..B + 2 {
+                            window3_column(&mut acc, &w3, j, S::load(q.add(j * l)));
+                        }
+                    }
+                }
+            } else {
+                for ty in 0..kh {
+                    let row = (oy * sy + ty * dy) * pw * l;
+                    for tx in 0..kw {
+                        // SAFETY: strip row oy·sy + ty·dy < rows and column ox·sx + tx·dx < pw
+                        // for every output (oy, ox) of the strip and tap (`extent`); the weights
+                        // hold taps × L values.
+                        unsafe {
+                            let wv = S::load(wbp.add((ty * kw + tx) * l));
+                            let q = ibp.add(row + tx * dx * l);
+                            for r in 0..B {
+                                acc[r] = S::load(q.add(cols[r])).fmadd(wv, acc[r]);
+                            }
+                        }
+                    }
+                }
+            }
+            if let &Finish::Registers { relu, clamp } = self.fin {
+                // Every column (those past `nr` are not stored): constant indices.
+                for a in acc.iter_mut() {
+                    // SAFETY: the CPU has S's features (the caller's contract).
+                    unsafe {
+                        if relu {
+                            *a = a.relu();
+                        }
+                        if let Some((lo, hi, zlo, zhi)) = clamp {
+                            *a = a.clamp(lo, hi, zlo, zhi);
+                        }
+                    }
+                }
+            }
+            // SAFETY (each store): pixels oy·ow + ox0 + r < sr·ow of the output strip for r <
+            // nr. (Register by register, at constant indices: see `each16`.)
+            let at = obp.wrapping_add((oy * ow + ox0) * l);
+            each16!(r => {
+                if r < nr
+                    && let Some(a) = acc.get(r)
+                {
+                    // SAFETY: as above.
+                    unsafe { a.store(at.add(r * l)) };
+                }
+            });
         }
     }
 }
