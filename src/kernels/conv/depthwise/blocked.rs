@@ -11,7 +11,11 @@
 //! The bias starts the accumulators; the rest of the epilogue is applied to each vector of the
 //! transpose back, as the plane paths store theirs ([`Job::store_vec`]). Both transposes are
 //! `L × L` register transposes ([`Transpose`]) over runs of pixels: the whole plane when it is
-//! dense, else row by row.
+//! dense, else row by row; the pixels of runs of narrow rows land at places read from a table the
+//! task's scratch keeps. While a small plane's rows are convolved, the next unit's planes are
+//! prefetched into L2. Every loop over an array of vectors is written out at constant indices
+//! (`each16!`), and each ISA's body is a function of its own, so that the vectors stay in
+//! registers.
 
 use super::{Finish, Job, Lanes, Portable, Scratch, each16, window3_column};
 
