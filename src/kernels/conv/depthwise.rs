@@ -210,6 +210,10 @@ struct Scratch {
     /// the run and strip geometry it was built for.
     pos: Vec<usize>,
     pos_key: [usize; 6],
+    /// The channel-blocked path's weights, padded input strip and output block (no other path
+    /// writes it), and the strip's address and layout when its padding was last written.
+    blk: Vec<f32>,
+    pad_key: [usize; 8],
 }
 
 /// Most task scratches one thread keeps, and the largest one it keeps.
@@ -247,7 +251,7 @@ impl std::ops::DerefMut for Kept {
 impl Drop for Kept {
     fn drop(&mut self) {
         let s = &self.0;
-        let bytes = (s.buf.capacity() + s.row.capacity() + s.zeros.capacity()) * 4
+        let bytes = (s.buf.capacity() + s.row.capacity() + s.zeros.capacity() + s.blk.capacity()) * 4
             + (s.taps.capacity() + s.pos.capacity()) * 16;
         if bytes <= KEEP_MAX_BYTES {
             let s = std::mem::take(&mut self.0);

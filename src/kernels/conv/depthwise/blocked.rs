@@ -223,12 +223,13 @@ impl Job<'_> {
         let (wlen, ilen, olen) = (taps * l, in_rows(sr) * pw * l, (sr * ow + l) * l);
         // Each part starts on a cache line (64 bytes = 16 values; the parts are multiples of L
         // values): a vector load across two lines would cost two.
-        if scratch.buf.len() < wlen + ilen + olen + 16 {
-            scratch.buf.resize(wlen + ilen + olen + 16, 0.0);
+        if scratch.blk.len() < wlen + ilen + olen + 16 {
+            scratch.blk.resize(wlen + ilen + olen + 16, 0.0);
         }
-        let skew = scratch.buf.as_ptr().align_offset(64).min(16);
+        let skew = scratch.blk.as_ptr().align_offset(64).min(16);
+        let pad_key = &mut scratch.pad_key;
         let (pos, pos_key) = (&mut scratch.pos, &mut scratch.pos_key);
-        let (wb, rest) = scratch.buf[skew..].split_at_mut(wlen);
+        let (wb, rest) = scratch.blk[skew..].split_at_mut(wlen);
         let (ib, ob) = rest.split_at_mut(ilen);
         // The block's weights as [tap][L] (lanes past `cn` zero), a vector per tap.
         assert!(taps * c <= self.w.len() && c0 + cn <= c, "depthwise weights too short");
@@ -276,13 +277,19 @@ impl Job<'_> {
             let iy1 = (p0 + rows).saturating_sub(pt).min(ih).max(iy0);
             let (top, inside) = ((iy0 + pt).saturating_sub(p0).min(rows), iy1 - iy0);
             let strip = &mut ib[..rows * pw * l];
-            // The strip's padding (its interior is overwritten below).
-            strip[..top * pw * l].fill(0.0);
-            strip[(top + inside) * pw * l..].fill(0.0);
-            for r in top..top + inside {
-                let row = &mut strip[r * pw * l..(r + 1) * pw * l];
-                row[..left * l].fill(0.0);
-                row[(left + cols_in) * l..].fill(0.0);
+            // The strip's padding (its interior is overwritten below), unless the last strip
+            // convolved in this buffer had the same place and layout: only this path writes the
+            // buffer, and only inside the interior, so its padding is still zero.
+            let key = [strip.as_ptr() as usize, rows, pw, l, top, inside, left, cols_in];
+            if *pad_key != key {
+                strip[..top * pw * l].fill(0.0);
+                strip[(top + inside) * pw * l..].fill(0.0);
+                for r in top..top + inside {
+                    let row = &mut strip[r * pw * l..(r + 1) * pw * l];
+                    row[..left * l].fill(0.0);
+                    row[(left + cols_in) * l..].fill(0.0);
+                }
+                *pad_key = key;
             }
             // The input rows into the strip.
             if inside > 0 && cols_in > 0 {
