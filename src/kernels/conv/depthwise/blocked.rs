@@ -449,6 +449,18 @@ impl Job<'_> {
             let mut p = 0;
             while p < run.n {
                 let n = l.min(run.n - p);
+                if n <= TAIL {
+                    // A tail of one or two pixels: value by value, not a whole transpose.
+                    for (i, &a) in pos[p..p + n].iter().enumerate() {
+                        let px = &mut ib[a..a + l];
+                        for (j, o) in px.iter_mut().enumerate() {
+                            // SAFETY: the caller's contract: pixel at + p + i of planes below cn
+                            // is inside `x`.
+                            *o = if j < cn { unsafe { *xp.add(j * sc + run.at + p + i) } } else { 0.0 };
+                        }
+                    }
+                    break;
+                }
                 let at = &pos[p..p + n];
                 // SAFETY: the caller's contract: pixels at..at + n of planes 0..cn are inside `x`
                 // (masked to the first n lanes when the run ends); every place + L ≤ ib.len()
@@ -511,6 +523,18 @@ impl Job<'_> {
         let mut p = 0;
         while p < run.n {
             let n = l.min(run.n - p);
+            if n <= TAIL && matches!(fin, Finish::Registers { .. }) {
+                // A tail of one or two pixels: value by value, not a whole transpose.
+                for i in 0..n {
+                    let px = &ob[(first + p + i) * l..(first + p + i + 1) * l];
+                    for (j, &v) in px.iter().enumerate().take(cn) {
+                        // SAFETY: the caller's contract: element base + j·yc + run.at + p + i
+                        // of the output is this unit's.
+                        unsafe { *self.out.0.add(base + j * yc + run.at + p + i) = v };
+                    }
+                }
+                break;
+            }
             // The last transpose reads up to L pixels past the block's end: its slack.
             assert!((first + p + l) * l <= ob.len(), "depthwise output block too short");
             // SAFETY: checked just above; the CPU has S's features.
@@ -576,6 +600,10 @@ struct Rows<'f, S: Lanes> {
     /// Lines to ask for: from where, and how many per output row.
     next: Option<(*const f32, usize)>,
 }
+
+/// Most pixels at the end of a run moved value by value instead of by a register transpose
+/// (960 channels at 7²: 49 pixels, three whole transposes and one for a single pixel).
+const TAIL: usize = 2;
 
 /// Largest span of a channel block's input planes that a unit prefetches for the next.
 const PREFETCH_BYTES: usize = 64 << 10;
