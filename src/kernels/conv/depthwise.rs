@@ -206,10 +206,8 @@ struct Scratch {
     row: Vec<f32>,
     /// Zeros only (never written): the input row that padding rows read (stride-1 planes).
     zeros: Vec<f32>,
-    /// The channel-blocked path's place in its strip of each pixel of a run of narrow rows, and
-    /// the run and strip geometry it was built for.
-    pos: Vec<usize>,
-    pos_key: [usize; 6],
+    /// The channel-blocked path's places of a narrow run's pixels in its strip.
+    places: blocked::Places,
     /// The channel-blocked path's weights, padded input strip and output block (no other path
     /// writes it), and the strip's address and layout when its padding was last written.
     blk: Vec<f32>,
@@ -252,7 +250,8 @@ impl Drop for Kept {
     fn drop(&mut self) {
         let s = &self.0;
         let bytes = (s.buf.capacity() + s.row.capacity() + s.zeros.capacity() + s.blk.capacity()) * 4
-            + (s.taps.capacity() + s.pos.capacity()) * 16;
+            + s.taps.capacity() * 16
+            + s.places.bytes();
         if bytes <= KEEP_MAX_BYTES {
             let s = std::mem::take(&mut self.0);
             // During thread teardown the pool may be gone: the scratch is then simply freed.

@@ -227,8 +227,7 @@ impl Job<'_> {
             scratch.blk.resize(wlen + ilen + olen + 16, 0.0);
         }
         let skew = scratch.blk.as_ptr().align_offset(64).min(16);
-        let pad_key = &mut scratch.pad_key;
-        let (pos, pos_key) = (&mut scratch.pos, &mut scratch.pos_key);
+        let (pad_key, places) = (&mut scratch.pad_key, &mut scratch.places);
         let (wb, rest) = scratch.blk[skew..].split_at_mut(wlen);
         let (ib, ob) = rest.split_at_mut(ilen);
         // The block's weights as [tap][L] (lanes past `cn` zero), a vector per tap.
@@ -263,7 +262,7 @@ impl Job<'_> {
         // prefetchers start cold on every unit (best of six alternated runs, one Zen 4 thread,
         // batch 8: 960 channels at 7² 0.262 → 0.254 ms, 576 at 14² stride 2 0.309 → 0.287).
         let span = l * sc;
-        let next = (sh == iw && sc == ih * iw && span * 4 <= PREFETCH_BYTES && row_bytes(oh) <= budget)
+        let next = (sh == iw && sc == ih * iw && span * 4 <= PREFETCH_BYTES && sr == oh)
             .then(|| (xp.wrapping_add(cn * sc), (span / 16).div_ceil(oh)));
         let left = pl.min(pw);
         let cols_in = iw.min(pw.saturating_sub(pl));
@@ -298,16 +297,12 @@ impl Job<'_> {
                     // SAFETY: the caller's contract; `validate` checked the planes' extent (rows
                     // below `ih` of dense rows of `iw`); the strip holds (top + row, pl + col)
                     // for every row < inside and column < cols_in.
-                    unsafe {
-                        self.block_in::<S>((xp, sc, cn), run, strip, [pl, pw, cols_in], (&mut *pos, &mut *pos_key))
-                    };
+                    unsafe { self.block_in::<S>((xp, sc, cn), run, strip, [pl, pw, cols_in], &mut *places) };
                 } else {
                     for r in 0..inside {
                         let run = Run { at: (iy0 + r) * sh, n: cols_in, row: top + r, wrap: usize::MAX };
                         // SAFETY: as above, one row at a time.
-                        unsafe {
-                            self.block_in::<S>((xp, sc, cn), run, strip, [pl, pw, cols_in], (&mut *pos, &mut *pos_key))
-                        };
+                        unsafe { self.block_in::<S>((xp, sc, cn), run, strip, [pl, pw, cols_in], &mut *places) };
                     }
                 }
             }
@@ -322,7 +317,8 @@ impl Job<'_> {
                 dilation: [dy, dx],
                 bias,
                 fin: &fin,
-                next: if sr == oh && oy0 == out_rows.start { next } else { None },
+                // (With the plane in one strip, this loop runs once.)
+                next,
             };
             // Blocks of 7 columns where they divide the row and 8 do not (MobileNet's 7-, 14-,
             // 28- and 112-wide planes): no block computes columns it does not store, and at
@@ -384,8 +380,8 @@ impl Job<'_> {
 
     /// Transposes `run` of the `cn` planes at `xp` (channel stride `sc`) into the padded strip
     /// `ib` (`[pl, pw, cols]`: its left padding, row length, and the input columns it holds), the
-    /// run's first pixel at strip row `run.row`. `pos` and `pos_key`: the strip places of a
-    /// narrow run's pixels and the geometry they were built for, kept between units.
+    /// run's first pixel at strip row `run.row`. A run of rows narrower than a vector is a whole
+    /// dense plane (every column held); its pixels' places come from `places`.
     ///
     /// # Safety
     /// The CPU has `S`'s features; `run` lies inside each of the `cn` planes; pixel (row, col)
@@ -397,7 +393,7 @@ impl Job<'_> {
         run: Run,
         ib: &mut [f32],
         [pl, pw, cols]: [usize; 3],
-        (pos, pos_key): (&mut Vec<usize>, &mut [usize; 6]),
+        places: &mut Places,
     ) {
         let l = S::L;
         // SAFETY: the caller's contract (features).
@@ -434,71 +430,38 @@ impl Job<'_> {
             }
             return;
         }
-        if cols >= run.wrap {
-            // Every pixel lands in the strip: its place from a table (built once per geometry
-            // and kept in the scratch), no branch per pixel.
-            let key = [run.row, run.n, run.wrap, pw, pl, l];
-            if *pos_key != key || pos.len() != run.n {
-                pos.clear();
-                pos.extend((0..run.n).map(|k| ((run.row + k / run.wrap) * pw + pl + k % run.wrap) * l));
-                *pos_key = key;
-            }
-            // The places grow with the pixel: the last is the largest.
-            assert!(pos.last().is_none_or(|&at| at + l <= ib.len()), "depthwise block too short");
-            let dst = ib.as_mut_ptr();
-            let mut p = 0;
-            while p < run.n {
-                let n = l.min(run.n - p);
-                if n <= TAIL {
-                    // A tail of one or two pixels: value by value, not a whole transpose.
-                    for (i, &a) in pos[p..p + n].iter().enumerate() {
-                        let px = &mut ib[a..a + l];
-                        for (j, o) in px.iter_mut().enumerate() {
-                            // SAFETY: the caller's contract: pixel at + p + i of planes below cn
-                            // is inside `x`.
-                            *o = if j < cn { unsafe { *xp.add(j * sc + run.at + p + i) } } else { 0.0 };
-                        }
-                    }
-                    break;
-                }
-                let at = &pos[p..p + n];
-                // SAFETY: the caller's contract: pixels at..at + n of planes 0..cn are inside `x`
-                // (masked to the first n lanes when the run ends); every place + L ≤ ib.len()
-                // (asserted above).
-                unsafe { load_pixels::<S>(&mut v, xp.add(run.at + p), sc, cn, n) };
-                // At constant indices of `v` (see `each16`).
-                each16!(i => {
-                    if let (Some(vi), Some(&a)) = (v.get(i), at.get(i)) {
-                        // SAFETY: as above.
-                        unsafe { vi.store(dst.add(a)) };
-                    }
-                });
-                p += n;
-            }
-            return;
-        }
-        let (mut row, mut col) = (run.row, 0);
+        // Narrow rows come only as a whole dense plane (`plane_block`): every pixel lands in
+        // the strip, at a place read from the table (no branch per pixel).
+        debug_assert!(cols >= run.wrap, "depthwise narrow run with columns outside the strip");
+        let pos = places.of(run, pw, pl, l);
+        // The places grow with the pixel: the last is the largest.
+        assert!(pos.last().is_none_or(|&at| at + l <= ib.len()), "depthwise block too short");
+        let dst = ib.as_mut_ptr();
         let mut p = 0;
         while p < run.n {
             let n = l.min(run.n - p);
+            if n <= TAIL {
+                // A tail of one or two pixels: value by value, not a whole transpose.
+                for (i, &a) in pos[p..p + n].iter().enumerate() {
+                    let px = &mut ib[a..a + l];
+                    for (j, o) in px.iter_mut().enumerate() {
+                        // SAFETY: the caller's contract: pixel at + p + i of planes below cn is
+                        // inside `x`.
+                        *o = if j < cn { unsafe { *xp.add(j * sc + run.at + p + i) } } else { 0.0 };
+                    }
+                }
+                break;
+            }
+            let at = &pos[p..p + n];
             // SAFETY: the caller's contract: pixels at..at + n of planes 0..cn are inside `x`
-            // (masked to the first n lanes when the run ends).
+            // (masked to the first n lanes when the run ends); every place + L ≤ ib.len()
+            // (asserted above).
             unsafe { load_pixels::<S>(&mut v, xp.add(run.at + p), sc, cn, n) };
             // At constant indices of `v` (see `each16`).
             each16!(i => {
-                if i < n
-                    && let Some(vi) = v.get(i)
-                {
-                    if col < cols {
-                        let at = (row * pw + col + pl) * l;
-                        assert!(at + l <= ib.len(), "depthwise block too short");
-                        // SAFETY: checked just above.
-                        unsafe { vi.store(ib.as_mut_ptr().add(at)) };
-                    }
-                    col += 1;
-                    if col == run.wrap {
-                        (row, col) = (row + 1, 0);
-                    }
+                if let (Some(vi), Some(&a)) = (v.get(i), at.get(i)) {
+                    // SAFETY: as above.
+                    unsafe { vi.store(dst.add(a)) };
                 }
             });
             p += n;
@@ -581,6 +544,34 @@ impl Job<'_> {
             }
             p += n;
         }
+    }
+}
+
+/// The places in a strip of the pixels of a narrow run ([`Job::block_in`]), kept in a task's
+/// scratch between units, with the run and strip geometry they were built for.
+#[derive(Default)]
+pub(super) struct Places {
+    at: Vec<usize>,
+    key: [usize; 6],
+}
+
+impl Places {
+    /// The place of each pixel of `run` in a strip of rows `pw` pixels wide with `pl` columns of
+    /// left padding and `l` lanes per pixel (built when the geometry differs from the last).
+    #[inline(always)]
+    fn of(&mut self, run: Run, pw: usize, pl: usize, l: usize) -> &[usize] {
+        let key = [run.row, run.n, run.wrap, pw, pl, l];
+        if self.key != key {
+            self.at.clear();
+            self.at.extend((0..run.n).map(|k| ((run.row + k / run.wrap) * pw + pl + k % run.wrap) * l));
+            self.key = key;
+        }
+        &self.at
+    }
+
+    /// Bytes held.
+    pub(super) fn bytes(&self) -> usize {
+        self.at.capacity() * std::mem::size_of::<usize>()
     }
 }
 
