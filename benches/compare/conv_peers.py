@@ -21,7 +21,8 @@ Every (framework, threads) figure comes from its own process pinned with `taskse
 1 thread, CPUs 0,1 for 2), frameworks alternate within each round, and the best of the rounds is
 kept (the machine is shared: the best round is the least disturbed). tensorjit: `tensorjit --json
 bench FILE -b jit:parallelism=T`, its minimum over the timed executions; the peers: minimum over
-the same number of calls after warm-up. When a C compiler is present, the machine's FMA peak is
+the same number of calls. Every framework first warms up for about `WARM_S` (0.2 s): the second
+core of a freshly started process runs slowly for its first tens of milliseconds. When a C compiler is present, the machine's FMA peak is
 measured beside them (../shared/bench/fma_peak.c if found, else skipped).
 Prints a markdown table: GFLOP/s (convs) or images/s (models) per framework and layout, and the
 ratios of tensorjit to the best peer.
@@ -50,6 +51,9 @@ SHAPES = {
     "dw 3x3 960ch 7x7 b8": (8, 960, 960, 7, 7, 3, 1, 1, 960),
     "1x1 960->160 7x7 b8": (8, 960, 160, 7, 7, 1, 1, 0, 1),
 }
+# Seconds of warm-up before the timed calls, every framework (see `worker`, `warm_calls`).
+WARM_S = 0.2
+
 MODELS = {"ResNet-18": "resnet18-torchscript", "MobileNetV2": "mobilenet_v2-torchscript"}
 
 
@@ -132,8 +136,13 @@ def worker(fw, threads, path, shape, repeat):
             with torch.no_grad():
                 F.conv2d(x, wt, stride=st, padding=p, groups=g)
 
-    for _ in range(2):
+    # Warm-up by time (at least WARM_S and 2 calls): a short-lived process's second core is slow
+    # for its first tens of milliseconds, which would otherwise decide the two-thread figures of
+    # the small shapes.
+    t0, calls = time.perf_counter(), 0
+    while calls < 2 or time.perf_counter() - t0 < WARM_S:
         call()
+        calls += 1
     best = float("inf")
     for _ in range(repeat):
         t = time.perf_counter()
@@ -142,11 +151,20 @@ def worker(fw, threads, path, shape, repeat):
     print(best)
 
 
+def warm_calls(shape, threads):
+    """tensorjit's warm-up calls: about WARM_S of work at 250 GFLOP/s per thread (faster than it
+    runs, so at least WARM_S), 2 to 3000 calls (models: 10)."""
+    if not isinstance(shape, (tuple, list)):
+        return 10
+    est = flops(shape) / (250e9 * threads)
+    return int(min(3000, max(2, WARM_S / est)))
+
+
 def measure(fw, threads, path, shape, repeat, tj):
     if fw == "tensorjit":
         r = pinned(
-            [tj, "--json", "bench", path, "-b", f"jit:parallelism={threads}", "--repeat", str(repeat), "--warmup", "2",
-             "--fill", "random"],
+            [tj, "--json", "bench", path, "-b", f"jit:parallelism={threads}", "--repeat", str(repeat), "--warmup",
+             str(warm_calls(shape, threads)), "--fill", "random"],
             threads,
         )
         for line in r.stdout.splitlines():
