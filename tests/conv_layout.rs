@@ -372,6 +372,49 @@ fn inverted_residual_blocks_run_band_by_band_and_agree_with_the_interpreter() {
     }
 }
 
+/// MobileNetV2's head: a stem `k`×`k`/2 3→32 on `[n, 3, 224, 224]` with bias and ReLU6, the
+/// depthwise 3×3 over its 112×112 planes (1.6 MB an image) and a 1×1 32→16 projection.
+fn stem_block(n: usize, k: usize) -> Module {
+    let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
+    body += &conv(1, 0, n, 3, 32, k, 2, 1, 224);
+    body += &bias_relu6(2, 1, n, 32, 112);
+    body += &conv(3, 2, n, 32, 32, 3, 1, 32, 112);
+    body += &bias_relu6(4, 3, n, 32, 112);
+    body += &conv(5, 4, n, 32, 16, 1, 1, 1, 112);
+    let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},3,224,224]) {{\n{body}  return %5\n}}\n");
+    parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+#[test]
+fn a_stem_heads_a_band_by_band_block() {
+    // The stem computes, band by band, the rows of its result the depthwise window needs: from
+    // the input rows under them, the padding above the first band (3×3/2 with padding 1, and a
+    // 7×7/2 with padding 3 reaching further), in one thread and in row parts over two and three,
+    // channels-first and channels-last (the model's own layout: the stem reads the channels-first
+    // input and writes channels-last).
+    for (n, k) in [(1, 3), (2, 7)] {
+        let m = stem_block(n, k);
+        let x = Buffer::from_slice(&floats_vec(n * 3 * 224 * 224, n + 5, 2.0), &[n, 3, 224, 224]).unwrap();
+        agree(
+            &m,
+            &[x],
+            &[
+                "jit:parallelism=1,conv_blocks=on",
+                "jit:parallelism=2,conv_blocks=on",
+                "jit:parallelism=3,conv_blocks=on",
+                "jit:parallelism=1,conv_layout=keep,conv_blocks=on",
+                "jit:parallelism=2,conv_layout=nhwc,conv_blocks=on",
+            ],
+        );
+        for cfg in ["parallelism=1,conv_blocks=on", "parallelism=2,conv_layout=keep,conv_blocks=on"] {
+            let blocks = blocks_of(&m, cfg);
+            assert_eq!(blocks.len(), 1, "{cfg}: {blocks:?}");
+            assert!(blocks[0].contains("stem direct"), "{blocks:?}");
+        }
+        assert!(blocks_of(&m, "parallelism=1,conv_blocks=off").is_empty());
+    }
+}
+
 /// A 3×3 convolution 16→16 on `[n, 16, hw, hw]` (which takes the chain channels-last under
 /// `conv_layout=auto`), then one inverted-residual block: 1×1 16→`c6` → depthwise 3×3 → 1×1
 /// `c6`→16, each with bias and ReLU6 but the last.
