@@ -376,11 +376,13 @@ fn inverted_residual_blocks_run_band_by_band_and_agree_with_the_interpreter() {
 /// depthwise 3×3 over its 112×112 planes (1.6 MB an image) and a 1×1 32→16 projection.
 fn stem_block(n: usize, k: usize) -> Module {
     let mut body = String::from("  %9000 = constant 0.0 : f32[]\n  %9001 = constant 6.0 : f32[]\n");
+    // 112 for the odd kernels; an empty kernel (k = 0, no padding) gives 113.
+    let hw = (224 + 2 * (k / 2) - k) / 2 + 1;
     body += &conv(1, 0, n, 3, 32, k, 2, 1, 224);
-    body += &bias_relu6(2, 1, n, 32, 112);
-    body += &conv(3, 2, n, 32, 32, 3, 1, 32, 112);
-    body += &bias_relu6(4, 3, n, 32, 112);
-    body += &conv(5, 4, n, 32, 16, 1, 1, 1, 112);
+    body += &bias_relu6(2, 1, n, 32, hw);
+    body += &conv(3, 2, n, 32, 32, 3, 1, 32, hw);
+    body += &bias_relu6(4, 3, n, 32, hw);
+    body += &conv(5, 4, n, 32, 16, 1, 1, 1, hw);
     let text = format!("module @t\nfunc @main(%0 \"x\": f32[{n},3,224,224]) {{\n{body}  return %5\n}}\n");
     parse_module(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
@@ -413,6 +415,11 @@ fn a_stem_heads_a_band_by_band_block() {
         }
         assert!(blocks_of(&m, "parallelism=1,conv_blocks=off").is_empty());
     }
+    // An empty first kernel (its sums are its bias alone) stays a step of its own.
+    let m = stem_block(1, 0);
+    assert!(blocks_of(&m, "parallelism=1,conv_blocks=on").is_empty());
+    let x = Buffer::from_slice(&floats_vec(3 * 224 * 224, 6, 2.0), &[1, 3, 224, 224]).unwrap();
+    agree(&m, &[x], &["jit:parallelism=1,conv_blocks=on", "jit:parallelism=2,conv_blocks=on"]);
 }
 
 /// A 3×3 convolution 16→16 on `[n, 16, hw, hw]` (which takes the chain channels-last under

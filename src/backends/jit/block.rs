@@ -85,7 +85,8 @@ pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv, m
         && [b, c].iter().all(|g| planes(g))
         && first_in
         && dense(a.y_strides, a.out_channels, a.out_hw)
-        && (pointwise(a) || (a.groups == 1 && rows_inside(a)))
+        && (pointwise(a) || (a.groups == 1 && a.kernel_hw.iter().all(|&k| k > 0) && rows_inside(a)))
+        && b.kernel_hw[0] > 0
         && pointwise(c)
         && !expand.has_residual()
         && !dw.has_residual()
