@@ -109,9 +109,15 @@ pub fn block_sizes(mr: usize, nr: usize, g: usize, a_bytes: usize, b_bytes: usiz
 }
 
 /// The depth of packed B blocks on the packed path, pre-packed ([`super::PackedB`]) or packed per
-/// call: an explicit KC (in `over`, then the environment), else twice [`block_sizes`]' L1 rule,
-/// at most 1024. The panels are read from L2 at any depth, and deeper blocks halve the passes
-/// over C and the A packing. `tjgemm --cpu-time`, 1 thread, KC from the L1 rule vs twice it:
+/// call: an explicit KC (in `over`, then the environment), else four times [`block_sizes`]' L1
+/// rule for f32 panels and twice it for 16-bit ones, at most 1024. The panels are read from L2
+/// at any depth, and deeper blocks halve the passes over C and the A packing. On Zen 5 (48 KiB
+/// L1, AVX-512 f32 panels of 32 columns: 576 deep at twice the rule, 1024 at four times),
+/// pre-packed, one core, `tensorjit bench` on `MatMul` + `Add`, best of 2 alternated runs:
+/// 1024×768×3072 20.5 → 19.2–19.3 ms, 1024×3072×768 20.2–20.3 → 19.4–19.6, 1024×768×2304
+/// 14.6–14.8 → 13.9–14.3; BERT-base 8 × 128 on one core 737–749 → 732–741 ms (medians of three
+/// alternated runs); the 16-column AVX2 panels were already 1024 deep there. Earlier, twice
+/// against once the rule: `tjgemm --cpu-time`, 1 thread, KC from the L1 rule vs twice it:
 /// pre-packed on Zen 3 (four alternating rounds, KC 384 vs 768) 512x1536x384 94.4–96.5 vs
 /// 95.9–97.9, 512x1536x1536 92.7–95.4 vs 94.3–97.9, 2048³ 92.9–95.0 vs 94.7–97.0,
 /// 16x1536x1536 96.6–96.9 vs 99.0–99.3 GFLOP/s, K ≤ 384 unchanged; packed per call on a Xeon
@@ -119,7 +125,8 @@ pub fn block_sizes(mr: usize, nr: usize, g: usize, a_bytes: usize, b_bytes: usiz
 /// 128x1536x1536 125 vs 133, 512x1536x1536 139 vs 147. The direct path keeps the L1 rule (its
 /// re-packed panel lives in L1: KC 384 instead of 192 there cost 14% at 16x1536x1536).
 pub fn packed_kc(nr: usize, g: usize, b_bytes: usize, over: Blocking) -> usize {
-    let deep = l1_depth(2 * cache_sizes().l1d * 3 / 4, nr, b_bytes);
+    let times = if b_bytes >= 4 { 4 } else { 2 };
+    let deep = l1_depth(times * cache_sizes().l1d * 3 / 4, nr, b_bytes);
     round_up(pick(over.kc, env_blocking().kc, deep), g)
 }
 
@@ -161,9 +168,14 @@ mod tests {
     fn prepacked_depth_is_explicit_or_deeper_than_the_l1_rule() {
         assert_eq!(packed_kc(16, 2, 4, Blocking { kc: 7, mc: 0, nc: 0 }), 8);
         if env_blocking().kc == 0 {
-            let plain = block_sizes(6, 16, 1, 4, 4, Blocking::default()).kc;
-            let deep = packed_kc(16, 1, 4, Blocking::default());
-            assert!(deep == (2 * plain).min(1024) && deep.is_multiple_of(8), "{plain} {deep}");
+            // 32-column panels: f32 four times the L1 rule's depth, 16-bit twice (at most 1024,
+            // multiples of 8); with a 48 KiB L1, 1024 and 576.
+            let depth = |times: usize, b_bytes: usize| {
+                (times * cache_sizes().l1d * 3 / 4 / (32 * b_bytes)).clamp(64, 1024) / 8 * 8
+            };
+            assert_eq!(block_sizes(6, 32, 1, 4, 4, Blocking::default()).kc, depth(1, 4));
+            assert_eq!(packed_kc(32, 1, 4, Blocking::default()), depth(4, 4));
+            assert_eq!(packed_kc(32, 1, 2, Blocking::default()), depth(2, 2));
         }
     }
 
