@@ -158,7 +158,6 @@ struct Rows {
     offs: Vec<usize>,
     /// The largest offset.
     last: usize,
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     /// [`Rows::flat`] only: each tap's offset (in `offs`' order) in the input itself from the
     /// element (image, channel 0, the window's top row, column −pad), so that tiles whose
     /// windows lie inside the input read it in place ([`Job::unit_lanes`]); empty for the phases.
@@ -338,8 +337,8 @@ struct Job<'a> {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fused: Option<Fused>,
     /// Whether the flat layout's tiles whose windows lie inside the input read it in place
-    /// (every input element lies inside `x`: checked in [`conv_on`]).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// (every input element lies inside `x`: checked in [`conv_on`]). Only the lanes kernel
+    /// takes the flat layout, so only it sees this set.
     direct: bool,
 }
 
@@ -394,34 +393,28 @@ fn shape(isa: FusedIsa) -> (usize, usize, usize) {
 impl Job<'_> {
     /// Output row `oy` of image `n`, every channel.
     fn unit(&self, n: usize, oy: usize, buf: &mut [f32], tile: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(fused) = self.fused.filter(|f| f.lanes) {
-            // Rows whose windows lie inside the input: only the tiles that reach the padding
-            // read the scratch, and only their columns are filled.
-            let base = self.direct_base(n, oy);
-            let r = lanes_tile(self.geom.out_channels.next_multiple_of(LANES_CB));
-            match base {
-                Some(_) => {
-                    for first in tile_firsts(self.geom.out_hw[1], r) {
-                        if !self.inside_cols(first, r) {
-                            self.fill_flat(n, oy, buf, self.span(first, r));
-                        }
+        // Rows whose windows lie inside the input (lanes tiles over the flat layout): only the
+        // tiles that reach the padding read the scratch, and only their columns are filled.
+        let base = self.direct_base(n, oy);
+        match base {
+            Some(_) => {
+                let r = lanes_tile(self.geom.out_channels.next_multiple_of(LANES_CB));
+                for first in tile_firsts(self.geom.out_hw[1], r) {
+                    if !self.inside_cols(first, r) {
+                        self.fill_flat(n, oy, buf, self.span(first, r));
                     }
                 }
-                None if self.rows.is_flat() => self.fill_flat(n, oy, buf, 0..usize::MAX),
-                None => self.fill(n, oy, buf),
             }
-            // SAFETY: `lanes` is set only with `wide`, after `FusedIsa::checked` confirmed
-            // AVX-512 on this CPU; `base` comes from `direct_base`.
-            return unsafe { self.unit_lanes_avx512(n, oy, buf, fused, base) };
-        }
-        if self.rows.is_flat() {
-            self.fill_flat(n, oy, buf, 0..usize::MAX);
-        } else {
-            self.fill(n, oy, buf);
+            None if self.rows.is_flat() => self.fill_flat(n, oy, buf, 0..usize::MAX),
+            None => self.fill(n, oy, buf),
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(Fused { wide, relu, clamp, via_row, .. }) = self.fused {
+        if let Some(fused @ Fused { wide, relu, clamp, via_row, lanes }) = self.fused {
+            if lanes {
+                // SAFETY: `lanes` is set only with `wide`, after `FusedIsa::checked` confirmed
+                // AVX-512 on this CPU; `base` comes from `direct_base`.
+                return unsafe { self.unit_lanes_avx512(n, oy, buf, fused, base) };
+            }
             if via_row {
                 return self.unit_via_row(n, oy, buf, tile, wide, relu, clamp);
             }
@@ -730,7 +723,6 @@ impl Job<'_> {
     /// For the flat layout's in-place reads ([`Rows::direct`]): the index in `x` of element
     /// (image `n`, channel 0, the top row of output row `oy`'s windows, column 0) when every
     /// kernel row of those windows lies inside the input, else `None` (the row reads the scratch).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn direct_base(&self, n: usize, oy: usize) -> Option<usize> {
         let g = self.geom;
         if !self.direct || !(0..g.kernel_hw[0]).all(|ty| g.src(0, oy, ty).is_some()) {
@@ -741,7 +733,6 @@ impl Job<'_> {
 
     /// Whether the lanes tile of `r` output columns from `first` (a whole tile, inside the row)
     /// reads input columns only, no padding: then it may read the input in place.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn inside_cols(&self, first: usize, r: usize) -> bool {
         let g = self.geom;
         let (sx, dx, kw, pad, iw) = (g.stride[1], g.dilation[1], g.kernel_hw[1], g.pad[1], g.in_hw[1]);
@@ -750,7 +741,6 @@ impl Job<'_> {
 
     /// The padded columns of the flat scratch that the lanes tile of `r` output columns from
     /// `first` reads (it may run past the last column: the caller clips it).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn span(&self, first: usize, r: usize) -> std::ops::Range<usize> {
         let g = self.geom;
         let (sx, dx, kw) = (g.stride[1], g.dilation[1], g.kernel_hw[1]);
@@ -1043,7 +1033,6 @@ unsafe fn lanes_sums<V: Lanes, const NV: usize, const R: usize, const S: usize, 
 
 /// Output columns per tile of the lanes kernel for `cpad` padded channels (the `R` that
 /// [`Job::unit_lanes_avx512`] picks for [`lanes_block`]).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn lanes_tile(cpad: usize) -> usize {
     match lanes_block(cpad) / 16 {
         1 => 16,
@@ -1055,7 +1044,6 @@ fn lanes_tile(cpad: usize) -> usize {
 /// The first columns of the lanes kernel's tiles of `r` columns along a row of `ow`: every `r`-th
 /// column, the last whole tile moved back to end at the row's end (the row shorter than a tile:
 /// one tile at 0).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn tile_firsts(ow: usize, r: usize) -> impl Iterator<Item = usize> {
     (0..ow).step_by(r.max(1)).map(move |ox0| if ow >= r { ox0.min(ow - r) } else { ox0 })
 }

@@ -415,6 +415,7 @@ impl Job<'_> {
                     unsafe {
                         load_pixels::<S>(&mut v, xp.add(run.at + r * width + p), sc, cn, n);
                         let dst = ib.as_mut_ptr().add(start + p * l);
+                        // Whole vectors in a loop of constant length (registers, no memcpy).
                         if n == l {
                             for (i, vi) in v.iter().enumerate().take(l) {
                                 vi.store(dst.add(i * l));
