@@ -208,18 +208,16 @@ impl BlockKernel {
         let Set { e, d, p: pbuf, r: rbuf } = set;
         let (a, b, c) = (self.expand.geom(), self.dw.geom(), self.project.geom());
         let last = self.channels_last;
-        let [h, w] = b.in_hw;
+        let w = b.in_hw[1];
         let [ho, wo] = b.out_hw;
-        let (s, p, c6, cap, co) = (b.stride[0], b.pad[0], b.out_channels, self.cap, c.out_channels);
-        let reach = (b.kernel_hw[0] - 1) * b.dilation[0] + 1;
+        let (c6, cap, co) = (b.out_channels, self.cap, c.out_channels);
         let (se, sd) = (strides(last, c6, cap, w), strides(last, c6, self.band, wo));
         // Expanded rows held in `e` (absolute rows lo..hi, from the window's row 0).
         let mut held: Option<(usize, usize)> = None;
         let mut o0 = rows.0;
         while o0 < rows.1 {
             let o1 = (o0 + self.band).min(rows.1);
-            let lo = (o0 * s).saturating_sub(p);
-            let hi = ((o1 - 1) * s + reach).saturating_sub(p).min(h);
+            let (lo, hi, pad_top) = window_rows(b, o0, o1);
             // Rows still held from the previous band move to the window's front.
             let start = match held {
                 Some((plo, phi)) if (plo..phi).contains(&lo) => {
@@ -236,15 +234,12 @@ impl BlockKernel {
             };
             if hi > start {
                 // The first convolution's output rows start..hi, from the input rows they read
-                // (the same rows for a 1×1 expansion), the padding above them where they reach it.
-                let (sa, pa) = (a.stride[0], a.pad[0]);
-                let reach_a = (a.kernel_hw[0] - 1) * a.dilation[0] + 1;
-                let (ilo, ihi) = ((start * sa).saturating_sub(pa), ((hi - 1) * sa + reach_a).saturating_sub(pa));
-                let ihi = ihi.clamp(ilo, a.in_hw[0]);
+                // (the same rows for a 1×1 expansion).
+                let (ilo, ihi, ipad) = window_rows(a, start, hi);
                 let g = ConvGeom {
                     in_hw: [ihi - ilo, a.in_hw[1]],
                     out_hw: [hi - start, w],
-                    pad: [pa.saturating_sub(start * sa), a.pad[1]],
+                    pad: [ipad, a.pad[1]],
                     y_strides: se,
                     ..a.clone()
                 };
@@ -255,7 +250,7 @@ impl BlockKernel {
             let g = ConvGeom {
                 in_hw: [hi - lo, w],
                 out_hw: [o1 - o0, wo],
-                pad: [p.saturating_sub(o0 * s), b.pad[1]],
+                pad: [pad_top, b.pad[1]],
                 x_strides: se,
                 y_strides: sd,
                 ..b.clone()
@@ -293,6 +288,16 @@ impl BlockKernel {
         }
         Ok(())
     }
+}
+
+/// The input rows `lo..hi` (inside the image) that output rows `o0..o1` of `g` read, and the
+/// padding rows above `lo` that the first of them reaches.
+fn window_rows(g: &ConvGeom, o0: usize, o1: usize) -> (usize, usize, usize) {
+    let (s, p) = (g.stride[0], g.pad[0]);
+    let reach = (g.kernel_hw[0] - 1) * g.dilation[0] + 1;
+    let lo = (o0 * s).saturating_sub(p);
+    let hi = ((o1 - 1) * s + reach).saturating_sub(p).min(g.in_hw[0]).max(lo);
+    (lo, hi, p.saturating_sub(o0 * s))
 }
 
 /// `g` with image strides that span its rows (one image: what the channels-last kernels take as
