@@ -22,8 +22,9 @@ Every (framework, threads) figure comes from its own process pinned with `taskse
 kept (the machine is shared: the best round is the least disturbed). tensorjit: `tensorjit --json
 bench FILE -b jit:parallelism=T`, its minimum over the timed executions; the peers: minimum over
 the same number of calls. Every framework first warms up for about `WARM_S` (0.2 s): the second
-core of a freshly started process runs slowly for its first tens of milliseconds. When a C compiler is present, the machine's FMA peak is
-measured beside them (../shared/bench/fma_peak.c if found, else skipped).
+core of a freshly started process runs slowly for its first tens of milliseconds. When a C
+compiler is present, the machine's FMA peak is measured beside them (../shared/bench/fma_peak.c
+if found, else skipped).
 Prints a markdown table: GFLOP/s (convs) or images/s (models) per framework and layout, and the
 ratios of tensorjit to the best peer.
 """
