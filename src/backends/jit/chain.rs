@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::ir::dtype::DType;
 use crate::ir::module::ValueId;
 use crate::ir::shape::Shape;
+use crate::kernels::conv::LineAligned;
 use crate::kernels::tensor::Tensor;
 
 use super::conv::{ConvKernel, ImageConv};
@@ -73,8 +74,9 @@ struct ChainKernel {
     in_lens: Vec<usize>,
     buf_lens: Vec<usize>,
     results: usize,
-    /// Scratch buffers of one image, one set per thread running images, kept between executions.
-    sets: Mutex<Vec<Vec<Vec<f32>>>>,
+    /// Scratch buffers of one image, one set per thread running images, kept between executions;
+    /// each starts on a cache line (the kernels' vector loads of it never split two).
+    sets: Mutex<Vec<Vec<LineAligned>>>,
     desc: String,
 }
 
@@ -297,7 +299,7 @@ impl FastKernel for ChainKernel {
         let one = |(img, res): (usize, &mut SmallVec<[&mut [f32]; 8]>)| -> Result<()> {
             let mut set = self.sets.lock().map_or_else(|_| None, |mut s| s.pop()).unwrap_or_default();
             if set.len() != scratch.len() {
-                set = scratch.iter().map(|&n| vec![0.0; n]).collect();
+                set = scratch.iter().map(|&n| LineAligned::zeros(n)).collect();
             }
             let mut bufs: SmallVec<[&mut [f32]; 24]> = res.iter_mut().map(|r| &mut **r).collect();
             bufs.extend(set.iter_mut().map(|v| &mut v[..]));
