@@ -228,8 +228,9 @@ pub(crate) fn copies_b_panels(rows: usize, mr: usize, row_bytes: usize) -> bool 
     rows > mr && row_bytes >= REPACK_MIN_ROW_BYTES
 }
 
-/// Rows of C up to which a product with pre-packed B splits its columns over the threads.
-const FEW_ROWS: usize = 256;
+/// Rows of C up to which a product with pre-packed B splits its columns over the threads (below
+/// it a row split leaves each thread two tiles or fewer).
+const FEW_ROWS: usize = 64;
 
 /// Runs `job` with `fam`, on up to `threads` threads of the current rayon pool.
 pub(crate) fn run<TI, PA, PB, T>(
@@ -249,10 +250,14 @@ pub(crate) fn run<TI, PA, PB, T>(
     let flops = 2.0 * m as f64 * n as f64 * job.k as f64;
     let parts = if flops < 4.0e6 { 1 } else { threads.max(1) };
     // Few rows against pre-packed weights: each thread takes a block of columns, so the weights
-    // (streamed from memory on every call when they exceed the caches) are read once in all
-    // instead of once per thread, and every thread packs the few rows of A. Measured (Zen 5, 2
-    // threads, alternated): BERT-base 1 x 128 55.1-56.5 -> 53.5-54.4 ms, MiniLM 1 x 128
-    // 7.46-7.54 -> 7.12-7.23 ms. Only with at least four column panels per thread.
+    // are read once in all instead of once per thread, and every thread packs all the rows of A.
+    // Up to 256 rows this was measured faster (Zen 5, 2 threads: BERT-base 1 × 128 55.1-56.5 →
+    // 53.5-54.4 ms), but later on the same CPU the rows split won from 128 rows on, where every
+    // thread packing all of A costs more than the weights read twice (alternated, medians of
+    // four runs: BERT-base 1 × 128 46.9-51.2 → 44.3-48.3 ms, MiniLM 1 × 128 7.36-7.53 →
+    // 6.82-7.19 ms, 2 × 128 14.0-14.4 → 13.2-13.9 ms; ResNet-18 batch 1, whose 3×3/2 128 → 256
+    // layer is 196 rows, min 6.61-6.71 → 6.43-6.56 ms). Only with at least four column panels
+    // per thread.
     let few_rows = prepacked && m <= FEW_ROWS && n >= parts * fam.nr * 4;
     let mut split_m = m >= parts * fam.mr * 2 && !few_rows && (m >= n || prepacked || n < parts * fam.nr);
     let mut split_n = !split_m && n >= parts * fam.nr;
