@@ -410,12 +410,16 @@ unsafe fn run_serial<TI, PA, PB, T>(
         }
         v
     });
-    // A row-major A on the direct path is read in place: packing it cost a fifth of a 64^3
-    // product. Not when its rows are a multiple of 4 KiB apart (then a tile's 14 rows share one
-    // L1 set of 12 ways) unless all of A fits half of L1. Measured (1 thread, GFLOP/s, in place
-    // vs packed): 64^3 153 vs 112, 64x384x384 164-169 vs 160, M = 16 shapes within the noise.
+    // A row-major A on the direct and pre-packed paths is read in place: packing it cost a fifth
+    // of a 64^3 product. Not when its rows are a multiple of 4 KiB apart (then a tile's 14 rows
+    // share one L1 set of 12 ways) unless all of A fits half of L1. Measured (1 thread, GFLOP/s,
+    // in place vs packed): 64^3 153 vs 112, 64x384x384 164-169 vs 160, M = 16 shapes within the
+    // noise. Against pre-packed weights (Zen 5, alternated, medians of three runs): MiniLM 8 ×
+    // 128 one core 99.0-103.8 → 94.9-97.8 ms, two 49.8-52.4 → 48.4-49.5; BERT-base 8 × 128 one
+    // core 700-722 → 692-706 ms; ResNet-18 (im2col rows) batch 1 11.2-11.9 → 10.7-11.2 ms,
+    // batch 8 71.3-73.4 → 68.3-69.0 ms.
     let l1d = super::blocking::cache_sizes().l1d;
-    let a_in_place = matches!(bsrc, BSource::Direct)
+    let a_in_place = matches!(bsrc, BSource::Direct | BSource::Prepacked(_))
         && fam.reads_a_in_place()
         && PA::IDENTITY
         && job.a.cs == 1
