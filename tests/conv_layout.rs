@@ -340,20 +340,30 @@ fn blocks_of(m: &Module, config: &str) -> Vec<String> {
     plan.lines().filter(|l| l.contains("conv block")).map(str::to_string).collect()
 }
 
+/// `m` on a `[n, 3, 224, 224]` batch (values from `seed`) agrees with the interpreter with the
+/// blocks on in one thread (bands in order), two and three (an image's rows in parts when the
+/// images do not split evenly), and in the `more` configurations.
+fn agree_with_blocks(m: &Module, n: usize, seed: usize, more: &[&str]) {
+    let x = Buffer::from_slice(&floats_vec(n * 3 * 224 * 224, seed, 2.0), &[n, 3, 224, 224]).unwrap();
+    let mut configs = vec![
+        "jit:parallelism=1,conv_blocks=on",
+        "jit:parallelism=2,conv_blocks=on",
+        "jit:parallelism=3,conv_blocks=on",
+    ];
+    configs.extend_from_slice(more);
+    agree(m, &[x], &configs);
+}
+
 #[test]
 fn inverted_residual_blocks_run_band_by_band_and_agree_with_the_interpreter() {
     for n in [1, 2, 3] {
         let m = band_blocks(n);
-        let x = Buffer::from_slice(&floats_vec(n * 3 * 224 * 224, n + 11, 2.0), &[n, 3, 224, 224]).unwrap();
-        // One thread (bands in order), two and three (an image's rows in parts when the images
-        // do not split evenly), the blocks off, and channels-last blocks.
-        agree(
+        // The blocks off, and channels-last blocks.
+        agree_with_blocks(
             &m,
-            &[x],
+            n,
+            n + 11,
             &[
-                "jit:parallelism=1,conv_blocks=on",
-                "jit:parallelism=2,conv_blocks=on",
-                "jit:parallelism=3,conv_blocks=on",
                 "jit:parallelism=2,conv_blocks=off",
                 "jit:parallelism=1,conv_layout=nhwc,conv_blocks=on",
                 "jit:parallelism=2,conv_layout=nhwc,conv_blocks=on",
@@ -396,17 +406,11 @@ fn a_stem_heads_a_band_by_band_block() {
     // input and writes channels-last).
     for (n, k) in [(1, 3), (2, 7)] {
         let m = stem_block(n, k);
-        let x = Buffer::from_slice(&floats_vec(n * 3 * 224 * 224, n + 5, 2.0), &[n, 3, 224, 224]).unwrap();
-        agree(
+        agree_with_blocks(
             &m,
-            &[x],
-            &[
-                "jit:parallelism=1,conv_blocks=on",
-                "jit:parallelism=2,conv_blocks=on",
-                "jit:parallelism=3,conv_blocks=on",
-                "jit:parallelism=1,conv_layout=keep,conv_blocks=on",
-                "jit:parallelism=2,conv_layout=nhwc,conv_blocks=on",
-            ],
+            n,
+            n + 5,
+            &["jit:parallelism=1,conv_layout=keep,conv_blocks=on", "jit:parallelism=2,conv_layout=nhwc,conv_blocks=on"],
         );
         for cfg in ["parallelism=1,conv_blocks=on", "parallelism=2,conv_layout=keep,conv_blocks=on"] {
             let blocks = blocks_of(&m, cfg);
