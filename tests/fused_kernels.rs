@@ -782,6 +782,40 @@ fn attention_long_sequence_online_softmax() {
     }
 }
 
+#[test]
+fn attention_large_bshd_operands_prefetched() {
+    // BSHD operands of 2 MiB and more are prefetched a work item ahead (query rows) and a head
+    // ahead (key and value rows, a share per query block), and head widths 32 and 64 are copied
+    // by fixed-size moves: grouped heads (the next head often shares its kv head), per-batch
+    // lengths (a batch with no query or no key), causal and a padding mask.
+    let mut rng = Rng(6);
+    let bshd = AttCase { layout: AttentionLayout::Bshd, ..base_case() };
+    let cases = [
+        AttCase { b: 4, h: 12, hkv: 4, sq: 200, skv: 200, d: 64, dv: 32, causal: true, ..bshd.clone() },
+        AttCase {
+            b: 3,
+            h: 12,
+            hkv: 12,
+            sq: 160,
+            skv: 170,
+            d: 32,
+            dv: 32,
+            mask: 1,
+            lens: Some(vec![(160, 170), (0, 20), (33, 0)]),
+            ..bshd.clone()
+        },
+        AttCase { b: 4, h: 8, hkv: 4, sq: 256, skv: 257, d: 40, dv: 64, mask: 3, ..bshd },
+    ];
+    for c in &cases {
+        let bytes = 4 * (c.b * c.sq * c.h * c.d + c.b * c.skv * c.hkv * (c.d + c.dv));
+        assert!(bytes >= 2 << 20, "{c:?} is below the prefetch threshold");
+        for isa in isas() {
+            let (got, want) = attention_pair(c, isa, &mut rng, 2.0);
+            assert_close(&format!("large {c:?} {}", isa.name()), &got, &want, 2e-5, 1e-5);
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // End to end on "jit" vs "interp".
 
