@@ -408,12 +408,12 @@ struct Block<'a> {
 /// `gemm_threads`), the output transform.
 fn block(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
     let (cin, cout, n) = (args.geom.in_channels, args.geom.out_channels, args.n);
-    let (v_len, m_len) = (36 * n * cin, 36 * n * cout);
+    let (v_len, m_len) = (36 * skewed(n * cin), 36 * skewed(n * cout));
     let (v, rest) = buf.get(v_len + m_len + ytile_len(args.geom)).split_at_mut(v_len);
     let (m, ytile) = rest.split_at_mut(m_len);
     run_phase(args, Phase::In(VOut::new(v), 0..n));
-    for (xi, mc) in m.chunks_exact_mut((n * cout).max(1)).take(36).enumerate() {
-        product(args, v, xi, mc, args.gemm_threads)?;
+    for (xi, mc) in m.chunks_exact_mut(skewed(n * cout)).take(36).enumerate() {
+        product(args, v, xi, &mut mc[..n * cout], args.gemm_threads)?;
     }
     run_phase(args, Phase::Out(m, ytile, 0..n));
     Ok(())
@@ -423,7 +423,7 @@ fn block(args: &Block<'_>, buf: &mut Scratch) -> Result<()> {
 /// ([`GemmArgs::threads`]).
 fn product(args: &Block<'_>, v: &[f32], xi: usize, mc: &mut [f32], threads: usize) -> Result<()> {
     let (cin, cout, n) = (args.geom.in_channels, args.geom.out_channels, args.n);
-    let a = MatRef::row_major(&v[xi * n * cin..][..n * cin], cin);
+    let a = MatRef::row_major(&v[xi * skewed(n * cin)..][..n * cin], cin);
     gemm_f32(GemmArgs::new(n, cout, cin, a, Rhs::Packed(&args.f.u[xi]), MatMut::row_major(mc, cout)).threads(threads))
 }
 
@@ -432,6 +432,14 @@ fn product(args: &Block<'_>, v: &[f32], xi: usize, mc: &mut [f32], threads: usiz
 /// through a tile buffer of [`ytile_len`] values.
 fn planes(geom: &ConvGeom) -> bool {
     geom.y_strides[1] != 1 && geom.y_strides[3] == 1
+}
+
+/// The distance between consecutive matrices `V[ξ]` (`len = n·cin` values) or `M[ξ]`
+/// (`n·cout`): their length and one cache line. The transforms read or write one vector in each
+/// of the 36 matrices per tile; at lengths that are multiples of 4 KiB (ResNet-18's 256 channels
+/// at 14²: 16 tiles, 16 KiB) those 36 vectors all fall in one L1 set, which holds 12 lines.
+fn skewed(len: usize) -> usize {
+    len + L
 }
 
 /// Values of the output tile buffer ([`planes`]).
@@ -474,6 +482,7 @@ impl VOut {
 #[inline(always)]
 fn transform_in(&Block { geom, x, tiling, t0, n, .. }: &Block<'_>, v: VOut, js: std::ops::Range<usize>) {
     let cin = geom.in_channels;
+    let vs = skewed(n * cin);
     let mut d = [[0.0f32; L]; 36];
     let mut t = [[0.0f32; L]; 36];
     let mut tmp = [[0.0f32; L]; 36];
@@ -488,12 +497,12 @@ fn transform_in(&Block { geom, x, tiling, t0, n, .. }: &Block<'_>, v: VOut, js: 
             if lanes == L {
                 for (xi, tv) in t.iter().enumerate() {
                     // SAFETY: row j of each V[ξ] belongs to the task transforming tile j.
-                    store_lanes(unsafe { v.row((xi * n + j) * cin + c0, L) }, tv);
+                    store_lanes(unsafe { v.row(xi * vs + j * cin + c0, L) }, tv);
                 }
             } else {
                 for (xi, tv) in t.iter().enumerate() {
                     // SAFETY: as above.
-                    unsafe { v.row((xi * n + j) * cin + c0, lanes) }.copy_from_slice(&tv[..lanes]);
+                    unsafe { v.row(xi * vs + j * cin + c0, lanes) }.copy_from_slice(&tv[..lanes]);
                 }
             }
         }
@@ -510,6 +519,7 @@ fn transform_out(
     js: std::ops::Range<usize>,
 ) {
     let cout = geom.out_channels;
+    let ms = skewed(n * cout);
     let cout_pad = cout.next_multiple_of(L);
     let planes = planes(geom);
     let mut mt = [[0.0f32; L]; 36];
@@ -521,11 +531,11 @@ fn transform_out(
             let lanes = L.min(cout - o0);
             if lanes == L {
                 for (xi, mv) in mt.iter_mut().enumerate() {
-                    *mv = load_lanes(&m[(xi * n + j) * cout + o0..][..L]);
+                    *mv = load_lanes(&m[xi * ms + j * cout + o0..][..L]);
                 }
             } else {
                 for (xi, mv) in mt.iter_mut().enumerate() {
-                    mv[..lanes].copy_from_slice(&m[(xi * n + j) * cout + o0..][..lanes]);
+                    mv[..lanes].copy_from_slice(&m[xi * ms + j * cout + o0..][..lanes]);
                 }
             }
             output_2d(&mt, &mut tmp_out, &mut yt);
@@ -603,18 +613,18 @@ fn run_phase(args: &Block<'_>, p: Phase<'_>) {
 fn split_gemms(args: &Block<'_>, threads: usize) -> Result<()> {
     let (cin, cout, n) = (args.geom.in_channels, args.geom.out_channels, args.n);
     let mut buf = Scratch::new();
-    let (v, m) = buf.get(36 * n * (cin + cout)).split_at_mut(36 * n * cin);
+    let (v, m) = buf.get(36 * (skewed(n * cin) + skewed(n * cout))).split_at_mut(36 * skewed(n * cin));
     let per = n.div_ceil(threads).max(1);
     let vo = VOut::new(v);
     (0..n.div_ceil(per)).into_par_iter().with_max_len(1).for_each(|k| {
         run_phase(args, Phase::In(vo, k * per..n.min((k + 1) * per)));
     });
     let v = &*v;
-    m.par_chunks_mut((n * cout).max(1))
+    m.par_chunks_mut(skewed(n * cout))
         .take(36)
         .enumerate()
         .with_max_len(1)
-        .try_for_each(|(xi, mc)| product(args, v, xi, mc, 1))?;
+        .try_for_each(|(xi, mc)| product(args, v, xi, &mut mc[..n * cout], 1))?;
     let m = &*m;
     (0..n.div_ceil(per)).into_par_iter().with_max_len(1).for_each_init(Scratch::new, |ys, k| {
         let ytile = ys.get(ytile_len(args.geom));
