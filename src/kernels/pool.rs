@@ -20,8 +20,9 @@
 //! input row (stride 1) or from its stride phases (the row de-interleaved once per use into
 //! `stride` contiguous phases, so stride 2 reads two half-rows). With `inner > 1` (NHWC) the loops
 //! run along `inner` (Max on AVX-512 with a multiple of 16 channels folds each output pixel's
-//! window in registers instead: `max_nhwc_avx512`). Both bodies are compiled for AVX-512F and AVX2 (the select-based Max/Min
-//! vectorise there) and split `outer × H_out` rows over the caller's pool.
+//! window in registers instead: `max_nhwc_avx512`). Both bodies are compiled for AVX-512F and
+//! AVX2 (the select-based Max/Min vectorise there) and split `outer × H_out` rows over the
+//! caller's pool.
 //!
 //! SelectAndScatter follows XLA's rule (scan the in-bounds cells in window order, keep the first,
 //! switch to cell `e` unless `kept ≥ e` for Max / `kept ≤ e` for Min: ties keep the first, NaN
