@@ -295,6 +295,9 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
         let (o, r) = ((first + u) / oh, (first + u) % oh);
         let (k0, k1) = g.cells(0, r);
         for (m, yr) in yu.chunks_exact_mut(row_out).enumerate() {
+            // The operand row (in units of `row_in`) that window row kh reads, and its values.
+            let key = |kh: usize| (o * h + r * g.stride[0] + kh * g.dilation[0] - g.pad[0]) * g.mid + m;
+            let row = |kh: usize| &x[key(kh) * row_in..][..row_in];
             if let Some((slot, rows)) = separable {
                 // Max/Min: each input row's horizontal reduction is kept and reused by the next
                 // output rows of the unit run that read it (stride < window: 3×3/2 max pooling
@@ -302,7 +305,6 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
                 let hlen = g.out_hw[1].next_multiple_of(BLOCK);
                 let (tmp, rest) = scratch.split_at_mut(slot);
                 let (band, hrows) = rest.split_at_mut(slot);
-                let key = |kh: usize| (o * h + r * g.stride[0] + kh * g.dilation[0] - g.pad[0]) * g.mid + m;
                 let mut at = [usize::MAX; MAX_CACHED];
                 for kh in k0..k1 {
                     let want = key(kh);
@@ -314,8 +316,7 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
                     let free = (0..rows.min(MAX_CACHED))
                         .find(|&i| !(k0..k1).any(|k| cached[i] == key(k)))
                         .expect("a free slot: the window reads at most `rows` rows");
-                    let start = want * row_in;
-                    phases::<K>(isa, g, &x[start..start + row_in], tmp, band);
+                    phases::<K>(isa, g, row(kh), tmp, band);
                     // The row's horizontal fold: `banded` over this one row.
                     banded::<K>(g, band, slot, &mut hrows[free * hlen..(free + 1) * hlen]);
                     cached[free] = want;
@@ -327,9 +328,7 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
             if let Some((slot, _)) = band {
                 let (tmp, bands) = scratch.split_at_mut(slot);
                 for (i, kh) in (k0..k1).enumerate() {
-                    let ih = r * g.stride[0] + kh * g.dilation[0] - g.pad[0];
-                    let start = ((o * h + ih) * g.mid + m) * row_in;
-                    phases::<K>(isa, g, &x[start..start + row_in], tmp, &mut bands[i * slot..(i + 1) * slot]);
+                    phases::<K>(isa, g, row(kh), tmp, &mut bands[i * slot..(i + 1) * slot]);
                 }
                 banded::<K>(g, &bands[..(k1 - k0) * slot], slot, yr);
                 continue;
@@ -338,9 +337,7 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
             if K::IS_MAX && isa == FusedIsa::Avx512 && g.inner.is_multiple_of(16) && k1 - k0 <= MAX_CACHED {
                 let mut xrs: [&[f32]; MAX_CACHED] = [&[]; MAX_CACHED];
                 for (i, kh) in (k0..k1).enumerate() {
-                    let ih = r * g.stride[0] + kh * g.dilation[0] - g.pad[0];
-                    let start = ((o * h + ih) * g.mid + m) * row_in;
-                    xrs[i] = &x[start..start + row_in];
+                    xrs[i] = row(kh);
                 }
                 // SAFETY: `isa` is Avx512 only after `checked()` confirmed AVX-512F.
                 unsafe { max_nhwc_avx512(g, &xrs[..k1 - k0], yr) };
@@ -348,9 +345,7 @@ fn rows_body<K: Combine>(isa: FusedIsa, g: &PoolGeom, x: &[f32], first: usize, y
             }
             yr.fill(K::INIT);
             for kh in k0..k1 {
-                let ih = r * g.stride[0] + kh * g.dilation[0] - g.pad[0];
-                let start = ((o * h + ih) * g.mid + m) * row_in;
-                let xr = &x[start..start + row_in];
+                let xr = row(kh);
                 if g.inner == 1 {
                     columns::<K>(g, xr, yr, scratch);
                 } else {

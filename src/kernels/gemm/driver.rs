@@ -250,7 +250,9 @@ pub(crate) fn run<TI, PA, PB, T>(
     let flops = 2.0 * m as f64 * n as f64 * job.k as f64;
     let parts = if flops < 4.0e6 { 1 } else { threads.max(1) };
     // Few rows against pre-packed weights: each thread takes a block of columns, so the weights
-    // are read once in all instead of once per thread, and every thread packs all the rows of A.
+    // are read once in all instead of once per thread, and every thread reads all the rows of A
+    // (packing them where they are not read in place; they were always packed when the limit
+    // below was measured).
     // Up to 256 rows this was measured faster (Zen 5, 2 threads: BERT-base 1 × 128 55.1-56.5 →
     // 53.5-54.4 ms), but later on the same CPU the rows split won from 128 rows on, where every
     // thread packing all of A costs more than the weights read twice (alternated, medians of

@@ -346,7 +346,7 @@ unsafe fn panels_dot(
 
 /// Elements ahead of the row being read that the panel kernel prefetches (8 KiB).
 #[cfg(target_arch = "x86_64")]
-const PF_AHEAD: usize = 4096;
+const PF_AHEAD: usize = 2048;
 
 /// One panel of `8·V` columns: `out[c] += Σ_q a[q·a_cs]·panel[q·8V + c]` with AVX2 FMAs, `PH`
 /// interleaved sets of `V` accumulators (rows q mod PH) so the FMAs of consecutive rows are
@@ -379,9 +379,8 @@ unsafe fn panel_dot_avx2<const V: usize, const PH: usize>(
                 // the caches (a classifier's 5 MB) arrive faster fetched well ahead of the
                 // hardware prefetcher's distance. A hint: never faults, past the end harmless.
                 let ahead = row.wrapping_add(PF_AHEAD).cast::<i8>();
-                _mm_prefetch::<_MM_HINT_T0>(ahead);
-                if nr * 4 > 64 {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+                for line in (0..nr * 4).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
                 }
                 for (u, acc) in acc.iter_mut().enumerate() {
                     *acc = _mm256_fmadd_ps(s, _mm256_loadu_ps(row.add(8 * u)), *acc);

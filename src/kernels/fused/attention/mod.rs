@@ -291,9 +291,9 @@ pub fn attention_f32(
             v_finite: None,
         }
     };
-    // Operands larger than an L2 (the products they come from have evicted their first rows)
-    // are prefetched ahead of the items that read them.
-    let far = (q.len() + k.len() + v.len()) * 4 >= PREFETCH_BYTES;
+    // BSHD operands larger than an L2 (the products they come from have evicted their first
+    // rows) are prefetched ahead of the items that read them.
+    let far = p.layout == AttentionLayout::Bshd && (q.len() + k.len() + v.len()) * 4 >= PREFETCH_BYTES;
     let run = |s: &mut Scratch, it: usize| {
         let (bh, qb) = (it / qblocks, it % qblocks);
         let (b, h) = (bh / nh, bh % nh);
@@ -338,7 +338,7 @@ fn copy_rows(dst: &mut [f32], src: &[f32], stride: usize, w: usize) {
     }
 }
 
-/// Prefetches (into L2) from operands strided by position (BSHD) what the work items after
+/// Prefetches (into L2) from BSHD operands (strided by position) what the work items after
 /// `it` (the next ones of the calling worker, usually) read first: the next item's query rows,
 /// and share `qb` of `qblocks` of the key and value rows of the next (batch, head), which its
 /// first item copies contiguously. The rows of one head are 64–256 bytes a few KiB apart in the
@@ -347,9 +347,6 @@ fn copy_rows(dst: &mut [f32], src: &[f32], stride: usize, w: usize) {
 fn prefetch(p: &AttentionParams<'_>, q: &[f32], k: &[f32], v: &[f32], it: usize, qblocks: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if p.layout != AttentionLayout::Bshd {
-            return;
-        }
         let (nh, nkv, sq, skv, d, vd) = (p.heads, p.kv_heads, p.seq_q, p.seq_kv, p.head_dim, p.v_dim);
         let (nb, group) = (p.batch, nh / nkv);
         let lens = |b: usize| p.seq_lens.map_or((sq, skv), |l| (l[b].0.min(sq), l[b].1.min(skv)));
