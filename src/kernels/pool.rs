@@ -157,6 +157,7 @@ trait Combine {
     /// of the first row that has one; ±0 and other ties give equal results either way), not Sum.
     const ASSOCIATIVE: bool;
     /// Whether this is [`MaxOp`] (which has an AVX-512 channels-last body).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const IS_MAX: bool = false;
 }
 
