@@ -19,9 +19,9 @@
 //! and one input vector per pixel; a tile's pixels are consecutive in one output row whose
 //! windows stay inside the columns, the row's edge pixels one at a time with the taps outside
 //! skipped, the rows outside the image skipped for the whole tile. Windows 3 columns wide at
-//! stride 1 (MobileNet's 3×3) take [`DwRow3`] instead: tiles of 8 pixels × one vector in which
-//! each input vector is loaded once for the three taps that read it, the edge pixels inside
-//! tiles. Channels past the last whole vector (a count that is no multiple of the vector width)
+//! stride 1 or 2 (MobileNet's 3×3) take [`DwRow3`] instead: tiles of 7 or 8 pixels × one or two
+//! vectors in which each input vector is loaded once for the three taps that read it, the edge
+//! pixels inside tiles. Channels past the last whole vector (a count that is no multiple of the vector width)
 //! take a scalar loop.
 //!
 //! The residual, a ReLU and a clamp are applied in registers before the one store — for whole
@@ -32,7 +32,7 @@
 //! pixels allow) and by output rows (depthwise: a row's inside tiles in one call per channel
 //! block).
 
-use super::depthwise::{Lanes, Portable, window3_column};
+use super::depthwise::{Lanes, Portable, each16, window3_column};
 use super::{ConvEpilogue, ConvGeom, LineAligned, OP, OutPtr, for_units, uneven};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
@@ -578,7 +578,26 @@ impl PwRun<'_> {
                 let xp: [*const f32; RR] =
                     std::array::from_fn(|r| x.add(j.input_pixel((p0 + r).min(pixels - 1)) * cin));
                 let mut acc = [bias; RR];
-                for i in 0..cin {
+                let mut i = 0;
+                if NV == 1 {
+                    // One vector a pixel: RR chains only, too few to cover the multiply-add's
+                    // latency at two a cycle. Even and odd input channels go to two sets of
+                    // sums, added at the end.
+                    let mut odd = [[V::splat(0.0); NV]; RR];
+                    while i + 2 <= cin {
+                        let w0 = V::load(w.add(i * CB));
+                        let w1 = V::load(w.add((i + 1) * CB));
+                        for ((a, o), p) in acc.iter_mut().zip(odd.iter_mut()).zip(&xp) {
+                            a[0] = w0.fmadd(V::splat(*p.add(i)), a[0]);
+                            o[0] = w1.fmadd(V::splat(*p.add(i + 1)), o[0]);
+                        }
+                        i += 2;
+                    }
+                    for (a, o) in acc.iter_mut().zip(&odd) {
+                        a[0] = a[0].add(o[0]);
+                    }
+                }
+                for i in i..cin {
                     let wv: [V; NV] = std::array::from_fn(|v| V::load(w.add(i * CB + v * V::L)));
                     for (acc, p) in acc.iter_mut().zip(&xp) {
                         let b = V::splat(*p.add(i));
@@ -901,7 +920,7 @@ impl DwJob<'_> {
         let far = rows.iter().map(|&(i, _)| i).max().unwrap_or(0);
         let y0 = (img * oh + oy) * ow * c;
         let ((lo, hi), vec_c) = (self.cols, self.vec_c);
-        if kw == 3 && dx == 1 && sx == 1 {
+        if kw == 3 && dx == 1 && (sx == 1 || sx == 2) {
             let (from, to) = (chans.0, chans.1.min(c));
             // Every read: a window row inside the image, a column inside, a channel < c.
             assert!(far + iw * c <= self.x.len(), "depthwise row out of bounds");
@@ -916,6 +935,7 @@ impl DwJob<'_> {
                     iw,
                     ow,
                     px,
+                    sx,
                     y0,
                     w: &self.w[c0..],
                     bias: self.bias.map(|b| &b[c0..c0 + n]),
@@ -1160,12 +1180,15 @@ impl DwRun<'_> {
 }
 
 /// One output row of a depthwise convolution whose window is 3 columns wide (dilation 1, stride
-/// 1), for one block of whole channel vectors: tiles of 8, 4, 2 and 1 pixels × one
-/// vector, each input vector of a window row loaded once and multiplied by the (up to three)
-/// taps that read it, so that a tile's eight accumulators cost one load per FMA or less (one
-/// weight vector per tap and window row, one input vector per column) where the generic tiles
-/// load every input once per tap. Edge tiles (a window column outside the input) skip those
-/// columns, so a row needs no single-pixel path. The sums add in the generic tiles' order.
+/// 1 or 2), for one block of whole channel vectors: tiles of 8 (or 7: rows of 7, 14, 28 and
+/// every stride-2 row), 4, 2 and 1 pixels × one or two vectors (about 16 sums on AVX-512, 8 on
+/// AVX2), each input vector of a window row loaded once and multiplied by the (up to three) taps
+/// that read it, so that a tile costs one load per FMA or less (one weight vector per tap and
+/// window row, one input vector per column) where the generic tiles load every input once per
+/// tap. Edge tiles (a window column outside the input) skip those columns, so a row needs no
+/// single-pixel path. The sums add in the generic tiles' order. (MobileNetV2's 960 channels at
+/// 7 × 7, one Zen 5 core: 14.3 → 7.1 µs, in tiles of 4, 2 and 1 pixels × one vector before;
+/// 576 channels 14² → 7² at stride 2, through the generic tiles before: 6.9 → 6.2 µs.)
 struct DwRow3<'a> {
     x: &'a [f32],
     /// As for [`DwTile`].
@@ -1178,6 +1201,8 @@ struct DwRow3<'a> {
     ow: usize,
     /// The left padding (input column of output column 0's first tap: −px).
     px: usize,
+    /// The column stride: 1 or 2.
+    sx: usize,
     /// The row's first output index.
     y0: usize,
     /// Taps' weights from channel c0: tap (ky, kx) at `w[(3·ky + kx)·c..]`.
@@ -1203,13 +1228,25 @@ impl DwRow3<'_> {
         #[target_feature(enable = "avx512f")]
         unsafe fn avx512(r: &DwRow3<'_>) {
             // SAFETY: the caller's contract.
-            unsafe { r.run::<std::arch::x86_64::__m512>() }
+            unsafe {
+                if r.sx == 2 {
+                    r.row::<std::arch::x86_64::__m512, 2, 7>()
+                } else {
+                    r.run::<std::arch::x86_64::__m512>()
+                }
+            }
         }
         #[cfg(target_arch = "x86_64")]
         #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2(r: &DwRow3<'_>) {
             // SAFETY: the caller's contract.
-            unsafe { r.run::<std::arch::x86_64::__m256>() }
+            unsafe {
+                if r.sx == 2 {
+                    r.row::<std::arch::x86_64::__m256, 2, 7>()
+                } else {
+                    r.run::<std::arch::x86_64::__m256>()
+                }
+            }
         }
         // SAFETY: the caller's contract; `isa` was checked on this CPU.
         unsafe {
@@ -1218,17 +1255,37 @@ impl DwRow3<'_> {
                 FusedIsa::Avx512 => avx512(self),
                 #[cfg(target_arch = "x86_64")]
                 FusedIsa::Avx2 => avx2(self),
+                _ if self.sx == 2 => self.row::<Portable, 2, 7>(),
                 _ => self.run::<Portable>(),
             }
         }
     }
 
-    /// [`Self::dispatch`]'s body for vectors `V`.
+    /// [`Self::dispatch`]'s body at stride 1 (stride 2 takes [`Self::row`] with tiles of 7: one
+    /// of 8 would read 17 columns, one more than `sums` writes out), vectors `V`.
     ///
     /// # Safety
     /// As for [`Self::dispatch`], with `V`'s features.
     #[inline(always)]
     unsafe fn run<V: Lanes>(&self) {
+        // Rows of a multiple of 7 pixels but not of 8 (MobileNet's 7, 14 and 28) in tiles of 7:
+        // no short tiles, whose few sums wait on the multiply-add's latency.
+        // SAFETY: the caller's contract.
+        unsafe {
+            if self.ow.is_multiple_of(7) && !self.ow.is_multiple_of(8) {
+                self.row::<V, 1, 7>()
+            } else {
+                self.row::<V, 1, 8>()
+            }
+        }
+    }
+
+    /// The row in tiles of `BIG` pixels, then of 4, 2 and 1.
+    ///
+    /// # Safety
+    /// As for [`Self::run`].
+    #[inline(always)]
+    unsafe fn row<V: Lanes, const S: usize, const BIG: usize>(&self) {
         let (lo, hi) = self.tail.epi.clamp.unwrap_or((0.0, 0.0));
         // SAFETY: the caller's contract throughout.
         unsafe {
@@ -1239,101 +1296,178 @@ impl DwRow3<'_> {
             let mut ox = 0;
             while ox < self.ow {
                 ox += match self.ow - ox {
-                    8.. => self.tile::<V, 8>(ox, bounds),
-                    4.. => self.tile::<V, 4>(ox, bounds),
-                    2.. => self.tile::<V, 2>(ox, bounds),
-                    _ => self.tile::<V, 1>(ox, bounds),
+                    n if n >= BIG => self.tile::<V, S, BIG>(ox, bounds),
+                    4.. => self.tile::<V, S, 4>(ox, bounds),
+                    2.. => self.tile::<V, S, 2>(ox, bounds),
+                    _ => self.tile::<V, S, 1>(ox, bounds),
                 };
             }
         }
     }
 
-    /// Output columns `ox..ox + RR`, the block's vectors one by one: summed, then stored with the
-    /// tail. Returns `RR`.
+    /// Output columns `ox..ox + RR`, the block's vectors a few at a time (about 16 sums on
+    /// AVX-512, 8 on AVX2, so that the chains of multiply-adds are enough to cover their
+    /// latency): summed, then stored with the tail. Returns `RR`.
     ///
     /// # Safety
     /// As for [`Self::run`]; `ox + RR ≤ ow`.
     #[inline(always)]
-    unsafe fn tile<V: Lanes, const RR: usize>(&self, ox: usize, bounds: (V, V, bool, bool)) -> usize {
+    unsafe fn tile<V: Lanes, const S: usize, const RR: usize>(&self, ox: usize, bounds: (V, V, bool, bool)) -> usize {
         // Input column of the tile's first window column (negative in the left padding).
-        let first = ox as isize - self.px as isize;
-        let last = first + (RR + 1) as isize;
-        let inside = first >= 0 && last < self.iw as isize;
-        for v in (0..self.chans).step_by(V::L) {
-            // SAFETY: the caller's contract.
-            unsafe { self.vector::<V, RR>(ox, v, first, inside, bounds) };
+        let first = (ox * S) as isize - self.px as isize;
+        let last = first + (S * (RR - 1) + 2) as isize;
+        // Which of the tile's columns lie outside the input ([`EDGE_ANY`] and its kin).
+        let iw = self.iw as isize;
+        let edge = match (first, last) {
+            (0.., l) if l < iw => EDGE_NONE,
+            (-1, l) if l < iw => EDGE_FIRST,
+            (0.., l) if l == iw => EDGE_LAST,
+            (-1, l) if l == iw => EDGE_BOTH,
+            _ => EDGE_ANY,
+        };
+        let (vecs, sums) = (self.chans / V::L, if V::L >= 16 { 16 } else { 8 });
+        let mut v = 0;
+        // SAFETY: the caller's contract; each call's vectors are inside the block.
+        unsafe {
+            while v < vecs {
+                v += match vecs - v {
+                    2.. if 2 * RR <= sums => self.vectors::<V, S, RR, 2>(ox, v * V::L, first, edge, bounds),
+                    _ => self.vectors::<V, S, RR, 1>(ox, v * V::L, first, edge, bounds),
+                };
+            }
         }
         RR
     }
 
-    /// [`Self::tile`]'s vector `v`.
+    /// [`Self::tile`]'s `NV` vectors from channel `v` of the block; returns `NV`.
     ///
     /// # Safety
     /// As for [`Self::tile`]; `inside` says whether the tile's window columns from `first` are
-    /// all inside the input.
+    /// all inside the input; channels `v..v + NV·L` are inside the block.
     #[inline(always)]
-    unsafe fn vector<V: Lanes, const RR: usize>(
+    unsafe fn vectors<V: Lanes, const S: usize, const RR: usize, const NV: usize>(
         &self,
         ox: usize,
         v: usize,
         first: isize,
-        inside: bool,
+        edge: u8,
         bounds: (V, V, bool, bool),
-    ) {
+    ) -> usize {
         // SAFETY: the caller's contract throughout.
         unsafe {
-            let bias = bias_vector::<V>(self.bias, v, self.chans);
-            let acc = if inside {
-                self.sums::<V, RR, false>(first, v, bias)
-            } else {
-                self.sums::<V, RR, true>(first, v, bias)
+            let bias: [V; NV] = std::array::from_fn(|k| bias_vector::<V>(self.bias, v + k * V::L, self.chans));
+            let acc = match edge {
+                EDGE_NONE => self.sums::<V, S, RR, NV, EDGE_NONE>(first, v, bias),
+                EDGE_FIRST => self.sums::<V, S, RR, NV, EDGE_FIRST>(first, v, bias),
+                EDGE_LAST => self.sums::<V, S, RR, NV, EDGE_LAST>(first, v, bias),
+                EDGE_BOTH => self.sums::<V, S, RR, NV, EDGE_BOTH>(first, v, bias),
+                _ => self.sums::<V, S, RR, NV, EDGE_ANY>(first, v, bias),
             };
             let c = self.c;
             let at: [usize; RR] = std::array::from_fn(|r| self.y0 + (ox + r) * c + self.c0 + v);
-            let acc: [[V; 1]; RR] = std::array::from_fn(|r| [acc[r]]);
             let res = self.tail.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr());
             let out = self.out.0;
             match self.epi {
-                EPI_NONE => store_whole::<V, 1, RR, EPI_NONE>(&acc, &at, V::L, out, res, bounds),
-                EPI_RELU => store_whole::<V, 1, RR, EPI_RELU>(&acc, &at, V::L, out, res, bounds),
-                EPI_CLAMP => store_whole::<V, 1, RR, EPI_CLAMP>(&acc, &at, V::L, out, res, bounds),
-                EPI_CLAMP0 => store_whole::<V, 1, RR, EPI_CLAMP0>(&acc, &at, V::L, out, res, bounds),
-                EPI_RELU_CLAMP => store_whole::<V, 1, RR, EPI_RELU_CLAMP>(&acc, &at, V::L, out, res, bounds),
-                EPI_RES => store_whole::<V, 1, RR, EPI_RES>(&acc, &at, V::L, out, res, bounds),
-                _ => store::<V, 1, RR>(acc, RR, &at, V::L, self.out, self.tail),
+                EPI_NONE => store_whole::<V, NV, RR, EPI_NONE>(&acc, &at, V::L, out, res, bounds),
+                EPI_RELU => store_whole::<V, NV, RR, EPI_RELU>(&acc, &at, V::L, out, res, bounds),
+                EPI_CLAMP => store_whole::<V, NV, RR, EPI_CLAMP>(&acc, &at, V::L, out, res, bounds),
+                EPI_CLAMP0 => store_whole::<V, NV, RR, EPI_CLAMP0>(&acc, &at, V::L, out, res, bounds),
+                EPI_RELU_CLAMP => store_whole::<V, NV, RR, EPI_RELU_CLAMP>(&acc, &at, V::L, out, res, bounds),
+                EPI_RES => store_whole::<V, NV, RR, EPI_RES>(&acc, &at, V::L, out, res, bounds),
+                _ => store::<V, NV, RR>(acc, RR, &at, NV * V::L, self.out, self.tail),
             }
         }
+        NV
     }
 
     /// The sums of output columns from the one whose first window column is input column
-    /// `first`, `RR` of them, vector `v`: from `bias`, window row by window row, each input
-    /// column's vector loaded once and multiplied by every tap reading it (column j of the tile
-    /// is tap j − r of pixel r). `EDGE`: skip the columns outside the input.
+    /// `first`, `RR` of them, `NV` (1 or 2) vectors from channel `v` of the block: from `bias`,
+    /// window row by window row, each input column's vectors loaded once and multiplied by every
+    /// tap reading them (column j of the tile is tap j − S·r of pixel r). `EDGE` says which
+    /// columns to skip (outside the input): none, the first, the last, both, or any tested.
     ///
     /// # Safety
-    /// As for [`Self::tile`]; without `EDGE`, columns `first ..= first + RR + 1` are inside the
-    /// input.
+    /// As for [`Self::vectors`]; the columns `first ..= first + S·(RR − 1) + 2` that `EDGE` does
+    /// not skip are inside the input.
     #[inline(always)]
-    unsafe fn sums<V: Lanes, const RR: usize, const EDGE: bool>(&self, first: isize, v: usize, bias: V) -> [V; RR] {
+    unsafe fn sums<V: Lanes, const S: usize, const RR: usize, const NV: usize, const EDGE: u8>(
+        &self,
+        first: isize,
+        v: usize,
+        bias: [V; NV],
+    ) -> [[V; NV]; RR] {
+        const { assert!(S * (RR - 1) + 3 <= 16, "a tile's columns are written out for up to 16") };
         let c = self.c;
-        let mut acc = [bias; RR];
+        // One array per vector (a two-dimensional one stayed in memory, every sum stored back
+        // after its multiply-add).
+        let mut acc0 = [bias[0]; RR];
+        let mut acc1 = [bias[NV - 1]; RR];
         // SAFETY: the caller's contract: every column read is inside the input row (checked
         // here for edge tiles), every channel below c; the weights as documented.
         unsafe {
             for &(row, ky) in self.rows {
                 let wt = self.w.as_ptr().add(3 * ky * c + v);
-                let w3 = [V::load(wt), V::load(wt.add(c)), V::load(wt.add(2 * c))];
-                let xr = self.x.as_ptr().add(row + self.c0 + v);
-                for j in 0..RR + 2 {
+                let w0 = [V::load(wt), V::load(wt.add(c)), V::load(wt.add(2 * c))];
+                let wt = wt.add((NV - 1) * V::L);
+                let w1 = [V::load(wt), V::load(wt.add(c)), V::load(wt.add(2 * c))];
+                // Column `first` of the row, stepped one column on per tile column (one register
+                // instead of an address per column); wrapping, as it starts a column before the
+                // row in the left padding (only columns inside are read).
+                let mut xc = self.x.as_ptr().wrapping_add(row + self.c0 + v).wrapping_offset(first * c as isize);
+                // Written out column by column (`each16`), every index a constant.
+                each16!(j => {
                     let col = first + j as isize;
-                    if EDGE && (col < 0 || col >= self.iw as isize) {
-                        continue;
+                    let end = S * (RR - 1) + 2;
+                    let outside = match EDGE {
+                        EDGE_NONE => false,
+                        EDGE_FIRST => j == 0,
+                        EDGE_LAST => j == end,
+                        EDGE_BOTH => j == 0 || j == end,
+                        _ => col < 0 || col >= self.iw as isize,
+                    };
+                    if j <= end && !outside {
+                        if S == 1 {
+                            window3_column(&mut acc0, &w0, j, V::load(xc));
+                        } else {
+                            window3_strided::<V, RR, S>(&mut acc0, &w0, j, V::load(xc));
+                        }
+                        if NV == 2 {
+                            let x = V::load(xc.add(V::L));
+                            if S == 1 {
+                                window3_column(&mut acc1, &w1, j, x);
+                            } else {
+                                window3_strided::<V, RR, S>(&mut acc1, &w1, j, x);
+                            }
+                        }
                     }
-                    window3_column(&mut acc, &w3, j, V::load(xr.add(col as usize * c)));
-                }
+                    xc = xc.wrapping_add(c);
+                });
             }
         }
-        acc
+        std::array::from_fn(|r| std::array::from_fn(|k| if k == 0 { acc0[r] } else { acc1[r] }))
+    }
+}
+
+/// Which columns of a [`DwRow3`] tile lie outside the input: none, the first, the last, those
+/// two, or any (tested column by column).
+const EDGE_NONE: u8 = 0;
+const EDGE_FIRST: u8 = 1;
+const EDGE_LAST: u8 = 2;
+const EDGE_BOTH: u8 = 3;
+const EDGE_ANY: u8 = 4;
+
+/// [`window3_column`] at column stride `S`: column `j` of a tile's `S·(R − 1) + 3` input columns
+/// is tap `kx` of output column `(j − kx) / S` where that divides.
+///
+/// # Safety
+/// The CPU has `V`'s features.
+#[inline(always)]
+unsafe fn window3_strided<V: Lanes, const R: usize, const S: usize>(acc: &mut [V; R], w3: &[V; 3], j: usize, x: V) {
+    for (kx, &wk) in w3.iter().enumerate() {
+        if j >= kx && (j - kx).is_multiple_of(S) && (j - kx) / S < R {
+            // SAFETY: the caller's contract.
+            acc[(j - kx) / S] = unsafe { x.fmadd(wk, acc[(j - kx) / S]) };
+        }
     }
 }
 
@@ -1730,6 +1864,21 @@ mod tests {
             Case { cin: 48, pads: [[1, 1], [2, 2]], in_hw: [4, 21], ..DW },
             Case { in_hw: [3, 2], ..DW },
             Case { dil: [2, 1], pads: [[2, 2], [1, 1]], in_hw: [6, 13], ..DW },
+            // Rows of 7, 14 and 21 pixels in tiles of 7 (first column, last column, both and
+            // neither outside), channels in pairs of vectors and a single one (48 = 3 × 16).
+            Case { cin: 48, in_hw: [7, 7], ..DW },
+            Case { cin: 48, in_hw: [3, 14], ..DW },
+            Case { cin: 80, in_hw: [2, 21], ..DW },
+            // Stride 2 on the 3-wide path: 14 → 7 and 28 → 14 columns (tiles of 7), odd widths
+            // (the last window reaching the right padding), two padding columns, no padding,
+            // asymmetric padding, a row shorter than a tile.
+            Case { cin: 48, stride: [2, 2], in_hw: [14, 14], ..DW },
+            Case { cin: 32, stride: [2, 2], in_hw: [4, 28], ..DW },
+            Case { cin: 48, stride: [2, 2], in_hw: [5, 15], ..DW },
+            Case { cin: 16, stride: [2, 2], in_hw: [5, 17], pads: [[2, 2], [2, 2]], ..DW },
+            Case { cin: 32, stride: [2, 2], in_hw: [6, 16], pads: [[0, 0], [0, 0]], ..DW },
+            Case { cin: 48, stride: [2, 2], in_hw: [6, 12], pads: [[1, 0], [0, 1]], ..DW },
+            Case { cin: 64, stride: [2, 2], in_hw: [3, 5], ..DW },
         ] {
             for parts in EPILOGUES {
                 check(&mut rng, case, parts, &two);
