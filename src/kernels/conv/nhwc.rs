@@ -492,6 +492,9 @@ const EPI_RELU_CLAMP: u8 = 4;
 const EPI_RES: u8 = 8;
 /// Any other epilogue: every tile through [`store`].
 const EPI_GENERAL: u8 = 0xff;
+/// Not an epilogue: "the one the run holds, chosen per tile" (a compiled-in `EPI_CLAMP0` where
+/// the run has it).
+const EPI_DYN: u8 = 0xfe;
 
 /// One pointwise unit's tiles of one channel block.
 struct PwRun<'a> {
@@ -1286,6 +1289,23 @@ impl DwRow3<'_> {
     /// As for [`Self::run`].
     #[inline(always)]
     unsafe fn row<V: Lanes, const S: usize, const BIG: usize>(&self) {
+        // ReLU6 (MobileNet's) compiled in; any other epilogue chosen per tile.
+        // SAFETY: the caller's contract.
+        unsafe {
+            if self.epi == EPI_CLAMP0 {
+                self.row_with::<V, S, BIG, EPI_CLAMP0>()
+            } else {
+                self.row_with::<V, S, BIG, EPI_DYN>()
+            }
+        }
+    }
+
+    /// [`Self::row`] with the whole-tile epilogue `E` ([`EPI_DYN`]: `self.epi`, per tile).
+    ///
+    /// # Safety
+    /// As for [`Self::run`].
+    #[inline(always)]
+    unsafe fn row_with<V: Lanes, const S: usize, const BIG: usize, const E: u8>(&self) {
         let (lo, hi) = self.tail.epi.clamp.unwrap_or((0.0, 0.0));
         // SAFETY: the caller's contract throughout.
         unsafe {
@@ -1296,10 +1316,10 @@ impl DwRow3<'_> {
             let mut ox = 0;
             while ox < self.ow {
                 ox += match self.ow - ox {
-                    n if n >= BIG => self.tile::<V, S, BIG>(ox, bounds),
-                    4.. => self.tile::<V, S, 4>(ox, bounds),
-                    2.. => self.tile::<V, S, 2>(ox, bounds),
-                    _ => self.tile::<V, S, 1>(ox, bounds),
+                    n if n >= BIG => self.tile::<V, S, BIG, E>(ox, bounds),
+                    4.. => self.tile::<V, S, 4, E>(ox, bounds),
+                    2.. => self.tile::<V, S, 2, E>(ox, bounds),
+                    _ => self.tile::<V, S, 1, E>(ox, bounds),
                 };
             }
         }
@@ -1312,7 +1332,11 @@ impl DwRow3<'_> {
     /// # Safety
     /// As for [`Self::run`]; `ox + RR ≤ ow`.
     #[inline(always)]
-    unsafe fn tile<V: Lanes, const S: usize, const RR: usize>(&self, ox: usize, bounds: (V, V, bool, bool)) -> usize {
+    unsafe fn tile<V: Lanes, const S: usize, const RR: usize, const E: u8>(
+        &self,
+        ox: usize,
+        bounds: (V, V, bool, bool),
+    ) -> usize {
         // Input column of the tile's first window column (negative in the left padding).
         let first = (ox * S) as isize - self.px as isize;
         let last = first + (S * (RR - 1) + 2) as isize;
@@ -1331,8 +1355,8 @@ impl DwRow3<'_> {
         unsafe {
             while v < vecs {
                 v += match vecs - v {
-                    2.. if 2 * RR <= sums => self.vectors::<V, S, RR, 2>(ox, v * V::L, first, edge, bounds),
-                    _ => self.vectors::<V, S, RR, 1>(ox, v * V::L, first, edge, bounds),
+                    2.. if 2 * RR <= sums => self.vectors::<V, S, RR, 2, E>(ox, v * V::L, first, edge, bounds),
+                    _ => self.vectors::<V, S, RR, 1, E>(ox, v * V::L, first, edge, bounds),
                 };
             }
         }
@@ -1345,7 +1369,7 @@ impl DwRow3<'_> {
     /// As for [`Self::tile`]; `inside` says whether the tile's window columns from `first` are
     /// all inside the input; channels `v..v + NV·L` are inside the block.
     #[inline(always)]
-    unsafe fn vectors<V: Lanes, const S: usize, const RR: usize, const NV: usize>(
+    unsafe fn vectors<V: Lanes, const S: usize, const RR: usize, const NV: usize, const E: u8>(
         &self,
         ox: usize,
         v: usize,
@@ -1367,7 +1391,7 @@ impl DwRow3<'_> {
             let at: [usize; RR] = std::array::from_fn(|r| self.y0 + (ox + r) * c + self.c0 + v);
             let res = self.tail.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr());
             let out = self.out.0;
-            match self.epi {
+            match if E == EPI_DYN { self.epi } else { E } {
                 EPI_NONE => store_whole::<V, NV, RR, EPI_NONE>(&acc, &at, V::L, out, res, bounds),
                 EPI_RELU => store_whole::<V, NV, RR, EPI_RELU>(&acc, &at, V::L, out, res, bounds),
                 EPI_CLAMP => store_whole::<V, NV, RR, EPI_CLAMP>(&acc, &at, V::L, out, res, bounds),
