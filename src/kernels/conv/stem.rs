@@ -963,6 +963,7 @@ impl LanesTile<'_> {
             let bias: [V; NV] = std::array::from_fn(|v| V::load(self.bias.as_ptr().add(v * V::L)));
             let acc = lanes_sums::<V, NV, R, S, CLAMP>(self.offs, self.w, self.xs, first, self.ow, bias);
             let bounds = self.clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
+            const { assert!(R <= 16, "each16 writes out up to 16 pixels") };
             if from <= first && first + R <= self.ow && self.vecs == NV && self.last == V::L {
                 // A whole tile: every pixel and vector stored, written out pixel by pixel
                 // (`each16`; in the loop below the sums went to the stack first).
