@@ -1146,10 +1146,26 @@ pub(super) use each16;
 /// The CPU has `S`'s features.
 #[inline(always)]
 pub(super) unsafe fn window3_column<S: Lanes, const R: usize>(acc: &mut [S; R], w3: &[S; 3], j: usize, x: S) {
+    // SAFETY: the caller's contract.
+    unsafe { window3_strided::<S, R, 1>(acc, w3, j, x) }
+}
+
+/// [`window3_column`] at column stride `ST`: column `j` of a tile's `ST·(R − 1) + 3` input
+/// columns is tap `kx` of output column `(j − kx) / ST` where that divides.
+///
+/// # Safety
+/// The CPU has `S`'s features.
+#[inline(always)]
+pub(super) unsafe fn window3_strided<S: Lanes, const R: usize, const ST: usize>(
+    acc: &mut [S; R],
+    w3: &[S; 3],
+    j: usize,
+    x: S,
+) {
     for (kx, &wk) in w3.iter().enumerate() {
-        if j >= kx && j - kx < R {
+        if j >= kx && (j - kx).is_multiple_of(ST) && (j - kx) / ST < R {
             // SAFETY: the caller's contract.
-            acc[j - kx] = unsafe { x.fmadd(wk, acc[j - kx]) };
+            acc[(j - kx) / ST] = unsafe { x.fmadd(wk, acc[(j - kx) / ST]) };
         }
     }
 }

@@ -32,7 +32,7 @@
 //! pixels allow) and by output rows (depthwise: a row's inside tiles in one call per channel
 //! block).
 
-use super::depthwise::{Lanes, Portable, each16, window3_column};
+use super::depthwise::{Lanes, Portable, each16, window3_strided};
 use super::{ConvEpilogue, ConvGeom, LineAligned, OP, OutPtr, for_units, uneven};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
@@ -1439,8 +1439,12 @@ impl DwRow3<'_> {
             for &(row, ky) in self.rows {
                 let wt = self.w.as_ptr().add(3 * ky * c + v);
                 let w0 = [V::load(wt), V::load(wt.add(c)), V::load(wt.add(2 * c))];
-                let wt = wt.add((NV - 1) * V::L);
-                let w1 = [V::load(wt), V::load(wt.add(c)), V::load(wt.add(2 * c))];
+                let w1 = if NV == 2 {
+                    let wt = wt.add(V::L);
+                    [V::load(wt), V::load(wt.add(c)), V::load(wt.add(2 * c))]
+                } else {
+                    w0
+                };
                 // Column `first` of the row, stepped one column on per tile column (one register
                 // instead of an address per column); wrapping, as it starts a column before the
                 // row in the left padding (only columns inside are read).
@@ -1457,18 +1461,9 @@ impl DwRow3<'_> {
                         _ => col < 0 || col >= self.iw as isize,
                     };
                     if j <= end && !outside {
-                        if S == 1 {
-                            window3_column(&mut acc0, &w0, j, V::load(xc));
-                        } else {
-                            window3_strided::<V, RR, S>(&mut acc0, &w0, j, V::load(xc));
-                        }
+                        window3_strided::<V, RR, S>(&mut acc0, &w0, j, V::load(xc));
                         if NV == 2 {
-                            let x = V::load(xc.add(V::L));
-                            if S == 1 {
-                                window3_column(&mut acc1, &w1, j, x);
-                            } else {
-                                window3_strided::<V, RR, S>(&mut acc1, &w1, j, x);
-                            }
+                            window3_strided::<V, RR, S>(&mut acc1, &w1, j, V::load(xc.add(V::L)));
                         }
                     }
                     xc = xc.wrapping_add(c);
@@ -1486,21 +1481,6 @@ const EDGE_FIRST: u8 = 1;
 const EDGE_LAST: u8 = 2;
 const EDGE_BOTH: u8 = 3;
 const EDGE_ANY: u8 = 4;
-
-/// [`window3_column`] at column stride `S`: column `j` of a tile's `S·(R − 1) + 3` input columns
-/// is tap `kx` of output column `(j − kx) / S` where that divides.
-///
-/// # Safety
-/// The CPU has `V`'s features.
-#[inline(always)]
-unsafe fn window3_strided<V: Lanes, const R: usize, const S: usize>(acc: &mut [V; R], w3: &[V; 3], j: usize, x: V) {
-    for (kx, &wk) in w3.iter().enumerate() {
-        if j >= kx && (j - kx).is_multiple_of(S) && (j - kx) / S < R {
-            // SAFETY: the caller's contract.
-            acc[(j - kx) / S] = unsafe { x.fmadd(wk, acc[(j - kx) / S]) };
-        }
-    }
-}
 
 /// The sums of `RR` consecutive inside pixels × `NV` vectors from `bias`: pixel r's window
 /// columns from `x + col + r·step` (plus each tap's offset), over the window rows `rows`.

@@ -964,49 +964,28 @@ impl LanesTile<'_> {
             let acc = lanes_sums::<V, NV, R, S, CLAMP>(self.offs, self.w, self.xs, first, self.ow, bias);
             let bounds = self.clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
             const { assert!(R <= 16, "each16 writes out up to 16 pixels") };
-            if from <= first && first + R <= self.ow && self.vecs == NV && self.last == V::L {
-                // A whole tile: every pixel and vector stored, written out pixel by pixel
-                // (`each16`; in the loop below the sums went to the stack first).
-                each16!(r => {
-                    if r < R {
-                        let dst = self.dst.add((first + r) * self.yw);
-                        for (v, &a) in acc[r].iter().enumerate() {
-                            let mut a = a;
-                            if self.relu {
-                                a = a.relu();
-                            }
-                            if let Some((lo, hi, zlo, zhi)) = bounds {
-                                a = a.clamp(lo, hi, zlo, zhi);
-                            }
-                            a.store(dst.add(v * V::L));
-                        }
-                    }
-                });
-                return;
-            }
-            // Every tile pixel in a loop of constant length (the accumulators stay in
-            // registers), the ones outside from..ow skipped.
-            for (r, acc) in acc.iter().enumerate() {
+            // Every tile pixel written out (`each16`: in a loop that skips pixels the sums went to
+            // the stack first), the ones outside from..ow skipped.
+            each16!(r => {
                 let ox = first + r;
-                if ox < from || ox >= self.ow {
-                    continue;
+                if r < R && ox >= from && ox < self.ow {
+                    let dst = self.dst.add(ox * self.yw);
+                    for (v, &a) in acc[r].iter().enumerate() {
+                        if v >= self.vecs {
+                            continue;
+                        }
+                        let mut a = a;
+                        if self.relu {
+                            a = a.relu();
+                        }
+                        if let Some((lo, hi, zlo, zhi)) = bounds {
+                            a = a.clamp(lo, hi, zlo, zhi);
+                        }
+                        let p = dst.add(v * V::L);
+                        if v + 1 < self.vecs { a.store(p) } else { a.store_first(p, self.last) }
+                    }
                 }
-                let dst = self.dst.add(ox * self.yw);
-                for (v, &a) in acc.iter().enumerate() {
-                    if v >= self.vecs {
-                        continue;
-                    }
-                    let mut a = a;
-                    if self.relu {
-                        a = a.relu();
-                    }
-                    if let Some((lo, hi, zlo, zhi)) = bounds {
-                        a = a.clamp(lo, hi, zlo, zhi);
-                    }
-                    let p = dst.add(v * V::L);
-                    if v + 1 < self.vecs { a.store(p) } else { a.store_first(p, self.last) }
-                }
-            }
+            });
         }
     }
 }
