@@ -13,7 +13,8 @@
 //! A tile is a few output pixels × up to 64 channels, its sums in registers from the bias on
 //! (about 24 on AVX-512, 12 on AVX2). Pointwise: 6 pixels × 4 AVX-512 vectors, 8 × 1–3 (AVX2:
 //! 3–8 pixels × 1–4 vectors); per input channel, one load per weight vector (the filter packed
-//! once, on a cache line, as `[64-channel block][cin][64]`) and one broadcast per pixel.
+//! once, on a cache line, as `[64-channel block][cin][64]`) and one broadcast per pixel; 8, 24
+//! or 40 output channels two pixels at a time on AVX-512 ([`PwRun::pairs`]), whole vectors.
 //! Depthwise: [`R`] (then [`R4`]) pixels; per tap, one weight vector per 16 channels (the
 //! `[taps][channels]` filter)
 //! and one input vector per pixel; a tile's pixels are consecutive in one output row whose
@@ -41,6 +42,16 @@ use crate::kernels::gemm::epilogue::act_f32;
 
 /// Output channels per packed pointwise block and per tile (4 AVX-512 vectors).
 const CB: usize = 64;
+
+/// Where a pointwise filter strip holds the middle vector of a pixel pair ([`pairs_for`]).
+const PAIR_MID: usize = 48;
+
+/// Whether `cout` output channels run in pixel pairs on AVX-512 ([`PwRun::pairs`]): 16·q + 8
+/// channels (8, 24, 40), whose last vector is half empty one pixel at a time, are 2·q + 1 whole
+/// vectors two pixels at a time, and the middle one's weights fit the strip's padding.
+fn pairs_for(cout: usize) -> bool {
+    matches!(cout, 8 | 24 | 40)
+}
 
 /// Pixels per tile.
 const R: usize = 6;
@@ -93,6 +104,17 @@ impl PointwiseFilter {
             for (i, strip) in block.chunks_exact_mut(CB).enumerate() {
                 for (c, v) in strip.iter_mut().enumerate().take(cout.saturating_sub(b * CB)) {
                     *v = at(b * CB + c, i);
+                }
+            }
+        }
+        if pairs_for(cout) {
+            // The middle vector of a pixel pair's sums (see [`PwRun::pairs`]): the first pixel's
+            // last 8 channels and the second's first 8, in lanes 48..64 of each input channel's
+            // strip, which no other path reads (they read the first `cout` lanes, rounded up to
+            // a vector of at most 16).
+            for (i, strip) in w.chunks_exact_mut(CB).enumerate() {
+                for l in 0..16 {
+                    strip[PAIR_MID + l] = at(if l < 8 { cout - 8 + l } else { l - 8 }, i);
                 }
             }
         }
@@ -426,7 +448,13 @@ fn pointwise_on(
         chunks = pixels.div_ceil(chunk.max(1));
     }
     let units = if split_blocks { chunks * blocks } else { chunks };
-    let job = PwJob { geom, x, f, bias: epi.bias, out, tail: &tail, cin, cout, pixels, isa };
+    // Pixel pairs where the input pixels are consecutive rows of `x` too.
+    let pairs = isa == FusedIsa::Avx512
+        && pairs_for(cout)
+        && tail.mode() != EPI_GENERAL
+        && geom.stride == [1, 1]
+        && geom.in_hw == geom.out_hw;
+    let job = PwJob { geom, x, f, bias: epi.bias, out, tail: &tail, cin, cout, pixels, isa, pairs };
     for_units(
         parallel,
         units,
@@ -453,6 +481,8 @@ struct PwJob<'a> {
     cout: usize,
     pixels: usize,
     isa: FusedIsa,
+    /// Whether whole tiles run in pixel pairs ([`PwRun::pairs`]).
+    pairs: bool,
 }
 
 impl PwJob<'_> {
@@ -461,7 +491,14 @@ impl PwJob<'_> {
     fn tiles(&self, ps: std::ops::Range<usize>, bs: std::ops::Range<usize>) {
         for b in bs {
             let c0 = b * CB;
-            let run = PwRun { job: self, ps: ps.clone(), b, epi: self.tail.mode() };
+            let mut run = PwRun { job: self, ps: ps.clone(), b, epi: self.tail.mode() };
+            #[cfg(target_arch = "x86_64")]
+            if self.pairs {
+                // SAFETY: as below; `pairs` is set on AVX-512 only (checked on this CPU), for a
+                // single block of a `pairs_for` width whose filter packs the middle vectors, and
+                // input pixels `p·cin` apart. The pixels it leaves go on below.
+                run.ps.start = unsafe { run.pairs() };
+            }
             // SAFETY: the reads are inside `x` (pixels < self.pixels, checked against x's length)
             // and `w` (block b's cin·CB values); the writes are these pixels' channels of block
             // b, this unit's alone.
@@ -616,6 +653,116 @@ impl PwRun<'_> {
                     store::<V, NV, RR>(acc, rows, &yat, chans, j.out, j.tail);
                 }
             }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl PwRun<'_> {
+    /// The run's whole tiles of pixel pairs on AVX-512, for a [`pairs_for`] width `16·q + 8`:
+    /// the two pixels' channels are one run of `2·cout` outputs, `2·q + 1` whole vectors: `q` of
+    /// the first pixel, a middle one of both (its input blended from the two pixels'), `q` of
+    /// the second. One pixel at a time the last vector of each pixel would be half empty: 24
+    /// channels took four multiply-adds a pair where this takes three. Returns the first pixel
+    /// left (fewer than a tile), for the one-pixel tiles.
+    ///
+    /// # Safety
+    /// As for [`Body::run`] with the whole block; AVX-512F is available; the run's input pixels
+    /// are rows `p·cin` of `x` and the filter packs the middle vector at [`PAIR_MID`].
+    #[target_feature(enable = "avx512f")]
+    unsafe fn pairs(&self) -> usize {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match (self.job.cout, self.epi) {
+                (8, e) => self.pairs_with::<1, 12>(e),
+                (24, e) => self.pairs_with::<3, 8>(e),
+                (_, e) => self.pairs_with::<5, 4>(e),
+            }
+        }
+    }
+
+    /// [`Self::pairs`] with `PV` vectors a pair, `PR` pairs a tile, the epilogue compiled in.
+    ///
+    /// # Safety
+    /// As for [`Self::pairs`]; `PV = 2·cout / 16`.
+    #[inline(always)]
+    unsafe fn pairs_with<const PV: usize, const PR: usize>(&self, epi: u8) -> usize {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match epi {
+                EPI_NONE => self.pair_tiles::<PV, PR, EPI_NONE>(),
+                EPI_RELU => self.pair_tiles::<PV, PR, EPI_RELU>(),
+                EPI_CLAMP => self.pair_tiles::<PV, PR, EPI_CLAMP>(),
+                EPI_CLAMP0 => self.pair_tiles::<PV, PR, EPI_CLAMP0>(),
+                EPI_RELU_CLAMP => self.pair_tiles::<PV, PR, EPI_RELU_CLAMP>(),
+                EPI_RES => self.pair_tiles::<PV, PR, EPI_RES>(),
+                _ => self.ps.start,
+            }
+        }
+    }
+
+    /// [`Self::pairs_with`] for the epilogue `EPI`.
+    ///
+    /// # Safety
+    /// As for [`Self::pairs_with`].
+    #[inline(always)]
+    unsafe fn pair_tiles<const PV: usize, const PR: usize, const EPI: u8>(&self) -> usize {
+        use std::arch::x86_64::*;
+        let j = self.job;
+        let (cin, cout) = (j.cin, j.cout);
+        // Vectors of the first pixel alone; the middle vector's lanes from 8 are the second's.
+        let q = PV / 2;
+        // The middle vector's lanes of the second pixel. Opaque to the compiler: with a constant
+        // mask the blend of two broadcasts became a two-source permute, which shares the
+        // multiply-adds' ports (144 → 24 channels at 56², one Zen 5 core: 99.7 µs against 86.8).
+        let second: __mmask16 = std::hint::black_box(0xff00);
+        // SAFETY: the caller's contract throughout: whole tiles of pixels below `ps.end` (each
+        // pixel's input `cin` values from `p·cin`, its outputs `cout` from `p·cout`), the
+        // weights of block 0 (cin strips of CB), the bias (cout values) read by lane.
+        unsafe {
+            let lane = |v: usize, l: usize| (16 * v + l) % cout;
+            let bias: [__m512; PV] = std::array::from_fn(|v| {
+                let b: [f32; 16] = std::array::from_fn(|l| j.bias.map_or(0.0, |b| b[lane(v, l)]));
+                _mm512_loadu_ps(b.as_ptr())
+            });
+            let (lo, hi) = j.tail.epi.clamp.unwrap_or((0.0, 0.0));
+            let bounds = (_mm512_set1_ps(lo), _mm512_set1_ps(hi), lo == 0.0, hi == 0.0);
+            let res = j.tail.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr());
+            let (x, w) = (j.x.as_ptr(), j.f.w.as_ptr());
+            let mut p0 = self.ps.start;
+            while p0 + 2 * PR <= self.ps.end {
+                let xb = x.add(p0 * cin);
+                let mut acc = [bias; PR];
+                for i in 0..cin {
+                    let strip = w.add(i * CB);
+                    // The first pixel's vectors from lane 0, the middle one from PAIR_MID, the
+                    // second pixel's from lane 8 (its channel 0 is lane 8 of the middle one).
+                    let wv: [__m512; PV] = std::array::from_fn(|v| match v {
+                        v if v < q => _mm512_loadu_ps(strip.add(16 * v)),
+                        v if v == q => _mm512_loadu_ps(strip.add(PAIR_MID)),
+                        v => _mm512_loadu_ps(strip.add(8 + 16 * (v - q - 1))),
+                    });
+                    for (k, a) in acc.iter_mut().enumerate() {
+                        let s0 = _mm512_set1_ps(*xb.add(2 * k * cin + i));
+                        let s1 = _mm512_set1_ps(*xb.add((2 * k + 1) * cin + i));
+                        let mid = _mm512_mask_blend_ps(second, s0, s1);
+                        for (v, (a, &wk)) in a.iter_mut().zip(&wv).enumerate() {
+                            let s = if v < q {
+                                s0
+                            } else if v == q {
+                                mid
+                            } else {
+                                s1
+                            };
+                            *a = _mm512_fmadd_ps(s, wk, *a);
+                        }
+                    }
+                }
+                let at: [usize; PR] = std::array::from_fn(|k| (p0 + 2 * k) * cout);
+                store_whole::<__m512, PV, PR, EPI>(&acc, &at, 16, j.out.0, res, bounds);
+                p0 += 2 * PR;
+            }
+            p0
         }
     }
 }
@@ -1655,6 +1802,10 @@ mod tests {
             // Channel counts that are no multiple of a vector or block; one input channel.
             Case { cin: 1, cout: 3, ..PW },
             Case { cin: 5, cout: 24, ..PW },
+            // Pixel pairs on AVX-512 (8, 24 and 40 channels), with pixels left past the tiles.
+            Case { cin: 96, cout: 24, in_hw: [5, 7], ..PW },
+            Case { cin: 3, cout: 8, ..PW },
+            Case { cin: 17, cout: 40, in_hw: [3, 11], ..PW },
             Case { cin: 96, cout: 130, in_hw: [7, 7], ..PW },
             // Strided (ResNet's downsampling 1×1), a 1×1 image, one pixel row.
             Case { stride: [2, 2], in_hw: [7, 9], ..PW },
