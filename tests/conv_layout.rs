@@ -336,8 +336,18 @@ fn band_blocks(n: usize) -> Module {
 
 /// The plan's lines for block steps.
 fn blocks_of(m: &Module, config: &str) -> Vec<String> {
+    steps_of(m, config, "conv block")
+}
+
+/// The plan's lines for depthwise and projection pair steps.
+fn pairs_of(m: &Module, config: &str) -> Vec<String> {
+    steps_of(m, config, "conv pair")
+}
+
+/// The plan's lines that contain `what`.
+fn steps_of(m: &Module, config: &str, what: &str) -> Vec<String> {
     let plan = JitBackend::new(config).unwrap().compile_stages(m.clone()).unwrap().plan;
-    plan.lines().filter(|l| l.contains("conv block")).map(str::to_string).collect()
+    plan.lines().filter(|l| l.contains(what)).map(str::to_string).collect()
 }
 
 /// `m` on a `[n, 3, 224, 224]` batch (values from `seed`) agrees with the interpreter with the
@@ -451,6 +461,15 @@ fn auto_blocks_are_those_whose_expanded_image_outgrows_the_l2_cache() {
         let small = expansion_block(4, 8, 32);
         assert!(blocks_of(&small, &format!("parallelism=1{layout}")).is_empty());
         assert_eq!(blocks_of(&small, &format!("parallelism=1,conv_blocks=on{layout}")).len(), 1);
+        // Over a batch the depthwise convolution and projection stay steps; for one image they
+        // run as a pair (not with the blocks off, nor where the whole block runs).
+        assert!(pairs_of(&small, &format!("parallelism=1{layout}")).is_empty());
+        let one = expansion_block(1, 8, 32);
+        assert_eq!(pairs_of(&one, &format!("parallelism=1{layout}")).len(), 1, "{layout}");
+        assert_eq!(pairs_of(&one, &format!("parallelism=2{layout}")).len(), 1, "{layout}");
+        assert!(pairs_of(&one, &format!("parallelism=3{layout}")).is_empty(), "8 rows, 3 threads");
+        assert!(pairs_of(&one, &format!("parallelism=1,conv_blocks=off{layout}")).is_empty());
+        assert!(pairs_of(&one, &format!("parallelism=1,conv_blocks=on{layout}")).is_empty());
         let large = expansion_block(1, 112, 192);
         assert_eq!(blocks_of(&large, &format!("parallelism=1{layout}")).len(), 1, "{layout}");
         assert_eq!(blocks_of(&large, &format!("parallelism=1,conv_blocks=auto{layout}")).len(), 1);
@@ -459,6 +478,19 @@ fn auto_blocks_are_those_whose_expanded_image_outgrows_the_l2_cache() {
     let small = expansion_block(4, 8, 32);
     let x = Buffer::from_slice(&floats_vec(4 * 16 * 8 * 8, 3, 2.0), &[4, 16, 8, 8]).unwrap();
     agree(&small, &[x], &["jit:parallelism=2,conv_blocks=on,conv_layout=keep", "jit:parallelism=1,conv_blocks=on"]);
+    // The pairs, in either layout, on one thread and two (the image's rows in two parts).
+    let one = expansion_block(1, 8, 32);
+    let x = Buffer::from_slice(&floats_vec(16 * 8 * 8, 4, 2.0), &[1, 16, 8, 8]).unwrap();
+    agree(
+        &one,
+        &[x],
+        &[
+            "jit:parallelism=1,conv_layout=keep",
+            "jit:parallelism=1",
+            "jit:parallelism=2,conv_layout=keep",
+            "jit:parallelism=2",
+        ],
+    );
 }
 
 #[test]

@@ -67,11 +67,11 @@ pub enum StreamingStores {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ConvBlocks {
     /// The blocks whose expanded image (the depthwise convolution's input, per image) is larger
-    /// than a core's L2 cache: layer by layer it would go through L3 between the three steps. The
-    /// default.
+    /// than a core's L2 cache: layer by layer it would go through L3 between the three steps;
+    /// the depthwise convolutions and projections of the others as pairs. The default.
     #[default]
     Auto,
-    /// Every block that qualifies, whatever its size.
+    /// Every block that qualifies, whatever its size (and pairs where one does not).
     On,
     /// None: each convolution is its own step.
     Off,
@@ -174,7 +174,8 @@ pub struct JitOptions {
     /// Which inverted residual blocks (1×1 expansion → depthwise → 1×1 projection) run as one
     /// step, band of rows by band of rows, their expanded rows kept in the cache
     /// (`conv_blocks=auto|on|off`; default auto: those whose expanded image exceeds a core's L2
-    /// cache; `backends::jit::block`).
+    /// cache, and of the others the depthwise convolution and projection as a pair;
+    /// `backends::jit::block`).
     pub conv_blocks: ConvBlocks,
     /// While an execution runs its steps inside its pool, the pool's other threads look for
     /// work between its parallel splits instead of sleeping (`spin=on|off`; default on;

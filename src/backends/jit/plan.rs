@@ -516,7 +516,7 @@ fn build_function(
 
     let keep: HashSet<ValueId> = outputs.iter().copied().collect();
     let steps = match opts.conv_blocks {
-        Some(min_bytes) => form_blocks(steps, &keep, min_bytes),
+        Some(min_bytes) => form_blocks(steps, &keep, min_bytes, opts.threads),
         None => steps,
     };
     let mut steps = if opts.conv_chains { form_chains(steps, &keep, opts.threads) } else { steps };
@@ -923,10 +923,32 @@ fn block_at(
     super::block::qualify(&convs.0, &convs.1, &convs.2, min_bytes).then_some(convs)
 }
 
+/// The image kernels of `two` consecutive steps when they form a depthwise convolution and
+/// projection pair ([`super::block::qualify_pair`] on `threads`): the second reads the first's
+/// result, which `private` says no other step reads.
+fn pair_at(
+    two: &[Option<Step>],
+    private: impl Fn(ValueId) -> bool,
+    threads: usize,
+) -> Option<(super::conv::ImageConv, super::conv::ImageConv)> {
+    let kernel = |j: usize| match &two[j] {
+        Some(Step::Kernel(k)) if k.outputs.len() == 1 => Some(k),
+        _ => None,
+    };
+    let (b, c) = (kernel(0)?, kernel(1)?);
+    if c.inputs[0] != b.outputs[0] || !private(b.outputs[0]) {
+        return None;
+    }
+    let image = |k: &KernelStep| k.fast.as_deref()?.as_any()?.downcast_ref::<super::conv::ConvKernel>()?.per_image();
+    let convs = (image(b)?, image(c)?);
+    super::block::qualify_pair(&convs.0, &convs.1, threads).then_some(convs)
+}
+
 /// Regroups `steps` (one function's, in order): each three consecutive convolutions that form an
 /// inverted residual block ([`super::block`]) whose expanded image takes more than `min_bytes`
-/// become one step. `keep`: values the function returns (or keeps).
-fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>, min_bytes: usize) -> Vec<Step> {
+/// become one step, and each depthwise convolution and projection left that form a pair on
+/// `threads` threads. `keep`: values the function returns (or keeps).
+fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>, min_bytes: usize, threads: usize) -> Vec<Step> {
     // How many steps read each value (a block's intermediates must be read by the block alone).
     let mut readers: HashMap<ValueId, usize> = HashMap::new();
     for s in &steps {
@@ -940,14 +962,22 @@ fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>, min_bytes: usize) -> V
     let mut i = 0;
     while i < steps.len() {
         let found = steps.get(i..i + 3).and_then(|three| block_at(three, private, min_bytes));
-        let Some((ea, eb, ec)) = found else {
-            out.push(steps[i].take().expect("each step is taken once"));
-            i += 1;
-            continue;
+        let (first, last, (ea, eb, ec)) = match found {
+            Some((ea, eb, ec)) => (i, i + 2, (Some(ea), eb, ec)),
+            None => match steps.get(i..i + 2).and_then(|two| pair_at(two, private, threads)) {
+                Some((eb, ec)) => (i, i + 1, (None, eb, ec)),
+                None => {
+                    out.push(steps[i].take().expect("each step is taken once"));
+                    i += 1;
+                    continue;
+                }
+            },
         };
-        let Some(Step::Kernel(a)) = steps[i].take() else { unreachable!("checked above") };
-        let Some(Step::Kernel(c)) = steps[i + 2].take() else { unreachable!("checked above") };
-        steps[i + 1] = None;
+        let Some(Step::Kernel(a)) = steps[first].take() else { unreachable!("checked above") };
+        let Some(Step::Kernel(c)) = steps[last].take() else { unreachable!("checked above") };
+        for s in &mut steps[first..last] {
+            *s = None;
+        }
         // Run-time operands: the block's input and the projection's residual (filters prepared).
         let mut inputs = vec![a.inputs[0]];
         if ec.has_residual() {
@@ -962,7 +992,7 @@ fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>, min_bytes: usize) -> V
             out_shapes: c.out_shapes,
             fast: Some(super::block::build(ea, eb, ec)),
         }));
-        i += 3;
+        i = last + 1;
     }
     out
 }
