@@ -73,39 +73,22 @@ const BAND_BYTES: usize = 512 << 10;
 /// thread, 3.90 against 4.00 on two, best of 10 alternated rounds) and the 28² ones do not
 /// (7.27 ms with them).
 pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv, min_bytes: usize) -> bool {
-    let (a, b, c) = (expand.geom(), dw.geom(), project.geom());
-    // Dense images, the depthwise input and everything after it channels-first or (all)
-    // channels-last; the first convolution's input either.
+    let (a, b) = (expand.geom(), dw.geom());
+    // The depthwise input and everything after it channels-first or (all) channels-last
+    // ([`dw_projects`]); the first convolution's input either.
     let last = b.x_strides[1] == 1;
-    let dense_as = |l: bool, s: [usize; 4], c: usize, hw: [usize; 2]| s[1..] == strides(l, c, hw[0], hw[1])[1..];
-    let dense = |s: [usize; 4], c: usize, hw: [usize; 2]| dense_as(last, s, c, hw);
-    let planes =
-        |g: &ConvGeom| dense(g.x_strides, g.in_channels, g.in_hw) && dense(g.y_strides, g.out_channels, g.out_hw);
-    let pointwise = |g: &ConvGeom| {
-        g.kernel_hw == [1, 1] && g.stride == [1, 1] && g.pad == [0, 0] && g.groups == 1 && g.in_hw == g.out_hw
-    };
     let first_in = dense_as(a.x_strides[1] == 1, a.x_strides, a.in_channels, a.in_hw);
     let c6 = a.out_channels;
     expand.images == dw.images
-        && dw.images == project.images
-        && [b, c].iter().all(|g| planes(g))
+        && dw_projects(dw, project)
         && first_in
-        && dense(a.y_strides, a.out_channels, a.out_hw)
+        && dense_as(last, a.y_strides, a.out_channels, a.out_hw)
         && (pointwise(a) || (a.groups == 1 && a.kernel_hw.iter().all(|&k| k > 0) && rows_inside(a)))
-        && b.kernel_hw[0] > 0
-        && pointwise(c)
         && !expand.has_residual()
-        && !dw.has_residual()
-        && b.is_depthwise()
         && b.in_channels == c6
-        && b.out_channels == c6
         && b.in_hw == a.out_hw
-        && c.in_channels == c6
-        && c.in_hw == b.out_hw
         && [b.in_hw[1], c6, size_of::<f32>()].iter().fold(b.in_hw[0], |n, &k| n.saturating_mul(k)) > min_bytes
         && c6 > 0
-        && b.out_hw[1] > 0
-        && rows_inside(b)
 }
 
 /// Whether `dw` and `project` (the image kernels of consecutive steps, `project` reading `dw`'s
@@ -119,30 +102,43 @@ pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv, m
 /// image). On `threads` threads its output rows must split evenly (MobileNetV2's 7 rows at 7×7
 /// would take 4 against 3 on two threads; its layers alone split channels evenly).
 pub(crate) fn qualify_pair(dw: &ImageConv, project: &ImageConv, threads: usize) -> bool {
+    let ho = dw.geom().out_hw[0];
+    let even = threads <= 1 || ho.is_multiple_of(threads);
+    dw.images == 1 && dw_projects(dw, project) && dw.geom().out_channels > 0 && ho > 0 && even
+}
+
+/// What [`qualify`] and [`qualify_pair`] ask of the depthwise convolution `dw` and the
+/// projection `project` of its result: dense images in one layout (channels-first or
+/// channels-last), a depthwise convolution without residual whose output rows each read an input
+/// row, a 1×1 stride-1 one-group projection of all its channels, one image count.
+fn dw_projects(dw: &ImageConv, project: &ImageConv) -> bool {
     let (b, c) = (dw.geom(), project.geom());
     let last = b.x_strides[1] == 1;
-    let dense = |s: [usize; 4], c: usize, hw: [usize; 2]| s[1..] == strides(last, c, hw[0], hw[1])[1..];
+    let dense = |s: [usize; 4], c: usize, hw: [usize; 2]| dense_as(last, s, c, hw);
     let planes =
         |g: &ConvGeom| dense(g.x_strides, g.in_channels, g.in_hw) && dense(g.y_strides, g.out_channels, g.out_hw);
-    let ho = b.out_hw[0];
-    let even = threads <= 1 || ho.is_multiple_of(threads);
-    dw.images == 1
-        && project.images == 1
+    dw.images == project.images
         && [b, c].iter().all(|g| planes(g))
-        && c.kernel_hw == [1, 1]
-        && c.stride == [1, 1]
-        && c.pad == [0, 0]
-        && c.groups == 1
-        && c.in_hw == b.out_hw
         && b.is_depthwise()
         && b.kernel_hw[0] > 0
-        && c.in_channels == b.out_channels
+        && b.out_channels == b.in_channels
         && !dw.has_residual()
-        && b.out_channels > 0
-        && ho > 0
+        && pointwise(c)
+        && c.in_channels == b.out_channels
+        && c.in_hw == b.out_hw
         && b.out_hw[1] > 0
         && rows_inside(b)
-        && even
+}
+
+/// Whether `s` are the strides of a dense image of `c` channels × `hw` pixels, channels-last when
+/// `last` (the image stride aside: one image's rows may be a band of a larger one).
+fn dense_as(last: bool, s: [usize; 4], c: usize, hw: [usize; 2]) -> bool {
+    s[1..] == strides(last, c, hw[0], hw[1])[1..]
+}
+
+/// Whether `g` is a 1×1 stride-1 one-group convolution without padding.
+fn pointwise(g: &ConvGeom) -> bool {
+    g.kernel_hw == [1, 1] && g.stride == [1, 1] && g.pad == [0, 0] && g.groups == 1 && g.in_hw == g.out_hw
 }
 
 /// Whether every output row of `g` reads at least one input row (no band of output rows lies

@@ -448,13 +448,25 @@ fn pointwise_on(
         chunks = pixels.div_ceil(chunk.max(1));
     }
     let units = if split_blocks { chunks * blocks } else { chunks };
-    // Pixel pairs where the input pixels are consecutive rows of `x` too.
-    let pairs = isa == FusedIsa::Avx512
-        && pairs_for(cout)
-        && tail.mode() != EPI_GENERAL
-        && geom.stride == [1, 1]
-        && geom.in_hw == geom.out_hw;
-    let job = PwJob { geom, x, f, bias: epi.bias, out, tail: &tail, cin, cout, pixels, isa, pairs };
+    let job = PwJob {
+        geom,
+        x,
+        f,
+        bias: epi.bias,
+        out,
+        tail: &tail,
+        cin,
+        cout,
+        pixels,
+        isa,
+        // Pixel pairs where the input pixels are consecutive rows of `x` too.
+        #[cfg(target_arch = "x86_64")]
+        pairs: isa == FusedIsa::Avx512
+            && pairs_for(cout)
+            && tail.mode() != EPI_GENERAL
+            && geom.stride == [1, 1]
+            && geom.in_hw == geom.out_hw,
+    };
     for_units(
         parallel,
         units,
@@ -481,7 +493,8 @@ struct PwJob<'a> {
     cout: usize,
     pixels: usize,
     isa: FusedIsa,
-    /// Whether whole tiles run in pixel pairs ([`PwRun::pairs`]).
+    /// Whether whole tiles run in pixel pairs ([`PwRun::pairs`], AVX-512 only).
+    #[cfg(target_arch = "x86_64")]
     pairs: bool,
 }
 
@@ -491,14 +504,18 @@ impl PwJob<'_> {
     fn tiles(&self, ps: std::ops::Range<usize>, bs: std::ops::Range<usize>) {
         for b in bs {
             let c0 = b * CB;
-            let mut run = PwRun { job: self, ps: ps.clone(), b, epi: self.tail.mode() };
+            let run = PwRun { job: self, ps: ps.clone(), b, epi: self.tail.mode() };
+            // Pixel pairs first where they apply; the pixels they leave go on below.
             #[cfg(target_arch = "x86_64")]
-            if self.pairs {
+            let run = if self.pairs {
                 // SAFETY: as below; `pairs` is set on AVX-512 only (checked on this CPU), for a
                 // single block of a `pairs_for` width whose filter packs the middle vectors, and
-                // input pixels `p·cin` apart. The pixels it leaves go on below.
-                run.ps.start = unsafe { run.pairs() };
-            }
+                // input pixels `p·cin` apart.
+                let from = unsafe { run.pairs() };
+                PwRun { ps: from..ps.end, ..run }
+            } else {
+                run
+            };
             // SAFETY: the reads are inside `x` (pixels < self.pixels, checked against x's length)
             // and `w` (block b's cin·CB values); the writes are these pixels' channels of block
             // b, this unit's alone.
