@@ -88,7 +88,6 @@ pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv, m
         && b.in_channels == c6
         && b.in_hw == a.out_hw
         && [b.in_hw[1], c6, size_of::<f32>()].iter().fold(b.in_hw[0], |n, &k| n.saturating_mul(k)) > min_bytes
-        && c6 > 0
 }
 
 /// Whether `dw` and `project` (the image kernels of consecutive steps, `project` reading `dw`'s
@@ -104,7 +103,7 @@ pub(crate) fn qualify(expand: &ImageConv, dw: &ImageConv, project: &ImageConv, m
 pub(crate) fn qualify_pair(dw: &ImageConv, project: &ImageConv, threads: usize) -> bool {
     let ho = dw.geom().out_hw[0];
     let even = threads <= 1 || ho.is_multiple_of(threads);
-    dw.images == 1 && dw_projects(dw, project) && dw.geom().out_channels > 0 && ho > 0 && even
+    dw.images == 1 && dw_projects(dw, project) && ho > 0 && even
 }
 
 /// What [`qualify`] and [`qualify_pair`] ask of the depthwise convolution `dw` and the
@@ -122,6 +121,7 @@ fn dw_projects(dw: &ImageConv, project: &ImageConv) -> bool {
         && b.is_depthwise()
         && b.kernel_hw[0] > 0
         && b.out_channels == b.in_channels
+        && b.out_channels > 0
         && !dw.has_residual()
         && pointwise(c)
         && c.in_channels == b.out_channels
@@ -260,8 +260,7 @@ impl BlockKernel {
         let Set { e, d, p: pbuf, r: rbuf } = set;
         let b = self.dw.geom();
         let last = self.channels_last;
-        let w = b.in_hw[1];
-        let wo = b.out_hw[1];
+        let [w, wo] = [b.in_hw[1], b.out_hw[1]];
         let (c6, cap) = (b.out_channels, self.cap);
         // The thread's scratch may be larger (another block's).
         let (e, d) = (&mut e[..c6 * cap * w], &mut d[..c6 * self.band * wo]);
@@ -272,71 +271,85 @@ impl BlockKernel {
         while o0 < rows.1 {
             let o1 = (o0 + self.band).min(rows.1);
             let (lo, hi, pad_top) = window_rows(b, o0, o1);
-            let Some(expand) = &self.expand else {
-                // The depthwise convolution reads its window's rows of the input in place.
-                let g = ConvGeom {
-                    in_hw: [hi - lo, w],
-                    out_hw: [o1 - o0, wo],
-                    pad: [pad_top, b.pad[1]],
-                    y_strides: sd,
-                    ..b.clone()
-                };
-                self.dw.run_as(&one_image(last, g), &x[lo * b.x_strides[2]..], None, d)?;
-                self.project_band(d, res, out, (o0, o1), pbuf, rbuf)?;
-                o0 = o1;
-                continue;
-            };
-            let a = expand.geom();
-            // Rows still held from the previous band move to the window's front.
-            let start = match held {
-                Some((plo, phi)) if (plo..phi).contains(&lo) => {
-                    if lo > plo {
-                        let planes = if last { 1 } else { c6 };
-                        for ch in 0..planes {
-                            let at = ch * se[1];
-                            e.copy_within(at + (lo - plo) * se[2]..at + (phi - plo) * se[2], at);
-                        }
-                    }
-                    phi
+            // The depthwise input: the window's rows of the block's input in place (a pair), or
+            // of the expansion in the scratch.
+            let (src, x_strides): (&[f32], _) = match &self.expand {
+                None => (&x[lo * b.x_strides[2]..], b.x_strides),
+                Some(expand) => {
+                    self.expand_rows(expand, x, e, &mut held, (lo, hi))?;
+                    (&*e, se)
                 }
-                _ => lo,
             };
-            if hi > start {
-                // The first convolution's output rows start..hi, from the input rows they read
-                // (the same rows for a 1×1 expansion).
-                let (ilo, ihi, ipad) = window_rows(a, start, hi);
-                let g = ConvGeom {
-                    in_hw: [ihi - ilo, a.in_hw[1]],
-                    out_hw: [hi - start, w],
-                    pad: [ipad, a.pad[1]],
-                    y_strides: se,
-                    ..a.clone()
-                };
-                let g = one_image_of(a.x_strides[1] == 1, last, g);
-                expand.run_as(&g, &x[ilo * a.x_strides[2]..], None, &mut e[(start - lo) * se[2]..])?;
-            }
-            held = Some((lo, hi.max(start)));
             let g = ConvGeom {
                 in_hw: [hi - lo, w],
                 out_hw: [o1 - o0, wo],
                 pad: [pad_top, b.pad[1]],
-                x_strides: se,
+                x_strides,
                 y_strides: sd,
                 ..b.clone()
             };
-            self.dw.run_as(&one_image(last, g), e, None, d)?;
-            self.project_band(d, res, out, (o0, o1), pbuf, rbuf)?;
+            self.dw.run_as(&one_image(last, g), src, None, d)?;
+            self.project_band(d, sd, res, out, (o0, o1), pbuf, rbuf)?;
             o0 = o1;
         }
         Ok(())
     }
 
+    /// The expanded rows `lo..hi` (a band's depthwise window) into the scratch `e` from the
+    /// block's input `x`: the rows still `held` from the previous band moved to the front, the
+    /// others computed from the input rows they read; `held` then says which rows `e` holds.
+    fn expand_rows(
+        &self,
+        expand: &ImageConv,
+        x: &[f32],
+        e: &mut [f32],
+        held: &mut Option<(usize, usize)>,
+        (lo, hi): (usize, usize),
+    ) -> Result<()> {
+        let (a, b) = (expand.geom(), self.dw.geom());
+        let last = self.channels_last;
+        let (w, c6) = (b.in_hw[1], b.out_channels);
+        let se = strides(last, c6, self.cap, w);
+        // Rows still held from the previous band move to the window's front.
+        let start = match *held {
+            Some((plo, phi)) if (plo..phi).contains(&lo) => {
+                if lo > plo {
+                    let planes = if last { 1 } else { c6 };
+                    for ch in 0..planes {
+                        let at = ch * se[1];
+                        e.copy_within(at + (lo - plo) * se[2]..at + (phi - plo) * se[2], at);
+                    }
+                }
+                phi
+            }
+            _ => lo,
+        };
+        if hi > start {
+            // The first convolution's output rows start..hi, from the input rows they read (the
+            // same rows for a 1×1 expansion).
+            let (ilo, ihi, ipad) = window_rows(a, start, hi);
+            let g = ConvGeom {
+                in_hw: [ihi - ilo, a.in_hw[1]],
+                out_hw: [hi - start, w],
+                pad: [ipad, a.pad[1]],
+                y_strides: se,
+                ..a.clone()
+            };
+            let g = one_image_of(a.x_strides[1] == 1, last, g);
+            expand.run_as(&g, &x[ilo * a.x_strides[2]..], None, &mut e[(start - lo) * se[2]..])?;
+        }
+        *held = Some((lo, hi.max(start)));
+        Ok(())
+    }
+
     /// The projection of output rows `o0..o1` from their depthwise result `d` (the band's
-    /// scratch), into `out`; `pbuf` and `rbuf` hold a band's result and residual where the rows
-    /// go to an image that other tasks also write.
+    /// scratch, strides `sd`), into `out`; `pbuf` and `rbuf` hold a band's result and residual
+    /// where the rows go to an image that other tasks also write.
+    #[allow(clippy::too_many_arguments)]
     fn project_band(
         &self,
         d: &[f32],
+        sd: [usize; 4],
         res: Option<&[f32]>,
         out: &mut Out<'_>,
         (o0, o1): (usize, usize),
@@ -347,7 +360,6 @@ impl BlockKernel {
         let last = self.channels_last;
         let [ho, wo] = b.out_hw;
         let co = c.out_channels;
-        let sd = strides(last, b.out_channels, self.band, wo);
         let band_geom = |y_strides: [usize; 4]| {
             let g = ConvGeom { in_hw: [o1 - o0, wo], out_hw: [o1 - o0, wo], x_strides: sd, y_strides, ..c.clone() };
             one_image(last, g)

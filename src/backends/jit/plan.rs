@@ -900,48 +900,28 @@ fn prepare_fast(m: &Module, n: NodeId, packed: &Packed) -> Result<Option<Box<dyn
     super::movement::prepare(m, n)
 }
 
-/// The image kernels of `three` consecutive steps when they form an inverted residual block
-/// ([`super::block::qualify`] with `min_bytes`): each reads the previous one's result, which
-/// `private` says no other step reads.
-fn block_at(
-    three: &[Option<Step>],
+/// The image kernels of the first `N` of `steps` when each reads the previous one's result, which
+/// `private` says no other step reads (an inverted residual block, [`super::block::qualify`], or
+/// a depthwise convolution and projection pair, [`super::block::qualify_pair`], when they
+/// qualify).
+fn chained_convs<const N: usize>(
+    steps: &[Option<Step>],
     private: impl Fn(ValueId) -> bool,
-    min_bytes: usize,
-) -> Option<(super::conv::ImageConv, super::conv::ImageConv, super::conv::ImageConv)> {
-    let kernel = |j: usize| match &three[j] {
-        Some(Step::Kernel(k)) if k.outputs.len() == 1 => Some(k),
-        _ => None,
-    };
-    let (a, b, c) = (kernel(0)?, kernel(1)?, kernel(2)?);
-    let chained =
-        b.inputs[0] == a.outputs[0] && c.inputs[0] == b.outputs[0] && private(a.outputs[0]) && private(b.outputs[0]);
+) -> Option<[super::conv::ImageConv; N]> {
+    let kernels = steps
+        .get(..N)?
+        .iter()
+        .map(|s| match s {
+            Some(Step::Kernel(k)) if k.outputs.len() == 1 => Some(k),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let chained = kernels.windows(2).all(|p| p[1].inputs[0] == p[0].outputs[0] && private(p[0].outputs[0]));
     if !chained {
         return None;
     }
     let image = |k: &KernelStep| k.fast.as_deref()?.as_any()?.downcast_ref::<super::conv::ConvKernel>()?.per_image();
-    let convs = (image(a)?, image(b)?, image(c)?);
-    super::block::qualify(&convs.0, &convs.1, &convs.2, min_bytes).then_some(convs)
-}
-
-/// The image kernels of `two` consecutive steps when they form a depthwise convolution and
-/// projection pair ([`super::block::qualify_pair`] on `threads`): the second reads the first's
-/// result, which `private` says no other step reads.
-fn pair_at(
-    two: &[Option<Step>],
-    private: impl Fn(ValueId) -> bool,
-    threads: usize,
-) -> Option<(super::conv::ImageConv, super::conv::ImageConv)> {
-    let kernel = |j: usize| match &two[j] {
-        Some(Step::Kernel(k)) if k.outputs.len() == 1 => Some(k),
-        _ => None,
-    };
-    let (b, c) = (kernel(0)?, kernel(1)?);
-    if c.inputs[0] != b.outputs[0] || !private(b.outputs[0]) {
-        return None;
-    }
-    let image = |k: &KernelStep| k.fast.as_deref()?.as_any()?.downcast_ref::<super::conv::ConvKernel>()?.per_image();
-    let convs = (image(b)?, image(c)?);
-    super::block::qualify_pair(&convs.0, &convs.1, threads).then_some(convs)
+    kernels.iter().map(|k| image(k)).collect::<Option<Vec<_>>>()?.try_into().ok()
 }
 
 /// Regroups `steps` (one function's, in order): each three consecutive convolutions that form an
@@ -961,23 +941,23 @@ fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>, min_bytes: usize, thre
     let mut out = Vec::with_capacity(steps.len());
     let mut i = 0;
     while i < steps.len() {
-        let found = steps.get(i..i + 3).and_then(|three| block_at(three, private, min_bytes));
-        let (first, last, (ea, eb, ec)) = match found {
-            Some((ea, eb, ec)) => (i, i + 2, (Some(ea), eb, ec)),
-            None => match steps.get(i..i + 2).and_then(|two| pair_at(two, private, threads)) {
-                Some((eb, ec)) => (i, i + 1, (None, eb, ec)),
-                None => {
-                    out.push(steps[i].take().expect("each step is taken once"));
-                    i += 1;
-                    continue;
-                }
-            },
+        use super::block::{qualify, qualify_pair};
+        // A block of three steps, else a pair of two: its length and image kernels.
+        let found = chained_convs(&steps[i..], private)
+            .filter(|[a, b, c]| qualify(a, b, c, min_bytes))
+            .map(|[a, b, c]| (3, Some(a), b, c))
+            .or_else(|| {
+                let [b, c] = chained_convs(&steps[i..], private)?;
+                qualify_pair(&b, &c, threads).then_some((2, None, b, c))
+            });
+        let Some((n, ea, eb, ec)) = found else {
+            out.push(steps[i].take().expect("each step is taken once"));
+            i += 1;
+            continue;
         };
-        let Some(Step::Kernel(a)) = steps[first].take() else { unreachable!("checked above") };
-        let Some(Step::Kernel(c)) = steps[last].take() else { unreachable!("checked above") };
-        for s in &mut steps[first..last] {
-            *s = None;
-        }
+        let Some(Step::Kernel(a)) = steps[i].take() else { unreachable!("checked above") };
+        let Some(Step::Kernel(c)) = steps[i + n - 1].take() else { unreachable!("checked above") };
+        steps[i + 1..i + n - 1].fill_with(|| None);
         // Run-time operands: the block's input and the projection's residual (filters prepared).
         let mut inputs = vec![a.inputs[0]];
         if ec.has_residual() {
@@ -992,7 +972,7 @@ fn form_blocks(steps: Vec<Step>, keep: &HashSet<ValueId>, min_bytes: usize, thre
             out_shapes: c.out_shapes,
             fast: Some(super::block::build(ea, eb, ec)),
         }));
-        i = last + 1;
+        i += n;
     }
     out
 }

@@ -690,10 +690,10 @@ impl PwRun<'_> {
     unsafe fn pairs(&self) -> usize {
         // SAFETY: the caller's contract.
         unsafe {
-            match (self.job.cout, self.epi) {
-                (8, e) => self.pairs_with::<1, 12>(e),
-                (24, e) => self.pairs_with::<3, 8>(e),
-                (_, e) => self.pairs_with::<5, 4>(e),
+            match self.job.cout {
+                8 => self.pairs_with::<1, 12>(),
+                24 => self.pairs_with::<3, 8>(),
+                _ => self.pairs_with::<5, 4>(),
             }
         }
     }
@@ -703,10 +703,10 @@ impl PwRun<'_> {
     /// # Safety
     /// As for [`Self::pairs`]; `PV = 2·cout / 16`.
     #[inline(always)]
-    unsafe fn pairs_with<const PV: usize, const PR: usize>(&self, epi: u8) -> usize {
+    unsafe fn pairs_with<const PV: usize, const PR: usize>(&self) -> usize {
         // SAFETY: the caller's contract.
         unsafe {
-            match epi {
+            match self.epi {
                 EPI_NONE => self.pair_tiles::<PV, PR, EPI_NONE>(),
                 EPI_RELU => self.pair_tiles::<PV, PR, EPI_RELU>(),
                 EPI_CLAMP => self.pair_tiles::<PV, PR, EPI_CLAMP>(),
