@@ -181,7 +181,8 @@ pub struct JitOptions {
     /// work between its parallel splits instead of sleeping (`spin=on|off`; default on;
     /// `threads::KeepWarm`): no wake-up latency per split, at the price of those threads
     /// spinning on their cores through the execution's short serial stretches (a thread that
-    /// finds no work for 200 µs goes back to the pool's sleep).
+    /// finds no work for 200 µs goes back to the pool's sleep; after the execution, for 100 µs,
+    /// so that the next one finds them awake).
     pub spin: bool,
     /// Most specialised plans a module with dynamic axes keeps, one per binding of its axes
     /// (least recently used evicted first; `specializations=N`, 1 to
