@@ -221,9 +221,9 @@ pub(crate) fn parse_threads(backend: &str, key: &str, v: Option<&str>) -> Result
 /// Each other thread of the pool runs a job that takes the pool's pending work as it appears
 /// (`rayon::yield_now`: its own deque, the others', then the injected jobs, as an idle worker
 /// would) and otherwise spins with a pause, until it has found no work for [`WARM_IDLE_LIMIT`]
-/// while an execution runs, or for [`WARM_LINGER`] after the guard is dropped. Only the one execution that runs its whole step sequence inside its
-/// pool starts one (`WholeInPool` in the jit backend), so at most one guard spins a pool at a
-/// time.
+/// while an execution runs, or for [`WARM_LINGER`] after the guard is dropped. Only the one
+/// execution that runs its whole step sequence inside its pool starts one (`WholeInPool` in the
+/// jit backend), so at most one guard spins a pool at a time.
 pub(crate) struct KeepWarm {
     /// What its threads share (the tests count the spinning ones).
     #[cfg_attr(not(test), allow(dead_code))]
@@ -247,8 +247,8 @@ const WARM_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_micros(20
 /// (the execution ended): the next execution of a caller that runs them back to back (a server
 /// under load, a benchmark) then finds its threads awake. Its first parallel split otherwise
 /// waits for a thread woken through the kernel: MobileNetV2 at batch 1 on two threads of a Zen 5
-/// guest, `tensorjit run --profile`, three alternated pairs: the first block 170–199 → 157–166
-/// µs, the median execution 1.659–1.721 → 1.644–1.681 ms. The price: up to this long of spinning
+/// guest, `tensorjit run --profile`, three alternated pairs: the first block 159–193 → 142–146
+/// µs, the median execution 1.589–1.885 → 1.574–1.599 ms. The price: up to this long of spinning
 /// on the pool's other cores after each execution.
 const WARM_LINGER: std::time::Duration = std::time::Duration::from_micros(100);
 
