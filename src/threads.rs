@@ -290,12 +290,12 @@ impl KeepWarm {
             shared.spinning.fetch_add(1, Ordering::AcqRel);
             let mut idle_since: Option<std::time::Instant> = None;
             loop {
-                // With no execution running (this guard dropped, no other one made since), a
-                // shorter wait for the next one's work.
-                let limit = if LIVE_GUARDS.load(Ordering::Acquire) > 0 { WARM_IDLE_LIMIT } else { WARM_LINGER };
                 match rayon::yield_now() {
                     Some(rayon::Yield::Executed) => idle_since = None,
                     Some(rayon::Yield::Idle) => {
+                        // With no execution running (this guard dropped, no other one made
+                        // since), a shorter wait for the next one's work.
+                        let limit = if LIVE_GUARDS.load(Ordering::Acquire) > 0 { WARM_IDLE_LIMIT } else { WARM_LINGER };
                         if idle_since.get_or_insert_with(std::time::Instant::now).elapsed() > limit {
                             break;
                         }

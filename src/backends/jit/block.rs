@@ -276,7 +276,7 @@ impl BlockKernel {
             let (src, x_strides): (&[f32], _) = match &self.expand {
                 None => (&x[lo * b.x_strides[2]..], b.x_strides),
                 Some(expand) => {
-                    self.expand_rows(expand, x, e, &mut held, (lo, hi))?;
+                    self.expand_rows(expand, x, (&mut *e, se), &mut held, (lo, hi))?;
                     (&*e, se)
                 }
             };
@@ -295,21 +295,21 @@ impl BlockKernel {
         Ok(())
     }
 
-    /// The expanded rows `lo..hi` (a band's depthwise window) into the scratch `e` from the
-    /// block's input `x`: the rows still `held` from the previous band moved to the front, the
-    /// others computed from the input rows they read; `held` then says which rows `e` holds.
+    /// The expanded rows `lo..hi` (a band's depthwise window) into the scratch `e` (strides `se`)
+    /// from the block's input `x`: the rows still `held` from the previous band moved to the
+    /// front, the others computed from the input rows they read; `held` then says which rows `e`
+    /// holds.
     fn expand_rows(
         &self,
         expand: &ImageConv,
         x: &[f32],
-        e: &mut [f32],
+        (e, se): (&mut [f32], [usize; 4]),
         held: &mut Option<(usize, usize)>,
         (lo, hi): (usize, usize),
     ) -> Result<()> {
         let (a, b) = (expand.geom(), self.dw.geom());
         let last = self.channels_last;
         let (w, c6) = (b.in_hw[1], b.out_channels);
-        let se = strides(last, c6, self.cap, w);
         // Rows still held from the previous band move to the window's front.
         let start = match *held {
             Some((plo, phi)) if (plo..phi).contains(&lo) => {

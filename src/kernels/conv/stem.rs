@@ -961,23 +961,22 @@ impl LanesTile<'_> {
         // SAFETY: the caller's contract throughout.
         unsafe {
             let bias: [V; NV] = std::array::from_fn(|v| V::load(self.bias.as_ptr().add(v * V::L)));
-            let acc = lanes_sums::<V, NV, R, S, CLAMP>(self.offs, self.w, self.xs, first, self.ow, bias);
-            let bounds = self.clamp.map(|(lo, hi)| (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0));
+            // The epilogue over every sum (a partial tile's unstored ones too).
+            let mut acc = lanes_sums::<V, NV, R, S, CLAMP>(self.offs, self.w, self.xs, first, self.ow, bias);
+            if self.relu {
+                acc = acc.map(|p| p.map(|a| a.relu()));
+            }
+            if let Some((lo, hi)) = self.clamp {
+                let (lo, hi, zlo, zhi) = (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0);
+                acc = acc.map(|p| p.map(|a| a.clamp(lo, hi, zlo, zhi)));
+            }
             const { assert!(R <= 16, "each16 writes out up to 16 pixels") };
             if from == first && first + R <= self.ow && self.vecs == NV && self.last == V::L {
-                // A whole tile (every pixel and vector stored): the epilogue over all sums, then
-                // plain stores in straight-line code (the loop below tests each pixel, each
-                // vector and the last vector's lane count before every store; kept apart from it
-                // on purpose, see docs/benchmarks.md, session 53). ResNet's 7×7/2 stem,
-                // channels-last, one image, one Zen 5 core, alternated: 919–934 → 870–895 µs;
-                // MobileNetV2's stem block 304–318 → 296–310 µs.
-                let mut acc = acc;
-                if self.relu {
-                    acc = acc.map(|p| p.map(|a| a.relu()));
-                }
-                if let Some((lo, hi, zlo, zhi)) = bounds {
-                    acc = acc.map(|p| p.map(|a| a.clamp(lo, hi, zlo, zhi)));
-                }
+                // A whole tile (every pixel and vector stored): plain stores in straight-line code
+                // (the loop below tests each pixel, each vector and the last vector's lane count
+                // before every store; kept apart from it on purpose, see docs/benchmarks.md,
+                // session 53). ResNet's 7×7/2 stem, channels-last, one image, one Zen 5 core,
+                // alternated: 919–934 → 870–895 µs; MobileNetV2's stem block 304–318 → 296–310 µs.
                 let dst = self.dst.add(first * self.yw);
                 each16!(r => {
                     if r < R {
@@ -988,8 +987,7 @@ impl LanesTile<'_> {
                 });
                 return;
             }
-            // Every tile pixel written out (`each16`: in a loop that skips pixels the sums went to
-            // the stack first), the ones outside from..ow skipped.
+            // Every tile pixel written out (`each16`), the ones outside from..ow skipped.
             each16!(r => {
                 let ox = first + r;
                 if r < R && ox >= from && ox < self.ow {
@@ -997,13 +995,6 @@ impl LanesTile<'_> {
                     for (v, &a) in acc[r].iter().enumerate() {
                         if v >= self.vecs {
                             continue;
-                        }
-                        let mut a = a;
-                        if self.relu {
-                            a = a.relu();
-                        }
-                        if let Some((lo, hi, zlo, zhi)) = bounds {
-                            a = a.clamp(lo, hi, zlo, zhi);
                         }
                         let p = dst.add(v * V::L);
                         if v + 1 < self.vecs { a.store(p) } else { a.store_first(p, self.last) }
