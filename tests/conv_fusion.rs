@@ -469,11 +469,11 @@ fn unfusable_epilogues_keep_their_loop() {
 
 /// The real convnet exports, when present on this machine (they are not vendored: tens of MB):
 /// every convolution of ResNet-18 and MobileNetV2 runs with its bias and activation (and the
-/// residual adds) in its epilogue, but the last conv of each, whose epilogue shares its loop with
-/// the global average pool's sum (a loop computing more than the epilogue is left alone).
+/// residual adds) in its epilogue, the last one too (the global average pool's loop is left the
+/// sum alone).
 #[test]
 fn convnet_exports_fuse_every_conv() {
-    for (name, convs, fused, with_residual) in [("resnet18", 20, 19, 7), ("mobilenet_v2", 52, 51, 10)] {
+    for (name, convs, fused, with_residual) in [("resnet18", 20, 20, 8), ("mobilenet_v2", 52, 52, 10)] {
         let path = Path::new("/work/models").join(format!("{name}-torchscript/model.onnx"));
         if !path.exists() {
             eprintln!("skipped: {} is absent", path.display());
@@ -493,5 +493,32 @@ fn convnet_exports_fuse_every_conv() {
         assert_eq!(lines("residual"), with_residual, "{name}:\n{p}");
         let x = Buffer::from_slice(&floats_vec(3 * 224 * 224, 13, 1.0), &[1, 3, 224, 224]).unwrap();
         agree(&m, &[x]);
+    }
+}
+
+/// A convnet's end: relu((conv + b) + r) summed over the image (global average pooling before
+/// its division). The reduction does not take the bias, residual and ReLU into its loop: they
+/// are the conv's epilogue, and the loop left is the sum alone, reading the conv's result.
+#[test]
+fn pooled_tail_stays_the_conv_epilogue() {
+    for c in [NCHW, NHWC] {
+        let (spatial, kept) =
+            if c.nhwc { ("[1,2]", format!("f32[{N},{}]", c.cout)) } else { ("[2,3]", format!("f32[{N},{}]", c.cout)) };
+        let body = format!(
+            "{}{}{RELU}  %3 = add %2, %4 : {{out}}\n  %5 = add %3, %1 : {{out}}\n  %6 = max %5, %50 : {{out}}\n  \
+             %7 = reduce_sum %6, axes={spatial} : {kept}\n",
+            c.conv(2, 0, 1),
+            c.bias(4, 2)
+        );
+        let m = c.module(&body, "%7");
+        let p = plan(&m);
+        let merged =
+            p.lines().filter(|l| l.contains("kernel ConvGeneral") && l.contains("epilogue bias + residual + relu"));
+        assert_eq!(merged.count(), 1, "{p}");
+        let loops: Vec<&str> = p.lines().filter(|l| l.contains("loop cluster")).collect();
+        assert_eq!(loops.len(), 1, "{p}");
+        let reads = loops[0].split("reads [").nth(1).and_then(|r| r.split(']').next()).unwrap_or_default();
+        assert!(!reads.contains(','), "the pooling loop reads more than the conv's result: {}", loops[0]);
+        agree(&m, &c.inputs());
     }
 }

@@ -191,6 +191,31 @@ pub(super) struct Open {
 }
 
 impl Open {
+    /// Whether the cluster is a tail a convolution can take as its epilogue: no reduction yet,
+    /// only adds, maxima, minima, clamps, sigmoids, tanh, products (SiLU) and broadcasts or
+    /// reshapes, and it reads a `ConvGeneral`'s result element for element.
+    pub(super) fn conv_tail(&self, m: &Module) -> bool {
+        let epilogue_op = |n: NodeId| {
+            matches!(
+                m.node(n).op,
+                Op::Binary(BinaryOp::Add | BinaryOp::Max | BinaryOp::Min | BinaryOp::Mul)
+                    | Op::Unary(UnaryOp::Logistic | UnaryOp::Tanh)
+                    | Op::Clamp
+                    | Op::BroadcastInDim { .. }
+                    | Op::Reshape { .. }
+            )
+        };
+        self.geom.is_none()
+            && self.nodes.iter().all(|&(n, _)| epilogue_op(n))
+            && self.nodes.iter().any(|(_, fz)| {
+                fz.reads().iter().any(|(v, r)| {
+                    *r == Read::Elem
+                        && !self.produced.contains(v)
+                        && def_node(m, *v).is_some_and(|n| matches!(m.node(n).op, Op::ConvGeneral { .. }))
+                })
+            })
+    }
+
     /// Whether `n` (fusable as `fz`, output dims `dims`) can join: every remapped read is of a
     /// value computed before the cluster, every flat read of a member, and every member read
     /// element for element has the node's dims.
