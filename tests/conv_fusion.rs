@@ -502,8 +502,8 @@ fn convnet_exports_fuse_every_conv() {
 #[test]
 fn pooled_tail_stays_the_conv_epilogue() {
     for c in [NCHW, NHWC] {
-        let (spatial, kept) =
-            if c.nhwc { ("[1,2]", format!("f32[{N},{}]", c.cout)) } else { ("[2,3]", format!("f32[{N},{}]", c.cout)) };
+        let spatial = if c.nhwc { "[1,2]" } else { "[2,3]" };
+        let kept = format!("f32[{N},{}]", c.cout);
         let body = format!(
             "{}{}{RELU}  %3 = add %2, %4 : {{out}}\n  %5 = add %3, %1 : {{out}}\n  %6 = max %5, %50 : {{out}}\n  \
              %7 = reduce_sum %6, axes={spatial} : {kept}\n",

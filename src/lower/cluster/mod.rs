@@ -54,14 +54,14 @@
 //! reads goes. A non-fusable node that reads no value of the open cluster is scheduled before
 //! it (it only depends on values computed earlier), so it does not split the cluster; one that
 //! reads a value of the open cluster (itself or through its closures) closes it first. A
-//! reduction does not join an open cluster of elementwise nodes that reads a `ConvGeneral`'s
-//! result (the bias, residual and activation after a convnet's last convolution, before its
-//! global average pooling): that cluster stays whole for the jit to run as the convolution's
-//! epilogue, and the reduction reads its result (a pure sum instead of a loop that repeats the
-//! bias and activation; MobileNetV2's pooling loop took 15.5 µs on a Zen 5 core, a pure sum 3.1). A cluster therefore only reads values
-//! computed before it runs, and no outside node runs between its members. Constants are not
-//! scheduled (the executor preloads them). Values of a cluster read outside it (by a closure
-//! too), or returned, become kernel outputs.
+//! reduction does not join an open cluster that is a convolution's elementwise tail
+//! (`Open::conv_tail`: the bias, residual and activation after a convnet's last convolution,
+//! before its global average pooling): that cluster stays whole for the jit to run as the
+//! convolution's epilogue, and the reduction reads its result (MobileNetV2's pooling loop on a
+//! Zen 5 core: 13.9 µs with the bias and ReLU6 in it, 7.8 as the sum alone, alternated). A
+//! cluster therefore only reads values computed before it runs, and no outside node runs
+//! between its members. Constants are not scheduled (the executor preloads them). Values of a
+//! cluster read outside it (by a closure too), or returned, become kernel outputs.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
