@@ -43,7 +43,9 @@
 //!   the other activations, which a half-typed loop rounds inside): the conv step rounds to the
 //!   half type wherever the loop does (after the convolution and after each add), so those
 //!   results are the unmerged plan's bit for bit too (with the same lone-ReLU exception for a
-//!   −0 sum as f32).
+//!   −0 sum as f32). Such a tail reaches this pass as a loop of its own even when a reduction
+//!   reads it (a convnet's global average pool): the clustering closes it before the reduction
+//!   (`lower::cluster`'s `Open::conv_tail`, whose op list mirrors the forms accepted here).
 //!
 //! A merge happens only when the merged fast kernel exists (otherwise the reference kernel would
 //! run the first op alone) and the intermediate value is used by no other function and, for the

@@ -193,7 +193,9 @@ pub(super) struct Open {
 impl Open {
     /// Whether the cluster is a tail a convolution can take as its epilogue: no reduction yet,
     /// only adds, maxima, minima, clamps, sigmoids, tanh, products (SiLU) and broadcasts or
-    /// reshapes, and it reads a `ConvGeneral`'s result element for element.
+    /// reshapes, and it reads a `ConvGeneral`'s result element for element. The op list mirrors
+    /// the conv tails the jit's `merge` pass accepts (which sits above this layer); a tail it
+    /// then rejects costs one write and read of its result.
     pub(super) fn conv_tail(&self, m: &Module) -> bool {
         let epilogue_op = |n: NodeId| {
             matches!(
