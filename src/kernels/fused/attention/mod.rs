@@ -859,7 +859,7 @@ macro_rules! online_softmax {
             l: *mut f32,
             alpha: *mut f32,
         ) {
-            use crate::kernels::fused::vmath::$isa::{exp_nonpos, ops::*};
+            use crate::kernels::fused::vmath::$isa::{LANES, exp_nonpos, exp2_nonpos, ops::*};
             let ninf = splat(f32::NEG_INFINITY);
             // SAFETY: the caller's contract.
             unsafe {
@@ -880,10 +880,26 @@ macro_rules! online_softmax {
                 let mu = select(ge(ninf, mx), zero(), mx);
                 let al = exp_nonpos(sub(mo, mu));
                 let mut sum = zero();
-                for j in 0..nk {
-                    let e = exp_nonpos(sub(load(st.add(j * Q_BLOCK)), mu));
-                    store(st.add(j * Q_BLOCK), e);
-                    sum = add(sum, e);
+                // The shift and the change to base 2 in one multiply-add, `s·log₂e − μ·log₂e`,
+                // unless a maximum is so large (an additive mask's −3.4e38 on every key) that
+                // `μ·log₂e` would overflow: then `(s − μ)·log₂e`. (MiniLM at 8 × 384 on one Zen 5
+                // core, `perf`: this function 2.85% of the samples with `exp`'s Cody–Waite
+                // reduction, 2.35% with the subtraction and product apart, 1.72% in one.)
+                let mut mus = [0f32; LANES];
+                store(mus.as_mut_ptr(), mu);
+                if mus.iter().any(|u| u.abs() >= 1e38) {
+                    for j in 0..nk {
+                        let e = exp_nonpos(sub(load(st.add(j * Q_BLOCK)), mu));
+                        store(st.add(j * Q_BLOCK), e);
+                        sum = add(sum, e);
+                    }
+                } else {
+                    let (l2e, mu2) = (splat(std::f32::consts::LOG2_E), mul(mu, splat(std::f32::consts::LOG2_E)));
+                    for j in 0..nk {
+                        let e = exp2_nonpos(fmsub(load(st.add(j * Q_BLOCK)), l2e, mu2));
+                        store(st.add(j * Q_BLOCK), e);
+                        sum = add(sum, e);
+                    }
                 }
                 let ln = fmadd(load(l), al, sum);
                 store(l, ln);
