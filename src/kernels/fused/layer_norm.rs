@@ -124,11 +124,6 @@ pub fn layer_norm_residual_f32(
     let isa = isa.checked();
     let p = RowParams { n, eps: epsilon, g: &g, b: &b };
     let block_rows = (RESIDUAL_BLOCK_BYTES / (n * size_of::<f32>())).max(1);
-    // Row `i` of term `t`.
-    fn row_of(t: &[f32], i: usize, n: usize) -> &[f32] {
-        let at = (i * n) % t.len();
-        &t[at..at + n]
-    }
     // One task: its rows (starting at row `first`) in blocks: add into `s` (the sum's rows or
     // scratch), normalise from there while the block is in cache.
     let task = |first: usize, ys: &mut [f32], mut sums: Option<&mut [f32]>| {
@@ -143,17 +138,7 @@ pub fn layer_norm_residual_f32(
                 Some(sv) => &mut sv[done..done + len],
                 None => &mut scratch[..len],
             };
-            for (r, sr) in s.chunks_exact_mut(n).enumerate() {
-                let i = first + done / n + r;
-                for ((sv, &av), &bv) in sr.iter_mut().zip(row_of(terms[0], i, n)).zip(row_of(terms[1], i, n)) {
-                    *sv = av + bv;
-                }
-                for t in &terms[2..] {
-                    for (sv, &tv) in sr.iter_mut().zip(row_of(t, i, n)) {
-                        *sv += tv;
-                    }
-                }
-            }
+            add_terms(isa, terms, s, first + done / n, n);
             rows_on(isa, &p, s, &mut ys[done..done + len], false);
             done += len;
         }
@@ -163,6 +148,62 @@ pub fn layer_norm_residual_f32(
             for_unit_pairs(pool, &mut y[..total], &mut sv[..total], n, 9 * n, |first, ys, ss| task(first, ys, Some(ss)))
         }
         None => for_units(pool, &mut y[..total], n, 9 * n, |first, ys| task(first, ys, None)),
+    }
+}
+
+/// Row `i` of term `t` (a term repeats along leading axes: row `i mod (len/n)`).
+fn row_of(t: &[f32], i: usize, n: usize) -> &[f32] {
+    let at = (i * n) % t.len();
+    &t[at..at + n]
+}
+
+/// The rows of `s` (rows `first..` of the result) as the sum of the terms' rows, added in the
+/// terms' order, on `isa`'s vectors (compiled with its features: built for the baseline, the
+/// loops ran on 4-lane SSE).
+fn add_terms(isa: FusedIsa, terms: &[&[f32]], s: &mut [f32], first: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == FusedIsa::Avx512 {
+        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
+        unsafe { add_terms_avx512(terms, s, first, n) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2() {
+        // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
+        unsafe { add_terms_avx2(terms, s, first, n) };
+        return;
+    }
+    let _ = isa;
+    add_terms_body(terms, s, first, n);
+}
+
+/// [`add_terms`] compiled with AVX-512F enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn add_terms_avx512(terms: &[&[f32]], s: &mut [f32], first: usize, n: usize) {
+    add_terms_body(terms, s, first, n);
+}
+
+/// [`add_terms`] compiled with AVX2 and FMA enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn add_terms_avx2(terms: &[&[f32]], s: &mut [f32], first: usize, n: usize) {
+    add_terms_body(terms, s, first, n);
+}
+
+/// [`add_terms`]'s loops.
+#[inline(always)]
+fn add_terms_body(terms: &[&[f32]], s: &mut [f32], first: usize, n: usize) {
+    for (r, sr) in s.chunks_exact_mut(n).enumerate() {
+        let i = first + r;
+        for ((sv, &av), &bv) in sr.iter_mut().zip(row_of(terms[0], i, n)).zip(row_of(terms[1], i, n)) {
+            *sv = av + bv;
+        }
+        for t in &terms[2..] {
+            for (sv, &tv) in sr.iter_mut().zip(row_of(t, i, n)) {
+                *sv += tv;
+            }
+        }
     }
 }
 
