@@ -86,6 +86,45 @@ fn rows_on(isa: FusedIsa, p: &RowParams, xs: &[f32], ys: &mut [f32], stream: boo
     }
 }
 
+/// `fn $name(isa, args…)`: runs `$body(args…)` compiled for `isa` (already
+/// [`FusedIsa::checked`]): with AVX-512F (`$avx512`), with AVX2 and FMA (`$avx2`), or for the
+/// baseline. The bodies are portable loops that the compiler vectorises to the enabled lanes.
+macro_rules! compiled_per_isa {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $avx512:ident, $avx2:ident, $body:ident) => {
+        $(#[$doc])*
+        fn $name(isa: FusedIsa, $($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            if isa == FusedIsa::Avx512 {
+                // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
+                unsafe { $avx512($($arg),*) };
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if isa.avx2() {
+                // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
+                unsafe { $avx2($($arg),*) };
+                return;
+            }
+            let _ = isa;
+            $body($($arg),*);
+        }
+
+        /// The body compiled with AVX-512F enabled.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        fn $avx512($($arg: $ty),*) {
+            $body($($arg),*);
+        }
+
+        /// The body compiled with AVX2 and FMA enabled.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        fn $avx2($($arg: $ty),*) {
+            $body($($arg),*);
+        }
+    };
+}
+
 /// Rows added and normalised per block of [`layer_norm_residual_f32`] (the sums of a block stay
 /// in L1/L2 between the add and the normalisation).
 const RESIDUAL_BLOCK_BYTES: usize = 32 << 10;
@@ -157,38 +196,10 @@ fn row_of(t: &[f32], i: usize, n: usize) -> &[f32] {
     &t[at..at + n]
 }
 
-/// The rows of `s` (rows `first..` of the result) as the sum of the terms' rows, added in the
-/// terms' order, on `isa`'s vectors (compiled with its features: built for the baseline, the
-/// loops ran on 4-lane SSE).
-fn add_terms(isa: FusedIsa, terms: &[&[f32]], s: &mut [f32], first: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx512 {
-        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
-        unsafe { add_terms_avx512(terms, s, first, n) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa.avx2() {
-        // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
-        unsafe { add_terms_avx2(terms, s, first, n) };
-        return;
-    }
-    let _ = isa;
-    add_terms_body(terms, s, first, n);
-}
-
-/// [`add_terms`] compiled with AVX-512F enabled.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn add_terms_avx512(terms: &[&[f32]], s: &mut [f32], first: usize, n: usize) {
-    add_terms_body(terms, s, first, n);
-}
-
-/// [`add_terms`] compiled with AVX2 and FMA enabled.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn add_terms_avx2(terms: &[&[f32]], s: &mut [f32], first: usize, n: usize) {
-    add_terms_body(terms, s, first, n);
+compiled_per_isa! {
+    /// The rows of `s` (rows `first..` of the result) as the sum of the terms' rows, added in the
+    /// terms' order, on the ISA's vectors (built for the baseline, the loops ran on 4-lane SSE).
+    fn add_terms(terms: &[&[f32]], s: &mut [f32], first: usize, n: usize) => add_terms_avx512, add_terms_avx2, add_terms_body
 }
 
 /// [`add_terms`]'s loops.
@@ -328,37 +339,10 @@ struct Norm<'a> {
     b: &'a [f32],
 }
 
-/// Normalises one `[n, inner]` slab `x` into `y` (the ISA is chosen once per slab).
-fn strided_slab(isa: FusedIsa, norm: &Norm, x: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == FusedIsa::Avx512 {
-        // SAFETY: Avx512 survives `checked()` only on CPUs with AVX-512F, AVX2 and FMA.
-        unsafe { strided_slab_avx512(norm, x, y) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa.avx2() {
-        // SAFETY: `avx2()` holds only after `checked()` confirmed AVX2 and FMA.
-        unsafe { strided_slab_avx2(norm, x, y) };
-        return;
-    }
-    let _ = isa;
-    strided_slab_body(norm, x, y);
-}
-
-/// The portable body compiled with AVX2+FMA enabled (the column loops vectorise to 4 f64 / 8
-/// f32 lanes).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn strided_slab_avx2(norm: &Norm, x: &[f32], y: &mut [f32]) {
-    strided_slab_body(norm, x, y);
-}
-
-/// The portable body compiled with AVX-512F enabled (the column loops may use 16-lane vectors).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn strided_slab_avx512(norm: &Norm, x: &[f32], y: &mut [f32]) {
-    strided_slab_body(norm, x, y);
+compiled_per_isa! {
+    /// Normalises one `[n, inner]` slab `x` into `y` (the ISA is chosen once per slab; the column
+    /// loops vectorise to the ISA's lanes).
+    fn strided_slab(norm: &Norm, x: &[f32], y: &mut [f32]) => strided_slab_avx512, strided_slab_avx2, strided_slab_body
 }
 
 /// Normalises a slab in chunks of up to [`COLS`] columns over its n rows.
