@@ -260,13 +260,8 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
             Some(fz) => {
                 let shape = iter_shape(m, n, fz);
                 let len = shape.num_elements();
-                let joins = open.as_ref().is_some_and(|o| {
-                    o.len == len
-                        && o.nodes.len() < MAX_CLUSTER_NODES
-                        && o.admits(m, fz, &shape.dims)
-                        && !(matches!(fz, Fuse::Reduce { .. }) && o.conv_tail(m))
-                });
-                if matches!(fz, Fuse::Reduce { .. }) && open.as_ref().is_some_and(|o| !reads_open(o)) {
+                let reduce = matches!(fz, Fuse::Reduce { .. });
+                if reduce && open.as_ref().is_some_and(|o| !reads_open(o)) {
                     // A reduction independent of the open cluster runs as its own loop first
                     // (like any independent node), so it does not split the open cluster.
                     schedule.push(Item::Cluster(groups.len()));
@@ -274,6 +269,12 @@ pub fn cluster_function(m: &Module, f: FuncId) -> Clustering {
                     copies.push(HashSet::new());
                     continue;
                 }
+                let joins = open.as_ref().is_some_and(|o| {
+                    o.len == len
+                        && o.nodes.len() < MAX_CLUSTER_NODES
+                        && o.admits(m, fz, &shape.dims)
+                        && !(reduce && o.conv_tail(m))
+                });
                 if !joins {
                     close(&mut open, &mut groups, &mut copies, &mut schedule);
                     open = Some(Open {

@@ -892,19 +892,13 @@ macro_rules! online_softmax {
                 // reduction, 2.35% with the subtraction and product apart, 1.72% in one.)
                 let mut mus = [0f32; LANES];
                 store(mus.as_mut_ptr(), mu);
-                if mus.iter().any(|u| u.abs() >= 1e38) {
-                    for j in 0..nk {
-                        let e = exp_nonpos(sub(load(st.add(j * Q_BLOCK)), mu));
-                        store(st.add(j * Q_BLOCK), e);
-                        sum = add(sum, e);
-                    }
-                } else {
-                    let (l2e, mu2) = (splat(std::f32::consts::LOG2_E), mul(mu, splat(std::f32::consts::LOG2_E)));
-                    for j in 0..nk {
-                        let e = exp2_nonpos(fmsub(load(st.add(j * Q_BLOCK)), l2e, mu2));
-                        store(st.add(j * Q_BLOCK), e);
-                        sum = add(sum, e);
-                    }
+                let huge = mus.iter().any(|u| u.abs() >= 1e38);
+                let (l2e, mu2) = (splat(std::f32::consts::LOG2_E), mul(mu, splat(std::f32::consts::LOG2_E)));
+                for j in 0..nk {
+                    let s = load(st.add(j * Q_BLOCK));
+                    let e = exp2_nonpos(if huge { mul(sub(s, mu), l2e) } else { fmsub(s, l2e, mu2) });
+                    store(st.add(j * Q_BLOCK), e);
+                    sum = add(sum, e);
                 }
                 let ln = fmadd(load(l), al, sum);
                 store(l, ln);
