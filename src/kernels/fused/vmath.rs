@@ -464,6 +464,24 @@ macro_rules! vector_math {
             unsafe { map_raw(p, p, xs.len(), f) }
         }
 
+        /// `f` applied in place to `rows` rows of `cols` values at `p`, `rs` apart (a GEMM tile
+        /// of C), in one call: the rows' vectors are independent, so the out-of-order core
+        /// overlaps their latency chains and the constants are loaded once, where a call per
+        /// row of one or two vectors waits on each chain in turn.
+        ///
+        /// # Safety
+        /// The CPU must have this module's target features; `p + i·rs .. p + i·rs + cols` must
+        /// be readable and writable for every `i < rows`; `f` must be safe to call on this CPU.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub unsafe fn map_rows_in_place(p: *mut f32, rs: usize, rows: usize, cols: usize, f: impl Fn(V) -> V) {
+            for i in 0..rows {
+                let r = p.wrapping_add(i * rs);
+                // SAFETY: row i lies inside the block (the caller's contract).
+                unsafe { map_raw(r, r, cols, &f) }
+            }
+        }
+
         /// `exp` of every element of `x` into `y` (the shorter length).
         ///
         /// # Safety

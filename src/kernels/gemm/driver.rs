@@ -661,12 +661,9 @@ unsafe fn run_serial<TI, PA, PB, T>(
                             // the family's features (checked when the family was chosen).
                             unsafe {
                                 tile(&t);
-                                if act != Activation::None {
-                                    for i in 0..mr_eff {
-                                        let row = std::slice::from_raw_parts_mut(cblk.ptr.add(i * job.c.rs), nr);
-                                        T::activate(fam.isa, act, row);
-                                    }
-                                }
+                                // The whole tile in one call (its rows in L1): row by row, the
+                                // erf GELU waited on each row's two vectors in turn.
+                                T::activate_block(fam.isa, act, cblk.ptr, job.c.rs, mr_eff, nr);
                                 if let Some(f) = finished {
                                     // The tile is final after its last K block; each tile of C
                                     // has one last block.
@@ -696,9 +693,9 @@ unsafe fn run_serial<TI, PA, PB, T>(
                                 t.c = tmp;
                                 t.rsc = nr;
                                 tile(&t);
+                                T::activate_block(fam.isa, act, tmp, nr, mr_eff, nr_eff);
                                 for i in 0..mr_eff {
                                     let row = std::slice::from_raw_parts_mut(tmp.add(i * nr), nr_eff);
-                                    T::activate(fam.isa, act, row);
                                     if finished.is_none() {
                                         for (j, v) in row.iter().enumerate() {
                                             *cblk.ptr.add(i * job.c.rs + j * job.c.cs) = *v;

@@ -162,7 +162,26 @@ pub trait Scalar: Copy + Send + Sync + PartialEq + Default + std::fmt::Debug + '
     /// The value of an i32 correction term (used by integer kernels' column sums).
     fn from_i32(x: i32) -> Self;
     /// Applies `act` to every element of `xs` with the kernels of `isa`.
-    fn activate(isa: Isa, act: Activation, xs: &mut [Self]);
+    fn activate(isa: Isa, act: Activation, xs: &mut [Self]) {
+        // SAFETY: one row of xs.len() elements, the slice itself.
+        unsafe { Self::activate_block(isa, act, xs.as_mut_ptr(), 0, 1, xs.len()) }
+    }
+    /// Applies `act` to the `rows` × `cols` block at `p` (rows `rs` elements apart) with the
+    /// kernels of `isa`: a tile of C in one call.
+    ///
+    /// # Safety
+    /// Every row `p + i·rs .. p + i·rs + cols` (`i < rows`) must be valid for reads and writes
+    /// and not aliased elsewhere during the call.
+    unsafe fn activate_block(isa: Isa, act: Activation, p: *mut Self, rs: usize, rows: usize, cols: usize) {
+        for i in 0..rows {
+            // SAFETY: row i of the block (the caller's contract).
+            let row = unsafe { std::slice::from_raw_parts_mut(p.wrapping_add(i * rs), cols) };
+            Self::activate_row(act, row);
+        }
+        let _ = isa;
+    }
+    /// Applies `act` to one row without vector kernels ([`Scalar::activate_block`]'s default).
+    fn activate_row(act: Activation, xs: &mut [Self]);
 }
 
 impl Scalar for f32 {
@@ -177,7 +196,7 @@ impl Scalar for f32 {
     fn from_i32(x: i32) -> f32 {
         x as f32
     }
-    fn activate(isa: Isa, act: Activation, xs: &mut [f32]) {
+    unsafe fn activate_block(isa: Isa, act: Activation, p: *mut f32, rs: usize, rows: usize, cols: usize) {
         if act == Activation::None {
             return;
         }
@@ -185,15 +204,22 @@ impl Scalar for f32 {
         {
             use super::isa::isa_supported;
             if isa == Isa::Avx512 && isa_supported(Isa::Avx512) {
-                // SAFETY: AVX-512F is present (checked just above).
-                return unsafe { act_f32_avx512(act, xs) };
+                // SAFETY: AVX-512F is present (checked just above); the block's rows are valid
+                // (the caller's contract).
+                return unsafe { act_f32_avx512(act, p, rs, rows, cols) };
             }
             if matches!(isa, Isa::Avx2 | Isa::Avx512) && isa_supported(Isa::Avx2) {
-                // SAFETY: AVX2 and FMA are present (checked just above).
-                return unsafe { act_f32_avx2(act, xs) };
+                // SAFETY: AVX2 and FMA are present (checked just above); the block's rows are
+                // valid (the caller's contract).
+                return unsafe { act_f32_avx2(act, p, rs, rows, cols) };
             }
         }
-        let _ = isa;
+        for i in 0..rows {
+            // SAFETY: row i of the block (the caller's contract).
+            Self::activate_row(act, unsafe { std::slice::from_raw_parts_mut(p.wrapping_add(i * rs), cols) });
+        }
+    }
+    fn activate_row(act: Activation, xs: &mut [f32]) {
         act_f32_slice(act, xs)
     }
 }
@@ -210,7 +236,7 @@ impl Scalar for f64 {
     fn from_i32(x: i32) -> f64 {
         x as f64
     }
-    fn activate(_isa: Isa, act: Activation, xs: &mut [f64]) {
+    fn activate_row(act: Activation, xs: &mut [f64]) {
         if act == Activation::None {
             return;
         }
@@ -234,7 +260,7 @@ impl Scalar for i32 {
     }
     /// Integer outputs support only [`Activation::None`] and [`Activation::Relu`] (the GEMM
     /// entry points reject the others before any work).
-    fn activate(_isa: Isa, act: Activation, xs: &mut [i32]) {
+    fn activate_row(act: Activation, xs: &mut [i32]) {
         if act == Activation::Relu {
             for x in xs {
                 *x = (*x).max(0);
@@ -387,9 +413,10 @@ pub fn act_f32_slice(act: Activation, xs: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 use x86::{act_f32_avx2, act_f32_avx512};
 
-/// Hand-vectorised activations for the x86 epilogue. The epilogue runs them on one tile row at a
-/// time (16 to 48 values), too short for the compiler's vectorised loops, which unroll 4 × 16
-/// wide and leave such rows to their scalar remainder. They are the fused kernels' vector math
+/// Hand-vectorised activations for the x86 epilogue. The epilogue runs them on a tile of C (rows
+/// of 16 to 48 values), too short for the compiler's vectorised loops, which unroll 4 × 16 wide
+/// and leave such rows to their scalar remainder; the whole tile in one call, so that its
+/// vectors' latency chains overlap. They are the fused kernels' vector math
 /// (`fused::vmath`); the erf GELU is its rational form (`gelu_erf_fast`, within the epilogue's
 /// documented error, about a third of the work of `FusedGelu`'s `exp`-based one, which keeps
 /// 1e-7 relative error in the far negative tail), so `FusedDense` with GELU is within that error
@@ -399,38 +426,44 @@ mod x86 {
     use super::Activation;
     use crate::kernels::fused::vmath::{avx2, avx512};
 
-    /// One `match` per call, each arm its own loop over `xs` in the ISA module `$isa`.
+    /// One `match` per call, each arm its own loop over the block in the ISA module `$isa`.
     macro_rules! per_activation {
-        ($act:expr, $xs:expr, $isa:ident) => {
+        ($act:expr, ($p:expr, $rs:expr, $rows:expr, $cols:expr), $isa:ident) => {
             match $act {
                 Activation::None => {}
-                Activation::Relu => $isa::map_in_place($xs, |v| $isa::relu(v)),
-                Activation::GeluErf => $isa::map_in_place($xs, |v| $isa::gelu_erf_fast(v)),
-                Activation::GeluTanh => $isa::map_in_place($xs, |v| $isa::gelu_tanh(v)),
-                Activation::Silu => $isa::map_in_place($xs, |v| $isa::silu(v)),
-                Activation::Sigmoid => $isa::map_in_place($xs, |v| $isa::sigmoid(v)),
-                Activation::Tanh => $isa::map_in_place($xs, |v| $isa::tanh(v)),
-                Activation::HardSwish => $isa::map_in_place($xs, |v| $isa::hard_swish(v)),
+                Activation::Relu => $isa::map_rows_in_place($p, $rs, $rows, $cols, |v| $isa::relu(v)),
+                Activation::GeluErf => $isa::map_rows_in_place($p, $rs, $rows, $cols, |v| $isa::gelu_erf_fast(v)),
+                Activation::GeluTanh => $isa::map_rows_in_place($p, $rs, $rows, $cols, |v| $isa::gelu_tanh(v)),
+                Activation::Silu => $isa::map_rows_in_place($p, $rs, $rows, $cols, |v| $isa::silu(v)),
+                Activation::Sigmoid => $isa::map_rows_in_place($p, $rs, $rows, $cols, |v| $isa::sigmoid(v)),
+                Activation::Tanh => $isa::map_rows_in_place($p, $rs, $rows, $cols, |v| $isa::tanh(v)),
+                Activation::HardSwish => $isa::map_rows_in_place($p, $rs, $rows, $cols, |v| $isa::hard_swish(v)),
             }
         };
     }
 
-    /// `act` on every element of `xs` with AVX-512 (16 lanes, masked tail).
+    /// `act` on the `rows` × `cols` block at `p` (rows `rs` apart) with AVX-512 (16 lanes,
+    /// masked tail).
     ///
     /// # Safety
-    /// The CPU must support AVX-512F.
+    /// The CPU must support AVX-512F; every row `p + i·rs .. p + i·rs + cols` (`i < rows`) must
+    /// be readable and writable.
     #[target_feature(enable = "avx512f")]
-    pub(super) fn act_f32_avx512(act: Activation, xs: &mut [f32]) {
-        per_activation!(act, xs, avx512)
+    pub(super) unsafe fn act_f32_avx512(act: Activation, p: *mut f32, rs: usize, rows: usize, cols: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { per_activation!(act, (p, rs, rows, cols), avx512) }
     }
 
-    /// `act` on every element of `xs` with AVX2 (8 lanes, masked tail).
+    /// `act` on the `rows` × `cols` block at `p` (rows `rs` apart) with AVX2 (8 lanes, masked
+    /// tail).
     ///
     /// # Safety
-    /// The CPU must support AVX2 and FMA.
+    /// The CPU must support AVX2 and FMA; every row `p + i·rs .. p + i·rs + cols` (`i < rows`)
+    /// must be readable and writable.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn act_f32_avx2(act: Activation, xs: &mut [f32]) {
-        per_activation!(act, xs, avx2)
+    pub(super) unsafe fn act_f32_avx2(act: Activation, p: *mut f32, rs: usize, rows: usize, cols: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { per_activation!(act, (p, rs, rows, cols), avx2) }
     }
 }
 
