@@ -309,6 +309,33 @@ fn dump_prints_every_stage() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A module with a symbolic dimension is planned as written (no bound sizes): its steps are the
+/// shape-generic kernels, and one of them (`iota`) reads no operand. The plan's grouping of
+/// consecutive kernels once indexed every kernel's first operand and panicked there (found
+/// dumping an imported MiniLM with its batch left symbolic).
+#[test]
+fn dump_plans_a_symbolic_module_with_an_operandless_kernel() {
+    let dir = scratch("dump-dyn");
+    let f = dir.join("dyn.tjir");
+    std::fs::write(
+        &f,
+        "module @dyn
+
+func @main(%0 \"x\": f32[n=?,4]) {
+  %1 = reduce_sum %0, axes=[1] : f32[n=?]
+  %2 = iota shape=f32[n=?], axis=0 : f32[n=?]
+  %3 = add %1, %2 : f32[n=?]
+  return %3
+}
+",
+    )
+    .unwrap();
+    let o = tj(&["dump", path(&f), "-s", "plan"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("iota f32[?]"), "{}", o.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An IR file of `y = x · W` with W a 384×384 f32 constant.
 fn big_constant_ir(dir: &Path) -> PathBuf {
     let backend = tensorjit::new_with_config("interp").unwrap();

@@ -916,7 +916,8 @@ fn chained_convs<const N: usize>(
             _ => None,
         })
         .collect::<Option<Vec<_>>>()?;
-    let chained = kernels.windows(2).all(|p| p[1].inputs[0] == p[0].outputs[0] && private(p[0].outputs[0]));
+    // A kernel without operands (e.g. a constant's materialisation) chains to nothing.
+    let chained = kernels.windows(2).all(|p| p[1].inputs.first() == p[0].outputs.first() && private(p[0].outputs[0]));
     if !chained {
         return None;
     }
