@@ -214,6 +214,7 @@ impl Scalar for f32 {
                 return unsafe { act_f32_avx2(act, p, rs, rows, cols) };
             }
         }
+        let _ = isa;
         for i in 0..rows {
             // SAFETY: row i of the block (the caller's contract).
             Self::activate_row(act, unsafe { std::slice::from_raw_parts_mut(p.wrapping_add(i * rs), cols) });
