@@ -943,6 +943,40 @@ fn jit_end_to_end_matches_interp() {
             Ok(vec![f.fused_scaled_dot_product_attention(p[0], p[1], p[2], AttentionLayout::Bshd, &cfg)?.0])
         });
         assert_close(&format!("{dt} attention"), &a[0], &b[0], rel, abs);
+        // BHSD with an additive mask that has a batch axis (the `[B, 1, 1, S]` padding form,
+        // some keys pushed far down) and a bias per batch element and head: the half types run
+        // one batch element at a time, each with its own part of the mask and the bias.
+        let q = rng.vec(bb * h * s * d, -1.0, 1.0);
+        let k = rng.vec(bb * hkv * s * d, -1.0, 1.0);
+        let v = rng.vec(bb * hkv * s * d, -1.0, 1.0);
+        let add: Vec<f32> = (0..bb * s).map(|i| if i % 7 == 3 { -1e4 } else { 0.25 * (i % 3) as f32 }).collect();
+        let bias = rng.vec(bb * h * s * s, -0.5, 0.5);
+        let inputs = [
+            buf_f32(&q, &[bb, h, s, d], dt),
+            buf_f32(&k, &[bb, hkv, s, d], dt),
+            buf_f32(&v, &[bb, hkv, s, d], dt),
+            buf_f32(&add, &[bb, 1, 1, s], dt),
+            buf_f32(&bias, &[bb, h, s, s], dt),
+        ];
+        let shapes = [
+            shape(dt, &[bb, h, s, d]),
+            shape(dt, &[bb, hkv, s, d]),
+            shape(dt, &[bb, hkv, s, d]),
+            shape(dt, &[bb, 1, 1, s]),
+            shape(dt, &[bb, h, s, s]),
+        ];
+        let (a, b) = both(&shapes, &inputs, &|f, p| {
+            let cfg = AttentionConfig {
+                scale: 0.3,
+                causal: false,
+                mask: Some(p[3]),
+                bias: Some(p[4]),
+                seq_lens: None,
+                quantized_matmuls: false,
+            };
+            Ok(vec![f.fused_scaled_dot_product_attention(p[0], p[1], p[2], AttentionLayout::Bhsd, &cfg)?.0])
+        });
+        assert_close(&format!("{dt} attention, BHSD, additive mask and bias per batch"), &a[0], &b[0], rel, abs);
     }
 }
 

@@ -20,6 +20,7 @@ use crate::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast
 use crate::kernels::fused::{
     FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_residual_f32, layer_norm_strided_f32, softmax_f32,
 };
+use crate::kernels::gemm::Scratch;
 use crate::kernels::half::HalfFloat;
 use crate::kernels::tensor::Tensor;
 
@@ -343,6 +344,23 @@ fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce(bool) -> R 
     }
 }
 
+/// Elements `range` of a BF16 or F16 tensor widened to f32 into `scratch` (split over `pool`).
+/// An empty slice for other dtypes (the caller checked them).
+fn widen_rows<'s>(
+    t: &Tensor,
+    range: std::ops::Range<usize>,
+    scratch: &'s mut Scratch,
+    pool: Option<&rayon::ThreadPool>,
+) -> &'s [f32] {
+    let v = scratch.get(range.len());
+    match t.shape.dtype {
+        DType::BFloat16 => on_pool(pool, |par| bf16::widen(&t.typed::<bf16>()[range], v, par)),
+        DType::Float16 => on_pool(pool, |par| f16::widen(&t.typed::<f16>()[range], v, par)),
+        _ => return &[],
+    }
+    v
+}
+
 /// The values of a float tensor as f32 (borrowed for F32, widened for the half types, split over
 /// `pool`).
 fn as_f32<'a>(name: &str, t: &'a Tensor, pool: Option<&rayon::ThreadPool>) -> Result<Cow<'a, [f32]>> {
@@ -523,22 +541,7 @@ impl FusedKernel {
         }
         let [qd, kd, vd] = dims;
         let full = [qd[0], qd[1], qd[2], kd[2]];
-        // The slices of one projection (the plan passes the one value three times) are widened
-        // once.
-        let qc = as_f32(name, &inputs[0], pool)?;
         let one = a.slices.is_some() && inputs[1..3].iter().all(|t| Arc::ptr_eq(&t.data, &inputs[0].data));
-        let (kc, vc) = if one {
-            (Cow::Borrowed(&qc[..]), Cow::Borrowed(&qc[..]))
-        } else {
-            (as_f32(name, &inputs[1], pool)?, as_f32(name, &inputs[2], pool)?)
-        };
-        let (q, k, v, row_strides) = match &a.slices {
-            Some(sl) => {
-                let [oq, ok, ov] = sl.offsets;
-                (&qc[oq..], &kc[ok..], &vc[ov..], Some([sl.row; 3]))
-            }
-            None => (&qc[..], &kc[..], &vc[..], None),
-        };
         let mut next = 3;
         let mut add_mask = None;
         let mut bool_mask = None;
@@ -574,9 +577,12 @@ impl FusedKernel {
             _ => AttentionMask::None,
         };
         let scale = if a.scale == 0.0 { 1.0 / (qd[3] as f64).sqrt() } else { a.scale };
+        let row_strides = a.slices.as_ref().map(|sl| [sl.row; 3]);
+        let [oq, ok, ov] = a.slices.as_ref().map_or([0; 3], |sl| sl.offsets);
+        let nb = qd[0];
         let p = AttentionParams {
             layout: a.layout,
-            batch: qd[0],
+            batch: nb,
             heads: qd[1],
             kv_heads: kd[1],
             seq_q: qd[2],
@@ -590,9 +596,76 @@ impl FusedKernel {
             seq_lens: lens.as_deref(),
             qkv_row_strides: row_strides,
         };
-        write_output(name, y, pool, |y| {
-            if attention_f32(self.isa, &p, q, k, v, y, pool) { Ok(()) } else { Err(mismatch()) }
-        })
+        let dt = inputs[0].shape.dtype;
+        if dt == DType::Float32 || nb == 0 {
+            let (qc, kc, vc) =
+                (as_f32(name, &inputs[0], pool)?, as_f32(name, &inputs[1], pool)?, as_f32(name, &inputs[2], pool)?);
+            return write_output(name, y, pool, |y| {
+                if attention_f32(self.isa, &p, &qc[oq..], &kc[ok..], &vc[ov..], y, pool) {
+                    Ok(())
+                } else {
+                    Err(mismatch())
+                }
+            });
+        }
+        // Half types: one batch element at a time, its q, k and v rows widened into scratch from
+        // the per-thread pool and its output rounded from there (batch is the outermost axis of
+        // every layout). Widening the whole projection first allocated and faulted in twice its
+        // size on every execution (MiniLM 32 × 384 in bf16: 57 MB a layer) and read it back
+        // from memory.
+        let y_shape = y.shape.clone();
+        if Some(y.data.len()) != y_shape.byte_size() || inputs[..3].iter().any(|t| t.len() % nb != 0) {
+            return Err(mismatch());
+        }
+        let (ql, kl, vl, yl) =
+            (inputs[0].len() / nb, inputs[1].len() / nb, inputs[2].len() / nb, y_shape.num_elements() / nb);
+        let (mut qs, mut ks, mut vs, mut ys) = (Scratch::new(), Scratch::new(), Scratch::new(), Scratch::new());
+        for b in 0..nb {
+            let qc = widen_rows(&inputs[0], b * ql..(b + 1) * ql, &mut qs, pool);
+            let (kc, vc): (&[f32], &[f32]) = if one {
+                (qc, qc)
+            } else {
+                (
+                    widen_rows(&inputs[1], b * kl..(b + 1) * kl, &mut ks, pool),
+                    widen_rows(&inputs[2], b * vl..(b + 1) * vl, &mut vs, pool),
+                )
+            };
+            // Batch element b's part of the mask, bias and lengths (a mask or bias too short for
+            // the batch leaves an empty or short slice, which `attention_f32` rejects).
+            let from = |len: usize, at: usize| at.min(len);
+            let mb = match mask {
+                AttentionMask::None => AttentionMask::None,
+                AttentionMask::Bool(m, sm) => AttentionMask::Bool(&m[from(m.len(), b * sm[0])..], sm),
+                AttentionMask::Additive(m, sm) => AttentionMask::Additive(&m[from(m.len(), b * sm[0])..], sm),
+            };
+            let pb = AttentionParams {
+                batch: 1,
+                mask: mb,
+                bias: p.bias.map(|(x, sb)| (&x[from(x.len(), b * sb[0])..], sb)),
+                seq_lens: p.seq_lens.map(|l| &l[from(l.len(), b)..from(l.len(), b + 1)]),
+                ..p
+            };
+            let yf = ys.get(yl);
+            if !attention_f32(self.isa, &pb, &qc[oq..], &kc[ok..], &vc[ov..], yf, pool) {
+                return Err(mismatch());
+            }
+            let data = Arc::make_mut(&mut y.data);
+            match dt {
+                DType::BFloat16 => {
+                    on_pool(pool, |par| bf16::round(yf, &mut data.typed_mut::<bf16>()[b * yl..(b + 1) * yl], par))
+                }
+                DType::Float16 => {
+                    on_pool(pool, |par| f16::round(yf, &mut data.typed_mut::<f16>()[b * yl..(b + 1) * yl], par))
+                }
+                d => {
+                    return Err(Error::invalid(
+                        name,
+                        format!("output {y_shape} has dtype {d}, expected F32, BF16 or F16"),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -526,12 +526,17 @@ fn item(
                 let j1 = (j0 + K_BLOCK).min(r1);
                 let nk = j1 - j0;
                 let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
-                let ka = kadd.map(|(m, base, s3)| {
-                    for (j, a) in s.kadd[..nk].iter_mut().enumerate() {
-                        *a = m[base + (j0 + j) * s3];
-                    }
-                    &s.kadd[..nk]
-                });
+                // A tile whose mask values are all zero (every key kept: no padding) adds
+                // nothing: the micro-kernel skips the per-score test and addition (a score of
+                // −0 would become +0, which weighs the same).
+                let ka = kadd
+                    .map(|(m, base, s3)| {
+                        for (j, a) in s.kadd[..nk].iter_mut().enumerate() {
+                            *a = m[base + (j0 + j) * s3];
+                        }
+                        &s.kadd[..nk]
+                    })
+                    .filter(|a| a.iter().any(|&x| x != 0.0));
                 scores(isa, qt, d, kt, ks, nk, lanes, p.scale, ka, st, &mut s.tmax);
                 // A tile whose keys are all neutral (e.g. with causal masking alone, keys at or
                 // before the block's first query) needs no per-score pass, and the tile maxima
