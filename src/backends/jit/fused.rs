@@ -344,23 +344,6 @@ fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce(bool) -> R 
     }
 }
 
-/// Elements `range` of a BF16 or F16 tensor widened to f32 into `scratch` (split over `pool`).
-/// An empty slice for other dtypes (the caller checked them).
-fn widen_rows<'s>(
-    t: &Tensor,
-    range: std::ops::Range<usize>,
-    scratch: &'s mut Scratch,
-    pool: Option<&rayon::ThreadPool>,
-) -> &'s [f32] {
-    let v = scratch.get(range.len());
-    match t.shape.dtype {
-        DType::BFloat16 => on_pool(pool, |par| bf16::widen(&t.typed::<bf16>()[range], v, par)),
-        DType::Float16 => on_pool(pool, |par| f16::widen(&t.typed::<f16>()[range], v, par)),
-        _ => return &[],
-    }
-    v
-}
-
 /// The values of a float tensor as f32 (borrowed for F32, widened for the half types, split over
 /// `pool`).
 fn as_f32<'a>(name: &str, t: &'a Tensor, pool: Option<&rayon::ThreadPool>) -> Result<Cow<'a, [f32]>> {
@@ -608,65 +591,87 @@ impl FusedKernel {
                 }
             });
         }
-        // Half types: one batch element at a time, its q, k and v rows widened into scratch from
-        // the per-thread pool and its output rounded from there (batch is the outermost axis of
-        // every layout). Widening the whole projection first allocated and faulted in twice its
-        // size on every execution (MiniLM 32 × 384 in bf16: 57 MB a layer) and read it back
-        // from memory.
-        let y_shape = y.shape.clone();
-        if Some(y.data.len()) != y_shape.byte_size() || inputs[..3].iter().any(|t| t.len() % nb != 0) {
+        match dt {
+            DType::BFloat16 => attention_half::<bf16>(self.isa, &p, inputs, y, one, [oq, ok, ov], pool, &mismatch),
+            DType::Float16 => attention_half::<f16>(self.isa, &p, inputs, y, one, [oq, ok, ov], pool, &mismatch),
+            d => Err(Error::invalid(
+                name,
+                format!("operand {} has dtype {d}, expected F32, BF16 or F16", inputs[0].shape),
+            )),
+        }
+    }
+}
+
+/// Half-type attention (`p` for the whole batch; q, k, v and the result all of type `H`): one
+/// batch element at a time, its q, k and v rows widened into scratch from the per-thread pool
+/// and its output rounded from there (batch is the outermost axis of every layout). Widening the
+/// whole projection first allocated and faulted in twice its size on every execution (MiniLM
+/// 32 × 384 in bf16: 57 MB a layer) and read it back from memory. `one`: the three operands are
+/// one projection (widened once); `offsets`: q's, k's and v's first element in their operand.
+#[allow(clippy::too_many_arguments)]
+fn attention_half<H: HalfElem>(
+    isa: FusedIsa,
+    p: &AttentionParams<'_>,
+    inputs: &[Tensor],
+    y: &mut Tensor,
+    one: bool,
+    [oq, ok, ov]: [usize; 3],
+    pool: Option<&rayon::ThreadPool>,
+    mismatch: &dyn Fn() -> Error,
+) -> Result<()> {
+    let nb = p.batch;
+    if y.shape.dtype != H::DTYPE
+        || inputs[..3].iter().any(|t| t.shape.dtype != H::DTYPE || t.len() % nb != 0)
+        || Some(y.data.len()) != y.shape.byte_size()
+    {
+        return Err(mismatch());
+    }
+    let [ql, kl, vl] = [0, 1, 2].map(|i| inputs[i].len() / nb);
+    let yl = y.len() / nb;
+    /// Batch element b's `len` values of `t` widened into `s`.
+    fn widen<'s, H: HalfElem>(
+        t: &Tensor,
+        b: usize,
+        len: usize,
+        s: &'s mut Scratch,
+        pool: Option<&rayon::ThreadPool>,
+    ) -> &'s [f32] {
+        let v = s.get(len);
+        on_pool(pool, |par| H::widen(&t.typed::<H>()[b * len..(b + 1) * len], v, par));
+        v
+    }
+    // Batch element b's part of a mask, bias or lengths (one too short for the batch leaves an
+    // empty or short slice, which `attention_f32` rejects).
+    fn part<T>(x: &[T], at: usize) -> &[T] {
+        &x[at.min(x.len())..]
+    }
+    let (mut qs, mut ks, mut vs, mut ys) = (Scratch::new(), Scratch::new(), Scratch::new(), Scratch::new());
+    let out = y.typed_mut::<H>();
+    for b in 0..nb {
+        let qc = widen::<H>(&inputs[0], b, ql, &mut qs, pool);
+        let (kc, vc) = if one {
+            (qc, qc)
+        } else {
+            (widen::<H>(&inputs[1], b, kl, &mut ks, pool), widen::<H>(&inputs[2], b, vl, &mut vs, pool))
+        };
+        let pb = AttentionParams {
+            batch: 1,
+            mask: match p.mask {
+                AttentionMask::None => AttentionMask::None,
+                AttentionMask::Bool(m, sm) => AttentionMask::Bool(part(m, b * sm[0]), sm),
+                AttentionMask::Additive(m, sm) => AttentionMask::Additive(part(m, b * sm[0]), sm),
+            },
+            bias: p.bias.map(|(x, sb)| (part(x, b * sb[0]), sb)),
+            seq_lens: p.seq_lens.map(|l| part(&l[..(b + 1).min(l.len())], b)),
+            ..*p
+        };
+        let yf = ys.get(yl);
+        if !attention_f32(isa, &pb, &qc[oq..], &kc[ok..], &vc[ov..], yf, pool) {
             return Err(mismatch());
         }
-        let (ql, kl, vl, yl) =
-            (inputs[0].len() / nb, inputs[1].len() / nb, inputs[2].len() / nb, y_shape.num_elements() / nb);
-        let (mut qs, mut ks, mut vs, mut ys) = (Scratch::new(), Scratch::new(), Scratch::new(), Scratch::new());
-        for b in 0..nb {
-            let qc = widen_rows(&inputs[0], b * ql..(b + 1) * ql, &mut qs, pool);
-            let (kc, vc): (&[f32], &[f32]) = if one {
-                (qc, qc)
-            } else {
-                (
-                    widen_rows(&inputs[1], b * kl..(b + 1) * kl, &mut ks, pool),
-                    widen_rows(&inputs[2], b * vl..(b + 1) * vl, &mut vs, pool),
-                )
-            };
-            // Batch element b's part of the mask, bias and lengths (a mask or bias too short for
-            // the batch leaves an empty or short slice, which `attention_f32` rejects).
-            let from = |len: usize, at: usize| at.min(len);
-            let mb = match mask {
-                AttentionMask::None => AttentionMask::None,
-                AttentionMask::Bool(m, sm) => AttentionMask::Bool(&m[from(m.len(), b * sm[0])..], sm),
-                AttentionMask::Additive(m, sm) => AttentionMask::Additive(&m[from(m.len(), b * sm[0])..], sm),
-            };
-            let pb = AttentionParams {
-                batch: 1,
-                mask: mb,
-                bias: p.bias.map(|(x, sb)| (&x[from(x.len(), b * sb[0])..], sb)),
-                seq_lens: p.seq_lens.map(|l| &l[from(l.len(), b)..from(l.len(), b + 1)]),
-                ..p
-            };
-            let yf = ys.get(yl);
-            if !attention_f32(self.isa, &pb, &qc[oq..], &kc[ok..], &vc[ov..], yf, pool) {
-                return Err(mismatch());
-            }
-            let data = Arc::make_mut(&mut y.data);
-            match dt {
-                DType::BFloat16 => {
-                    on_pool(pool, |par| bf16::round(yf, &mut data.typed_mut::<bf16>()[b * yl..(b + 1) * yl], par))
-                }
-                DType::Float16 => {
-                    on_pool(pool, |par| f16::round(yf, &mut data.typed_mut::<f16>()[b * yl..(b + 1) * yl], par))
-                }
-                d => {
-                    return Err(Error::invalid(
-                        name,
-                        format!("output {y_shape} has dtype {d}, expected F32, BF16 or F16"),
-                    ));
-                }
-            }
-        }
-        Ok(())
+        on_pool(pool, |par| H::round(yf, &mut out[b * yl..(b + 1) * yl], par));
     }
+    Ok(())
 }
 
 impl FusedKernel {

@@ -173,15 +173,23 @@ pub trait Scalar: Copy + Send + Sync + PartialEq + Default + std::fmt::Debug + '
     /// Every row `p + i·rs .. p + i·rs + cols` (`i < rows`) must be valid for reads and writes
     /// and not aliased elsewhere during the call.
     unsafe fn activate_block(isa: Isa, act: Activation, p: *mut Self, rs: usize, rows: usize, cols: usize) {
-        for i in 0..rows {
-            // SAFETY: row i of the block (the caller's contract).
-            let row = unsafe { std::slice::from_raw_parts_mut(p.wrapping_add(i * rs), cols) };
-            Self::activate_row(act, row);
-        }
         let _ = isa;
+        // SAFETY: the caller's contract.
+        unsafe { each_row(p, rs, rows, cols, |row| Self::activate_row(act, row)) }
     }
     /// Applies `act` to one row without vector kernels ([`Scalar::activate_block`]'s default).
     fn activate_row(act: Activation, xs: &mut [Self]);
+}
+
+/// `f` on each of the `rows` rows of `cols` elements at `p`, `rs` elements apart.
+///
+/// # Safety
+/// As [`Scalar::activate_block`]: every row must be valid for reads and writes and not aliased.
+unsafe fn each_row<T>(p: *mut T, rs: usize, rows: usize, cols: usize, mut f: impl FnMut(&mut [T])) {
+    for i in 0..rows {
+        // SAFETY: row i of the block (the caller's contract).
+        f(unsafe { std::slice::from_raw_parts_mut(p.wrapping_add(i * rs), cols) });
+    }
 }
 
 impl Scalar for f32 {
@@ -215,10 +223,8 @@ impl Scalar for f32 {
             }
         }
         let _ = isa;
-        for i in 0..rows {
-            // SAFETY: row i of the block (the caller's contract).
-            Self::activate_row(act, unsafe { std::slice::from_raw_parts_mut(p.wrapping_add(i * rs), cols) });
-        }
+        // SAFETY: the caller's contract.
+        unsafe { each_row(p, rs, rows, cols, |row| Self::activate_row(act, row)) }
     }
     fn activate_row(act: Activation, xs: &mut [f32]) {
         act_f32_slice(act, xs)
