@@ -260,6 +260,29 @@ fn half_inputs_accumulate_in_f32_and_round_once() {
     assert_eq!(got, vec![260.0]);
 }
 
+/// A half-output product larger than the GEMM's pooled f32 scratch (1100 x 1000 f32 values)
+/// runs in row blocks: every block lands in its own rows, with a row-major and a transposed lhs.
+#[test]
+fn large_half_outputs_are_computed_in_row_blocks() {
+    let b = backend("parallelism=2");
+    let (m, k, n) = (1100, 9, 1000);
+    for c in arrangements(m, k, n).into_iter().take(2) {
+        let l = values(c.ld.iter().product(), 7);
+        let r = values(c.rd.iter().product(), 8);
+        let (_, want) = naive(&c, &l, &r);
+        for dt in [DType::BFloat16, DType::Float16] {
+            let (_, got) = run_dot(&b, &c, dt, None, &l, &r);
+            let rounded: Vec<f64> = want
+                .iter()
+                .map(
+                    |&w| if dt == DType::BFloat16 { f64::from(bf16::from_f64(w)) } else { f64::from(f16::from_f64(w)) },
+                )
+                .collect();
+            check_close(&got, &rounded, 0.0, &format!("{:?} {dt}", c.ld));
+        }
+    }
+}
+
 #[test]
 fn int8_wraps_like_the_output_dtype() {
     let b = backend("parallelism=2");

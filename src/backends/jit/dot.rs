@@ -665,11 +665,27 @@ impl GemmKernel {
         g: &Geom,
         a: &[T],
         b: Option<&[T]>,
+        c: Out<'_, T::Acc>,
+        bias: Option<&[T::Acc]>,
+        threads: usize,
+    ) -> Result<()> {
+        self.run_rows(g, 0..g.m, a, b, c, bias, threads)
+    }
+
+    /// [`Self::run_typed`] for the rows `rows` of every batch's product only: `c` is then
+    /// `[batch, rows.len(), n]`.
+    #[allow(clippy::too_many_arguments)]
+    fn run_rows<T: DotElem>(
+        &self,
+        g: &Geom,
+        rows: std::ops::Range<usize>,
+        a: &[T],
+        b: Option<&[T]>,
         (c, finish): Out<'_, T::Acc>,
         bias: Option<&[T::Acc]>,
         threads: usize,
     ) -> Result<()> {
-        let (m, n, k) = (g.m, g.n, g.k);
+        let (m, n, k) = (rows.len(), g.n, g.k);
         if m == 0 || n == 0 || g.nb == 0 {
             return Ok(());
         }
@@ -686,7 +702,7 @@ impl GemmKernel {
             ..Epilogue::default()
         };
         let one = |bi: usize, cc: &mut [T::Acc], t: usize| -> Result<()> {
-            let av = MatRef::new(tail(a, g.lhs.boff[bi]), g.lhs.rs, g.lhs.cs);
+            let av = MatRef::new(tail(a, g.lhs.boff[bi] + rows.start * g.lhs.rs), g.lhs.rs, g.lhs.cs);
             let bv: Rhs<'_, T> = match (&self.packed, b) {
                 (Some(p), _) => Rhs::Packed(p),
                 (None, Some(b)) => Rhs::Mat(MatRef::new(tail(b, g.rhs.boff[bi]), g.rhs.rs, g.rhs.cs)),
@@ -728,12 +744,12 @@ impl GemmKernel {
             DType::BFloat16 => {
                 let (a, b) = self.operands::<bf16>(inputs);
                 let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<bf16>().iter().map(|x| x.to_f32()).collect());
-                self.half_out(out, |c, fin| self.run_typed(g, a, b, (c, fin), bias.as_deref(), threads))
+                self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias.as_deref(), threads))
             }
             DType::Float16 => {
                 let (a, b) = self.operands::<f16>(inputs);
                 let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<f16>().iter().map(|x| x.to_f32()).collect());
-                self.half_out(out, |c, fin| self.run_typed(g, a, b, (c, fin), bias.as_deref(), threads))
+                self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias.as_deref(), threads))
             }
             DType::Int8 => {
                 let (a, b) = self.operands::<i8>(inputs);
@@ -758,32 +774,53 @@ impl GemmKernel {
     /// Runs `f` on an f32 output, directly into `out` when it is F32, else into f32 scratch
     /// (pooled per thread: no allocation or zeroing once warm; the product overwrites every
     /// element) that the GEMM rounds once into `out`'s half dtype tile by tile as it finishes
-    /// them (the [`Finish`] it is handed), while each tile is in cache.
+    /// them (the [`Finish`] it is handed), while each tile is in cache. A product whose f32
+    /// copy would outgrow the pool's largest buffer runs in row blocks that each fit it (one
+    /// batch only): otherwise every execution would allocate, clear and fault in a scratch as
+    /// large as the product (75 MB for a MiniLM up-projection at 32 x 384) and free it again.
     fn half_out(
         &self,
+        g: &Geom,
         out: &mut Tensor,
-        f: impl FnOnce(&mut [f32], Option<&dyn Finish<f32>>) -> Result<()>,
+        mut f: impl FnMut(std::ops::Range<usize>, &mut [f32], Option<&dyn Finish<f32>>) -> Result<()>,
     ) -> Result<()> {
-        match out.shape.dtype {
-            DType::Float32 => f(out.typed_mut::<f32>(), None),
-            d => {
-                let mut scratch = crate::kernels::gemm::Scratch::new();
-                let c = scratch.get(out.len());
-                match d {
-                    DType::BFloat16 => {
-                        let round = RoundInto::new(c, out.typed_mut::<bf16>());
-                        f(c, Some(&round))
-                    }
-                    DType::Float16 => {
-                        let round = RoundInto::new(c, out.typed_mut::<f16>());
-                        f(c, Some(&round))
-                    }
-                    _ => Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
-                }
-            }
+        let d = out.shape.dtype;
+        if d == DType::Float32 {
+            return f(0..g.m, out.typed_mut::<f32>(), None);
         }
+        let per_block = if g.nb == 1 && g.lhs.gather.is_none() {
+            // Whole multiples of 96 rows (every microkernel's MR divides it) where possible.
+            let fit = (HALF_OUT_BLOCK / g.n.max(1)).max(1);
+            if fit >= 96 { fit / 96 * 96 } else { fit }
+        } else {
+            g.m
+        };
+        let mut scratch = crate::kernels::gemm::Scratch::new();
+        let mut r0 = 0;
+        while r0 < g.m.max(1) {
+            let rows = r0..(r0 + per_block).min(g.m);
+            let (lo, hi) = if per_block == g.m { (0, out.len()) } else { (rows.start * g.n, rows.end * g.n) };
+            let c = scratch.get(hi - lo);
+            match d {
+                DType::BFloat16 => {
+                    let round = RoundInto::new(c, &mut out.typed_mut::<bf16>()[lo..hi]);
+                    f(rows, c, Some(&round))?;
+                }
+                DType::Float16 => {
+                    let round = RoundInto::new(c, &mut out.typed_mut::<f16>()[lo..hi]);
+                    f(rows, c, Some(&round))?;
+                }
+                _ => return Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
+            }
+            r0 += per_block.max(1);
+        }
+        Ok(())
     }
 }
+
+/// Most f32 elements of a half-output product's scratch per block: half the pool's largest
+/// buffer, so that the block's scratch stays pooled beside the GEMM's own packing buffers.
+const HALF_OUT_BLOCK: usize = crate::kernels::gemm::Scratch::MAX_POOLED / 2;
 
 fn narrow<A: Copy, B>(src: &[A], dst: &mut [B], f: impl Fn(A) -> B) {
     for (d, &s) in dst.iter_mut().zip(src) {

@@ -152,6 +152,9 @@ pub struct Scratch(Option<AlignedBuf<f32>>);
 
 #[cfg_attr(not(feature = "internals"), allow(dead_code))]
 impl Scratch {
+    /// The most f32 elements a scratch can hold and still go back to the pool when dropped.
+    pub const MAX_POOLED: usize = POOL_MAX_BUFFER / 4;
+
     /// No storage yet (nothing allocated).
     pub fn new() -> Self {
         Scratch(None)
