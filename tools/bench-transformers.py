@@ -324,7 +324,10 @@ def figure(name, batch, seq, nthreads, frameworks, a, bu, mc, paths):
             f.update(median_s=best, tokens_per_s=tokens / best,
                      round_medians_ms=[round(r["median_s"] * 1e3, 3) for r in ok])
             if fw.startswith("tensorjit"):
-                f["compile_ms"] = statistics.median(r["compile_ms"] for r in ok)
+                # Best round, like the throughput: a compile is never faster than its work, only
+                # slower when the shared host interferes (the median is kept beside it).
+                f["compile_ms"] = min(r["compile_ms"] for r in ok)
+                f["compile_ms_median"] = statistics.median(r["compile_ms"] for r in ok)
         else:
             f["error"] = rs[-1].get("error") if rs else "not run"
         rec["frameworks"][fw] = f
@@ -375,7 +378,7 @@ def markdown(records, frameworks):
     bf16 = "tensorjit_bf16" in frameworks
     if bf16:
         head += ["tensorjit_bf16 / best f32 peer", "bf16 cosine (sentence / token)"]
-    head += ["tensorjit compile ms", "peak RSS MiB (" + " / ".join(frameworks) + ")"]
+    head += ["tensorjit compile ms (best round)", "peak RSS MiB (" + " / ".join(frameworks) + ")"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
         fws = r["frameworks"]
