@@ -945,38 +945,47 @@ fn jit_end_to_end_matches_interp() {
         assert_close(&format!("{dt} attention"), &a[0], &b[0], rel, abs);
         // BHSD with an additive mask that has a batch axis (the `[B, 1, 1, S]` padding form,
         // some keys pushed far down) and a bias per batch element and head: the half types run
-        // one batch element at a time, each with its own part of the mask and the bias.
-        let q = rng.vec(bb * h * s * d, -1.0, 1.0);
-        let k = rng.vec(bb * hkv * s * d, -1.0, 1.0);
-        let v = rng.vec(bb * hkv * s * d, -1.0, 1.0);
-        let add: Vec<f32> = (0..bb * s).map(|i| if i % 7 == 3 { -1e4 } else { 0.25 * (i % 3) as f32 }).collect();
-        let bias = rng.vec(bb * h * s * s, -0.5, 0.5);
-        let inputs = [
-            buf_f32(&q, &[bb, h, s, d], dt),
-            buf_f32(&k, &[bb, hkv, s, d], dt),
-            buf_f32(&v, &[bb, hkv, s, d], dt),
-            buf_f32(&add, &[bb, 1, 1, s], dt),
-            buf_f32(&bias, &[bb, h, s, s], dt),
-        ];
-        let shapes = [
-            shape(dt, &[bb, h, s, d]),
-            shape(dt, &[bb, hkv, s, d]),
-            shape(dt, &[bb, hkv, s, d]),
-            shape(dt, &[bb, 1, 1, s]),
-            shape(dt, &[bb, h, s, s]),
-        ];
-        let (a, b) = both(&shapes, &inputs, &|f, p| {
-            let cfg = AttentionConfig {
-                scale: 0.3,
-                causal: false,
-                mask: Some(p[3]),
-                bias: Some(p[4]),
-                seq_lens: None,
-                quantized_matmuls: false,
-            };
-            Ok(vec![f.fused_scaled_dot_product_attention(p[0], p[1], p[2], AttentionLayout::Bhsd, &cfg)?.0])
-        });
-        assert_close(&format!("{dt} attention, BHSD, additive mask and bias per batch"), &a[0], &b[0], rel, abs);
+        // one batch element at a time, each with its own part of the mask and the bias: two
+        // elements on two threads one element per thread, three with each element split.
+        for bb in [2usize, 3] {
+            let q = rng.vec(bb * h * s * d, -1.0, 1.0);
+            let k = rng.vec(bb * hkv * s * d, -1.0, 1.0);
+            let v = rng.vec(bb * hkv * s * d, -1.0, 1.0);
+            let add: Vec<f32> = (0..bb * s).map(|i| if i % 7 == 3 { -1e4 } else { 0.25 * (i % 3) as f32 }).collect();
+            let bias = rng.vec(bb * h * s * s, -0.5, 0.5);
+            let inputs = [
+                buf_f32(&q, &[bb, h, s, d], dt),
+                buf_f32(&k, &[bb, hkv, s, d], dt),
+                buf_f32(&v, &[bb, hkv, s, d], dt),
+                buf_f32(&add, &[bb, 1, 1, s], dt),
+                buf_f32(&bias, &[bb, h, s, s], dt),
+            ];
+            let shapes = [
+                shape(dt, &[bb, h, s, d]),
+                shape(dt, &[bb, hkv, s, d]),
+                shape(dt, &[bb, hkv, s, d]),
+                shape(dt, &[bb, 1, 1, s]),
+                shape(dt, &[bb, h, s, s]),
+            ];
+            let (a, b) = both(&shapes, &inputs, &|f, p| {
+                let cfg = AttentionConfig {
+                    scale: 0.3,
+                    causal: false,
+                    mask: Some(p[3]),
+                    bias: Some(p[4]),
+                    seq_lens: None,
+                    quantized_matmuls: false,
+                };
+                Ok(vec![f.fused_scaled_dot_product_attention(p[0], p[1], p[2], AttentionLayout::Bhsd, &cfg)?.0])
+            });
+            assert_close(
+                &format!("{dt} attention, BHSD, additive mask and bias per batch, batch {bb}"),
+                &a[0],
+                &b[0],
+                rel,
+                abs,
+            );
+        }
     }
 }
 
@@ -1310,4 +1319,26 @@ fn attention_nan_score_among_excluded_keys_is_a_nan_row() {
     keep[6 * skv..7 * skv].fill(false);
     let st = broadcast_strides([1, 1, sq, skv], [1, 1, sq, skv]).unwrap();
     check_uniform_rows(&q, &k, skv, AttentionMask::Bool(&keep, st), &[3], &[6]);
+}
+
+/// Half-type attention over an empty batch returns an empty result (no division by the batch).
+#[test]
+fn half_attention_of_an_empty_batch_is_empty() {
+    for dt in [DType::BFloat16, DType::Float16] {
+        let dims = [0usize, 2, 8, 4];
+        let shapes = [shape(dt, &dims), shape(dt, &dims), shape(dt, &dims)];
+        let inputs = [buf_f32(&[], &dims, dt), buf_f32(&[], &dims, dt), buf_f32(&[], &dims, dt)];
+        let (a, b) = both(&shapes, &inputs, &|f, p| {
+            let cfg = AttentionConfig {
+                scale: 0.0,
+                causal: false,
+                mask: None,
+                bias: None,
+                seq_lens: None,
+                quantized_matmuls: false,
+            };
+            Ok(vec![f.fused_scaled_dot_product_attention(p[0], p[1], p[2], AttentionLayout::Bhsd, &cfg)?.0])
+        });
+        assert!(a[0].is_empty() && b[0].is_empty(), "{dt}: {} / {} values", a[0].len(), b[0].len());
+    }
 }
