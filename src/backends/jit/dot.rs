@@ -788,31 +788,26 @@ impl GemmKernel {
         if d == DType::Float32 {
             return f(0..g.m, out.typed_mut::<f32>(), None);
         }
-        let per_block = if g.nb == 1 && g.lhs.gather.is_none() {
-            // Whole multiples of 96 rows (every microkernel's MR divides it) where possible.
-            let fit = (HALF_OUT_BLOCK / g.n.max(1)).max(1);
-            if fit >= 96 { fit / 96 * 96 } else { fit }
-        } else {
-            g.m
-        };
+        let total = out.len();
         let mut scratch = crate::kernels::gemm::Scratch::new();
-        let mut r0 = 0;
-        while r0 < g.m.max(1) {
-            let rows = r0..(r0 + per_block).min(g.m);
-            let (lo, hi) = if per_block == g.m { (0, out.len()) } else { (rows.start * g.n, rows.end * g.n) };
-            let c = scratch.get(hi - lo);
+        // Rows `rows` of the product into the result's elements `o`.
+        let mut block = |rows: std::ops::Range<usize>, o: std::ops::Range<usize>| -> Result<()> {
+            let c = scratch.get(o.len());
             match d {
-                DType::BFloat16 => {
-                    let round = RoundInto::new(c, &mut out.typed_mut::<bf16>()[lo..hi]);
-                    f(rows, c, Some(&round))?;
-                }
-                DType::Float16 => {
-                    let round = RoundInto::new(c, &mut out.typed_mut::<f16>()[lo..hi]);
-                    f(rows, c, Some(&round))?;
-                }
-                _ => return Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
+                DType::BFloat16 => f(rows, c, Some(&RoundInto::new(c, &mut out.typed_mut::<bf16>()[o]))),
+                DType::Float16 => f(rows, c, Some(&RoundInto::new(c, &mut out.typed_mut::<f16>()[o]))),
+                _ => Err(Error::invalid(self.spec.op, format!("output dtype {d} for half inputs"))),
             }
-            r0 += per_block.max(1);
+        };
+        if g.nb != 1 || g.lhs.gather.is_some() {
+            return block(0..g.m, 0..total);
+        }
+        // Whole multiples of 96 rows (every microkernel's MR divides it) where possible.
+        let fit = (HALF_OUT_BLOCK / g.n.max(1)).max(1);
+        let per_block = if fit >= 96 { fit / 96 * 96 } else { fit };
+        for r0 in (0..g.m).step_by(per_block) {
+            let rows = r0..(r0 + per_block).min(g.m);
+            block(rows.clone(), rows.start * g.n..rows.end * g.n)?;
         }
         Ok(())
     }

@@ -580,7 +580,7 @@ impl FusedKernel {
             qkv_row_strides: row_strides,
         };
         let dt = inputs[0].shape.dtype;
-        if dt == DType::Float32 || nb == 0 {
+        if dt == DType::Float32 {
             let (qc, kc, vc) =
                 (as_f32(name, &inputs[0], pool)?, as_f32(name, &inputs[1], pool)?, as_f32(name, &inputs[2], pool)?);
             return write_output(name, y, pool, |y| {
