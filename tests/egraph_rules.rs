@@ -198,6 +198,23 @@ fn limits_are_reported() {
     verify(&m).expect("valid after a limited run");
 }
 
+/// The time limit holds although the pass runs egg on a clock that stands still: a zero limit
+/// stops every stage before its first search, nothing fuses and the module stays as it was.
+#[test]
+fn time_limit_stops_every_stage() {
+    let (_, mut m) = load("layernorm_two_pass_affine");
+    let before = print_module(&m);
+    let cfg = EggConfig { time_limit: std::time::Duration::ZERO, ..EggConfig::default() };
+    let report = run(&mut m, &cfg).expect("pass runs");
+    assert_eq!(report.stages.len(), 3, "{report}");
+    for s in &report.stages {
+        assert!(s.stop_reason.contains("time limit"), "{report}");
+    }
+    assert!(report.rules_fired.is_empty(), "{report}");
+    assert!(!report.changed(), "{report}");
+    assert_eq!(print_module(&m), before);
+}
+
 /// A module without anything to fuse is left exactly as it was.
 #[test]
 fn nothing_to_fuse_leaves_module_unchanged() {
