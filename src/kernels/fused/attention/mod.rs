@@ -223,6 +223,9 @@ struct Scratch {
     /// `(batch, kv head, whether its first kv_len value rows are all finite)` of the last check
     /// (and of the rows in `kv` when copied).
     v_finite: Option<(usize, usize, bool)>,
+    /// `(offset, keys, whether they are all 0)` of the last key-only additive mask row checked
+    /// (see `key_add`): the heads and query blocks of a batch element share it.
+    kadd_zero: Option<(usize, usize, bool)>,
 }
 
 /// Computes attention into `out` (the query's layout with head dim `v_dim`, `B·H·Sq·v_dim`
@@ -289,6 +292,7 @@ pub fn attention_f32(
             acc: buf(vd * Q_BLOCK),
             kv: crate::kernels::gemm::Scratch::new(),
             v_finite: None,
+            kadd_zero: None,
         }
     };
     // BSHD operands larger than an L2 (the products they come from have evicted their first
@@ -487,9 +491,22 @@ fn item(
         return;
     }
     // An additive key-only mask (the exporters' `[B, 1, 1, Skv]` padding mask) is added by the
-    // AVX2 or AVX-512 `Q·Kᵀ` micro-kernel, before it takes the tile maxima.
+    // AVX2 or AVX-512 `Q·Kᵀ` micro-kernel, before it takes the tile maxima; a row of zeros (no
+    // key padded) adds nothing and is skipped (a score of −0 would become +0, which weighs the
+    // same). The row is checked once for all the heads and query blocks that share it.
     let kadd = if masked { key_add(isa, p, b, h) } else { None };
     let masked = masked && kadd.is_none();
+    let kadd = kadd.filter(|&(m, base, s3)| {
+        let zero = match s.kadd_zero {
+            Some((at, n, z)) if at == base && n == kend => z,
+            _ => {
+                let z = (0..kend).all(|j| m[base + j * s3] == 0.0);
+                s.kadd_zero = Some((base, kend, z));
+                z
+            }
+        };
+        !zero
+    });
     // A mask varying along the query axis is applied from each row's extents: keys before a
     // row's `lo` are neutral to it, from its `hi` on hidden (−∞), and keys hidden from every row
     // of the block (from `hid`) are skipped. Keys below `vis` need no per-score pass.
@@ -526,17 +543,17 @@ fn item(
                 let j1 = (j0 + K_BLOCK).min(r1);
                 let nk = j1 - j0;
                 let kt = &k[kbase + j0 * ks..kbase + (j1 - 1) * ks + d];
-                // A tile whose mask values are all zero (every key kept: no padding) adds
-                // nothing: the micro-kernel skips the per-score test and addition (a score of
-                // −0 would become +0, which weighs the same).
-                let ka = kadd
-                    .map(|(m, base, s3)| {
+                // The tile's mask values: read in place when contiguous, else gathered.
+                let ka = kadd.map(|(m, base, s3)| {
+                    if s3 == 1 {
+                        &m[base + j0..base + j1]
+                    } else {
                         for (j, a) in s.kadd[..nk].iter_mut().enumerate() {
                             *a = m[base + (j0 + j) * s3];
                         }
                         &s.kadd[..nk]
-                    })
-                    .filter(|a| a.iter().any(|&x| x != 0.0));
+                    }
+                });
                 scores(isa, qt, d, kt, ks, nk, lanes, p.scale, ka, st, &mut s.tmax);
                 // A tile whose keys are all neutral (e.g. with causal masking alone, keys at or
                 // before the block's first query) needs no per-score pass, and the tile maxima
