@@ -186,15 +186,18 @@ fn encoder(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
     })
 }
 
-/// A bf16 `x·w` whose f32 product (2100 x 1000 values, 8.4 MB) outgrows the GEMM's pooled
-/// scratch: computed in row blocks whose scratch the thread keeps.
+/// A bf16 `x·w + bias` whose f32 product (2100 x 1000 values, 8.4 MB) outgrows the GEMM's
+/// pooled scratch: computed in row blocks whose scratch the thread keeps, with the bias widened
+/// into pooled scratch too.
 fn dense_bf16(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
     let (m, k, n) = (2100i64, 64i64, 1000i64);
     compile(b, "dense bf16", |f| {
+        let bf = |v: Vec<f32>| v.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>();
         let x = f.parameter("x", Shape::new(DType::BFloat16, &[m, k])).unwrap();
-        let w: Vec<half::bf16> = det((k * n) as usize, 5).into_iter().map(half::bf16::from_f32).collect();
-        let w = f.constant(&w, &[k as usize, n as usize]).unwrap();
-        vec![f.matmul(x, w).unwrap()]
+        let w = f.constant(&bf(det((k * n) as usize, 5)), &[k as usize, n as usize]).unwrap();
+        let bias = f.constant(&bf(det(n as usize, 6)), &[n as usize]).unwrap();
+        let bias = f.broadcast_in_dim(bias, &Shape::new(DType::BFloat16, &[m, n]), &[1]).unwrap();
+        vec![f.add(f.matmul(x, w).unwrap(), bias).unwrap()]
     })
 }
 

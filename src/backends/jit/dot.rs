@@ -39,8 +39,8 @@ use crate::ir::module::{Module, NodeId, ValueDef, ValueId};
 use crate::ir::op::{Activation as OpActivation, DenseLayout, Op};
 use crate::ir::shape::Shape;
 use crate::kernels::gemm::{
-    Activation, Bias, Epilogue, Finish, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scalar, gemm_bf16, gemm_f16, gemm_f32,
-    gemm_f64, gemm_i8,
+    Activation, Bias, Epilogue, Finish, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scalar, Scratch, gemm_bf16, gemm_f16,
+    gemm_f32, gemm_f64, gemm_i8,
 };
 use crate::kernels::half::RoundInto;
 use crate::kernels::tensor::Tensor;
@@ -741,15 +741,19 @@ impl GemmKernel {
                 let bias = bias(2).map(|t| t.typed::<f64>());
                 self.run_typed(g, a, b, (out.typed_mut::<f64>(), None), bias, threads)
             }
+            // The half-type bias is widened into the epilogue's f32 on per-thread pooled scratch
+            // (no allocation once warm).
             DType::BFloat16 => {
                 let (a, b) = self.operands::<bf16>(inputs);
-                let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<bf16>().iter().map(|x| x.to_f32()).collect());
-                self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias.as_deref(), threads))
+                let mut wide = Scratch::new();
+                let bias = bias(2).map(|t| widen(t.typed::<bf16>(), bf16::to_f32, &mut wide));
+                self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias, threads))
             }
             DType::Float16 => {
                 let (a, b) = self.operands::<f16>(inputs);
-                let bias: Option<Vec<f32>> = bias(2).map(|t| t.typed::<f16>().iter().map(|x| x.to_f32()).collect());
-                self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias.as_deref(), threads))
+                let mut wide = Scratch::new();
+                let bias = bias(2).map(|t| widen(t.typed::<f16>(), f16::to_f32, &mut wide));
+                self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias, threads))
             }
             DType::Int8 => {
                 let (a, b) = self.operands::<i8>(inputs);
@@ -789,7 +793,7 @@ impl GemmKernel {
             return f(0..g.m, out.typed_mut::<f32>(), None);
         }
         let total = out.len();
-        let mut scratch = crate::kernels::gemm::Scratch::new();
+        let mut scratch = Scratch::new();
         // Rows `rows` of the product into the result's elements `o`.
         let mut block = |rows: std::ops::Range<usize>, o: std::ops::Range<usize>| -> Result<()> {
             let c = scratch.get(o.len());
@@ -813,9 +817,18 @@ impl GemmKernel {
     }
 }
 
+/// `xs` widened to f32 into `scratch` (a bias of half-type values for the f32 epilogue).
+fn widen<'s, H: Copy>(xs: &[H], to_f32: fn(H) -> f32, scratch: &'s mut Scratch) -> &'s [f32] {
+    let wide = scratch.get(xs.len());
+    for (w, &x) in wide.iter_mut().zip(xs) {
+        *w = to_f32(x);
+    }
+    wide
+}
+
 /// Most f32 elements of a half-output product's scratch per block: half the pool's largest
 /// buffer, so that the block's scratch stays pooled beside the GEMM's own packing buffers.
-const HALF_OUT_BLOCK: usize = crate::kernels::gemm::Scratch::MAX_POOLED / 2;
+const HALF_OUT_BLOCK: usize = Scratch::MAX_POOLED / 2;
 
 fn narrow<A: Copy, B>(src: &[A], dst: &mut [B], f: impl Fn(A) -> B) {
     for (d, &s) in dst.iter_mut().zip(src) {
