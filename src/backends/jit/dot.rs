@@ -42,7 +42,7 @@ use crate::kernels::gemm::{
     Activation, Bias, Epilogue, Finish, GemmArgs, MatMut, MatRef, PackedB, Rhs, Scalar, Scratch, gemm_bf16, gemm_f16,
     gemm_f32, gemm_f64, gemm_i8,
 };
-use crate::kernels::half::RoundInto;
+use crate::kernels::half::{HalfFloat, RoundInto};
 use crate::kernels::tensor::Tensor;
 
 use super::fast::{FastKernel, PackJob, Packed, Prepared};
@@ -741,20 +741,8 @@ impl GemmKernel {
                 let bias = bias(2).map(|t| t.typed::<f64>());
                 self.run_typed(g, a, b, (out.typed_mut::<f64>(), None), bias, threads)
             }
-            // The half-type bias is widened into the epilogue's f32 on per-thread pooled scratch
-            // (no allocation once warm).
-            DType::BFloat16 => {
-                let (a, b) = self.operands::<bf16>(inputs);
-                let mut wide = Scratch::new();
-                let bias = bias(2).map(|t| widen(t.typed::<bf16>(), bf16::to_f32, &mut wide));
-                self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias, threads))
-            }
-            DType::Float16 => {
-                let (a, b) = self.operands::<f16>(inputs);
-                let mut wide = Scratch::new();
-                let bias = bias(2).map(|t| widen(t.typed::<f16>(), f16::to_f32, &mut wide));
-                self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias, threads))
-            }
+            DType::BFloat16 => self.compute_half::<bf16>(g, inputs, bias(2), out, threads),
+            DType::Float16 => self.compute_half::<f16>(g, inputs, bias(2), out, threads),
             DType::Int8 => {
                 let (a, b) = self.operands::<i8>(inputs);
                 match self.spec.out_dtype {
@@ -773,6 +761,26 @@ impl GemmKernel {
             }
             d => Err(Error::invalid(self.spec.op, format!("dtype {d} reached the GEMM kernel"))),
         }
+    }
+
+    /// A BF16/F16 product: f32 accumulation, its bias widened into the epilogue's f32 on
+    /// per-thread pooled scratch (no allocation once warm), the output through [`Self::half_out`].
+    fn compute_half<H: DotElem<Acc = f32> + HalfFloat>(
+        &self,
+        g: &Geom,
+        inputs: &[Tensor],
+        bias: Option<&Tensor>,
+        out: &mut Tensor,
+        threads: usize,
+    ) -> Result<()> {
+        let (a, b) = self.operands::<H>(inputs);
+        let mut wide = Scratch::new();
+        let bias = bias.map(|t| {
+            let w = wide.get(t.len());
+            H::widen(t.typed::<H>(), w, false);
+            &*w
+        });
+        self.half_out(g, out, |r, c, fin| self.run_rows(g, r, a, b, (c, fin), bias, threads))
     }
 
     /// Runs `f` on an f32 output, directly into `out` when it is F32, else into f32 scratch
@@ -815,15 +823,6 @@ impl GemmKernel {
         }
         Ok(())
     }
-}
-
-/// `xs` widened to f32 into `scratch` (a bias of half-type values for the f32 epilogue).
-fn widen<'s, H: Copy>(xs: &[H], to_f32: fn(H) -> f32, scratch: &'s mut Scratch) -> &'s [f32] {
-    let wide = scratch.get(xs.len());
-    for (w, &x) in wide.iter_mut().zip(xs) {
-        *w = to_f32(x);
-    }
-    wide
 }
 
 /// Most f32 elements of a half-output product's scratch per block: half the pool's largest

@@ -234,8 +234,8 @@ pub fn run(m: &mut Module, cfg: &EggConfig) -> Result<EggReport> {
     let external = external_uses(m);
     // egg reads `quanta`'s clock for its statistics and time limit; the first read in a process
     // would calibrate the TSC (a spin of 0.6 ms to 200 ms, paid by the first compile). A mock
-    // clock that stands still costs nothing: the stages' time limit is enforced by a hook on
-    // `std`'s clock instead (`run_stage`), and egg's own per-iteration times read zero.
+    // clock that stands still costs nothing: the stages' time limit is enforced by a runner hook
+    // on `std`'s clock instead (`rewrite_function`), and egg's own per-iteration times read zero.
     let (clock, _) = quanta::Clock::mock();
     quanta::with_clock(&clock, || {
         for fi in 0..m.functions.len() {
