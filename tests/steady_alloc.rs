@@ -17,9 +17,9 @@ mod bert;
 use std::sync::{Arc, Barrier};
 
 use counting::{Counting, count};
-use tensorjit::api::ConvConfig;
+use tensorjit::api::{AttentionConfig, ConvConfig};
 use tensorjit::backends::jit::JitBackend;
-use tensorjit::ir::op::{ArithReduce, ConvAxes};
+use tensorjit::ir::op::{ArithReduce, AttentionLayout, ConvAxes};
 use tensorjit::{Backend, Buffer, DType, ExecOptions, Executable, Function, Shape, Value};
 
 #[global_allocator]
@@ -183,6 +183,31 @@ fn encoder(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
     compile(b, "encoder", |f| {
         let x = f.parameter("x", f32s(&[e.batch, e.seq, e.hidden])).unwrap();
         vec![bert::encoder_layer(f, &e, x, 0).unwrap()]
+    })
+}
+
+/// bf16 throughout, `[2, 64, 4 heads × 16]`: a residual LayerNorm with gamma and beta, a BSHD
+/// attention with an additive bf16 key mask, a softmax and an erf GELU: the half-type steps that
+/// widen their operands and parameters into f32 scratch and round their results.
+fn norms_bf16(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
+    let (bt, s, h, d) = (2i64, 64i64, 4i64, 16i64);
+    let w = h * d;
+    let shape = |dims: &[i64]| Shape::new(DType::BFloat16, dims);
+    let bf = |v: Vec<f32>| v.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>();
+    compile(b, "norms bf16", |f| {
+        let x = f.parameter("x", shape(&[bt, s, w])).unwrap();
+        let r = f.parameter("r", shape(&[bt, s, w])).unwrap();
+        let mask = f.parameter("mask", shape(&[bt, 1, 1, s])).unwrap();
+        let gamma = f.constant(&bf(det(w as usize, 1)), &[w as usize]).unwrap();
+        let beta = f.constant(&bf(det(w as usize, 2)), &[w as usize]).unwrap();
+        let sum = f.add(x, r).unwrap();
+        let ln = f.fused_layer_norm(sum, &[-1], 1e-5, Some(gamma), Some(beta)).unwrap();
+        let q = f.reshape(ln, &[bt, s, h, d]).unwrap();
+        let cfg = AttentionConfig { mask: Some(mask), ..Default::default() };
+        let (att, _) = f.fused_scaled_dot_product_attention(q, q, q, AttentionLayout::Bshd, &cfg).unwrap();
+        let att = f.reshape(att, &[bt, s, w]).unwrap();
+        let sm = f.fused_softmax(att, 2).unwrap();
+        vec![f.fused_gelu(sm, true).unwrap()]
     })
 }
 
@@ -387,19 +412,28 @@ fn steady_state_allocations_per_execution() {
         ("convnet block bf16", convnet(&b, true)),
         ("convnet stage nhwc bf16", convnet_nhwc_bf16(&b)),
         ("dense bf16 2100x64x1000", dense_bf16(&b)),
+        ("norms bf16", norms_bf16(&b)),
     ] {
         let (c, r) = measure(name, &*exe);
         assert_writes_into_slots(name, c, &r);
     }
 
     // 5. The ONNX models, where they are on this machine (tools/onnx-models.py writes the
-    // torchscript exports): MiniLM (fused residual LayerNorm, embedding row gathers, attention),
+    // torchscript exports): MiniLM in f32 and bf16 (fused residual LayerNorm, embedding row
+    // gathers, attention),
     // ResNet-18 (the direct stem, Winograd and implicit-GEMM convolutions, the global-average-pool
     // tail: a reduction loop, a reshape, a division in place over the reshape) and MobileNetV2
     // (direct 1×1 and depthwise kernels) allocate nothing either.
-    if let Some(exe) = onnx(&b, "/work/models/minilm-torchscript/model.onnx", &[("batch", 1), ("sequence", 128)]) {
-        let (c, r) = measure("onnx minilm 1x128", &*exe);
-        assert_writes_into_slots("onnx minilm 1x128", c, &r);
+    // MiniLM in bf16 too (the export of `model.to(torch.bfloat16)`: bf16 products, attention and
+    // residual layer norms).
+    for (name, path) in [
+        ("onnx minilm 1x128", "/work/models/minilm-torchscript/model.onnx"),
+        ("onnx minilm bf16 1x128", "/work/models/minilm-torchscript-bf16/model.onnx"),
+    ] {
+        if let Some(exe) = onnx(&b, path, &[("batch", 1), ("sequence", 128)]) {
+            let (c, r) = measure(name, &*exe);
+            assert_writes_into_slots(name, c, &r);
+        }
     }
     for (name, path) in [
         ("onnx resnet-18 b1", "/work/models/resnet18-torchscript/model.onnx"),

@@ -6,7 +6,6 @@
 //! dtypes (F64) and unusual forms (LayerNorm over axes that are not one increasing block, dynamic shapes, shapes the
 //! reference kernel would reject) keep the reference kernel.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use half::{bf16, f16};
@@ -20,9 +19,10 @@ use crate::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast
 use crate::kernels::fused::{
     FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_residual_f32, layer_norm_strided_f32, softmax_f32,
 };
-use crate::kernels::gemm::Scratch;
+use crate::kernels::gemm::{AlignedBuf, Scratch};
 use crate::kernels::half::HalfFloat;
 use crate::kernels::tensor::Tensor;
+use crate::memory::AnyBits;
 
 use super::fast::FastKernel;
 
@@ -344,18 +344,36 @@ fn on_pool<R: Send>(pool: Option<&rayon::ThreadPool>, f: impl FnOnce(bool) -> R 
     }
 }
 
+/// A float tensor's values as f32: borrowed for F32, widened into the GEMM's per-thread scratch
+/// pool for the half types (no allocation once warm).
+enum F32View<'a> {
+    Borrowed(&'a [f32]),
+    Widened(Scratch, usize),
+}
+
+impl std::ops::Deref for F32View<'_> {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            F32View::Borrowed(v) => v,
+            F32View::Widened(s, len) => s.view(*len),
+        }
+    }
+}
+
 /// The values of a float tensor as f32 (borrowed for F32, widened for the half types, split over
 /// `pool`).
-fn as_f32<'a>(name: &str, t: &'a Tensor, pool: Option<&rayon::ThreadPool>) -> Result<Cow<'a, [f32]>> {
-    fn widened<H: HalfFloat>(x: &[H], pool: Option<&rayon::ThreadPool>) -> Vec<f32> {
-        let mut v = vec![0f32; x.len()];
-        on_pool(pool, |par| H::widen(x, &mut v, par));
-        v
+fn as_f32<'a>(name: &str, t: &'a Tensor, pool: Option<&rayon::ThreadPool>) -> Result<F32View<'a>> {
+    fn widened<H: HalfFloat>(x: &[H], pool: Option<&rayon::ThreadPool>) -> F32View<'static> {
+        let mut s = Scratch::new();
+        let v = s.get(x.len());
+        on_pool(pool, |par| H::widen(x, v, par));
+        F32View::Widened(s, x.len())
     }
     match t.shape.dtype {
-        DType::Float32 => Ok(Cow::Borrowed(t.typed::<f32>())),
-        DType::BFloat16 => Ok(Cow::Owned(widened(t.typed::<bf16>(), pool))),
-        DType::Float16 => Ok(Cow::Owned(widened(t.typed::<f16>(), pool))),
+        DType::Float32 => Ok(F32View::Borrowed(t.typed::<f32>())),
+        DType::BFloat16 => Ok(widened(t.typed::<bf16>(), pool)),
+        DType::Float16 => Ok(widened(t.typed::<f16>(), pool)),
         d => Err(Error::invalid(name, format!("operand {} has dtype {d}, expected F32, BF16 or F16", t.shape))),
     }
 }
@@ -402,9 +420,9 @@ const HALF_BLOCK: usize = 16 * 1024;
 
 /// The half types of the block-wise paths: their conversions ([`HalfFloat`], on the calling
 /// thread: the blocks are already split over the pool) and their storage.
-trait HalfElem: HalfFloat + crate::ir::dtype::Element {}
+trait HalfElem: HalfFloat + crate::ir::dtype::Element + AnyBits {}
 
-impl<H: HalfFloat + crate::ir::dtype::Element> HalfElem for H {}
+impl<H: HalfFloat + crate::ir::dtype::Element + AnyBits> HalfElem for H {}
 
 /// The f32 kernel of a block: `(x, y)` of whole units.
 type BlockFn<'a> = dyn Fn(&[f32], &mut [f32]) + Sync + 'a;
@@ -416,10 +434,11 @@ fn half_blocks<H: HalfElem>(pool: Option<&rayon::ThreadPool>, x: &[H], y: &mut [
     let unit = unit.max(1);
     let per = (HALF_BLOCK / unit).max(1) * unit;
     let n = x.len().min(y.len());
-    // The two f32 scratch blocks are allocated once per worker, not once per block.
-    let scratch = || (vec![0f32; per.min(n)], vec![0f32; per.min(n)]);
-    let run = |(a, b): &mut (Vec<f32>, Vec<f32>), (xs, ys): (&[H], &mut [H])| {
-        let (a, b) = (&mut a[..xs.len()], &mut b[..xs.len()]);
+    // The two f32 scratch blocks, taken once per worker from the per-thread pool (no allocation
+    // once warm).
+    let scratch = || (Scratch::new(), Scratch::new());
+    let run = |(a, b): &mut (Scratch, Scratch), (xs, ys): (&[H], &mut [H])| {
+        let (a, b) = (a.get(xs.len()), b.get(xs.len()));
         H::widen(xs, a, false);
         f(a, b);
         H::round(b, ys, false);
@@ -738,7 +757,7 @@ impl FusedKernel {
                 ),
             ));
         }
-        let param = |i: usize, what: &str| -> Result<Cow<'_, [f32]>> {
+        let param = |i: usize, what: &str| -> Result<F32View<'_>> {
             let t = &inputs[i];
             if t.len() != n || t.shape.dtype != dt {
                 return Err(Error::invalid(name, format!("{what} {} must hold {n} {dt} values", t.shape)));
@@ -790,21 +809,20 @@ impl RowNorm<'_> {
         use rayon::prelude::*;
         let n = self.n.max(1);
         let total = self.rows * n;
-        let terms: Vec<&[H]> = terms.iter().map(|t| t.typed::<H>()).collect();
+        let terms: smallvec::SmallVec<[&[H]; 4]> = terms.iter().map(|t| t.typed::<H>()).collect();
         let per = (HALF_BLOCK / n).max(1) * n;
         // Row `i` of a term (terms repeat along the leading axes).
         let row = |t: &[H], i: usize| -> std::ops::Range<usize> {
             let at = (i * n) % t.len();
             at..at + n
         };
-        type Scratch<H> = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<H>);
-        let scratch = || -> Scratch<H> {
-            let len = per.min(total);
-            (vec![0f32; len], vec![0f32; len], vec![0f32; n], vec![H::default(); n])
-        };
-        let block = |(s, o, t, h): &mut Scratch<H>, blk: usize, ys: &mut [H], ss: Option<&mut [H]>| {
+        // Per worker, from the per-thread pools (no allocation once warm): the block's sums and
+        // results in f32, one widened term row and one rounded row.
+        type Bufs<H> = (Scratch, Scratch, Scratch, AlignedBuf<H>);
+        let scratch = || -> Bufs<H> { (Scratch::new(), Scratch::new(), Scratch::new(), AlignedBuf::zeroed(n)) };
+        let block = |(s, o, t, h): &mut Bufs<H>, blk: usize, ys: &mut [H], ss: Option<&mut [H]>| {
             let first = blk * per / n;
-            let (s, o) = (&mut s[..ys.len()], &mut o[..ys.len()]);
+            let (s, o, t, h) = (s.get(ys.len()), o.get(ys.len()), t.get(n), h.as_mut_slice());
             for (r, acc) in s.chunks_exact_mut(n).enumerate() {
                 let i = first + r;
                 H::widen(&terms[0][row(terms[0], i)], acc, false);
@@ -946,7 +964,7 @@ impl FastKernel for FusedKernel {
                 let n: usize = xs.uproduct(first..first + axes);
                 let inner: usize = xs.uproduct(first + axes..r);
                 let rows = x.len().checked_div(n).unwrap_or(0);
-                let param = |i: usize, what: &str| -> Result<Cow<'_, [f32]>> {
+                let param = |i: usize, what: &str| -> Result<F32View<'_>> {
                     let t = inputs.get(i).ok_or_else(|| Error::invalid(name, format!("missing {what} operand")))?;
                     if t.len() != n {
                         return Err(Error::invalid(name, format!("{what} {} must hold {n} values", t.shape)));

@@ -18,8 +18,11 @@ pub(crate) struct AlignedBuf<T> {
 struct Line([u8; 64]);
 
 /// Most buffers one thread's pool keeps: a blocked product holds up to five at once (packed A
-/// and B, the column sums, the bias row and the edge tile).
-const POOL_BUFFERS: usize = 8;
+/// and B, the column sums, the bias row and the edge tile), a bf16 attention step seven (its
+/// widened operands, mask and result, the f32 kernel's blocks), and the buffers of the other
+/// steps of a model must survive those: with 8, a bf16 attention + layer norm graph evicted one
+/// buffer per execution and allocated it again at the next (`tests/steady_alloc.rs`).
+const POOL_BUFFERS: usize = 16;
 /// Most bytes one thread's pool keeps, and the largest buffer it keeps: a one-off huge product
 /// frees its scratch instead of pinning it for the thread's life.
 const POOL_MAX_BYTES: usize = 16 << 20;
@@ -74,6 +77,12 @@ impl<T: AnyBits> AlignedBuf<T> {
         // sizes them so), aligned to 64 >= align_of::<T>() (asserted there), every bit pattern
         // is a valid T (`AnyBits`), and the slice borrows `self` mutably.
         unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.len) }
+    }
+
+    /// The elements, read-only (stale values where recycled storage was not written yet).
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: as for `as_mut_slice`; the slice borrows `self` immutably.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len) }
     }
 }
 
@@ -171,6 +180,12 @@ impl Scratch {
             Some(b) => &mut b.as_mut_slice()[..len],
             None => &mut [],
         }
+    }
+
+    /// The first `len` elements [`Scratch::get`] gave out, read-only (fewer when it holds
+    /// fewer).
+    pub fn view(&self, len: usize) -> &[f32] {
+        self.0.as_ref().map_or(&[], |b| &b.as_slice()[..len.min(b.len())])
     }
 }
 
