@@ -207,7 +207,21 @@ fn norms_bf16(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
         let (att, _) = f.fused_scaled_dot_product_attention(q, q, q, AttentionLayout::Bshd, &cfg).unwrap();
         let att = f.reshape(att, &[bt, s, w]).unwrap();
         let sm = f.fused_softmax(att, 2).unwrap();
-        vec![f.fused_gelu(sm, true).unwrap()]
+        let ge = f.fused_gelu(sm, true).unwrap();
+        // A layer norm without gamma and beta (GPT-2's exports have them apart).
+        vec![f.fused_layer_norm(ge, &[-1], 1e-5, None, None).unwrap()]
+    })
+}
+
+/// f32 layer norms without gamma or beta: a residual one over the last axis and one over a
+/// middle axis (`[2, 48, 40]` over axis 1).
+fn norms_f32(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
+    compile(b, "norms f32", |f| {
+        let x = f.parameter("x", f32s(&[2, 48, 40])).unwrap();
+        let r = f.parameter("r", f32s(&[2, 48, 40])).unwrap();
+        let sum = f.add(x, r).unwrap();
+        let ln = f.fused_layer_norm(sum, &[-1], 1e-5, None, None).unwrap();
+        vec![f.fused_layer_norm(ln, &[1], 1e-5, None, None).unwrap()]
     })
 }
 
@@ -413,6 +427,7 @@ fn steady_state_allocations_per_execution() {
         ("convnet stage nhwc bf16", convnet_nhwc_bf16(&b)),
         ("dense bf16 2100x64x1000", dense_bf16(&b)),
         ("norms bf16", norms_bf16(&b)),
+        ("norms f32", norms_f32(&b)),
     ] {
         let (c, r) = measure(name, &*exe);
         assert_writes_into_slots(name, c, &r);

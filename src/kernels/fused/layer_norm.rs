@@ -20,9 +20,8 @@
 //! 1.1–1.5× faster for outputs of 6–24 MiB on a 2-core Zen 3 (32 MiB L3, shared); smaller
 //! outputs use ordinary stores, so that the consumer finds them in cache.
 
-use std::borrow::Cow;
-
 use super::{FusedIsa, for_unit_pairs, for_units};
+use crate::kernels::gemm::Scratch;
 
 /// Bytes of output from which the vector paths write y with non-temporal stores (eight
 /// times a 512 KiB L2: such an output mostly leaves the private caches before it is read).
@@ -46,10 +45,11 @@ pub fn layer_norm_f32(
     if total == 0 || x.len() < total || y.len() < total {
         return;
     }
-    let (g, b) = (affine(gamma, n, 1.0), affine(beta, n, 0.0));
+    let (mut gs, mut bs) = (Scratch::new(), Scratch::new());
+    let (g, b) = (affine(gamma, n, 1.0, &mut gs), affine(beta, n, 0.0, &mut bs));
     let isa = isa.checked();
     let stream = total * size_of::<f32>() >= STREAM_MIN_BYTES;
-    let p = RowParams { n, eps: epsilon, g: &g, b: &b };
+    let p = RowParams { n, eps: epsilon, g, b };
     let x = &x[..total];
     for_units(pool, &mut y[..total], n, 8 * n, |first, ys| {
         let xs = &x[first * n..first * n + ys.len()];
@@ -58,11 +58,16 @@ pub fn layer_norm_f32(
 }
 
 /// The first `n` values of a gamma or beta operand, or `n` copies of `default` without one (or
-/// with a shorter one).
-fn affine(v: Option<&[f32]>, n: usize, default: f32) -> Cow<'_, [f32]> {
+/// with a shorter one), written into `s` (the per-thread scratch pool: no allocation once warm,
+/// where a GPT-2 export's layer norms without an operand allocated two rows per block).
+fn affine<'a>(v: Option<&'a [f32]>, n: usize, default: f32, s: &'a mut Scratch) -> &'a [f32] {
     match v {
-        Some(v) if v.len() >= n => Cow::Borrowed(&v[..n]),
-        _ => Cow::Owned(vec![default; n]),
+        Some(v) if v.len() >= n => &v[..n],
+        _ => {
+            let d = s.get(n);
+            d.fill(default);
+            d
+        }
     }
 }
 
@@ -159,16 +164,17 @@ pub fn layer_norm_residual_f32(
     {
         return;
     }
-    let (g, b) = (affine(gamma, n, 1.0), affine(beta, n, 0.0));
+    let (mut gs, mut bs) = (Scratch::new(), Scratch::new());
+    let (g, b) = (affine(gamma, n, 1.0, &mut gs), affine(beta, n, 0.0, &mut bs));
     let isa = isa.checked();
-    let p = RowParams { n, eps: epsilon, g: &g, b: &b };
+    let p = RowParams { n, eps: epsilon, g, b };
     let block_rows = (RESIDUAL_BLOCK_BYTES / (n * size_of::<f32>())).max(1);
     // One task: its rows (starting at row `first`) in blocks: add into `s` (the sum's rows or
     // scratch), normalise from there while the block is in cache.
     let task = |first: usize, ys: &mut [f32], mut sums: Option<&mut [f32]>| {
         // The block's sum without a sum result goes to per-thread pooled scratch (written
         // before it is read; no allocation once warm).
-        let mut pooled = crate::kernels::gemm::Scratch::new();
+        let mut pooled = Scratch::new();
         let scratch = if sums.is_none() { pooled.get((block_rows * n).min(ys.len())) } else { &mut [] };
         let mut done = 0;
         while done < ys.len() {
@@ -312,16 +318,10 @@ pub fn layer_norm_strided_f32(
     if total == 0 || x.len() < total || y.len() < total {
         return;
     }
-    let g: Vec<f32> = match gamma {
-        Some(g) if g.len() >= n => g[..n].to_vec(),
-        _ => vec![1.0; n],
-    };
-    let b: Vec<f32> = match beta {
-        Some(b) if b.len() >= n => b[..n].to_vec(),
-        _ => vec![0.0; n],
-    };
+    let (mut gs, mut bs) = (Scratch::new(), Scratch::new());
+    let (g, b) = (affine(gamma, n, 1.0, &mut gs), affine(beta, n, 0.0, &mut bs));
     let isa = isa.checked();
-    let norm = Norm { n, inner, eps: epsilon, g: &g, b: &b };
+    let norm = Norm { n, inner, eps: epsilon, g, b };
     for_units(pool, &mut y[..total], slab, 8 * slab, |first, ys| {
         for (o, ya) in ys.chunks_exact_mut(slab).enumerate() {
             strided_slab(isa, &norm, &x[(first + o) * slab..(first + o + 1) * slab], ya);
