@@ -55,6 +55,11 @@ fn inputs(exe: &dyn Executable) -> Vec<Buffer> {
                         (0..n).map(|i| half::bf16::from_f32(((i * 7919 % 2001) as f32 / 1000.0) - 1.0)).collect();
                     Buffer::from_slice(&v, &dims).unwrap()
                 }
+                DType::Float16 => {
+                    let v: Vec<half::f16> =
+                        (0..n).map(|i| half::f16::from_f32(((i * 7919 % 2001) as f32 / 1000.0) - 1.0)).collect();
+                    Buffer::from_slice(&v, &dims).unwrap()
+                }
                 DType::Int64 => Buffer::from_slice(&vec![1i64; n], &dims).unwrap(),
                 DType::Int32 => Buffer::from_slice(&vec![1i32; n], &dims).unwrap(),
                 d => panic!("no input generator for {d:?}"),
@@ -186,20 +191,27 @@ fn encoder(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
     })
 }
 
-/// bf16 throughout, `[2, 64, 4 heads × 16]`: a residual LayerNorm with gamma and beta, a BSHD
-/// attention with an additive bf16 key mask, a softmax and an erf GELU: the half-type steps that
-/// widen their operands and parameters into f32 scratch and round their results.
-fn norms_bf16(b: &Arc<dyn Backend>) -> Arc<dyn Executable> {
+/// A half type throughout (bf16 or f16), `[2, 64, 4 heads × 16]`: a residual LayerNorm with
+/// gamma and beta, a BSHD attention with an additive key mask, a softmax, an erf GELU and a
+/// layer norm without operands: the half-type steps that widen their operands and parameters
+/// into f32 scratch and round their results.
+fn norms_half(b: &Arc<dyn Backend>, dt: DType) -> Arc<dyn Executable> {
     let (bt, s, h, d) = (2i64, 64i64, 4i64, 16i64);
     let w = h * d;
-    let shape = |dims: &[i64]| Shape::new(DType::BFloat16, dims);
-    let bf = |v: Vec<f32>| v.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>();
-    compile(b, "norms bf16", |f| {
+    let shape = |dims: &[i64]| Shape::new(dt, dims);
+    compile(b, &format!("norms {dt:?}"), |f| {
         let x = f.parameter("x", shape(&[bt, s, w])).unwrap();
         let r = f.parameter("r", shape(&[bt, s, w])).unwrap();
         let mask = f.parameter("mask", shape(&[bt, 1, 1, s])).unwrap();
-        let gamma = f.constant(&bf(det(w as usize, 1)), &[w as usize]).unwrap();
-        let beta = f.constant(&bf(det(w as usize, 2)), &[w as usize]).unwrap();
+        let param = |seed: usize| {
+            let v = det(w as usize, seed);
+            if dt == DType::Float16 {
+                f.constant(&v.into_iter().map(half::f16::from_f32).collect::<Vec<_>>(), &[w as usize]).unwrap()
+            } else {
+                f.constant(&v.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>(), &[w as usize]).unwrap()
+            }
+        };
+        let (gamma, beta) = (param(1), param(2));
         let sum = f.add(x, r).unwrap();
         let ln = f.fused_layer_norm(sum, &[-1], 1e-5, Some(gamma), Some(beta)).unwrap();
         let q = f.reshape(ln, &[bt, s, h, d]).unwrap();
@@ -426,7 +438,8 @@ fn steady_state_allocations_per_execution() {
         ("convnet block bf16", convnet(&b, true)),
         ("convnet stage nhwc bf16", convnet_nhwc_bf16(&b)),
         ("dense bf16 2100x64x1000", dense_bf16(&b)),
-        ("norms bf16", norms_bf16(&b)),
+        ("norms bf16", norms_half(&b, DType::BFloat16)),
+        ("norms f16", norms_half(&b, DType::Float16)),
         ("norms f32", norms_f32(&b)),
     ] {
         let (c, r) = measure(name, &*exe);
