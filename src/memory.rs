@@ -382,8 +382,6 @@ pub(crate) trait AnyBits: Copy {}
 impl AnyBits for f32 {}
 impl AnyBits for u16 {}
 impl AnyBits for i32 {}
-impl AnyBits for half::bf16 {}
-impl AnyBits for half::f16 {}
 
 /// `bytes` viewed as little-endian elements of `T` without copying, when the slice is aligned
 /// for `T` and a whole number of elements (every target this crate supports is little-endian);
@@ -391,7 +389,7 @@ impl AnyBits for half::f16 {}
 pub(crate) fn view_as<T: AnyBits>(bytes: &[u8]) -> Option<&[T]> {
     // SAFETY: `align_to` returns a middle slice that is aligned for `T` and lies inside `bytes`
     // (borrowed immutably for the same lifetime); every bit pattern is a valid `T` (`AnyBits`
-    // is implemented only for f32, u16, i32, bf16 and f16), so reading the bytes as `T` is sound.
+    // is implemented only for f32, u16 and i32), so reading the bytes as `T` is sound.
     let (head, mid, tail) = unsafe { bytes.align_to::<T>() };
     (head.is_empty() && tail.is_empty()).then_some(mid)
 }

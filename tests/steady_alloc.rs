@@ -45,20 +45,14 @@ fn inputs(exe: &dyn Executable) -> Vec<Buffer> {
         .map(|s| {
             let n = s.num_elements();
             let dims: Vec<usize> = s.dims.iter().map(|&d| d as usize).collect();
+            let vals = || (0..n).map(|i| ((i * 7919 % 2001) as f32 / 1000.0) - 1.0);
             match s.dtype {
-                DType::Float32 => {
-                    let v: Vec<f32> = (0..n).map(|i| ((i * 7919 % 2001) as f32 / 1000.0) - 1.0).collect();
-                    Buffer::from_slice(&v, &dims).unwrap()
-                }
+                DType::Float32 => Buffer::from_slice(&vals().collect::<Vec<_>>(), &dims).unwrap(),
                 DType::BFloat16 => {
-                    let v: Vec<half::bf16> =
-                        (0..n).map(|i| half::bf16::from_f32(((i * 7919 % 2001) as f32 / 1000.0) - 1.0)).collect();
-                    Buffer::from_slice(&v, &dims).unwrap()
+                    Buffer::from_slice(&vals().map(half::bf16::from_f32).collect::<Vec<_>>(), &dims).unwrap()
                 }
                 DType::Float16 => {
-                    let v: Vec<half::f16> =
-                        (0..n).map(|i| half::f16::from_f32(((i * 7919 % 2001) as f32 / 1000.0) - 1.0)).collect();
-                    Buffer::from_slice(&v, &dims).unwrap()
+                    Buffer::from_slice(&vals().map(half::f16::from_f32).collect::<Vec<_>>(), &dims).unwrap()
                 }
                 DType::Int64 => Buffer::from_slice(&vec![1i64; n], &dims).unwrap(),
                 DType::Int32 => Buffer::from_slice(&vec![1i32; n], &dims).unwrap(),

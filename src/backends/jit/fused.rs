@@ -19,10 +19,9 @@ use crate::kernels::fused::attention::{AttentionMask, AttentionParams, broadcast
 use crate::kernels::fused::{
     FusedIsa, attention_f32, gelu_f32, layer_norm_f32, layer_norm_residual_f32, layer_norm_strided_f32, softmax_f32,
 };
-use crate::kernels::gemm::{AlignedBuf, Scratch};
+use crate::kernels::gemm::Scratch;
 use crate::kernels::half::HalfFloat;
 use crate::kernels::tensor::Tensor;
-use crate::memory::AnyBits;
 
 use super::fast::FastKernel;
 
@@ -420,9 +419,9 @@ const HALF_BLOCK: usize = 16 * 1024;
 
 /// The half types of the block-wise paths: their conversions ([`HalfFloat`], on the calling
 /// thread: the blocks are already split over the pool) and their storage.
-trait HalfElem: HalfFloat + crate::ir::dtype::Element + AnyBits {}
+trait HalfElem: HalfFloat + crate::ir::dtype::Element {}
 
-impl<H: HalfFloat + crate::ir::dtype::Element + AnyBits> HalfElem for H {}
+impl<H: HalfFloat + crate::ir::dtype::Element> HalfElem for H {}
 
 /// The f32 kernel of a block: `(x, y)` of whole units.
 type BlockFn<'a> = dyn Fn(&[f32], &mut [f32]) + Sync + 'a;
@@ -816,17 +815,18 @@ impl RowNorm<'_> {
             let at = (i * n) % t.len();
             at..at + n
         };
-        // Per worker, from the per-thread pools (no allocation once warm): the block's sums and
-        // results in f32, one widened term row and one rounded row.
-        type Bufs<H> = (Scratch, Scratch, Scratch, AlignedBuf<H>);
-        let scratch = || -> Bufs<H> { (Scratch::new(), Scratch::new(), Scratch::new(), AlignedBuf::zeroed(n)) };
-        let block = |(s, o, t, h): &mut Bufs<H>, blk: usize, ys: &mut [H], ss: Option<&mut [H]>| {
+        // Per worker, from the per-thread pool (no allocation once warm): the block's sums and
+        // results in f32. Until they are written, the results' first row holds a widened term
+        // row and the block's output its rounded sum row.
+        let scratch = || (Scratch::new(), Scratch::new());
+        let block = |(s, o): &mut (Scratch, Scratch), blk: usize, ys: &mut [H], ss: Option<&mut [H]>| {
             let first = blk * per / n;
-            let (s, o, t, h) = (s.get(ys.len()), o.get(ys.len()), t.get(n), h.as_mut_slice());
+            let (s, o) = (s.get(ys.len()), o.get(ys.len()));
             for (r, acc) in s.chunks_exact_mut(n).enumerate() {
                 let i = first + r;
                 H::widen(&terms[0][row(terms[0], i)], acc, false);
                 for term in &terms[1..] {
+                    let (t, h) = (&mut o[..n], &mut ys[..n]);
                     H::widen(&term[row(term, i)], t, false);
                     for (a, &v) in acc.iter_mut().zip(t.iter()) {
                         *a += v;

@@ -51,7 +51,6 @@ use crate::error::{Error, Result};
 use driver::{BSource, Job, PackedPanels, RawMat, RawMatMut};
 use kernel::{Family, PackFrom};
 // `Scratch`: for the convolution kernels' im2col and tile buffers (and the crate's tests).
-pub(crate) use kernel::AlignedBuf;
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use kernel::Scratch;
 
