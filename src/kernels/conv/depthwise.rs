@@ -18,14 +18,17 @@
 //! block is N output rows × one vector, each tap reads its input row in place (a row of zeros in
 //! the vertical padding) with masked loads for the lanes in the horizontal padding. 3×3
 //! stride-1 planes with padding 1 (MobileNet's), of any width, take a path of their own
-//! ([`Job::plane_s1_3x3`]): blocks of N output rows × one vector in row order, each input row
-//! under the block loaded once as three shifted vectors that feed the block rows reading it.
+//! ([`Job::plane_s1_3x3`]): strips of two vectors of columns down the whole plane, each input row
+//! loaded once as three shifted vectors per strip vector that feed the three output rows reading
+//! it (the oldest of which is then finished and stored), compiled apart per ISA with the
+//! epilogue as a constant so that the nine weights and six accumulators stay in registers.
 //! 3×3 stride-2 planes (dilation 1, dense rows) skip the copy too ([`Job::plane_s2`]): one
 //! vector of output columns down the plane, each input row loaded in place and split into its
 //! even and odd columns in registers.
 //!
 //! Channels-first geometries with dense rows in and out take the channel-blocked path instead
-//! ([`blocked`]; all but stride-1 rows of 9 to 16 columns, see [`takes_blocks`]): 8 or 16
+//! ([`blocked`]; all but 3×3 stride-1 planes at least 9 or 17 columns wide and other stride-1
+//! rows of 9 to 16 columns, see [`takes_blocks`]): 8 or 16
 //! channels at a time transposed into a padded `[row][column][channel]` block, convolved with the
 //! channels as the lanes, and transposed back. The plane paths below serve the rest (and NHWC
 //! outputs).
@@ -126,7 +129,7 @@ fn depthwise_on(
         && geom.x_strides[3] == 1
         && (geom.y_strides[3] == 1 || out_last)
         && blocked::extent(geom).is_some_and(|(ph, pw)| ph.saturating_mul(pw) <= 4 * planes + 4096);
-    if can_block && blocked.unwrap_or_else(|| out_last || takes_blocks(geom)) {
+    if can_block && blocked.unwrap_or_else(|| out_last || takes_blocks(geom, isa)) {
         let l = if isa == FusedIsa::Avx512 { 16 } else { 8 };
         let nb = c.div_ceil(l);
         let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
@@ -162,22 +165,36 @@ fn depthwise_on(
 }
 
 /// Whether a channels-first geometry the blocked path can take runs faster on it than on the
-/// plane paths: all but stride-1 rows of 9 to 16 columns, which one 16-lane vector of the plane
-/// path holds. Measured on MobileNetV2 at batch 8 (one Zen 5 core, alternated, inside the model):
-/// blocked 2.31 against 4.26 ms at 32 channels 112² stride 1, 2.68 against 3.64 at 144 channels
-/// 56², 0.83 against 1.01 at 192 channels 28², 3.23 against 3.39 at 96 channels 112² stride 2,
-/// 0.35–0.42 against 0.36–0.43 on the 28² and 14² stride-2 layers, 0.30 against 0.33 at 960
-/// channels 7²; 0.88 against 0.78 at 576 channels 14² stride 1 (and a tie at 384), left to
-/// the plane path. (One-op benchmarks must use non-zero inputs: a zero-filled input is read from
-/// the kernel's shared zero page, always in cache, which hid how memory-bound the plane path is.)
-fn takes_blocks(geom: &ConvGeom) -> bool {
+/// plane paths. 3×3 stride-1 planes with padding 1 ([`Job::plane_s1_3x3`]) stay on the plane
+/// path from 9 output columns with 16-lane vectors and from 17 with 8-lane ones. Measured on one
+/// Zen 4 core (`tensorjit bench`, a lone depthwise convolution with a ReLU6, minimum of 400,
+/// alternated), plane against blocked path, AVX-512: 32 channels at 112² 0.086 against 0.181 ms,
+/// 144 at 56² 0.100 against 0.205, 192 at 28² 0.038 against 0.069, 576 at 14² 0.040 against
+/// 0.058–0.079, at batch 8 1.13 against 2.05–2.10, 0.30 against 0.58–0.62 and 0.32 against 0.44;
+/// 960 at 7² (one vector a row, three dependent chains) 0.128 against 0.028. AVX2 (forced):
+/// 0.149 against 0.189 at 112², 0.147–0.180 against 0.218–0.225 at 56², a tie at 28² (0.080),
+/// 0.080 against 0.073 at 14². The other geometries: all but stride-1 rows of 9 to 16 columns,
+/// which one 16-lane vector of the plane path holds. Measured on MobileNetV2 at batch 8 (one
+/// Zen 5 core, alternated, inside the model): blocked 3.23 against 3.39 ms at 96 channels 112²
+/// stride 2, 0.35–0.42 against 0.36–0.43 on the 28² and 14² stride-2 layers. (One-op benchmarks
+/// must use non-zero inputs: a zero-filled input is read from the kernel's shared zero page,
+/// always in cache, which hid how memory-bound the plane path is.)
+fn takes_blocks(geom: &ConvGeom, isa: FusedIsa) -> bool {
     let ow = geom.out_hw[1];
+    let s1k3 = geom.kernel_hw == [3, 3] && geom.stride == [1, 1] && geom.dilation == [1, 1] && geom.pad == [1, 1];
+    if s1k3 {
+        return ow < if isa == FusedIsa::Avx512 { 9 } else { 17 };
+    }
     !(geom.stride[1] == 1 && (9..=16).contains(&ow))
 }
 
 /// The channel-blocked path of one ISA ([`Job::plane_block_avx512`]).
 #[cfg(target_arch = "x86_64")]
 type BlockFn<'j, 'a> = unsafe fn(&'j Job<'a>, usize, usize, std::ops::Range<usize>, &mut Scratch);
+
+/// The 3×3 stride-1 plane path of one ISA ([`Job::plane_s1_3x3_avx512`]).
+#[cfg(target_arch = "x86_64")]
+type S3Fn<'j, 'a> = unsafe fn(&'j Job<'a>, usize, usize);
 
 /// What a unit is.
 #[derive(Clone, Copy)]
@@ -299,6 +316,35 @@ struct Job<'a> {
     s2: bool,
     /// Bytes a strip of the channel-blocked path may hold ([`blocked::STRIP_BYTES`]).
     strip_bytes: usize,
+}
+
+/// Vectors per strip of the 3×3 stride-1 plane path ([`Job::plane_s1_3x3`]): three output rows
+/// of each are in progress, so two vectors keep six accumulator chains going.
+const S3_STRIP: usize = 2;
+
+/// One strip of [`Job::plane_s1_3x3`]: the plane, its weights (`[ty·3 + tx]`) and bias, the
+/// output index of its first value, the strip's first column.
+#[derive(Clone, Copy)]
+struct Strip {
+    plane: *const f32,
+    k: [f32; 9],
+    bias: f32,
+    base: usize,
+    ox0: usize,
+}
+
+/// The epilogues [`Job::plane_s1_3x3`] compiles into its strips (into dense output rows): none,
+/// ReLU, a clamp from +0 to a positive bound (ReLU6); `S3_ANY`, anything else, goes through
+/// [`Job::store_vec`] (whose calls, for a residual or another activation, spill the strip's
+/// vectors around them).
+const S3_NONE: u8 = 0;
+const S3_RELU: u8 = 1;
+const S3_CLAMP0: u8 = 2;
+const S3_ANY: u8 = 3;
+
+/// Whether `clamp` is from +0 to a positive bound (ReLU6), where a ReLU before it changes nothing.
+pub(super) fn clamps_from_zero(clamp: Option<(f32, f32)>) -> bool {
+    matches!(clamp, Some((lo, hi)) if lo == 0.0 && lo.is_sign_positive() && hi > 0.0)
 }
 
 /// Most kernel rows the direct stride-1 plane path takes (its row pointers live in an array).
@@ -479,6 +525,18 @@ impl Job<'_> {
                 // `dispatch`; AVX-512 CPUs take the AVX2 vectors here); `s2` holds.
                 return unsafe { self.plane_s2::<__m256>(img, ch, scratch) };
             }
+            if self.s1k3 && ISA != GENERIC {
+                // Called through an opaque pointer, compiled apart: inlined into the unit body,
+                // the path's weights were spilled to the stack.
+                let f: S3Fn<'_, '_> = if ISA == AVX512 {
+                    std::hint::black_box(Self::plane_s1_3x3_avx512)
+                } else {
+                    std::hint::black_box(Self::plane_s1_3x3_avx2)
+                };
+                // SAFETY: the AVX2 and AVX512 bodies run only on CPUs with AVX2 and FMA, the
+                // AVX512 one with AVX-512F too (see `dispatch`); `s1k3` holds.
+                return unsafe { f(self, img, ch) };
+            }
             if ISA == AVX512 {
                 // SAFETY: the AVX512 body runs only on CPUs with AVX-512F (see `dispatch`).
                 return unsafe { self.plane_on::<ISA, __m512>(img, ch, scratch) };
@@ -651,87 +709,256 @@ impl Job<'_> {
     }
 
     /// [`Job::plane_on`] for a 3×3 kernel with stride and dilation 1 and low padding 1 (MobileNet's
-    /// depthwise layers) over dense input rows, without the padded copy: register blocks of [`N`]
-    /// output rows × one vector of columns. Each input row under a block is loaded once, as three
-    /// vectors (its columns under kernel columns 0, 1, 2: masked to the lanes inside the row),
-    /// and feeds the up to three rows of the block that read it: `(N + 2)·3` loads for `9·N`
-    /// multiply-adds in N independent chains. Input rows outside the plane are skipped.
+    /// depthwise layers) over dense input rows, without the padded copy: the plane's columns in
+    /// strips of [`S3_STRIP`] vectors (one at the end of an odd count), each strip down the whole
+    /// plane ([`Job::strip_s1_3x3`]). Per input row and strip vector: three loads (the row's
+    /// columns under kernel columns 0, 1, 2: masked to the lanes inside the row at the plane's
+    /// edges) and nine multiply-adds into three output rows, in `3·S3_STRIP` independent chains,
+    /// with no reload of a weight or an accumulator (the `N`-row blocks this path had before kept
+    /// their weights on the stack: 0.19 ms for 32 channels at 112² on one Zen 4 core in session
+    /// 59, 0.076–0.086 now; see [`takes_blocks`]).
     ///
     /// # Safety
     /// The CPU has `S`'s features; `self.s1k3` holds.
     #[inline(always)]
     unsafe fn plane_s1_3x3<S: Lanes>(&self, img: usize, ch: usize) {
         let g = self.geom;
-        let ([oh, ow], [ih, iw], c) = (g.out_hw, g.in_hw, g.out_channels);
-        let [sn, sc, sh, _] = g.x_strides;
+        let ([oh, ow], c) = (g.out_hw, g.out_channels);
+        let [sn, sc, ..] = g.x_strides;
         let plane = self.x[img * sn + ch * sc..].as_ptr();
+        let bias = self.epi.bias.map_or(0.0, |b| b[ch]);
+        let k: [f32; 9] = std::array::from_fn(|t| self.w[t * c + ch]);
+        if oh == 0 {
+            return;
+        }
+        let [yn, yc, ..] = g.y_strides;
+        let base = img * yn + ch * yc;
+        let vectors = ow.div_ceil(S::L);
+        // The epilogue as a constant of the strip's code (see `S3_ANY`).
+        let epi = if g.y_strides[3] != 1 {
+            S3_ANY
+        } else {
+            // SAFETY: the CPU has S's features (the caller's contract).
+            match unsafe { Finish::<S>::of(self.epi) } {
+                Finish::Registers { relu: false, clamp: None } => S3_NONE,
+                Finish::Registers { relu: true, clamp: None } => S3_RELU,
+                Finish::Registers { .. } if clamps_from_zero(self.epi.clamp) => S3_CLAMP0,
+                _ => S3_ANY,
+            }
+        };
+        let mut v = 0;
+        while v < vectors {
+            let w = if vectors - v >= S3_STRIP { S3_STRIP } else { 1 };
+            let st = Strip { plane, k, bias, base, ox0: v * S::L };
+            // SAFETY: the caller's contract; the strip's vectors start inside the output rows.
+            unsafe {
+                match (w, epi) {
+                    (S3_STRIP, S3_NONE) => self.strip_s1_3x3::<S, S3_STRIP, S3_NONE>(&st),
+                    (S3_STRIP, S3_RELU) => self.strip_s1_3x3::<S, S3_STRIP, S3_RELU>(&st),
+                    (S3_STRIP, S3_CLAMP0) => self.strip_s1_3x3::<S, S3_STRIP, S3_CLAMP0>(&st),
+                    (S3_STRIP, _) => self.strip_s1_3x3::<S, S3_STRIP, S3_ANY>(&st),
+                    (_, S3_NONE) => self.strip_s1_3x3::<S, 1, S3_NONE>(&st),
+                    (_, S3_RELU) => self.strip_s1_3x3::<S, 1, S3_RELU>(&st),
+                    (_, S3_CLAMP0) => self.strip_s1_3x3::<S, 1, S3_CLAMP0>(&st),
+                    _ => self.strip_s1_3x3::<S, 1, S3_ANY>(&st),
+                }
+            }
+            v += w;
+        }
+    }
+
+    /// [`Job::plane_s1_3x3`] on AVX-512 vectors, a function of its own (see [`Job::plane`]).
+    ///
+    /// # Safety
+    /// As [`Job::plane_s1_3x3`], on a CPU with AVX-512F, AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[inline(never)]
+    unsafe fn plane_s1_3x3_avx512(&self, img: usize, ch: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { self.plane_s1_3x3::<std::arch::x86_64::__m512>(img, ch) }
+    }
+
+    /// [`Job::plane_s1_3x3`] on AVX2 vectors, a function of its own (see [`Job::plane`]).
+    ///
+    /// # Safety
+    /// As [`Job::plane_s1_3x3`], on a CPU with AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[inline(never)]
+    unsafe fn plane_s1_3x3_avx2(&self, img: usize, ch: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { self.plane_s1_3x3::<std::arch::x86_64::__m256>(img, ch) }
+    }
+
+    /// One strip of [`Job::plane_s1_3x3`]: `W` vectors of output columns from `ox0`, down the
+    /// whole plane. Input row `iy` is loaded once, as three shifted vectors per strip vector,
+    /// and feeds the three output rows that read it: kernel row 2 finishes output row `iy − 1`
+    /// (stored at once), kernel row 1 continues row `iy`, kernel row 0 starts row `iy + 1`.
+    /// Rows past the input (bottom padding) add nothing; lanes in the horizontal padding or
+    /// past the row are loaded as zeros.
+    ///
+    /// `EPI`: the epilogue (`S3_NONE` …).
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; `self.s1k3` holds; `ox0 + (W − 1)·S::L < ow`.
+    #[inline(always)]
+    unsafe fn strip_s1_3x3<S: Lanes, const W: usize, const EPI: u8>(&self, st: &Strip) {
+        let (iw, ox0) = (self.geom.in_hw[1], st.ox0);
+        // Kernel column tx of vector j reads input columns ox0 + j·L + tx − 1 ..: the lanes lo..hi
+        // inside the row.
+        let lanes: [[(usize, usize); 3]; W] = std::array::from_fn(|j| {
+            std::array::from_fn(|tx| {
+                let start = (ox0 + j * S::L + tx) as isize - 1;
+                let lo = start.min(0).unsigned_abs().min(S::L);
+                (lo, (iw as isize - start).clamp(lo as isize, S::L as isize) as usize)
+            })
+        });
+        // SAFETY: the caller's contract.
+        unsafe {
+            // (Loops, not `map` closures: those would not inline the mask intrinsics.)
+            let mut masks = [[S::mask(0, S::L); 3]; W];
+            if lanes.iter().flatten().all(|&(lo, hi)| lo == 0 && hi == S::L) {
+                self.strip_rows::<S, W, true, EPI>(st, masks);
+            } else {
+                for (m, l) in masks.iter_mut().zip(&lanes) {
+                    for (m, &(lo, hi)) in m.iter_mut().zip(l) {
+                        *m = S::mask(lo, hi);
+                    }
+                }
+                self.strip_rows::<S, W, false, EPI>(st, masks);
+            }
+        }
+    }
+
+    /// The rows of [`Job::strip_s1_3x3`]; `FULL`: every load is whole (`masks` unused).
+    ///
+    /// # Safety
+    /// As [`Job::strip_s1_3x3`]; `masks` are its lanes inside the row.
+    #[inline(always)]
+    unsafe fn strip_rows<S: Lanes, const W: usize, const FULL: bool, const EPI: u8>(
+        &self,
+        st: &Strip,
+        masks: [[S::Mask; 3]; W],
+    ) {
+        let Strip { plane, k, bias, base, ox0 } = *st;
+        let g = self.geom;
+        let ([oh, ow], ih) = (g.out_hw, g.in_hw[0]);
+        let sh = g.x_strides[2];
+        let [_, _, yh, yw] = g.y_strides;
+        let ns: [usize; W] = std::array::from_fn(|j| S::L.min(ow - (ox0 + j * S::L)));
         // Vectors are made in this body, not in closures (which do not inherit its target
         // features, so the intrinsics would not be inlined).
         // SAFETY: the CPU has S's features (the caller's contract).
-        let bias = unsafe { S::splat(self.epi.bias.map_or(0.0, |b| b[ch])) };
-        let mut k = [bias; 9];
-        for (t, kv) in k.iter_mut().enumerate() {
+        let (bias, fin) = unsafe { (S::splat(bias), Finish::<S>::of(self.epi)) };
+        let fin = &fin;
+        let mut kv = [bias; 9];
+        for (v, &w) in kv.iter_mut().zip(&k) {
             // SAFETY: as above.
-            *kv = unsafe { S::splat(self.w[t * c + ch]) };
+            *v = unsafe { S::splat(w) };
         }
-        // SAFETY: as above.
-        let fin = unsafe { Finish::<S>::of(self.epi) };
-        let [yn, yc, yh, yw] = g.y_strides;
-        let base = img * yn + ch * yc;
-        // Blocks in row order, so that the input is read row after row (as the prefetchers like).
-        for oy0 in (0..oh).step_by(N) {
-            for ox0 in (0..ow).step_by(S::L) {
-                let n = S::L.min(ow - ox0);
-                // Kernel column tx reads input columns ox0 + tx − 1 ..: the lanes lo..hi inside
-                // the row.
-                let lanes: [(usize, usize); 3] = std::array::from_fn(|tx| {
-                    let start = (ox0 + tx) as isize - 1;
-                    let lo = start.min(0).unsigned_abs().min(S::L);
-                    (lo, (iw as isize - start).clamp(lo as isize, S::L as isize) as usize)
-                });
-                let full = lanes.iter().all(|&(lo, hi)| lo == 0 && hi == S::L);
-                let [(l0, h0), (l1, h1), (l2, h2)] = lanes;
-                // SAFETY: the CPU has S's features (the caller's contract).
-                let masks = unsafe { [S::mask(l0, h0), S::mask(l1, h1), S::mask(l2, h2)] };
-                let mut acc = [bias; N];
-                // Block row r (output row oy0 + r) reads input rows oy0 + r − 1 + ty: input row
-                // oy0 + t − 1 serves block rows t − ty.
-                for t in 0..N + 2 {
-                    let Some(iy) = (oy0 + t).checked_sub(1).filter(|&r| r < ih) else { continue };
-                    // Column ox0 − 1 of row iy (before the row when ox0 = 0: lane 0 is then masked).
-                    // SAFETY: `validate` checked the plane's extent: row iy < ih starts inside `x`;
-                    // the pointer is only read at lanes inside the row (`masks`, or all of them when
-                    // `full`).
-                    let row = unsafe { plane.add(iy * sh) }.wrapping_add(ox0).wrapping_sub(1);
-                    // SAFETY: as above; the features are the caller's.
-                    let v: [S; 3] = unsafe {
-                        if full {
-                            [S::load(row), S::load(row.wrapping_add(1)), S::load(row.wrapping_add(2))]
-                        } else {
-                            [
-                                S::load_masked(row, masks[0]),
-                                S::load_masked(row.wrapping_add(1), masks[1]),
-                                S::load_masked(row.wrapping_add(2), masks[2]),
-                            ]
-                        }
-                    };
-                    for (r, a) in acc.iter_mut().enumerate() {
-                        if (r..r + 3).contains(&t) {
-                            let ty = t - r;
-                            // SAFETY: the features are the caller's.
-                            unsafe {
-                                *a = v[0].fmadd(k[3 * ty], *a);
-                                *a = v[1].fmadd(k[3 * ty + 1], *a);
-                                *a = v[2].fmadd(k[3 * ty + 2], *a);
-                            }
-                        }
-                    }
+        let k = kv;
+        let at = |oy: usize| base + oy * yh + ox0 * yw;
+        // SAFETY: every row read is a row iy < ih (`validate` checked the plane's extent); the
+        // stored rows are rows oy < oh of this unit's plane, ns[j] ≤ S::L columns from
+        // ox0 + j·L < ow; the caller's contract (features, masks).
+        unsafe {
+            // Output rows iy − 1 and iy, in progress.
+            let (mut a, mut b) = ([bias; W], [bias; W]);
+            let mut n = [bias; W];
+            // Step 0: rows 0 (kernel row 1) and 1 (kernel row 0); row −1 is padding.
+            if ih > 0 {
+                self.s3_row::<S, W, FULL>(plane.wrapping_add(ox0), 0, &k, &masks, &mut a, &mut b, &mut n);
+            }
+            (a, b) = (b, n);
+            // Steps 1 ..= oh: step iy finishes output row iy − 1.
+            let inside = ih.min(oh + 1);
+            for iy in 1..inside {
+                n = [bias; W];
+                self.s3_row::<S, W, FULL>(plane.wrapping_add(ox0), iy * sh, &k, &masks, &mut a, &mut b, &mut n);
+                self.s3_store::<S, W, FULL, EPI>(fin, &a, at(iy - 1), &ns);
+                (a, b) = (b, n);
+            }
+            // The rows in the bottom padding.
+            for iy in inside.max(1)..=oh {
+                self.s3_store::<S, W, FULL, EPI>(fin, &a, at(iy - 1), &ns);
+                (a, b) = (b, [bias; W]);
+            }
+        }
+    }
+
+    /// One input row of [`Job::strip_rows`] (at `start + off`, the strip's first column) into
+    /// output rows `iy − 1` (`a`, kernel row 2), `iy` (`b`, row 1) and `iy + 1` (`n`, row 0).
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; the row's columns under the strip (lanes `masks`, all when
+    /// `FULL`, one column to each side) are inside `x`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn s3_row<S: Lanes, const W: usize, const FULL: bool>(
+        &self,
+        start: *const f32,
+        off: usize,
+        k: &[S; 9],
+        masks: &[[S::Mask; 3]; W],
+        a: &mut [S; W],
+        b: &mut [S; W],
+        n: &mut [S; W],
+    ) {
+        for j in 0..W {
+            // Column ox0 + j·L − 1 of the row (before the row when it is −1: lane 0 is then
+            // masked).
+            let p = start.wrapping_add(off + j * S::L).wrapping_sub(1);
+            // SAFETY: the caller's contract.
+            unsafe {
+                let x: [S; 3] = if FULL {
+                    [S::load(p), S::load(p.wrapping_add(1)), S::load(p.wrapping_add(2))]
+                } else {
+                    [
+                        S::load_masked(p, masks[j][0]),
+                        S::load_masked(p.wrapping_add(1), masks[j][1]),
+                        S::load_masked(p.wrapping_add(2), masks[j][2]),
+                    ]
+                };
+                for (tx, xv) in x.into_iter().enumerate() {
+                    a[j] = xv.fmadd(k[6 + tx], a[j]);
+                    b[j] = xv.fmadd(k[3 + tx], b[j]);
+                    n[j] = xv.fmadd(k[tx], n[j]);
                 }
-                let ns: [usize; N] = std::array::from_fn(|r| if oy0 + r < oh { n } else { 0 });
-                let at = std::array::from_fn(|r| base + (oy0 + r).min(oh - 1) * yh + ox0 * yw);
-                // SAFETY: the stored rows (ns > 0) are rows oy0 + r < oh of this unit's plane, n ≤
-                // S::L columns from ox0 < ow; the caller's contract (features).
-                unsafe { self.store_block(&fin, acc, &at, &ns) };
+            }
+        }
+    }
+
+    /// Stores the `W` vectors of a finished output row of [`Job::strip_rows`] at `at` (`ns`
+    /// lanes each, all of them when `FULL`) with the epilogue `EPI` applied: in registers into
+    /// dense output rows, or through [`Job::store_vec`] (`S3_ANY`).
+    ///
+    /// # Safety
+    /// The CPU has `S`'s features; the runs lie in the plane this unit owns; `EPI` is the one
+    /// [`Job::plane_s1_3x3`] chose for this convolution.
+    #[inline(always)]
+    unsafe fn s3_store<S: Lanes, const W: usize, const FULL: bool, const EPI: u8>(
+        &self,
+        fin: &Finish<S>,
+        a: &[S; W],
+        at: usize,
+        ns: &[usize; W],
+    ) {
+        let yw = self.geom.y_strides[3];
+        for j in 0..W {
+            // SAFETY: the caller's contract; outside `S3_ANY` the output rows are dense (yw = 1).
+            unsafe {
+                if EPI == S3_ANY {
+                    self.store_vec(fin, a[j], at + j * S::L * yw, ns[j]);
+                    continue;
+                }
+                let v = match (EPI, fin) {
+                    (S3_RELU, _) => a[j].relu(),
+                    (S3_CLAMP0, Finish::Registers { clamp: Some((_, hi, ..)), .. }) => a[j].clamp_from_zero(*hi),
+                    _ => a[j],
+                };
+                let p = self.out.0.add(at + j * S::L);
+                if FULL { v.store(p) } else { v.store_first(p, ns[j]) }
             }
         }
     }
@@ -1322,6 +1549,20 @@ impl Lanes for std::arch::x86_64::__m256 {
         unsafe { std::arch::x86_64::_mm256_maskload_ps(p, m) }
     }
     #[inline(always)]
+    unsafe fn store_first(self, p: *mut f32, n: usize) {
+        // SAFETY: see above; the mask holds the first `n` lanes only (masked-off lanes are not
+        // accessed). A whole vector is a plain store, as for `__m512`; a part is one masked
+        // store, not a copy through memory (a call to `memcpy`, around which the callers'
+        // vectors were spilled).
+        unsafe {
+            if n == 8 {
+                std::arch::x86_64::_mm256_storeu_ps(p, self)
+            } else {
+                std::arch::x86_64::_mm256_maskstore_ps(p, Self::mask(0, n), self)
+            }
+        }
+    }
+    #[inline(always)]
     unsafe fn relu(self) -> Self {
         use std::arch::x86_64::*;
         // SAFETY: see above.
@@ -1706,9 +1947,14 @@ mod tests {
         }
     }
 
-    /// The epilogue parts a case uses: bias, residual, activation, clamp.
+    /// The epilogue parts a case uses: bias, residual, activation, clamp (`CLAMP` or `RELU6`).
     #[derive(Clone, Copy, Debug)]
-    struct Parts(bool, bool, Activation, bool);
+    struct Parts(bool, bool, Activation, Option<(f32, f32)>);
+
+    /// A clamp below and above zero.
+    const CLAMP: Option<(f32, f32)> = Some((-0.5, 0.7));
+    /// A clamp from +0 (ReLU6's form, scaled to the test's values).
+    const RELU6: Option<(f32, f32)> = Some((0.0, 0.6));
 
     /// Direct f64 loop: `clamp(act(Σ x·w + bias + residual))` at every output index.
     fn naive(g: &ConvGeom, x: &[f32], w: &[f32], bias: &[f32], res: &[f32], p: Parts) -> Vec<(usize, f64)> {
@@ -1736,8 +1982,8 @@ mod tests {
                             s += res[i] as f64;
                         }
                         s = act_f64(p.2, s);
-                        if p.3 {
-                            s = s.clamp(-0.5, 0.7);
+                        if let Some((lo, hi)) = p.3 {
+                            s = s.clamp(lo as f64, hi as f64);
                         }
                         out.push((i, s));
                     }
@@ -1762,7 +2008,7 @@ mod tests {
             bias: p.0.then_some(&bias[..]),
             residual: p.1.then_some(&res[..]),
             activation: p.2,
-            clamp: p.3.then_some((-0.5, 0.7)),
+            clamp: p.3,
         };
         let filter = ConvFilter::new(g, &w, [kh * kw, kh * kw, kw, 1]).unwrap();
         assert_eq!(filter.describe(), "depthwise direct");
@@ -1916,8 +2162,10 @@ mod tests {
     fn matches_naive_loop_on_fixed_shapes() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let mut rng = Lcg(3);
-        let all = Parts(true, true, Activation::Relu, true);
-        let relu6 = Parts(true, false, Activation::Relu, true);
+        let all = Parts(true, true, Activation::Relu, CLAMP);
+        let clamp = Parts(true, false, Activation::Relu, CLAMP);
+        let relu6 = Parts(true, false, Activation::None, RELU6);
+        let relu = Parts(false, false, Activation::Relu, None);
         for (xl, yl) in [(false, false), (true, true), (false, true), (true, false)] {
             // MobileNetV2's shapes, shrunk: 3x3 stride 1 and 2, narrow planes, odd channel counts.
             let gs = [
@@ -1931,6 +2179,10 @@ mod tests {
                 geom(2, 2, [17, 57], [3, 3], [[1, 1], [1, 1], [1, 1], [1, 1]], (xl, yl)),
                 geom(1, 3, [9, 33], [3, 3], [[1, 1], [1, 1], [0, 2], [1, 1]], (xl, yl)),
                 geom(1, 2, [2, 1], [3, 3], [[1, 1], [1, 1], [2, 0], [1, 1]], (xl, yl)),
+                // Wide enough for whole two-vector strips with no lane in the padding, and a
+                // last strip of one vector; bottom padding 3 and 0.
+                geom(1, 3, [6, 100], [3, 3], [[1, 1], [1, 1], [3, 1], [1, 1]], (xl, yl)),
+                geom(2, 2, [13, 70], [3, 3], [[1, 1], [1, 1], [0, 2], [1, 1]], (xl, yl)),
                 // Stride 3, dilation, asymmetric padding, 5x5, 1x1 kernel.
                 geom(1, 4, [11, 10], [3, 2], [[3, 3], [2, 0], [0, 2], [1, 1]], (xl, yl)),
                 geom(2, 6, [9, 9], [3, 3], [[1, 2], [2, 1], [1, 2], [2, 3]], (xl, yl)),
@@ -1945,8 +2197,9 @@ mod tests {
                 geom(2, 3, [3, 4], [3, 3], [[1, 2], [60, 55], [60, 50], [50, 45]], (xl, yl)),
             ];
             for g in &gs {
-                check(&mut rng, g, all, &pool);
-                check(&mut rng, g, relu6, &pool);
+                for p in [all, clamp, relu6, relu] {
+                    check(&mut rng, g, p, &pool);
+                }
             }
         }
     }
@@ -1958,9 +2211,9 @@ mod tests {
         // one or both ends, channels not a multiple of 8, outputs in either layout.
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let mut rng = Lcg(29);
-        let all = Parts(true, true, Activation::Relu, true);
-        let relu6 = Parts(true, false, Activation::Relu, true);
-        let plain = Parts(false, false, Activation::None, false);
+        let all = Parts(true, true, Activation::Relu, CLAMP);
+        let relu6 = Parts(true, false, Activation::Relu, RELU6);
+        let plain = Parts(false, false, Activation::None, None);
         let s2 = |batch, c, in_hw, pad: [usize; 2], pad_hi: [usize; 2], yl| {
             geom(batch, c, in_hw, [3, 3], [[2, 2], pad, pad_hi, [1, 1]], (false, yl))
         };
@@ -1989,7 +2242,7 @@ mod tests {
             let pad_hi = [rng.below(4), rng.below(4)];
             let batch = [0, 1, 1, 2][rng.below(4)];
             let g = s2(batch, c, in_hw, pad, pad_hi, rng.below(2) == 1);
-            let p = Parts(rng.below(2) == 1, rng.below(2) == 1, acts[rng.below(4)], rng.below(2) == 1);
+            let p = Parts(rng.below(2) == 1, rng.below(2) == 1, acts[rng.below(4)], [None, CLAMP, RELU6][rng.below(3)]);
             check(&mut rng, &g, p, &pool);
         }
     }
@@ -2010,7 +2263,7 @@ mod tests {
             let batch = [0, 1, 1, 3][rng.below(4)];
             let (xl, yl) = (rng.below(2) == 1, rng.below(2) == 1);
             let g = geom(batch, c, in_hw, k, [stride, pad, pad_hi, dil], (xl, yl));
-            let p = Parts(rng.below(2) == 1, rng.below(2) == 1, acts[rng.below(4)], rng.below(2) == 1);
+            let p = Parts(rng.below(2) == 1, rng.below(2) == 1, acts[rng.below(4)], [None, CLAMP, RELU6][rng.below(3)]);
             check(&mut rng, &g, p, &pool);
         }
     }

@@ -33,7 +33,7 @@
 //! pixels allow) and by output rows (depthwise: a row's inside tiles in one call per channel
 //! block).
 
-use super::depthwise::{Lanes, Portable, each16, window3_strided};
+use super::depthwise::{Lanes, Portable, clamps_from_zero, each16, window3_strided};
 use super::{ConvEpilogue, ConvGeom, LineAligned, OP, OutPtr, for_units, uneven};
 use crate::error::{Error, Result};
 use crate::kernels::fused::FusedIsa;
@@ -169,7 +169,7 @@ impl<'a> Tail<'a> {
     /// Whether the clamp is from +0 to a positive bound (ReLU6): [`Lanes::clamp_from_zero`], a
     /// ReLU before it changing nothing the clamp keeps.
     fn clamps_from_zero(&self) -> bool {
-        matches!(self.epi.clamp, Some((lo, hi)) if lo == 0.0 && lo.is_sign_positive() && hi > 0.0)
+        clamps_from_zero(self.epi.clamp)
     }
 
     /// The per-value tail over `chans` channels from each index of `at` (stored sums).
