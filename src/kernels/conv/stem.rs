@@ -963,12 +963,19 @@ impl LanesTile<'_> {
             let bias: [V; NV] = std::array::from_fn(|v| V::load(self.bias.as_ptr().add(v * V::L)));
             // The epilogue over every sum (a partial tile's unstored ones too).
             let mut acc = lanes_sums::<V, NV, R, S, CLAMP>(self.offs, self.w, self.xs, first, self.ow, bias);
+            // Loops, not `map` closures: those were compiled apart, each call passing the tile
+            // through memory (MobileNetV2 at batch 1 on one Zen 4 core: 1.7% of the forward in
+            // the clamp's closure alone).
             if self.relu {
-                acc = acc.map(|p| p.map(|a| a.relu()));
+                for a in acc.iter_mut().flatten() {
+                    *a = a.relu();
+                }
             }
             if let Some((lo, hi)) = self.clamp {
                 let (lo, hi, zlo, zhi) = (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0);
-                acc = acc.map(|p| p.map(|a| a.clamp(lo, hi, zlo, zhi)));
+                for a in acc.iter_mut().flatten() {
+                    *a = a.clamp(lo, hi, zlo, zhi);
+                }
             }
             const { assert!(R <= 16, "each16 writes out up to 16 pixels") };
             if from == first && first + R <= self.ow && self.vecs == NV && self.last == V::L {
