@@ -172,8 +172,8 @@ fn depthwise_on(
 /// 144 at 56² 0.100 against 0.205, 192 at 28² 0.038 against 0.069, 576 at 14² 0.040 against
 /// 0.058–0.079, at batch 8 1.13 against 2.05–2.10, 0.30 against 0.58–0.62 and 0.32 against 0.44;
 /// 960 at 7² (one vector a row, three dependent chains) 0.128 against 0.028. AVX2 (forced):
-/// 0.149 against 0.189 at 112², 0.147–0.180 against 0.218–0.225 at 56², a tie at 28² (0.080),
-/// 0.080 against 0.073 at 14². The other geometries: all but stride-1 rows of 9 to 16 columns,
+/// 0.149 against 0.189 at 112², 0.147–0.180 against 0.218–0.225 at 56², a tie at 28² (0.080
+/// both; 0.109–0.120 against 0.110–0.113 in a noisier hour), 0.080 against 0.073 at 14². The other geometries: all but stride-1 rows of 9 to 16 columns,
 /// which one 16-lane vector of the plane path holds. Measured on MobileNetV2 at batch 8 (one
 /// Zen 5 core, alternated, inside the model): blocked 3.23 against 3.39 ms at 96 channels 112²
 /// stride 2, 0.35–0.42 against 0.36–0.43 on the 28² and 14² stride-2 layers. (One-op benchmarks
@@ -1431,6 +1431,21 @@ pub(super) trait Lanes: Copy {
         unsafe { self.clamp(Self::splat(0.0), hi, true, false) }
     }
 
+    /// The `N` vectors at `p`, `p + L`, …: a loop, not an `array::from_fn` closure (compiled
+    /// apart where the inliner declines it, and then every call passes the vectors through
+    /// memory, as `map` closures did in the stem's tile in one build).
+    #[inline(always)]
+    unsafe fn loads<const N: usize>(p: *const f32) -> [Self; N] {
+        // SAFETY: the caller's contract: `p` is valid for N·L values.
+        unsafe {
+            let mut v = [Self::splat(0.0); N];
+            for (i, v) in v.iter_mut().enumerate() {
+                *v = Self::load(p.add(i * Self::L));
+            }
+            v
+        }
+    }
+
     /// Stores the first `n` (1 ..= L) lanes.
     #[inline(always)]
     unsafe fn store_first(self, p: *mut f32, n: usize) {
@@ -1547,20 +1562,6 @@ impl Lanes for std::arch::x86_64::__m256 {
     unsafe fn load_masked(p: *const f32, m: Self::Mask) -> Self {
         // SAFETY: see above; masked-off lanes are not accessed (no fault).
         unsafe { std::arch::x86_64::_mm256_maskload_ps(p, m) }
-    }
-    #[inline(always)]
-    unsafe fn store_first(self, p: *mut f32, n: usize) {
-        // SAFETY: see above; the mask holds the first `n` lanes only (masked-off lanes are not
-        // accessed). A whole vector is a plain store, as for `__m512`; a part is one masked
-        // store, not a copy through memory (a call to `memcpy`, around which the callers'
-        // vectors were spilled).
-        unsafe {
-            if n == 8 {
-                std::arch::x86_64::_mm256_storeu_ps(p, self)
-            } else {
-                std::arch::x86_64::_mm256_maskstore_ps(p, Self::mask(0, n), self)
-            }
-        }
     }
     #[inline(always)]
     unsafe fn relu(self) -> Self {

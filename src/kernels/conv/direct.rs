@@ -469,13 +469,13 @@ unsafe fn tile<V: Lanes, const NV: usize>(a: &TileArgs<'_>, at: &[usize; R], c: 
     // SAFETY: the caller's contract (features and bounds) throughout.
     unsafe {
         let w = a.w.as_ptr().add(c);
-        let bias: [V; NV] = std::array::from_fn(|v| V::load(a.bias.as_ptr().add(c + v * V::L)));
+        let bias: [V; NV] = V::loads(a.bias.as_ptr().add(c));
         let mut acc = [bias; R];
         for ci in 0..a.cin {
             let x = a.xs.as_ptr().add(ci * a.ps);
             let wc = w.add(ci * taps * CB);
             for (t, &off) in a.offs.iter().enumerate() {
-                let wv: [V; NV] = std::array::from_fn(|v| V::load(wc.add(t * CB + v * V::L)));
+                let wv: [V; NV] = V::loads(wc.add(t * CB));
                 let p = x.add(off);
                 for (acc, &i) in acc.iter_mut().zip(&at) {
                     let b = V::splat(*p.add(i));

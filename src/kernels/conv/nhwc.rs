@@ -655,7 +655,7 @@ impl PwRun<'_> {
                     }
                 }
                 for i in i..cin {
-                    let wv: [V; NV] = std::array::from_fn(|v| V::load(w.add(i * CB + v * V::L)));
+                    let wv: [V; NV] = V::loads(w.add(i * CB));
                     for (acc, p) in acc.iter_mut().zip(&xp) {
                         let b = V::splat(*p.add(i));
                         for (s, &k) in acc.iter_mut().zip(&wv) {
@@ -1672,7 +1672,7 @@ unsafe fn dw_sums<V: Lanes, const NV: usize, const RR: usize>(
             let xr = x.add(row + col);
             for &(kx, off) in taps {
                 let wt = w.add((ky * kw + kx) * c);
-                let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
+                let wv: [V; NV] = V::loads(wt);
                 let xk = xr.add(off);
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let p = xk.add(r * step);

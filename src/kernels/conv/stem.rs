@@ -960,23 +960,18 @@ impl LanesTile<'_> {
     ) {
         // SAFETY: the caller's contract throughout.
         unsafe {
-            let bias: [V; NV] = std::array::from_fn(|v| V::load(self.bias.as_ptr().add(v * V::L)));
-            // The epilogue over every sum (a partial tile's unstored ones too).
-            let mut acc = lanes_sums::<V, NV, R, S, CLAMP>(self.offs, self.w, self.xs, first, self.ow, bias);
-            // Loops, not `map` closures: those were compiled apart, each call passing the tile
-            // through memory (MobileNetV2 at batch 1 on one Zen 4 core: 1.7% of the forward in
-            // the clamp's closure alone).
-            if self.relu {
-                for a in acc.iter_mut().flatten() {
-                    *a = a.relu();
-                }
-            }
-            if let Some((lo, hi)) = self.clamp {
-                let (lo, hi, zlo, zhi) = (V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0);
-                for a in acc.iter_mut().flatten() {
-                    *a = a.clamp(lo, hi, zlo, zhi);
-                }
-            }
+            let bias: [V; NV] = V::loads(self.bias.as_ptr());
+            let acc = lanes_sums::<V, NV, R, S, CLAMP>(self.offs, self.w, self.xs, first, self.ow, bias);
+            // The ReLU and clamp applied to each vector as it is stored (as `map` closures over
+            // the tile, compiled apart, each call passed the tile through memory: MobileNetV2 at
+            // batch 1 on one Zen 4 core spent 1.7% of its forward in the clamp's closure alone).
+            // (A `match`, not `Option::map`: the splats must not sit in a closure.)
+            #[allow(clippy::manual_map)]
+            let clamp = match self.clamp {
+                Some((lo, hi)) => Some((V::splat(lo), V::splat(hi), lo == 0.0, hi == 0.0)),
+                None => None,
+            };
+            let relu = self.relu;
             const { assert!(R <= 16, "each16 writes out up to 16 pixels") };
             if from == first && first + R <= self.ow && self.vecs == NV && self.last == V::L {
                 // A whole tile (every pixel and vector stored): plain stores in straight-line code
@@ -987,8 +982,8 @@ impl LanesTile<'_> {
                 let dst = self.dst.add(first * self.yw);
                 each16!(r => {
                     if r < R {
-                        for (v, a) in acc[r].iter().enumerate() {
-                            a.store(dst.add(r * self.yw + v * V::L));
+                        for (v, &a) in acc[r].iter().enumerate() {
+                            finish_lanes(a, relu, clamp).store(dst.add(r * self.yw + v * V::L));
                         }
                     }
                 });
@@ -1003,11 +998,29 @@ impl LanesTile<'_> {
                         if v >= self.vecs {
                             continue;
                         }
-                        let p = dst.add(v * V::L);
+                        let (p, a) = (dst.add(v * V::L), finish_lanes(a, relu, clamp));
                         if v + 1 < self.vecs { a.store(p) } else { a.store_first(p, self.last) }
                     }
                 }
             });
+        }
+    }
+}
+
+/// `a` with the ReLU (`relu`) and then the clamp (bounds, and whether each is ±0) applied: the
+/// epilogue of a [`LanesTile`] vector as it is stored.
+///
+/// # Safety
+/// The CPU has `V`'s features.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn finish_lanes<V: Lanes>(a: V, relu: bool, clamp: Option<(V, V, bool, bool)>) -> V {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let a = if relu { a.relu() } else { a };
+        match clamp {
+            Some((lo, hi, zlo, zhi)) => a.clamp(lo, hi, zlo, zhi),
+            None => a,
         }
     }
 }
@@ -1038,7 +1051,7 @@ unsafe fn lanes_sums<V: Lanes, const NV: usize, const R: usize, const S: usize, 
     unsafe {
         for (t, &off) in offs.iter().enumerate() {
             let wt = w.add(t * NV * V::L);
-            let wv: [V; NV] = std::array::from_fn(|v| V::load(wt.add(v * V::L)));
+            let wv: [V; NV] = V::loads(wt);
             // Wrapping: the in-place tiles' base lies `pad` columns before their row.
             let xt = xs.wrapping_add(off + first * S);
             for (r, acc) in acc.iter_mut().enumerate() {
@@ -1128,7 +1141,7 @@ impl<V: Lanes> FusedTile<'_, V> {
         unsafe {
             let mut acc: [[V; P]; C] = std::array::from_fn(|c| [V::splat(bias[c]); P]);
             for (k, &off) in self.offs.iter().enumerate() {
-                let xv: [V; P] = std::array::from_fn(|p| V::load(xs.add(off + V::L * p)));
+                let xv: [V; P] = V::loads(xs.add(off));
                 for (c, acc) in acc.iter_mut().enumerate() {
                     let wv = V::splat(*w.add(k * CB + c));
                     for (a, &x) in acc.iter_mut().zip(&xv) {
