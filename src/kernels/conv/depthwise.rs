@@ -129,7 +129,7 @@ fn depthwise_on(
         && geom.x_strides[3] == 1
         && (geom.y_strides[3] == 1 || out_last)
         && blocked::extent(geom).is_some_and(|(ph, pw)| ph.saturating_mul(pw) <= 4 * planes + 4096);
-    if can_block && blocked.unwrap_or_else(|| out_last || takes_blocks(geom, isa)) {
+    if can_block && blocked.unwrap_or_else(|| out_last || takes_blocks(geom, isa, s1k3)) {
         let l = if isa == FusedIsa::Avx512 { 16 } else { 8 };
         let nb = c.div_ceil(l);
         let threads = if parallel { rayon::current_num_threads().max(1) } else { 1 };
@@ -179,9 +179,9 @@ fn depthwise_on(
 /// stride 2, 0.35–0.42 against 0.36–0.43 on the 28² and 14² stride-2 layers. (One-op benchmarks
 /// must use non-zero inputs: a zero-filled input is read from the kernel's shared zero page,
 /// always in cache, which hid how memory-bound the plane path is.)
-fn takes_blocks(geom: &ConvGeom, isa: FusedIsa) -> bool {
+/// (`s1k3`: the geometry takes [`Job::plane_s1_3x3`] on the plane path.)
+fn takes_blocks(geom: &ConvGeom, isa: FusedIsa, s1k3: bool) -> bool {
     let ow = geom.out_hw[1];
-    let s1k3 = geom.kernel_hw == [3, 3] && geom.stride == [1, 1] && geom.dilation == [1, 1] && geom.pad == [1, 1];
     if s1k3 {
         return ow < if isa == FusedIsa::Avx512 { 9 } else { 17 };
     }
@@ -341,6 +341,13 @@ const S3_NONE: u8 = 0;
 const S3_RELU: u8 = 1;
 const S3_CLAMP0: u8 = 2;
 const S3_ANY: u8 = 3;
+
+/// The lanes `lo..hi` of an `l`-lane vector whose lane 0 is column `start` that lie inside a row
+/// of `width` columns (`lo == hi` when none does).
+fn lanes_inside(start: isize, width: usize, l: usize) -> (usize, usize) {
+    let lo = start.min(0).unsigned_abs().min(l);
+    (lo, (width as isize - start).clamp(lo as isize, l as isize) as usize)
+}
 
 /// Whether `clamp` is from +0 to a positive bound (ReLU6), where a ReLU before it changes nothing.
 pub(super) fn clamps_from_zero(clamp: Option<(f32, f32)>) -> bool {
@@ -680,8 +687,7 @@ impl Job<'_> {
                 for tx in 0..kw {
                     // Input column of lane 0; the lanes inside the row are lo..hi.
                     let ix0 = (ox0 + tx) as isize - px as isize;
-                    let lo = ix0.min(0).unsigned_abs().min(S::L);
-                    let hi = (iw as isize - ix0).clamp(lo as isize, S::L as isize) as usize;
+                    let (lo, hi) = lanes_inside(ix0, iw, S::L);
                     if lo == hi {
                         continue;
                     }
@@ -748,22 +754,17 @@ impl Job<'_> {
         };
         let mut v = 0;
         while v < vectors {
-            let w = if vectors - v >= S3_STRIP { S3_STRIP } else { 1 };
             let st = Strip { plane, k, bias, base, ox0: v * S::L };
             // SAFETY: the caller's contract; the strip's vectors start inside the output rows.
             unsafe {
-                match (w, epi) {
-                    (S3_STRIP, S3_NONE) => self.strip_s1_3x3::<S, S3_STRIP, S3_NONE>(&st),
-                    (S3_STRIP, S3_RELU) => self.strip_s1_3x3::<S, S3_STRIP, S3_RELU>(&st),
-                    (S3_STRIP, S3_CLAMP0) => self.strip_s1_3x3::<S, S3_STRIP, S3_CLAMP0>(&st),
-                    (S3_STRIP, _) => self.strip_s1_3x3::<S, S3_STRIP, S3_ANY>(&st),
-                    (_, S3_NONE) => self.strip_s1_3x3::<S, 1, S3_NONE>(&st),
-                    (_, S3_RELU) => self.strip_s1_3x3::<S, 1, S3_RELU>(&st),
-                    (_, S3_CLAMP0) => self.strip_s1_3x3::<S, 1, S3_CLAMP0>(&st),
-                    _ => self.strip_s1_3x3::<S, 1, S3_ANY>(&st),
+                if vectors - v >= S3_STRIP {
+                    self.strip_s1_3x3::<S, S3_STRIP>(epi, &st);
+                    v += S3_STRIP;
+                } else {
+                    self.strip_s1_3x3::<S, 1>(epi, &st);
+                    v += 1;
                 }
             }
-            v += w;
         }
     }
 
@@ -798,21 +799,36 @@ impl Job<'_> {
     /// Rows past the input (bottom padding) add nothing; lanes in the horizontal padding or
     /// past the row are loaded as zeros.
     ///
-    /// `EPI`: the epilogue (`S3_NONE` …).
+    /// `epi`: the epilogue (`S3_NONE` …), made a constant of the strip's code here.
     ///
     /// # Safety
-    /// The CPU has `S`'s features; `self.s1k3` holds; `ox0 + (W − 1)·S::L < ow`.
+    /// The CPU has `S`'s features; `self.s1k3` holds; `ox0 + (W − 1)·S::L < ow`; `epi` is the
+    /// one [`Job::plane_s1_3x3`] chose for this convolution.
     #[inline(always)]
-    unsafe fn strip_s1_3x3<S: Lanes, const W: usize, const EPI: u8>(&self, st: &Strip) {
+    unsafe fn strip_s1_3x3<S: Lanes, const W: usize>(&self, epi: u8, st: &Strip) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match epi {
+                S3_NONE => self.strip_masks::<S, W, S3_NONE>(st),
+                S3_RELU => self.strip_masks::<S, W, S3_RELU>(st),
+                S3_CLAMP0 => self.strip_masks::<S, W, S3_CLAMP0>(st),
+                _ => self.strip_masks::<S, W, S3_ANY>(st),
+            }
+        }
+    }
+
+    /// [`Job::strip_s1_3x3`] with its epilogue `EPI`: the loads' lane masks, and whether any is
+    /// partial.
+    ///
+    /// # Safety
+    /// As [`Job::strip_s1_3x3`], with `EPI` for `epi`.
+    #[inline(always)]
+    unsafe fn strip_masks<S: Lanes, const W: usize, const EPI: u8>(&self, st: &Strip) {
         let (iw, ox0) = (self.geom.in_hw[1], st.ox0);
         // Kernel column tx of vector j reads input columns ox0 + j·L + tx − 1 ..: the lanes lo..hi
         // inside the row.
         let lanes: [[(usize, usize); 3]; W] = std::array::from_fn(|j| {
-            std::array::from_fn(|tx| {
-                let start = (ox0 + j * S::L + tx) as isize - 1;
-                let lo = start.min(0).unsigned_abs().min(S::L);
-                (lo, (iw as isize - start).clamp(lo as isize, S::L as isize) as usize)
-            })
+            std::array::from_fn(|tx| lanes_inside((ox0 + j * S::L + tx) as isize - 1, iw, S::L))
         });
         // SAFETY: the caller's contract.
         unsafe {
@@ -868,14 +884,14 @@ impl Job<'_> {
             let mut n = [bias; W];
             // Step 0: rows 0 (kernel row 1) and 1 (kernel row 0); row −1 is padding.
             if ih > 0 {
-                self.s3_row::<S, W, FULL>(plane.wrapping_add(ox0), 0, &k, &masks, &mut a, &mut b, &mut n);
+                self.s3_row::<S, W, FULL>(plane.wrapping_add(ox0), &k, &masks, &mut a, &mut b, &mut n);
             }
             (a, b) = (b, n);
             // Steps 1 ..= oh: step iy finishes output row iy − 1.
             let inside = ih.min(oh + 1);
             for iy in 1..inside {
                 n = [bias; W];
-                self.s3_row::<S, W, FULL>(plane.wrapping_add(ox0), iy * sh, &k, &masks, &mut a, &mut b, &mut n);
+                self.s3_row::<S, W, FULL>(plane.wrapping_add(iy * sh + ox0), &k, &masks, &mut a, &mut b, &mut n);
                 self.s3_store::<S, W, FULL, EPI>(fin, &a, at(iy - 1), &ns);
                 (a, b) = (b, n);
             }
@@ -887,18 +903,16 @@ impl Job<'_> {
         }
     }
 
-    /// One input row of [`Job::strip_rows`] (at `start + off`, the strip's first column) into
+    /// One input row of [`Job::strip_rows`] (at `start`, the strip's first column) into
     /// output rows `iy − 1` (`a`, kernel row 2), `iy` (`b`, row 1) and `iy + 1` (`n`, row 0).
     ///
     /// # Safety
     /// The CPU has `S`'s features; the row's columns under the strip (lanes `masks`, all when
     /// `FULL`, one column to each side) are inside `x`.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     unsafe fn s3_row<S: Lanes, const W: usize, const FULL: bool>(
         &self,
         start: *const f32,
-        off: usize,
         k: &[S; 9],
         masks: &[[S::Mask; 3]; W],
         a: &mut [S; W],
@@ -908,7 +922,7 @@ impl Job<'_> {
         for j in 0..W {
             // Column ox0 + j·L − 1 of the row (before the row when it is −1: lane 0 is then
             // masked).
-            let p = start.wrapping_add(off + j * S::L).wrapping_sub(1);
+            let p = start.wrapping_add(j * S::L).wrapping_sub(1);
             // SAFETY: the caller's contract.
             unsafe {
                 let x: [S; 3] = if FULL {
@@ -1013,10 +1027,7 @@ impl Job<'_> {
             let c0 = (2 * ox0) as isize - g.pad[1] as isize;
             let starts = [c0, c0 + S::L as isize, c0 + 2, c0 + 2 + S::L as isize];
             // The lanes lo..hi of each load whose columns lie inside the row.
-            let lanes = starts.map(|s| {
-                let lo = s.min(0).unsigned_abs().min(S::L);
-                (lo, (iw as isize - s).clamp(lo as isize, S::L as isize) as usize)
-            });
+            let lanes = starts.map(|s| lanes_inside(s, iw, S::L));
             let col = Col { plane, zero, c0, bias, at: base + ox0 * yw, n };
             // SAFETY: the caller's contract (features, `s2`); the loads are unmasked only when
             // every lane's column lies inside the row, else masked to those that do.
@@ -1180,13 +1191,7 @@ impl Job<'_> {
         // SAFETY: the caller guarantees the features; the output run `at`, n values `yw` apart,
         // was checked by `validate` to lie in the output and belongs to this unit.
         unsafe {
-            let mut a = a;
-            if relu {
-                a = a.relu();
-            }
-            if let Some((lo, hi, zlo, zhi)) = clamp {
-                a = a.clamp(lo, hi, zlo, zhi);
-            }
+            let a = a.relu_clamp(relu, clamp);
             if yw == 1 {
                 a.store_first(self.out.0.add(at), n);
             } else {
@@ -1429,6 +1434,20 @@ pub(super) trait Lanes: Copy {
     unsafe fn clamp_from_zero(self, hi: Self) -> Self {
         // SAFETY: the caller's contract.
         unsafe { self.clamp(Self::splat(0.0), hi, true, false) }
+    }
+
+    /// The ReLU (`relu`) and then the clamp (bounds, and whether each is ±0) of
+    /// [`Finish::Registers`], applied to `self`.
+    #[inline(always)]
+    unsafe fn relu_clamp(self, relu: bool, clamp: Option<(Self, Self, bool, bool)>) -> Self {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let a = if relu { self.relu() } else { self };
+            match clamp {
+                Some((lo, hi, zlo, zhi)) => a.clamp(lo, hi, zlo, zhi),
+                None => a,
+            }
+        }
     }
 
     /// The `N` vectors at `p`, `p + L`, …: a loop, not an `array::from_fn` closure (compiled

@@ -983,7 +983,7 @@ impl LanesTile<'_> {
                 each16!(r => {
                     if r < R {
                         for (v, &a) in acc[r].iter().enumerate() {
-                            finish_lanes(a, relu, clamp).store(dst.add(r * self.yw + v * V::L));
+                            a.relu_clamp(relu, clamp).store(dst.add(r * self.yw + v * V::L));
                         }
                     }
                 });
@@ -998,29 +998,11 @@ impl LanesTile<'_> {
                         if v >= self.vecs {
                             continue;
                         }
-                        let (p, a) = (dst.add(v * V::L), finish_lanes(a, relu, clamp));
+                        let (p, a) = (dst.add(v * V::L), a.relu_clamp(relu, clamp));
                         if v + 1 < self.vecs { a.store(p) } else { a.store_first(p, self.last) }
                     }
                 }
             });
-        }
-    }
-}
-
-/// `a` with the ReLU (`relu`) and then the clamp (bounds, and whether each is ±0) applied: the
-/// epilogue of a [`LanesTile`] vector as it is stored.
-///
-/// # Safety
-/// The CPU has `V`'s features.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn finish_lanes<V: Lanes>(a: V, relu: bool, clamp: Option<(V, V, bool, bool)>) -> V {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let a = if relu { a.relu() } else { a };
-        match clamp {
-            Some((lo, hi, zlo, zhi)) => a.clamp(lo, hi, zlo, zhi),
-            None => a,
         }
     }
 }
